@@ -1,0 +1,1 @@
+//! vbmq: a multi-queue vhost-user-blk backend (VBMq).
