@@ -1,1 +1,3 @@
 //! vbmq: a multi-queue vhost-user-blk backend (VBMq).
+
+pub mod confine;

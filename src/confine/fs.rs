@@ -1,0 +1,64 @@
+//! Landlock: the filesystem the confined process still sees.
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, RestrictSelfAttr, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+};
+
+use super::{ConfineError, ConfineOptions};
+
+/// The newest Landlock ABI vbmq knows; older kernels get the subset they support.
+const ABI_TARGET: ABI = ABI::V8;
+
+/// How much of the Landlock ruleset the kernel enforces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FilesystemStatus {
+    /// Every rule, on every thread.
+    Full,
+    /// Every thread, but an older ABI: some access kinds stay unrestricted.
+    Partial,
+    /// The kernel lacks Landlock TSYNC: only the calling thread and threads it starts later.
+    CallingThreadOnly,
+    /// No Landlock on this kernel.
+    Unsupported,
+}
+
+/// Denies every filesystem access except the disks (read, and write when writable) and socket
+/// creation/removal in the sockets' directories; denies TCP, abstract sockets and signals to
+/// processes outside the sandbox where the kernel can.
+pub(super) fn restrict(opts: &ConfineOptions) -> Result<FilesystemStatus, ConfineError> {
+    let mut ruleset = Ruleset::default()
+        .handle_access(AccessFs::from_all(ABI_TARGET))?
+        .handle_access(AccessNet::from_all(ABI_TARGET))?
+        .scope(Scope::from_all(ABI_TARGET))?
+        .create()?;
+    for disk in &opts.disks {
+        let mut access: BitFlags<AccessFs> = AccessFs::ReadFile.into();
+        if disk.writable {
+            access |= AccessFs::WriteFile;
+        }
+        ruleset = ruleset.add_rule(PathBeneath::new(open_path(&disk.path)?, access))?;
+    }
+    for socket in &opts.sockets {
+        let dir = match socket.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => std::path::Path::new("."),
+        };
+        let access = AccessFs::MakeSock | AccessFs::RemoveFile;
+        ruleset = ruleset.add_rule(PathBeneath::new(open_path(dir)?, access))?;
+    }
+    let status = ruleset.all_threads(true)?.restrict_self()?;
+    Ok(match status.ruleset {
+        RulesetStatus::NotEnforced => FilesystemStatus::Unsupported,
+        _ if !status.all_threads => FilesystemStatus::CallingThreadOnly,
+        RulesetStatus::PartiallyEnforced => FilesystemStatus::Partial,
+        RulesetStatus::FullyEnforced => FilesystemStatus::Full,
+    })
+}
+
+fn open_path(path: &std::path::Path) -> Result<PathFd, ConfineError> {
+    PathFd::new(path).map_err(|source| ConfineError::LandlockPath {
+        path: path.to_path_buf(),
+        source,
+    })
+}

@@ -1,0 +1,106 @@
+//! Confinement applied by `vbmq serve` once its disks are open and its sockets bound.
+//!
+//! A guest or frontend that finds a bug in vbmq should gain as little as possible: Landlock
+//! limits the filesystem to the disks and sockets named on the command line, and a seccomp filter
+//! limits the process to the system calls vbmq makes. Both are applied to every thread.
+
+mod fs;
+mod sigsys;
+mod syscalls;
+mod uring;
+
+use std::path::PathBuf;
+
+pub use fs::FilesystemStatus;
+pub use uring::{RingPolicy, URING_OPCODES, restrict_ring};
+
+/// Exit status of a process killed for a forbidden system call (128 + SIGSYS, as a shell shows it).
+pub const SECCOMP_EXIT_STATUS: i32 = 128 + libc::SIGSYS;
+
+/// A disk file the confined process keeps using.
+#[derive(Clone, Debug)]
+pub struct DiskAccess {
+    /// The backing file (regular file or block device).
+    pub path: PathBuf,
+    /// Whether the disk is writable (`readonly=on` disks get read access only).
+    pub writable: bool,
+}
+
+/// What the confined process may still reach.
+#[derive(Clone, Debug, Default)]
+pub struct ConfineOptions {
+    /// Backing files of the file-backed disks (`null=` and `mem=` disks have none).
+    pub disks: Vec<DiskAccess>,
+    /// vhost-user listening socket paths; their directories keep the right to create and remove
+    /// a socket so the listener can be bound again.
+    pub sockets: Vec<PathBuf>,
+    /// Install the seccomp filter (turned off only for debugging, e.g. under strace or gdb).
+    pub seccomp: bool,
+}
+
+/// Why confinement could not be applied. vbmq must not serve unconfined when asked otherwise.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    /// Building or enforcing the Landlock ruleset failed.
+    #[error("landlock: {0}")]
+    Landlock(#[from] ::landlock::RulesetError),
+    /// A path named in the options could not be opened for a rule.
+    #[error("landlock: cannot open {path}: {source}")]
+    LandlockPath {
+        /// The disk or socket path.
+        path: PathBuf,
+        /// Why it failed.
+        #[source]
+        source: ::landlock::PathFdError,
+    },
+    /// The seccomp filter could not be compiled.
+    #[error("seccomp filter: {0}")]
+    SeccompBuild(#[from] seccompiler::BackendError),
+    /// The seccomp filter could not be installed.
+    #[error("seccomp: {0}")]
+    SeccompInstall(#[from] seccompiler::Error),
+    /// The SIGSYS reporter could not be installed.
+    #[error("installing the SIGSYS handler: {0}")]
+    Sigsys(#[source] std::io::Error),
+}
+
+/// What was enforced, for the log line at startup and for tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Confinement {
+    /// How far Landlock restricts the filesystem on this kernel.
+    pub filesystem: FilesystemStatus,
+    /// Whether the seccomp filter is installed.
+    pub seccomp: bool,
+}
+
+/// Restricts the whole process to what `opts` names. Call it once, after setup: disks opened,
+/// sockets bound. Landlock is best effort (kernels without it are logged and served); a seccomp
+/// failure is an error because the operator asked for it.
+pub fn confine(opts: &ConfineOptions) -> Result<Confinement, ConfineError> {
+    let filesystem = fs::restrict(opts)?;
+    match filesystem {
+        FilesystemStatus::Full => tracing::info!("landlock: filesystem confined"),
+        FilesystemStatus::Partial => {
+            tracing::warn!("landlock: kernel supports only part of the ruleset")
+        }
+        FilesystemStatus::CallingThreadOnly => {
+            tracing::warn!("landlock: kernel cannot restrict existing threads, only new ones")
+        }
+        FilesystemStatus::Unsupported => {
+            tracing::warn!("landlock: not supported by this kernel, filesystem not confined")
+        }
+    }
+    if opts.seccomp {
+        sigsys::install().map_err(ConfineError::Sigsys)?;
+        let allowlist = syscalls::filter()?;
+        let clone3 = syscalls::clone3_fallback()?;
+        // The allowlist forbids seccomp(2) itself, so it goes last.
+        seccompiler::apply_filter_all_threads(&clone3)?;
+        seccompiler::apply_filter_all_threads(&allowlist)?;
+        tracing::info!("seccomp: filter installed");
+    }
+    Ok(Confinement {
+        filesystem,
+        seccomp: opts.seccomp,
+    })
+}

@@ -1,0 +1,155 @@
+//! The seccomp allowlist: the system calls vbmq makes after setup, found by running the daemon
+//! under `strace -f` through connect, I/O in every mode, reconnects and SIGTERM.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BackendError, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
+    SeccompFilter, SeccompRule,
+};
+
+/// Calls allowed with any arguments.
+const ALLOWED: &[libc::c_long] = &[
+    // storage engine and guest memory
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_read,
+    libc::SYS_write,
+    libc::SYS_readv,
+    libc::SYS_writev,
+    libc::SYS_pread64,
+    libc::SYS_pwrite64,
+    libc::SYS_preadv,
+    libc::SYS_pwritev,
+    libc::SYS_preadv2,
+    libc::SYS_pwritev2,
+    libc::SYS_fsync,
+    libc::SYS_fdatasync,
+    libc::SYS_fallocate,
+    libc::SYS_lseek,
+    libc::SYS_fstat,
+    libc::SYS_newfstatat,
+    libc::SYS_statx,
+    libc::SYS_mmap,
+    libc::SYS_munmap,
+    libc::SYS_mremap,
+    libc::SYS_mprotect,
+    libc::SYS_madvise,
+    libc::SYS_brk,
+    // paths are confined by Landlock; std opens /proc and /sys files for thread counts
+    libc::SYS_openat,
+    libc::SYS_close,
+    libc::SYS_dup,
+    libc::SYS_dup3,
+    libc::SYS_fcntl,
+    libc::SYS_unlinkat,
+    // vhost-user control plane and kicks
+    libc::SYS_socket,
+    libc::SYS_bind,
+    libc::SYS_listen,
+    libc::SYS_accept,
+    libc::SYS_accept4,
+    libc::SYS_recvmsg,
+    libc::SYS_sendmsg,
+    libc::SYS_recvfrom,
+    libc::SYS_sendto,
+    libc::SYS_shutdown,
+    libc::SYS_getsockopt,
+    libc::SYS_getsockname,
+    libc::SYS_epoll_create1,
+    libc::SYS_epoll_ctl,
+    libc::SYS_epoll_pwait,
+    libc::SYS_epoll_pwait2,
+    libc::SYS_ppoll,
+    libc::SYS_eventfd2,
+    libc::SYS_timerfd_create,
+    libc::SYS_timerfd_settime,
+    // threads, time, signals, exit
+    libc::SYS_clone3,
+    libc::SYS_futex,
+    libc::SYS_set_robust_list,
+    libc::SYS_rseq,
+    libc::SYS_sched_setaffinity,
+    libc::SYS_sched_getaffinity,
+    libc::SYS_sched_yield,
+    libc::SYS_gettid,
+    libc::SYS_getpid,
+    libc::SYS_tgkill,
+    libc::SYS_prctl,
+    libc::SYS_getrandom,
+    libc::SYS_nanosleep,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_clock_gettime,
+    libc::SYS_rt_sigaction,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_rt_sigreturn,
+    libc::SYS_sigaltstack,
+    libc::SYS_restart_syscall,
+    libc::SYS_exit,
+    libc::SYS_exit_group,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_epoll_wait,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_poll,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_unlink,
+];
+
+/// `ioctl` requests allowed (argument 1): non-blocking/close-on-exec flags, terminal probing by
+/// the log formatter, and block-device size queries.
+/// (`c_ulong` is `u64` on both architectures seccompiler supports.)
+const IOCTLS: &[u64] = &[
+    libc::FIONBIO,
+    libc::FIOCLEX,
+    libc::TCGETS,
+    BLKGETSIZE64,
+    BLKSSZGET,
+];
+
+/// `_IOR(0x12, 114, size_t)`.
+const BLKGETSIZE64: u64 = 0x8008_1272;
+/// `_IO(0x12, 104)`.
+const BLKSSZGET: u64 = 0x1268;
+
+/// Compiles the allowlist; anything else raises SIGSYS (reported, then the process exits).
+pub(super) fn filter() -> Result<BpfProgram, BackendError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        ALLOWED.iter().map(|&nr| (nr, Vec::new())).collect();
+    let ioctl_rules = IOCTLS
+        .iter()
+        .map(|&request| {
+            SeccompRule::new(vec![SeccompCondition::new(
+                1,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Eq,
+                request,
+            )?])
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    rules.insert(libc::SYS_ioctl, ioctl_rules);
+    // Threads only: a clone without CLONE_THREAD would be a new process.
+    rules.insert(
+        libc::SYS_clone,
+        vec![SeccompRule::new(vec![SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(libc::CLONE_THREAD as u64),
+            libc::CLONE_THREAD as u64,
+        )?])?],
+    );
+    SeccompFilter::new(rules, SeccompAction::Trap, SeccompAction::Allow, arch()?)?.try_into()
+}
+
+/// A filter stacked before [`filter`]: `clone3` passes its flags in memory a filter cannot
+/// read, so it gets `ENOSYS` and the C library falls back to `clone`, whose flags are checked.
+/// (The kernel applies the strictest result of all filters, so `ENOSYS` wins over the allow.)
+pub(super) fn clone3_fallback() -> Result<BpfProgram, BackendError> {
+    let rules = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
+    let enosys = SeccompAction::Errno(libc::ENOSYS as u32);
+    SeccompFilter::new(rules, SeccompAction::Allow, enosys, arch()?)?.try_into()
+}
+
+fn arch() -> Result<seccompiler::TargetArch, BackendError> {
+    std::env::consts::ARCH.try_into()
+}
