@@ -1,3 +1,16 @@
-//! vbmq: a multi-queue vhost-user-blk backend (VBMq).
+//! vbmq: a multi-queue vhost-user-blk backend built on the VBMq design — one dedicated,
+//! pinned I/O thread per virtqueue, batched io_uring submission, polling or event-driven.
+//!
+//! The layers, from the socket down:
+//! - [`vhost_user`]: the vhost-user glue (socket, `VhostUserBackend`),
+//! - [`worker`]: the per-queue I/O thread,
+//! - [`virtio_blk`]: parsing guest requests into validated [`virtio_blk::Request`]s,
+//! - [`backend`]: the storage engines (io_uring on files and block devices, null).
 
+pub mod backend;
+pub mod config;
 pub mod confine;
+pub mod serve;
+pub mod vhost_user;
+pub mod virtio_blk;
+pub mod worker;

@@ -1,0 +1,123 @@
+//! Raw image files and block devices.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use super::uring::{UringEngine, ZeroMode};
+use super::{Disk, Engine, EngineOptions, Geometry};
+
+// Block-device ioctls from <linux/fs.h>, which libc does not carry.
+const BLKSSZGET: libc::c_ulong = 0x1268;
+const BLKPBSZGET: libc::c_ulong = 0x127b;
+const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+
+/// A raw image file or a block device, served through io_uring.
+pub struct FileDisk {
+    path: PathBuf,
+    readonly: bool,
+    direct: bool,
+    geometry: Geometry,
+    zero: ZeroMode,
+}
+
+fn ioctl_value<T: Default>(file: &File, request: libc::c_ulong) -> io::Result<T> {
+    let mut value = T::default();
+    // SAFETY: each request used here writes one value of type `T` through the pointer.
+    let ret = unsafe { libc::ioctl(file.as_raw_fd(), request, &mut value as *mut T) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(value)
+}
+
+impl FileDisk {
+    /// Opens `path` once to learn its size and block size.
+    pub fn open(path: &Path, readonly: bool, direct: bool) -> io::Result<Self> {
+        let file = Self::open_file(path, readonly, false)?;
+        let metadata = file.metadata()?;
+        let (capacity, block_size, physical) = if metadata.file_type().is_block_device() {
+            let size: u64 = ioctl_value(&file, BLKGETSIZE64)?;
+            let logical: libc::c_int = ioctl_value(&file, BLKSSZGET)?;
+            let physical: libc::c_uint = ioctl_value(&file, BLKPBSZGET)?;
+            (size, logical.max(512) as u32, physical.max(512))
+        } else if metadata.is_file() {
+            (metadata.len(), 512, 512)
+        } else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file or a block device",
+            ));
+        };
+        let block_size = block_size.clamp(512, 65536);
+        let physical_block_exp = (physical / block_size).max(1).trailing_zeros() as u8;
+        // The guest addresses whole logical blocks: a partial last block is not exposed.
+        let capacity = capacity - capacity % u64::from(block_size);
+        let zero = ZeroMode {
+            zero_range: metadata.file_type().is_block_device() || !Self::is_tmpfs(&file),
+        };
+        if direct {
+            // Fail now, not on the first request, where O_DIRECT is refused.
+            Self::open_file(path, readonly, true)?;
+        }
+        Ok(FileDisk {
+            path: path.to_path_buf(),
+            readonly,
+            direct,
+            geometry: Geometry {
+                capacity,
+                block_size,
+                physical_block_exp,
+            },
+            zero,
+        })
+    }
+
+    fn open_file(path: &Path, readonly: bool, direct: bool) -> io::Result<File> {
+        let mut options = OpenOptions::new();
+        options.read(true).write(!readonly);
+        if direct {
+            options.custom_flags(libc::O_DIRECT);
+        }
+        options.open(path)
+    }
+
+    /// tmpfs cannot `FALLOC_FL_ZERO_RANGE`; a hole reads back as zeros there too.
+    fn is_tmpfs(file: &File) -> bool {
+        let mut stat = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+        // SAFETY: fstatfs fills the struct it is given.
+        let ret = unsafe { libc::fstatfs(file.as_raw_fd(), stat.as_mut_ptr()) };
+        // SAFETY: fstatfs succeeded, so the struct is initialised.
+        ret == 0 && unsafe { stat.assume_init() }.f_type == libc::TMPFS_MAGIC
+    }
+}
+
+impl Disk for FileDisk {
+    fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
+        // Each queue opens its own descriptors: no file position or lock is shared.
+        let buffered: OwnedFd = Self::open_file(&self.path, self.readonly, false)?.into();
+        let direct: OwnedFd = if self.direct {
+            Self::open_file(&self.path, self.readonly, true)?.into()
+        } else {
+            buffered.try_clone()?
+        };
+        let align = if self.direct {
+            self.geometry.block_size as usize
+        } else {
+            1
+        };
+        Ok(Box::new(UringEngine::new(
+            direct, buffered, align, self.zero, options,
+        )?))
+    }
+
+    fn supports_discard(&self) -> bool {
+        !self.readonly
+    }
+}

@@ -1,0 +1,86 @@
+//! Storage engines: what a disk's blocks are stored on.
+//!
+//! A [`Disk`] is shared by all queues of a device; each queue's worker asks it for an [`Engine`]
+//! of its own, which it owns outright: no lock is shared between queues on the data path.
+
+mod file;
+mod null;
+mod uring;
+
+use std::io;
+use std::os::fd::RawFd;
+
+pub use file::FileDisk;
+pub use null::NullDisk;
+
+/// One operation handed to an engine. Offsets and lengths are in bytes and already checked
+/// against the disk's capacity.
+#[derive(Clone, Copy, Debug)]
+pub enum IoOp {
+    /// Read into `count` iovecs at `iov`.
+    Read {
+        offset: u64,
+        iov: *const libc::iovec,
+        count: u32,
+    },
+    /// Write `count` iovecs at `iov`.
+    Write {
+        offset: u64,
+        iov: *const libc::iovec,
+        count: u32,
+    },
+    /// Make every completed write durable.
+    Flush,
+    /// Deallocate a range; it reads back as zeros.
+    Discard { offset: u64, len: u64 },
+    /// Zero a range, deallocating it if `unmap`.
+    WriteZeroes { offset: u64, len: u64, unmap: bool },
+}
+
+/// The static properties of a disk that the guest sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Size in bytes, a multiple of 512.
+    pub capacity: u64,
+    /// Logical block size in bytes (512 or the block device's).
+    pub block_size: u32,
+    /// log2 of physical blocks per logical block (VIRTIO_BLK_F_TOPOLOGY).
+    pub physical_block_exp: u8,
+}
+
+/// What a queue asks of its engine.
+#[derive(Clone, Copy, Debug)]
+pub struct EngineOptions {
+    /// Operations that may be in flight at once.
+    pub depth: u32,
+    /// Submit everything queued at once (`false`: one system call per operation, an ablation).
+    pub batch: bool,
+    /// Provide a [`Engine::completion_fd`] for a worker that sleeps.
+    pub notify: bool,
+}
+
+/// A disk, shared by the queues of one device (and across reconnections).
+pub trait Disk: Send + Sync {
+    /// Size and block size.
+    fn geometry(&self) -> Geometry;
+    /// A new engine for one queue.
+    fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>>;
+    /// Whether discard and write-zeroes are supported.
+    fn supports_discard(&self) -> bool;
+}
+
+/// A queue's private I/O engine. Operations are queued with [`Engine::push`], handed to the
+/// kernel together by [`Engine::submit`], and their results come back by tag through
+/// [`Engine::reap`].
+pub trait Engine: Send {
+    /// Queues an operation. The iovecs it points to stay valid until its completion is reaped.
+    fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()>;
+    /// Hands every queued operation to the device, in one system call at most.
+    fn submit(&mut self) -> io::Result<()>;
+    /// Hands queued operations over and blocks until at least one completion is ready.
+    fn wait(&mut self) -> io::Result<()>;
+    /// Calls `done(tag, result)` for every completed operation; `result` is bytes or `-errno`.
+    fn reap(&mut self, done: &mut dyn FnMut(u64, i32));
+    /// An eventfd that becomes readable when completions arrive, for sleeping workers.
+    fn completion_fd(&self) -> Option<RawFd>;
+}

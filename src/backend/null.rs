@@ -1,0 +1,88 @@
+//! The null device: reads return zeros, writes are dropped. It measures the virtualization path
+//! alone, like the kernel's null_blk that the VBMq paper uses.
+
+use std::io;
+use std::os::fd::RawFd;
+
+use super::{Disk, Engine, EngineOptions, Geometry, IoOp};
+
+/// A disk of `capacity` bytes that stores nothing.
+pub struct NullDisk {
+    capacity: u64,
+}
+
+impl NullDisk {
+    pub fn new(capacity: u64) -> Self {
+        NullDisk { capacity }
+    }
+}
+
+impl Disk for NullDisk {
+    fn geometry(&self) -> Geometry {
+        Geometry {
+            capacity: self.capacity,
+            block_size: 512,
+            physical_block_exp: 0,
+        }
+    }
+
+    fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
+        Ok(Box::new(NullEngine {
+            done: Vec::with_capacity(options.depth as usize),
+        }))
+    }
+
+    fn supports_discard(&self) -> bool {
+        true
+    }
+}
+
+/// Completes every operation at once, in order.
+struct NullEngine {
+    done: Vec<(u64, i32)>,
+}
+
+fn iov_bytes(iov: *const libc::iovec, count: u32) -> i32 {
+    // SAFETY: the worker guarantees `iov` points to `count` initialised iovecs that outlive the
+    // operation (see `Engine::push`).
+    let iovecs = unsafe { std::slice::from_raw_parts(iov, count as usize) };
+    iovecs.iter().map(|v| v.iov_len).sum::<usize>() as i32
+}
+
+impl Engine for NullEngine {
+    fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()> {
+        let result = match op {
+            IoOp::Read { iov, count, .. } => {
+                // SAFETY: as in `iov_bytes`; each iovec is a guest buffer validated writable.
+                let iovecs = unsafe { std::slice::from_raw_parts(iov, count as usize) };
+                for v in iovecs {
+                    // SAFETY: the buffer is mapped guest memory of `iov_len` bytes.
+                    unsafe { std::ptr::write_bytes(v.iov_base.cast::<u8>(), 0, v.iov_len) };
+                }
+                iov_bytes(iov, count)
+            }
+            IoOp::Write { iov, count, .. } => iov_bytes(iov, count),
+            IoOp::Flush | IoOp::Discard { .. } | IoOp::WriteZeroes { .. } => 0,
+        };
+        self.done.push((tag, result));
+        Ok(())
+    }
+
+    fn submit(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn wait(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
+        for (tag, result) in self.done.drain(..) {
+            done(tag, result);
+        }
+    }
+
+    fn completion_fd(&self) -> Option<RawFd> {
+        None
+    }
+}

@@ -1,0 +1,174 @@
+//! The io_uring engine: one ring per queue, the disk's files registered with it, everything
+//! queued in one pass handed to the kernel in one `io_uring_enter`.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use io_uring::{IoUring, opcode, squeue, types};
+use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
+
+use super::{Engine, EngineOptions, IoOp};
+
+/// Registered-file index of the `O_DIRECT` descriptor.
+const DIRECT: types::Fixed = types::Fixed(0);
+/// Registered-file index of the buffered descriptor, for buffers `O_DIRECT` cannot take.
+const BUFFERED: types::Fixed = types::Fixed(1);
+
+/// How write-zeroes is carried out on this file.
+#[derive(Clone, Copy, Debug)]
+pub struct ZeroMode {
+    /// `FALLOC_FL_ZERO_RANGE` works on this file (tmpfs lacks it: it punches a hole instead).
+    pub zero_range: bool,
+}
+
+/// An engine over one file, through a private io_uring.
+pub struct UringEngine {
+    ring: IoUring,
+    /// Buffers and offsets `O_DIRECT` accepts are multiples of this; others go buffered.
+    align: usize,
+    zero: ZeroMode,
+    batch: bool,
+    queued: u32,
+    notifier: Option<EventFd>,
+    /// Keeps the registered descriptors open for the ring's lifetime.
+    _files: [OwnedFd; 2],
+}
+
+impl UringEngine {
+    /// A ring over `direct` (possibly the same file as `buffered`) with room for
+    /// `options.depth` operations.
+    pub fn new(
+        direct: OwnedFd,
+        buffered: OwnedFd,
+        align: usize,
+        zero: ZeroMode,
+        options: EngineOptions,
+    ) -> io::Result<Self> {
+        let entries = options.depth.max(8).next_power_of_two();
+        let ring = IoUring::builder()
+            .setup_cqsize(entries * 2)
+            .setup_clamp()
+            .build(entries)?;
+        ring.submitter()
+            .register_files(&[direct.as_raw_fd(), buffered.as_raw_fd()])?;
+        let notifier = if options.notify {
+            let fd = EventFd::new(EFD_NONBLOCK)?;
+            ring.submitter().register_eventfd(fd.as_raw_fd())?;
+            Some(fd)
+        } else {
+            None
+        };
+        Ok(UringEngine {
+            ring,
+            align,
+            zero,
+            batch: options.batch,
+            queued: 0,
+            notifier,
+            _files: [direct, buffered],
+        })
+    }
+
+    /// The registered file an access through `iov` at `offset` must use.
+    fn file_for(&self, offset: u64, iov: *const libc::iovec, count: u32) -> types::Fixed {
+        let mask = self.align - 1;
+        // SAFETY: the worker guarantees `iov` points to `count` initialised iovecs (Engine::push).
+        let iovecs = unsafe { std::slice::from_raw_parts(iov, count as usize) };
+        let aligned = offset as usize & mask == 0
+            && iovecs
+                .iter()
+                .all(|v| (v.iov_base as usize | v.iov_len) & mask == 0);
+        if aligned { DIRECT } else { BUFFERED }
+    }
+
+    fn entry(&self, op: IoOp) -> squeue::Entry {
+        match op {
+            IoOp::Read { offset, iov, count } => {
+                opcode::Readv::new(self.file_for(offset, iov, count), iov, count)
+                    .offset(offset)
+                    .build()
+            }
+            IoOp::Write { offset, iov, count } => {
+                opcode::Writev::new(self.file_for(offset, iov, count), iov, count)
+                    .offset(offset)
+                    .build()
+            }
+            IoOp::Flush => opcode::Fsync::new(DIRECT)
+                .flags(types::FsyncFlags::DATASYNC)
+                .build(),
+            IoOp::Discard { offset, len } => opcode::Fallocate::new(DIRECT, len)
+                .offset(offset)
+                .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
+                .build(),
+            IoOp::WriteZeroes { offset, len, unmap } => {
+                let mode = if unmap || !self.zero.zero_range {
+                    libc::FALLOC_FL_PUNCH_HOLE
+                } else {
+                    libc::FALLOC_FL_ZERO_RANGE
+                };
+                opcode::Fallocate::new(DIRECT, len)
+                    .offset(offset)
+                    .mode(mode | libc::FALLOC_FL_KEEP_SIZE)
+                    .build()
+            }
+        }
+    }
+}
+
+impl Engine for UringEngine {
+    fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()> {
+        let entry = self.entry(op).user_data(tag);
+        loop {
+            // SAFETY: the buffers the entry points to (iovecs and guest memory) stay valid until
+            // its completion is reaped: the worker keeps the request's slot and its guest memory
+            // snapshot until then.
+            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                break;
+            }
+            // The submission queue is full: hand it to the kernel and try again.
+            self.submit()?;
+        }
+        self.queued += 1;
+        if !self.batch {
+            self.submit()?;
+        }
+        Ok(())
+    }
+
+    fn submit(&mut self) -> io::Result<()> {
+        if self.queued == 0 {
+            return Ok(());
+        }
+        loop {
+            match self.ring.submit() {
+                Ok(_) => break,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                // Completions are backed up: let the caller reap, the entries stay queued.
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        self.queued = self.ring.submission().len() as u32;
+        Ok(())
+    }
+
+    fn wait(&mut self) -> io::Result<()> {
+        match self.ring.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+        self.queued = self.ring.submission().len() as u32;
+        Ok(())
+    }
+
+    fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
+        for cqe in self.ring.completion() {
+            done(cqe.user_data(), cqe.result());
+        }
+    }
+
+    fn completion_fd(&self) -> Option<RawFd> {
+        self.notifier.as_ref().map(|fd| fd.as_raw_fd())
+    }
+}

@@ -1,0 +1,265 @@
+//! One `--disk` argument: `socket=PATH,path=FILE,queues=4,mode=poll,cpus=2-5,...`.
+
+use std::path::PathBuf;
+
+use super::{parse_cpu_list, parse_size};
+
+/// Largest number of virtqueues a disk may have.
+pub const MAX_QUEUES: usize = 64;
+/// Largest virtqueue size a disk may offer.
+pub const MAX_QUEUE_SIZE: u16 = 1024;
+
+/// What stores the disk's blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Storage {
+    /// A raw image file or a block device.
+    File(PathBuf),
+    /// A device of this many bytes that stores nothing: reads give zeros, writes are dropped.
+    Null(u64),
+}
+
+/// How a queue's I/O thread waits for work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitMode {
+    /// Sleep on the guest's kick and on I/O completions.
+    Event,
+    /// Spin on the avail ring and the completion queue; guest kicks are suppressed.
+    Poll,
+    /// Spin while requests keep coming, sleep after `poll_us` of idleness.
+    Adaptive,
+}
+
+/// A parsed and validated `--disk` argument.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskSpec {
+    pub socket: PathBuf,
+    pub storage: Storage,
+    pub queues: usize,
+    pub queue_size: u16,
+    pub mode: WaitMode,
+    pub poll_us: u64,
+    /// CPU of each queue's thread (thread i on `cpus[i]`); empty: not pinned.
+    pub cpus: Vec<usize>,
+    pub readonly: bool,
+    pub direct: bool,
+    pub serial: Option<String>,
+    /// Submit each request with its own system call (an ablation for the benchmark only).
+    pub batch: bool,
+    /// Permission bits of the socket file.
+    pub socket_mode: u32,
+}
+
+/// A `--disk` argument that cannot be served; the message names the key.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("--disk {key}: {reason}")]
+pub struct SpecError {
+    pub key: String,
+    pub reason: String,
+}
+
+fn bad(key: &str, reason: impl Into<String>) -> SpecError {
+    SpecError {
+        key: key.to_string(),
+        reason: reason.into(),
+    }
+}
+
+fn on_off(key: &str, value: &str) -> Result<bool, SpecError> {
+    match value {
+        "on" | "true" | "yes" | "1" => Ok(true),
+        "off" | "false" | "no" | "0" => Ok(false),
+        _ => Err(bad(key, format!("expected on or off, got {value:?}"))),
+    }
+}
+
+impl DiskSpec {
+    /// Parses one `--disk` value. `online_cpus` are the CPUs this process may run on.
+    pub fn parse(text: &str, online_cpus: &[usize]) -> Result<Self, SpecError> {
+        let mut socket = None;
+        let mut storage = None;
+        let mut spec = DiskSpec {
+            socket: PathBuf::new(),
+            storage: Storage::Null(0),
+            queues: 1,
+            queue_size: 256,
+            mode: WaitMode::Adaptive,
+            poll_us: 50,
+            cpus: Vec::new(),
+            readonly: false,
+            direct: true,
+            serial: None,
+            batch: true,
+            socket_mode: 0o600,
+        };
+        for item in text.split(',').filter(|item| !item.is_empty()) {
+            let (key, value) = item
+                .split_once('=')
+                .ok_or_else(|| bad(item, "expected key=value"))?;
+            match key {
+                "socket" => socket = Some(PathBuf::from(value)),
+                "path" | "null" if storage.is_some() => {
+                    return Err(bad(key, "give only one of path= and null="));
+                }
+                "path" => storage = Some(Storage::File(PathBuf::from(value))),
+                "null" => {
+                    let size = parse_size(value).filter(|size| *size > 0 && size % 512 == 0);
+                    let size = size.ok_or_else(|| {
+                        bad(key, format!("{value:?} is not a size such as 8G or 512M"))
+                    })?;
+                    storage = Some(Storage::Null(size));
+                }
+                "queues" => {
+                    spec.queues = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=MAX_QUEUES).contains(n))
+                        .ok_or_else(|| bad(key, format!("must be 1..={MAX_QUEUES}")))?;
+                }
+                "queue-size" => {
+                    spec.queue_size = value
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|n| n.is_power_of_two() && *n >= 2 && *n <= MAX_QUEUE_SIZE)
+                        .ok_or_else(|| {
+                            bad(key, format!("must be a power of two, 2..={MAX_QUEUE_SIZE}"))
+                        })?;
+                }
+                "mode" => {
+                    spec.mode = match value {
+                        "event" => WaitMode::Event,
+                        "poll" => WaitMode::Poll,
+                        "adaptive" => WaitMode::Adaptive,
+                        _ => return Err(bad(key, "must be event, poll or adaptive")),
+                    }
+                }
+                "poll-us" => {
+                    spec.poll_us = value
+                        .parse()
+                        .ok()
+                        .filter(|us| *us <= 1_000_000)
+                        .ok_or_else(|| bad(key, "must be 0..=1000000 microseconds"))?;
+                }
+                "cpus" => {
+                    spec.cpus = parse_cpu_list(value).ok_or_else(|| {
+                        bad(key, format!("{value:?} is not a list like 2-5 or 2,4"))
+                    })?;
+                    if let Some(cpu) = spec.cpus.iter().find(|cpu| !online_cpus.contains(cpu)) {
+                        return Err(bad(
+                            key,
+                            format!("CPU {cpu} does not exist or is not allowed"),
+                        ));
+                    }
+                }
+                "readonly" => spec.readonly = on_off(key, value)?,
+                "direct" => spec.direct = on_off(key, value)?,
+                "batch" => spec.batch = on_off(key, value)?,
+                "serial" => {
+                    if value.len() > 20 {
+                        return Err(bad(key, "at most 20 bytes"));
+                    }
+                    spec.serial = Some(value.to_string());
+                }
+                "socket-mode" => {
+                    spec.socket_mode = u32::from_str_radix(value, 8)
+                        .ok()
+                        .filter(|mode| *mode <= 0o777)
+                        .ok_or_else(|| bad(key, "must be octal permission bits such as 0660"))?;
+                }
+                _ => return Err(bad(key, "unknown key")),
+            }
+        }
+        spec.socket = socket.ok_or_else(|| bad("socket", "required"))?;
+        spec.storage = storage.ok_or_else(|| bad("path", "one of path= or null= is required"))?;
+        if !spec.cpus.is_empty() && spec.cpus.len() < spec.queues {
+            return Err(bad(
+                "cpus",
+                format!("{} CPUs for {} queues", spec.cpus.len(), spec.queues),
+            ));
+        }
+        if spec.mode == WaitMode::Poll {
+            if spec.cpus.is_empty() {
+                return Err(bad("cpus", "required with mode=poll"));
+            }
+            let mut used = spec.cpus[..spec.queues].to_vec();
+            used.sort_unstable();
+            if used.windows(2).any(|pair| pair[0] == pair[1]) {
+                return Err(bad(
+                    "cpus",
+                    "two polling threads on one CPU would starve each other",
+                ));
+            }
+        }
+        Ok(spec)
+    }
+
+    /// The CPUs this disk's polling threads spin on (empty unless `mode=poll`).
+    pub fn polling_cpus(&self) -> &[usize] {
+        match self.mode {
+            WaitMode::Poll => &self.cpus[..self.queues],
+            WaitMode::Event | WaitMode::Adaptive => &[],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CPUS: &[usize] = &[0, 1, 2, 3];
+
+    fn key_of(text: &str) -> String {
+        DiskSpec::parse(text, CPUS).unwrap_err().key
+    }
+
+    #[test]
+    fn full_spec() {
+        let spec = DiskSpec::parse(
+            "socket=/run/a.sock,path=/x.raw,queues=2,queue-size=128,mode=poll,cpus=2-3,readonly=on,direct=off,serial=abc",
+            CPUS,
+        )
+        .unwrap();
+        assert_eq!(spec.storage, Storage::File("/x.raw".into()));
+        assert_eq!((spec.queues, spec.queue_size), (2, 128));
+        assert_eq!(spec.cpus, vec![2, 3]);
+        assert!(spec.readonly && !spec.direct);
+        assert_eq!(spec.polling_cpus(), &[2, 3]);
+    }
+
+    #[test]
+    fn defaults() {
+        let spec = DiskSpec::parse("socket=/s,null=8G", CPUS).unwrap();
+        assert_eq!(spec.storage, Storage::Null(8 << 30));
+        assert_eq!(
+            (spec.queues, spec.queue_size, spec.mode),
+            (1, 256, WaitMode::Adaptive)
+        );
+        assert_eq!(spec.poll_us, 50);
+        assert!(spec.direct && spec.batch && !spec.readonly);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        assert_eq!(key_of("path=/x"), "socket");
+        assert_eq!(key_of("socket=/s"), "path");
+        assert_eq!(key_of("socket=/s,null=abc"), "null");
+        assert_eq!(key_of("socket=/s,null=1G,queues=0"), "queues");
+        assert_eq!(key_of("socket=/s,null=1G,queues=65"), "queues");
+        assert_eq!(key_of("socket=/s,null=1G,queue-size=100"), "queue-size");
+        assert_eq!(key_of("socket=/s,null=1G,queue-size=2048"), "queue-size");
+        assert_eq!(key_of("socket=/s,null=1G,mode=spin"), "mode");
+        assert_eq!(key_of("socket=/s,null=1G,mode=poll"), "cpus");
+        assert_eq!(
+            key_of("socket=/s,null=1G,mode=poll,queues=2,cpus=1,1"),
+            "cpus"
+        );
+        assert_eq!(key_of("socket=/s,null=1G,queues=3,cpus=1-2"), "cpus");
+        assert_eq!(key_of("socket=/s,null=1G,cpus=9"), "cpus");
+        assert_eq!(key_of("socket=/s,null=1G,readonly=maybe"), "readonly");
+        assert_eq!(
+            key_of("socket=/s,null=1G,serial=123456789012345678901"),
+            "serial"
+        );
+        assert_eq!(key_of("socket=/s,null=1G,colour=red"), "colour");
+        assert_eq!(key_of("socket=/s,null=1G,path=/x"), "path");
+    }
+}

@@ -1,0 +1,182 @@
+//! `vbmq serve`: open the disks, bind their sockets, serve until SIGTERM or SIGINT.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::info;
+
+use crate::backend::{Disk, FileDisk, NullDisk};
+use crate::config::{DiskSpec, SpecError, Storage};
+use crate::vhost_user::DiskServer;
+use crate::virtio_blk::BlkDevice;
+use crate::worker::{QueueSettings, online_cpus};
+
+const USAGE: &str = "usage: vbmq serve --disk socket=PATH,path=FILE|null=SIZE[,queues=N][,queue-size=N]\
+[,mode=event|poll|adaptive][,poll-us=N][,cpus=LIST][,readonly=on][,direct=off][,serial=STR] [--disk ...]";
+
+/// Parses the `--disk` arguments, checking what no single disk can see on its own.
+pub fn parse_disks(args: &[String]) -> Result<Vec<DiskSpec>, SpecError> {
+    let cpus = online_cpus();
+    let mut specs = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let value = match arg.strip_prefix("--disk=") {
+            Some(value) => value.to_string(),
+            None if arg == "--disk" => args.next().cloned().unwrap_or_default(),
+            None => {
+                return Err(SpecError {
+                    key: arg.clone(),
+                    reason: "unknown argument".into(),
+                });
+            }
+        };
+        specs.push(DiskSpec::parse(&value, &cpus)?);
+    }
+    if specs.is_empty() {
+        return Err(SpecError {
+            key: "socket".into(),
+            reason: "no --disk given".into(),
+        });
+    }
+    let mut polled: Vec<usize> = specs
+        .iter()
+        .flat_map(|s| s.polling_cpus().to_vec())
+        .collect();
+    polled.sort_unstable();
+    if let Some(pair) = polled.windows(2).find(|pair| pair[0] == pair[1]) {
+        return Err(SpecError {
+            key: "cpus".into(),
+            reason: format!("CPU {} is given to two polling threads", pair[0]),
+        });
+    }
+    let mut sockets: Vec<&Path> = specs.iter().map(|s| s.socket.as_path()).collect();
+    sockets.sort_unstable();
+    if let Some(pair) = sockets.windows(2).find(|pair| pair[0] == pair[1]) {
+        return Err(SpecError {
+            key: "socket".into(),
+            reason: format!("{} is given to two disks", pair[0].display()),
+        });
+    }
+    Ok(specs)
+}
+
+fn default_serial(spec: &DiskSpec) -> String {
+    match &spec.storage {
+        Storage::File(path) => {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            let name = name.unwrap_or_else(|| "vbmq".into());
+            let skip = name.len().saturating_sub(20);
+            name.chars().skip_while(|_| false).collect::<String>()[skip..].to_string()
+        }
+        Storage::Null(_) => "vbmq-null".into(),
+    }
+}
+
+fn open_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
+    match &spec.storage {
+        Storage::File(path) => FileDisk::open(path, spec.readonly, spec.direct)
+            .map(|disk| Arc::new(disk) as Arc<dyn Disk>)
+            .map_err(|e| SpecError {
+                key: "path".into(),
+                reason: format!("{}: {e}", path.display()),
+            }),
+        Storage::Null(size) => Ok(Arc::new(NullDisk::new(*size))),
+    }
+}
+
+fn build_server(spec: &DiskSpec) -> Result<DiskServer, SpecError> {
+    let disk = open_disk(spec)?;
+    let mut serial = [0u8; 20];
+    let text = spec.serial.clone().unwrap_or_else(|| default_serial(spec));
+    let n = text.len().min(20);
+    serial[..n].copy_from_slice(&text.as_bytes()[..n]);
+    let device = Arc::new(BlkDevice {
+        geometry: disk.geometry(),
+        readonly: spec.readonly,
+        discard: disk.supports_discard() && !spec.readonly,
+        num_queues: spec.queues as u16,
+        serial,
+    });
+    let settings = (0..spec.queues)
+        .map(|i| QueueSettings {
+            mode: spec.mode,
+            poll: Duration::from_micros(spec.poll_us),
+            cpu: spec.cpus.get(i).copied(),
+            batch: spec.batch,
+            max_size: spec.queue_size,
+        })
+        .collect();
+    DiskServer::bind(&spec.socket, spec.socket_mode, device, disk, settings).map_err(|e| {
+        SpecError {
+            key: "socket".into(),
+            reason: e.to_string(),
+        }
+    })
+}
+
+/// Blocks SIGTERM and SIGINT in this thread (and the threads it spawns) and returns the set.
+fn block_stop_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise a local set; pthread_sigmask only changes the
+    // calling thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// Runs `vbmq serve`; returns the exit status.
+pub fn run(args: &[String]) -> i32 {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return 0;
+    }
+    let specs = match parse_disks(args) {
+        Ok(specs) => specs,
+        Err(e) => {
+            eprintln!("vbmq: {e}");
+            return 2;
+        }
+    };
+    let signals = block_stop_signals();
+    let mut servers = Vec::new();
+    for spec in &specs {
+        match build_server(spec) {
+            Ok(server) => servers.push(server),
+            Err(e) => {
+                eprintln!("vbmq: {e}");
+                return 2;
+            }
+        }
+    }
+    let mut connections = Vec::new();
+    let mut files = Vec::new();
+    for server in servers {
+        connections.push(server.current());
+        files.extend(server.files());
+        std::thread::Builder::new()
+            .name("vbmq-socket".into())
+            .spawn(move || server.run())
+            .map_err(|e| eprintln!("vbmq: cannot start a thread: {e}"))
+            .ok();
+    }
+    info!("serving {} disk(s)", specs.len());
+    let mut signal = 0;
+    // SAFETY: waits for one of the blocked signals in `signals`.
+    while unsafe { libc::sigwait(&signals, &mut signal) } != 0 {}
+    info!("signal {signal}: completing in-flight I/O and exiting");
+    for connection in &connections {
+        let backend = connection.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(backend) = backend {
+            backend.quiesce();
+        }
+    }
+    for file in files {
+        let _ = std::fs::remove_file(file);
+    }
+    0
+}

@@ -1,0 +1,202 @@
+//! `VhostUserBackend` for a virtio-blk device: one epoll thread per virtqueue (the crate's),
+//! each driving its own [`QueueWorker`]. The per-queue mutex is taken by that queue's thread
+//! when it wakes, and by the control thread only to stop the queue: never per request.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tracing::{debug, warn};
+use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost_user_backend::{VhostUserBackend, VringEpollHandler, VringRwLock};
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{
+    EventConsumer, EventFlag, EventNotifier, new_event_consumer_and_notifier,
+};
+
+use crate::backend::Disk;
+use crate::virtio_blk::{BlkDevice, config_space};
+use crate::worker::{QueueSettings, QueueWorker};
+
+/// One queue's control state, on its own cache lines so queues do not share any.
+#[repr(align(128))]
+struct QueueHandle {
+    /// Asks the worker to leave its polling loop.
+    stop: AtomicBool,
+    worker: Mutex<QueueWorker>,
+}
+
+/// The epoll handlers of the connection, to register completion eventfds with.
+type Handlers = Vec<Arc<VringEpollHandler<Arc<BlkBackend>>>>;
+
+/// A virtio-blk device served over one vhost-user connection.
+pub struct BlkBackend {
+    device: Arc<BlkDevice>,
+    config: Vec<u8>,
+    max_queue_size: u16,
+    queues: Vec<QueueHandle>,
+    handlers: Mutex<Handlers>,
+    /// Set for good when the connection ends or the process stops.
+    shut_down: AtomicBool,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere must not take this queue down with it.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl BlkBackend {
+    pub fn new(
+        device: Arc<BlkDevice>,
+        disk: Arc<dyn Disk>,
+        settings: &[QueueSettings],
+        atomic_mem: &GuestMemoryAtomic<GuestMemoryMmap>,
+    ) -> Self {
+        let queues = settings
+            .iter()
+            .enumerate()
+            .map(|(index, settings)| QueueHandle {
+                stop: AtomicBool::new(false),
+                worker: Mutex::new(QueueWorker::new(
+                    index,
+                    *settings,
+                    device.clone(),
+                    disk.clone(),
+                    atomic_mem.clone(),
+                )),
+            })
+            .collect();
+        BlkBackend {
+            config: config_space(&device),
+            max_queue_size: settings.first().map_or(256, |s| s.max_size),
+            device,
+            queues,
+            handlers: Mutex::new(Vec::new()),
+            shut_down: AtomicBool::new(false),
+        }
+    }
+
+    /// Gives the backend the epoll handlers of its daemon.
+    pub fn attach(&self, handlers: Handlers) {
+        *lock(&self.handlers) = handlers;
+    }
+
+    /// Stops every queue for good, completing what is in flight first.
+    pub fn quiesce(&self) {
+        self.shut_down.store(true, Ordering::Release);
+        for (index, queue) in self.queues.iter().enumerate() {
+            queue.stop.store(true, Ordering::Release);
+            let mut worker = lock(&queue.worker);
+            if let Some(vring) = worker.vring().cloned() {
+                worker.drain(&vring);
+            }
+            debug!("queue {index} stopped");
+        }
+        for handler in lock(&self.handlers).drain(..) {
+            handler.send_exit_event();
+        }
+    }
+
+    /// The event id of queue completions on each thread's epoll (above the crate's own ids).
+    fn completion_event(&self) -> u16 {
+        self.queues.len() as u16 + 1
+    }
+}
+
+impl VhostUserBackend for BlkBackend {
+    type Bitmap = ();
+    type Vring = VringRwLock;
+
+    fn num_queues(&self) -> usize {
+        self.queues.len()
+    }
+
+    fn max_queue_size(&self) -> usize {
+        usize::from(self.max_queue_size)
+    }
+
+    fn features(&self) -> u64 {
+        self.device.features() | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::CONFIG
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+    }
+
+    fn set_event_idx(&self, _enabled: bool) {
+        // The crate sets it on each vring; the workers read it from there.
+    }
+
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        let mut out = vec![0u8; size.min(256) as usize];
+        let start = (offset as usize).min(self.config.len());
+        let end = start.saturating_add(out.len()).min(self.config.len());
+        out[..end - start].copy_from_slice(&self.config[start..end]);
+        out
+    }
+
+    fn update_memory(&self, _mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {
+        // Workers share the daemon's GuestMemoryAtomic and switch to the new map themselves,
+        // once their in-flight requests have completed.
+        Ok(())
+    }
+
+    fn queues_per_thread(&self) -> Vec<u64> {
+        (0..self.queues.len()).map(|i| 1u64 << i).collect()
+    }
+
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()
+    }
+
+    fn stop_vring(&self, queue_index: u32) -> io::Result<()> {
+        let Some(queue) = self.queues.get(queue_index as usize) else {
+            return Ok(());
+        };
+        queue.stop.store(true, Ordering::Release);
+        let mut worker = lock(&queue.worker);
+        if let Some(vring) = worker.vring().cloned() {
+            worker.drain(&vring);
+        }
+        queue.stop.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    fn handle_event(
+        &self,
+        device_event: u16,
+        _evset: EventSet,
+        vrings: &[VringRwLock],
+        thread_id: usize,
+    ) -> io::Result<()> {
+        // Errors are logged, never returned: the crate would end this queue's thread.
+        if self.shut_down.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let (Some(queue), Some(vring)) = (self.queues.get(thread_id), vrings.first()) else {
+            warn!("event {device_event} for unknown thread {thread_id}");
+            return Ok(());
+        };
+        let mut worker = lock(&queue.worker);
+        if let Some(fd) = worker.set_up(vring) {
+            let handlers = lock(&self.handlers);
+            if let Some(handler) = handlers.get(thread_id)
+                && let Err(e) =
+                    handler.register_listener(fd, EventSet::IN, u64::from(self.completion_event()))
+            {
+                warn!("queue {thread_id}: cannot wait for completions: {e}");
+            }
+        }
+        if device_event == self.completion_event() {
+            worker.clear_completion_event();
+        }
+        worker.run(vring, &queue.stop);
+        Ok(())
+    }
+}

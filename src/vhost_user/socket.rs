@@ -1,0 +1,139 @@
+//! A disk's vhost-user socket: bound once, it serves one frontend after another until the
+//! process stops.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use tracing::{error, info};
+use vhost::vhost_user::Listener;
+use vhost_user_backend::VhostUserDaemon;
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+
+use super::BlkBackend;
+use crate::backend::Disk;
+use crate::virtio_blk::BlkDevice;
+use crate::worker::QueueSettings;
+
+/// Why a socket could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    #[error("{0} is served by another running vbmq")]
+    InUse(PathBuf),
+    #[error("cannot lock {0}: {1}")]
+    Lock(PathBuf, io::Error),
+    #[error("cannot listen on {0}: {1}")]
+    Listen(PathBuf, String),
+}
+
+/// One disk on one socket.
+pub struct DiskServer {
+    socket: PathBuf,
+    lock_path: PathBuf,
+    /// Held for the process lifetime: a second vbmq cannot take the socket.
+    _lock: File,
+    listener: Listener,
+    device: Arc<BlkDevice>,
+    disk: Arc<dyn Disk>,
+    settings: Vec<QueueSettings>,
+    /// The connection being served, to be quiesced on shutdown.
+    current: Arc<Mutex<Option<Arc<BlkBackend>>>>,
+}
+
+fn take_lock(path: &Path) -> Result<File, SocketError> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| SocketError::Lock(path.to_path_buf(), e))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(SocketError::InUse(path.with_extension("")));
+    }
+    Ok(file)
+}
+
+impl DiskServer {
+    /// Binds `socket`, replacing a stale socket file but not one a live vbmq holds.
+    pub fn bind(
+        socket: &Path,
+        mode: u32,
+        device: Arc<BlkDevice>,
+        disk: Arc<dyn Disk>,
+        settings: Vec<QueueSettings>,
+    ) -> Result<Self, SocketError> {
+        let mut lock_name = socket.as_os_str().to_owned();
+        lock_name.push(".lock");
+        let lock_path = PathBuf::from(lock_name);
+        let lock = take_lock(&lock_path).map_err(|e| match e {
+            SocketError::InUse(_) => SocketError::InUse(socket.to_path_buf()),
+            other => other,
+        })?;
+        let listener = Listener::new(socket, true)
+            .map_err(|e| SocketError::Listen(socket.to_path_buf(), e.to_string()))?;
+        std::fs::set_permissions(socket, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| SocketError::Listen(socket.to_path_buf(), e.to_string()))?;
+        Ok(DiskServer {
+            socket: socket.to_path_buf(),
+            lock_path,
+            _lock: lock,
+            listener,
+            device,
+            disk,
+            settings,
+            current: Arc::new(Mutex::new(None)),
+        })
+    }
+
+    /// A handle to the connection being served, for shutdown.
+    pub fn current(&self) -> Arc<Mutex<Option<Arc<BlkBackend>>>> {
+        self.current.clone()
+    }
+
+    /// The socket file and its lock file, to remove at exit.
+    pub fn files(&self) -> [PathBuf; 2] {
+        [self.socket.clone(), self.lock_path.clone()]
+    }
+
+    /// Serves frontends one after another, forever.
+    pub fn run(mut self) {
+        loop {
+            if let Err(e) = self.serve_one() {
+                error!("{}: {e}", self.socket.display());
+                // Do not spin if accepting keeps failing.
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        }
+    }
+
+    fn serve_one(&mut self) -> Result<(), String> {
+        let atomic_mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        let backend = Arc::new(BlkBackend::new(
+            self.device.clone(),
+            self.disk.clone(),
+            &self.settings,
+            &atomic_mem,
+        ));
+        let mut daemon = VhostUserDaemon::new("vbmq".to_string(), backend.clone(), atomic_mem)
+            .map_err(|e| format!("cannot create the vhost-user daemon: {e}"))?;
+        backend.attach(daemon.get_epoll_handlers());
+        let result = daemon
+            .start(&mut self.listener)
+            .map_err(|e| format!("cannot accept a frontend: {e}"));
+        if result.is_ok() {
+            info!("{}: frontend connected", self.socket.display());
+            *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(backend.clone());
+            if let Err(e) = daemon.wait() {
+                info!("{}: connection ended: {e}", self.socket.display());
+            }
+            info!("{}: frontend disconnected", self.socket.display());
+        }
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        backend.quiesce();
+        result
+    }
+}

@@ -1,0 +1,57 @@
+//! What the guest is told about a disk, and what its requests are checked against.
+
+use virtio_bindings::virtio_blk::*;
+use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
+
+use crate::backend::Geometry;
+
+/// Bytes in a virtio-blk sector, whatever the block size.
+pub const SECTOR_SIZE: u64 = 512;
+/// Data segments one request may carry (`seg_max`).
+pub const SEG_MAX: u32 = 126;
+/// Ranges one discard or write-zeroes request may carry.
+pub const DISCARD_SEG_MAX: u32 = 16;
+/// Sectors one discard or write-zeroes range may cover (1 GiB).
+pub const DISCARD_SECTORS_MAX: u32 = 1 << 21;
+
+/// A disk as the guest sees it.
+#[derive(Clone, Debug)]
+pub struct BlkDevice {
+    pub geometry: Geometry,
+    pub readonly: bool,
+    pub discard: bool,
+    pub num_queues: u16,
+    /// The GET_ID answer, zero-padded.
+    pub serial: [u8; VIRTIO_BLK_ID_BYTES as usize],
+}
+
+impl BlkDevice {
+    /// The virtio feature bits offered.
+    pub fn features(&self) -> u64 {
+        let mut bits = [
+            VIRTIO_F_VERSION_1,
+            VIRTIO_RING_F_EVENT_IDX,
+            VIRTIO_RING_F_INDIRECT_DESC,
+            VIRTIO_BLK_F_SEG_MAX,
+            VIRTIO_BLK_F_BLK_SIZE,
+            VIRTIO_BLK_F_FLUSH,
+            VIRTIO_BLK_F_TOPOLOGY,
+            VIRTIO_BLK_F_MQ,
+        ]
+        .iter()
+        .fold(0u64, |acc, bit| acc | 1 << bit);
+        if self.readonly {
+            bits |= 1 << VIRTIO_BLK_F_RO;
+        }
+        if self.discard {
+            bits |= 1 << VIRTIO_BLK_F_DISCARD | 1 << VIRTIO_BLK_F_WRITE_ZEROES;
+        }
+        bits
+    }
+
+    /// Capacity in 512-byte sectors.
+    pub fn sectors(&self) -> u64 {
+        self.geometry.capacity / SECTOR_SIZE
+    }
+}

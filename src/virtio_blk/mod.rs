@@ -1,0 +1,12 @@
+//! The virtio-blk device model: features, config space and request parsing. Nothing here
+//! touches the disk; it turns guest descriptor chains into validated requests.
+
+mod config_space;
+mod device;
+mod request;
+
+pub use config_space::config_space;
+pub use device::{BlkDevice, DISCARD_SEG_MAX, SECTOR_SIZE, SEG_MAX};
+pub use request::{Range, Rejection, Request, RequestError, RequestType, parse};
+
+pub use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};

@@ -1,0 +1,9 @@
+//! The per-queue I/O thread: it owns its queue's engine, in-flight table and buffers, pulls
+//! requests off the avail ring, submits them in one batch, and completes them on its own CPU.
+
+mod affinity;
+mod inflight;
+mod queue_worker;
+
+pub use affinity::{online_cpus, pin_current_thread};
+pub use queue_worker::{QueueSettings, QueueWorker};

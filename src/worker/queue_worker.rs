@@ -1,0 +1,460 @@
+//! One virtqueue's worker. It runs on the vhost-user-backend epoll thread dedicated to this
+//! queue, pinned to the queue's CPU; in `poll` and `adaptive` modes it keeps that thread
+//! spinning on the avail ring and the completion queue instead of returning to epoll.
+
+use std::hint::spin_loop;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tracing::{debug, error, warn};
+use vhost_user_backend::{VringRwLock, VringState, VringT};
+use virtio_queue::{Queue, QueueT};
+use vm_memory::{Bytes, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+
+use super::affinity::pin_current_thread;
+use super::inflight::InFlight;
+use crate::backend::{Disk, Engine, EngineOptions, IoOp};
+use crate::config::WaitMode;
+use crate::virtio_blk::{BlkDevice, RequestType, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, parse};
+
+/// How a queue's worker runs.
+#[derive(Clone, Copy, Debug)]
+pub struct QueueSettings {
+    pub mode: WaitMode,
+    /// Adaptive mode: how long to keep polling after the last request.
+    pub poll: Duration,
+    pub cpu: Option<usize>,
+    pub batch: bool,
+    pub max_size: u16,
+}
+
+/// What one pass over the queue found.
+#[derive(Clone, Copy, Debug, Default)]
+struct Pass {
+    ready: bool,
+    started: usize,
+    completed: usize,
+}
+
+/// The state a queue's thread owns: engine, in-flight table and guest-memory snapshot.
+pub struct QueueWorker {
+    index: usize,
+    settings: QueueSettings,
+    device: Arc<BlkDevice>,
+    disk: Arc<dyn Disk>,
+    atomic_mem: GuestMemoryAtomic<GuestMemoryMmap>,
+    /// The guest memory every in-flight request points into: replaced only once they completed.
+    mem: Arc<GuestMemoryMmap>,
+    engine: Option<Box<dyn Engine>>,
+    inflight: InFlight,
+    vring: Option<VringRwLock>,
+    set_up: bool,
+}
+
+/// Everything a pass needs, borrowed apart from the worker so the queue lock can be held.
+struct Ctx<'a> {
+    mem: &'a GuestMemoryMmap,
+    device: &'a BlkDevice,
+    engine: Option<&'a mut Box<dyn Engine>>,
+    inflight: &'a mut InFlight,
+}
+
+fn write_status(mem: &GuestMemoryMmap, addr: vm_memory::GuestAddress, status: u32) {
+    // The address was checked when the request was parsed; a failure here is the guest's loss.
+    let _ = mem.write_obj(status as u8, addr);
+}
+
+fn add_used(queue: &mut Queue, mem: &GuestMemoryMmap, head: u16, len: u32) -> usize {
+    match queue.add_used(mem, head, len) {
+        Ok(()) => 1,
+        Err(e) => {
+            debug!("cannot return descriptor {head}: {e}");
+            0
+        }
+    }
+}
+
+impl Ctx<'_> {
+    /// Parses a chain and hands it to the engine, or completes it at once. Returns the used
+    /// entries added.
+    fn start(
+        &mut self,
+        queue: &mut Queue,
+        chain: virtio_queue::DescriptorChain<&GuestMemoryMmap>,
+    ) -> usize {
+        let head = chain.head_index();
+        let h = usize::from(head);
+        if head >= queue.size() || h >= self.inflight.slots.len() {
+            debug!("descriptor head {head} outside the queue: dropped");
+            return 0;
+        }
+        if self.inflight.slots[h].busy {
+            debug!("descriptor head {head} reused while in flight");
+            return add_used(queue, self.mem, head, 0);
+        }
+        let (iov, ranges) = self.inflight.buffers(h);
+        let request = match parse(chain, self.mem, self.device, iov, ranges) {
+            Ok(request) => request,
+            Err(rejection) => {
+                debug!("request {head} rejected: {}", rejection.error);
+                let len = match rejection.status {
+                    Some(addr) => {
+                        write_status(self.mem, addr, u32::from(rejection.error.status()));
+                        1
+                    }
+                    None => 0,
+                };
+                return add_used(queue, self.mem, head, len);
+            }
+        };
+        let complete_now = |status: u32, len: u32, queue: &mut Queue| {
+            write_status(self.mem, request.status, status);
+            add_used(queue, self.mem, head, len)
+        };
+        let (ops, expect, used_len) = match request.kind {
+            RequestType::GetId => {
+                let n = (request.data_len as usize).min(self.device.serial.len());
+                let status = match self
+                    .mem
+                    .write_slice(&self.device.serial[..n], request.id_addr)
+                {
+                    Ok(()) => VIRTIO_BLK_S_OK,
+                    Err(_) => VIRTIO_BLK_S_IOERR,
+                };
+                return complete_now(status, n as u32 + 1, queue);
+            }
+            RequestType::In | RequestType::Out if request.data_len == 0 => {
+                return complete_now(VIRTIO_BLK_S_OK, 1, queue);
+            }
+            RequestType::In => (1, request.data_len as i32, request.data_len + 1),
+            RequestType::Out | RequestType::Flush => (1, request.data_len as i32, 1),
+            RequestType::Discard | RequestType::WriteZeroes => (request.range_count, 0, 1),
+        };
+        let Some(engine) = self.engine.as_deref_mut() else {
+            return complete_now(VIRTIO_BLK_S_IOERR, 1, queue);
+        };
+        let mut pushed = 0;
+        let mut failed = false;
+        for i in 0..ops {
+            let op = match request.kind {
+                RequestType::In => IoOp::Read {
+                    offset: request.offset,
+                    iov: self.inflight.iovecs(h),
+                    count: request.iov_count,
+                },
+                RequestType::Out => IoOp::Write {
+                    offset: request.offset,
+                    iov: self.inflight.iovecs(h),
+                    count: request.iov_count,
+                },
+                RequestType::Flush => IoOp::Flush,
+                RequestType::Discard => {
+                    let range = self.inflight.range(h, i as usize);
+                    IoOp::Discard {
+                        offset: range.offset,
+                        len: range.len,
+                    }
+                }
+                RequestType::WriteZeroes | RequestType::GetId => {
+                    let range = self.inflight.range(h, i as usize);
+                    IoOp::WriteZeroes {
+                        offset: range.offset,
+                        len: range.len,
+                        unmap: range.unmap,
+                    }
+                }
+            };
+            if let Err(e) = engine.push(op, u64::from(head)) {
+                error!("queue engine refused a request: {e}");
+                failed = true;
+                break;
+            }
+            pushed += 1;
+        }
+        if pushed == 0 {
+            return complete_now(VIRTIO_BLK_S_IOERR, 1, queue);
+        }
+        let slot = &mut self.inflight.slots[h];
+        slot.busy = true;
+        slot.pending = pushed;
+        slot.expect = expect;
+        slot.failed = failed;
+        slot.used_len = used_len;
+        slot.status = request.status;
+        self.inflight.count += 1;
+        0
+    }
+
+    /// Records one engine completion; returns the used entries added.
+    fn complete(&mut self, queue: &mut Queue, tag: u64, result: i32) -> usize {
+        let Some(slot) = self.inflight.slots.get_mut(tag as usize) else {
+            return 0;
+        };
+        if !slot.busy {
+            return 0;
+        }
+        if result != slot.expect {
+            debug!("request {tag}: result {result}, expected {}", slot.expect);
+            slot.failed = true;
+        }
+        slot.pending -= 1;
+        if slot.pending > 0 {
+            return 0;
+        }
+        slot.busy = false;
+        let (status, len) = if slot.failed {
+            (VIRTIO_BLK_S_IOERR, 1)
+        } else {
+            (VIRTIO_BLK_S_OK, slot.used_len)
+        };
+        let addr = slot.status;
+        self.inflight.count -= 1;
+        write_status(self.mem, addr, status);
+        add_used(queue, self.mem, tag as u16, len)
+    }
+}
+
+impl QueueWorker {
+    pub fn new(
+        index: usize,
+        settings: QueueSettings,
+        device: Arc<BlkDevice>,
+        disk: Arc<dyn Disk>,
+        atomic_mem: GuestMemoryAtomic<GuestMemoryMmap>,
+    ) -> Self {
+        let mem = atomic_mem.memory().into_inner();
+        QueueWorker {
+            index,
+            inflight: InFlight::new(usize::from(settings.max_size)),
+            settings,
+            device,
+            disk,
+            atomic_mem,
+            mem,
+            engine: None,
+            vring: None,
+            set_up: false,
+        }
+    }
+
+    /// Prepares the worker on its own thread: pins it and opens its engine. Returns the engine's
+    /// completion eventfd the first time, for the caller to wait on.
+    pub fn set_up(&mut self, vring: &VringRwLock) -> Option<RawFd> {
+        if self.set_up {
+            return None;
+        }
+        self.set_up = true;
+        self.vring = Some(vring.clone());
+        if let Some(cpu) = self.settings.cpu
+            && let Err(e) = pin_current_thread(cpu)
+        {
+            warn!("queue {}: cannot pin to CPU {cpu}: {e}", self.index);
+        }
+        let options = EngineOptions {
+            depth: u32::from(self.settings.max_size) * 2,
+            batch: self.settings.batch,
+            notify: self.settings.mode != WaitMode::Poll,
+        };
+        match self.disk.engine(options) {
+            Ok(engine) => self.engine = Some(engine),
+            Err(e) => error!("queue {}: cannot open its I/O engine: {e}", self.index),
+        }
+        self.engine
+            .as_ref()
+            .and_then(|engine| engine.completion_fd())
+    }
+
+    /// Serves the queue after a kick, a completion or the ring being enabled, in the queue's
+    /// mode. Returns when the thread should sleep in epoll again, or when `stop` is set.
+    pub fn run(&mut self, vring: &VringRwLock, stop: &AtomicBool) {
+        match self.settings.mode {
+            WaitMode::Event => {
+                self.pass(vring, true);
+            }
+            WaitMode::Poll => self.poll(vring, stop, None),
+            WaitMode::Adaptive => self.poll(vring, stop, Some(self.settings.poll)),
+        }
+    }
+
+    /// Spins on the queue; with `idle_limit`, goes back to sleep after that long without work.
+    fn poll(&mut self, vring: &VringRwLock, stop: &AtomicBool, idle_limit: Option<Duration>) {
+        self.suppress_kicks(vring);
+        let mut idle_since: Option<Instant> = None;
+        while !stop.load(Ordering::Relaxed) {
+            let pass = self.pass(vring, false);
+            if !pass.ready && self.inflight.count == 0 {
+                return;
+            }
+            if pass.started + pass.completed > 0 {
+                idle_since = None;
+                continue;
+            }
+            let Some(limit) = idle_limit else {
+                spin_loop();
+                continue;
+            };
+            let now = Instant::now();
+            if now.duration_since(*idle_since.get_or_insert(now)) < limit {
+                spin_loop();
+                continue;
+            }
+            // Re-arm kicks, then look once more: a request that arrived in between would
+            // otherwise wait for a kick the guest never sends.
+            if self.rearm_kicks(vring) {
+                idle_since = None;
+                continue;
+            }
+            return;
+        }
+    }
+
+    fn suppress_kicks(&mut self, vring: &VringRwLock) {
+        let mut state = vring.get_mut();
+        if let Err(e) = state.get_queue_mut().disable_notification(&*self.mem) {
+            debug!("queue {}: cannot disable notifications: {e}", self.index);
+        }
+    }
+
+    /// Enables guest kicks; true if requests arrived meanwhile.
+    fn rearm_kicks(&mut self, vring: &VringRwLock) -> bool {
+        let mut state = vring.get_mut();
+        state
+            .get_queue_mut()
+            .enable_notification(&*self.mem)
+            .unwrap_or(false)
+    }
+
+    /// Switches to the current guest memory once nothing in flight points into the old one.
+    fn refresh_memory(&mut self, vring: &VringRwLock) {
+        let current = self.atomic_mem.memory();
+        if std::ptr::eq(&*current, &*self.mem) {
+            return;
+        }
+        drop(current);
+        self.drain(vring);
+        self.mem = self.atomic_mem.memory().into_inner();
+    }
+
+    /// One pass: take every available request, submit them together, complete what is done,
+    /// and notify the guest once. `rearm` keeps kicks enabled (event mode).
+    fn pass(&mut self, vring: &VringRwLock, rearm: bool) -> Pass {
+        self.refresh_memory(vring);
+        let mut state = vring.get_mut();
+        let mut ctx = Ctx {
+            mem: &self.mem,
+            device: &self.device,
+            engine: self.engine.as_mut(),
+            inflight: &mut self.inflight,
+        };
+        let mut pass = Pass {
+            ready: state.get_queue().ready() && state.is_enabled(),
+            ..Pass::default()
+        };
+        let mut used = 0;
+        if pass.ready {
+            let queue = state.get_queue_mut();
+            loop {
+                if rearm && queue.disable_notification(ctx.mem).is_err() {
+                    break;
+                }
+                while let Some(chain) = queue.pop_descriptor_chain(ctx.mem) {
+                    pass.started += 1;
+                    used += ctx.start(queue, chain);
+                }
+                if !rearm || !queue.enable_notification(ctx.mem).unwrap_or(false) {
+                    break;
+                }
+            }
+        }
+        used += Self::reap(&mut ctx, &mut state, true, &mut pass);
+        if used > 0 {
+            Self::notify_guest(&mut state, ctx.mem);
+        }
+        pass
+    }
+
+    /// Submits what is queued and reaps completions into the used ring.
+    fn reap(
+        ctx: &mut Ctx<'_>,
+        state: &mut VringState<GuestMemoryAtomic<GuestMemoryMmap>>,
+        submit: bool,
+        pass: &mut Pass,
+    ) -> usize {
+        let Some(engine) = ctx.engine.take() else {
+            return 0;
+        };
+        if submit && let Err(e) = engine.submit() {
+            error!("I/O submission failed: {e}");
+        }
+        let queue = state.get_queue_mut();
+        let mut used = 0;
+        let mut completed = 0;
+        engine.reap(&mut |tag, result| {
+            completed += 1;
+            used += ctx.complete(queue, tag, result);
+        });
+        ctx.engine = Some(engine);
+        pass.completed += completed;
+        used
+    }
+
+    fn notify_guest(
+        state: &mut VringState<GuestMemoryAtomic<GuestMemoryMmap>>,
+        mem: &GuestMemoryMmap,
+    ) {
+        let needed = state
+            .get_queue_mut()
+            .needs_notification(mem)
+            .unwrap_or(true);
+        if needed && let Err(e) = state.signal_used_queue() {
+            debug!("cannot notify the guest: {e}");
+        }
+    }
+
+    /// Clears the completion eventfd after it woke the thread.
+    pub fn clear_completion_event(&self) {
+        if let Some(fd) = self
+            .engine
+            .as_ref()
+            .and_then(|engine| engine.completion_fd())
+        {
+            let mut value = 0u64;
+            // SAFETY: reads 8 bytes into a u64 from an eventfd the engine owns.
+            let _ = unsafe { libc::read(fd, (&mut value as *mut u64).cast(), 8) };
+        }
+    }
+
+    /// Completes every request in flight, blocking until the engine returns them all.
+    pub fn drain(&mut self, vring: &VringRwLock) {
+        while self.inflight.count > 0 {
+            let Some(engine) = self.engine.as_mut() else {
+                return;
+            };
+            if let Err(e) = engine.wait() {
+                error!(
+                    "queue {}: waiting for in-flight I/O failed: {e}",
+                    self.index
+                );
+                return;
+            }
+            let mut state = vring.get_mut();
+            let mut ctx = Ctx {
+                mem: &self.mem,
+                device: &self.device,
+                engine: self.engine.as_mut(),
+                inflight: &mut self.inflight,
+            };
+            let mut pass = Pass::default();
+            if Self::reap(&mut ctx, &mut state, false, &mut pass) > 0 {
+                Self::notify_guest(&mut state, ctx.mem);
+            }
+        }
+    }
+
+    /// The vring this worker serves, once it has been set up.
+    pub fn vring(&self) -> Option<&VringRwLock> {
+        self.vring.as_ref()
+    }
+}

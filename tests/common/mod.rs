@@ -1,0 +1,185 @@
+//! Shared test helpers: start the real `vbmq serve` process and drive it with libblkio.
+#![allow(dead_code)]
+
+use std::mem::MaybeUninit;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use blkio::{Blkio, Blkioq, Completion, MemoryRegion, ReqFlags};
+
+pub const BUF_LEN: usize = 4 << 20;
+
+/// A running `vbmq serve`, killed on drop.
+pub struct Daemon {
+    pub child: Child,
+}
+
+impl Daemon {
+    /// Starts vbmq with these `--disk` values and waits for every socket to appear.
+    pub fn start(disks: &[String]) -> Daemon {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
+        cmd.arg("serve");
+        for disk in disks {
+            cmd.arg("--disk").arg(disk);
+        }
+        let child = cmd.stdin(Stdio::null()).spawn().expect("spawn vbmq");
+        let daemon = Daemon { child };
+        for disk in disks {
+            let socket = disk
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("socket="))
+                .expect("socket key");
+            wait_for(Path::new(socket));
+        }
+        daemon
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(mut self) -> ExitStatus {
+        // SAFETY: sending a signal to our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "vbmq did not exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().expect("wait").is_none()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn wait_for(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A deterministic pattern: byte i of the stream seeded by `seed`.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A raw image of `len` bytes filled with `pattern(seed)`.
+pub fn image(dir: &Path, name: &str, len: usize, seed: u64) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, pattern(seed, len)).expect("write image");
+    path
+}
+
+/// A libblkio `virtio-blk-vhost-user` client with one buffer region.
+pub struct Client {
+    pub blkio: Blkio,
+    pub queues: Vec<Blkioq>,
+    pub region: MemoryRegion,
+}
+
+impl Client {
+    pub fn connect(socket: &Path, num_queues: i32, poll: bool) -> blkio::Result<Client> {
+        let mut blkio = Blkio::new("virtio-blk-vhost-user")?;
+        blkio.set_str("path", socket.to_str().expect("utf-8 path"))?;
+        blkio.connect()?;
+        if poll {
+            blkio.set_i32("num-queues", 0)?;
+            blkio.set_i32("num-poll-queues", num_queues)?;
+        } else {
+            blkio.set_i32("num-queues", num_queues)?;
+        }
+        let outcome = blkio.start()?;
+        let queues = if poll {
+            outcome.poll_queues
+        } else {
+            outcome.queues
+        };
+        let region = blkio.alloc_mem_region(BUF_LEN)?;
+        blkio.map_mem_region(&region)?;
+        Ok(Client {
+            blkio,
+            queues,
+            region,
+        })
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.blkio.get_u64("capacity").expect("capacity")
+    }
+
+    fn buf(&self) -> *mut u8 {
+        self.region.addr as *mut u8
+    }
+
+    /// Waits for the one request just queued on queue `q`; returns its result.
+    fn complete(&mut self, q: usize) -> i32 {
+        let mut done = [MaybeUninit::<Completion>::uninit(); 1];
+        let mut timeout = Duration::from_secs(20);
+        let n = self.queues[q]
+            .do_io(&mut done, 1, Some(&mut timeout), None)
+            .expect("do_io");
+        assert_eq!(n, 1, "request timed out");
+        // SAFETY: do_io initialised `n` completions.
+        unsafe { done[0].assume_init_ref() }.ret
+    }
+
+    pub fn read(&mut self, q: usize, offset: u64, len: usize) -> (i32, Vec<u8>) {
+        let buf = self.buf();
+        self.queues[q].read(offset, buf, len, 0, ReqFlags::empty());
+        let ret = self.complete(q);
+        // SAFETY: the region holds BUF_LEN >= len bytes.
+        let data = unsafe { std::slice::from_raw_parts(buf, len) }.to_vec();
+        (ret, data)
+    }
+
+    pub fn write(&mut self, q: usize, offset: u64, data: &[u8]) -> i32 {
+        let buf = self.buf();
+        // SAFETY: the region holds BUF_LEN >= data.len() bytes.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf, data.len()) };
+        self.queues[q].write(offset, buf, data.len(), 0, ReqFlags::empty());
+        self.complete(q)
+    }
+
+    pub fn flush(&mut self, q: usize) -> i32 {
+        self.queues[q].flush(0, ReqFlags::empty());
+        self.complete(q)
+    }
+
+    pub fn discard(&mut self, q: usize, offset: u64, len: u64) -> i32 {
+        self.queues[q].discard(offset, len, 0, ReqFlags::empty());
+        self.complete(q)
+    }
+
+    pub fn write_zeroes(&mut self, q: usize, offset: u64, len: u64, unmap: bool) -> i32 {
+        let flags = if unmap {
+            ReqFlags::empty()
+        } else {
+            ReqFlags::NO_UNMAP
+        };
+        self.queues[q].write_zeroes(offset, len, 0, flags);
+        self.complete(q)
+    }
+}
