@@ -91,10 +91,8 @@ impl DiskSpec {
             batch: true,
             socket_mode: 0o600,
         };
-        for item in text.split(',').filter(|item| !item.is_empty()) {
-            let (key, value) = item
-                .split_once('=')
-                .ok_or_else(|| bad(item, "expected key=value"))?;
+        for (key, value) in Self::pairs(text)? {
+            let value = value.as_str();
             match key {
                 "socket" => socket = Some(PathBuf::from(value)),
                 "path" | "null" if storage.is_some() => {
@@ -192,6 +190,23 @@ impl DiskSpec {
         Ok(spec)
     }
 
+    /// Splits `k=v,k=v` into pairs. A CPU list may itself hold commas (`cpus=2,4,6`): an item
+    /// without `=` continues the value before it.
+    fn pairs(text: &str) -> Result<Vec<(&str, String)>, SpecError> {
+        let mut pairs: Vec<(&str, String)> = Vec::new();
+        for item in text.split(',').filter(|item| !item.is_empty()) {
+            match (item.split_once('='), pairs.last_mut()) {
+                (Some((key, value)), _) => pairs.push((key, value.to_string())),
+                (None, Some(("cpus", value))) => {
+                    value.push(',');
+                    value.push_str(item);
+                }
+                (None, _) => return Err(bad(item, "expected key=value")),
+            }
+        }
+        Ok(pairs)
+    }
+
     /// The CPUs this disk's polling threads spin on (empty unless `mode=poll`).
     pub fn polling_cpus(&self) -> &[usize] {
         match self.mode {
@@ -223,6 +238,12 @@ mod tests {
         assert_eq!(spec.cpus, vec![2, 3]);
         assert!(spec.readonly && !spec.direct);
         assert_eq!(spec.polling_cpus(), &[2, 3]);
+        let spec =
+            DiskSpec::parse("socket=/s,null=8G,queues=3,cpus=3,1,2,mode=event", CPUS).unwrap();
+        assert_eq!(
+            (spec.cpus.clone(), spec.mode),
+            (vec![3, 1, 2], WaitMode::Event)
+        );
     }
 
     #[test]

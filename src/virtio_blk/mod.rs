@@ -10,3 +10,6 @@ pub use device::{BlkDevice, DISCARD_SEG_MAX, SECTOR_SIZE, SEG_MAX};
 pub use request::{Range, Rejection, Request, RequestError, RequestType, parse};
 
 pub use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};
+
+#[cfg(test)]
+mod request_tests;

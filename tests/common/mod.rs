@@ -102,8 +102,18 @@ pub struct Client {
 
 impl Client {
     pub fn connect(socket: &Path, num_queues: i32, poll: bool) -> blkio::Result<Client> {
+        Self::connect_with(socket, num_queues, poll, false)
+    }
+
+    pub fn connect_with(
+        socket: &Path,
+        num_queues: i32,
+        poll: bool,
+        read_only: bool,
+    ) -> blkio::Result<Client> {
         let mut blkio = Blkio::new("virtio-blk-vhost-user")?;
         blkio.set_str("path", socket.to_str().expect("utf-8 path"))?;
+        blkio.set_bool("read-only", read_only)?;
         blkio.connect()?;
         if poll {
             blkio.set_i32("num-queues", 0)?;
