@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use tracing::info;
 
-use crate::backend::{Disk, FileDisk, NullDisk};
+use crate::backend::{Disk, FileDisk, MemoryDisk, NullDisk};
 use crate::config::{DiskSpec, SpecError, Storage};
 use crate::vhost_user::DiskServer;
 use crate::virtio_blk::BlkDevice;
 use crate::worker::{QueueSettings, online_cpus};
 
-const USAGE: &str = "usage: vbmq serve --disk socket=PATH,path=FILE|null=SIZE[,queues=N][,queue-size=N]\
+const USAGE: &str = "usage: vbmq serve --disk socket=PATH,path=FILE[,cache=SIZE]|null=SIZE|mem=SIZE[,image=FILE][,queues=N][,queue-size=N]\
 [,mode=event|poll|adaptive][,poll-us=N][,cpus=LIST][,readonly=on][,direct=off][,serial=STR] [--disk ...]";
 
 /// Parses the `--disk` arguments, checking what no single disk can see on its own.
@@ -70,6 +70,7 @@ fn default_serial(spec: &DiskSpec) -> String {
             name.chars().skip_while(|_| false).collect::<String>()[skip..].to_string()
         }
         Storage::Null(_) => "vbmq-null".into(),
+        Storage::Memory { .. } => "vbmq-mem".into(),
     }
 }
 
@@ -82,6 +83,17 @@ fn open_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
                 reason: format!("{}: {e}", path.display()),
             }),
         Storage::Null(size) => Ok(Arc::new(NullDisk::new(*size))),
+        Storage::Memory { size, image } => {
+            let disk = match image {
+                Some(image) => MemoryDisk::load(*size, image),
+                None => MemoryDisk::new(*size),
+            };
+            disk.map(|disk| Arc::new(disk) as Arc<dyn Disk>)
+                .map_err(|e| SpecError {
+                    key: if image.is_some() { "image" } else { "mem" }.into(),
+                    reason: e.to_string(),
+                })
+        }
     }
 }
 

@@ -4,6 +4,9 @@
 //! of its own, which it owns outright: no lock is shared between queues on the data path.
 
 mod file;
+mod host_memory;
+mod iovec;
+mod memory;
 mod null;
 mod uring;
 
@@ -11,6 +14,7 @@ use std::io;
 use std::os::fd::RawFd;
 
 pub use file::FileDisk;
+pub use memory::MemoryDisk;
 pub use null::NullDisk;
 
 /// One operation handed to an engine. Offsets and lengths are in bytes and already checked

@@ -16,6 +16,8 @@ pub enum Storage {
     File(PathBuf),
     /// A device of this many bytes that stores nothing: reads give zeros, writes are dropped.
     Null(u64),
+    /// A volatile disk of `size` bytes in host memory, optionally loaded from a raw image.
+    Memory { size: u64, image: Option<PathBuf> },
 }
 
 /// How a queue's I/O thread waits for work.
@@ -47,6 +49,8 @@ pub struct DiskSpec {
     pub batch: bool,
     /// Permission bits of the socket file.
     pub socket_mode: u32,
+    /// Bytes of host DRAM read cache in front of a `path=` disk (`cache=`; 0: none).
+    pub cache: u64,
 }
 
 /// A `--disk` argument that cannot be served; the message names the key.
@@ -90,13 +94,15 @@ impl DiskSpec {
             serial: None,
             batch: true,
             socket_mode: 0o600,
+            cache: 0,
         };
+        let mut image = None;
         for (key, value) in Self::pairs(text)? {
             let value = value.as_str();
             match key {
                 "socket" => socket = Some(PathBuf::from(value)),
-                "path" | "null" if storage.is_some() => {
-                    return Err(bad(key, "give only one of path= and null="));
+                "path" | "null" | "mem" if storage.is_some() => {
+                    return Err(bad(key, "give only one of path=, null= and mem="));
                 }
                 "path" => storage = Some(Storage::File(PathBuf::from(value))),
                 "null" => {
@@ -105,6 +111,19 @@ impl DiskSpec {
                         bad(key, format!("{value:?} is not a size such as 8G or 512M"))
                     })?;
                     storage = Some(Storage::Null(size));
+                }
+                "mem" => {
+                    let size = parse_size(value).filter(|size| *size > 0 && size % 512 == 0);
+                    let size = size.ok_or_else(|| {
+                        bad(key, format!("{value:?} is not a size such as 4G or 512M"))
+                    })?;
+                    storage = Some(Storage::Memory { size, image: None });
+                }
+                "image" => image = Some(PathBuf::from(value)),
+                "cache" => {
+                    spec.cache = parse_size(value).filter(|size| *size > 0).ok_or_else(|| {
+                        bad(key, format!("{value:?} is not a size such as 2G or 512M"))
+                    })?;
                 }
                 "queues" => {
                     spec.queues = value
@@ -167,7 +186,16 @@ impl DiskSpec {
             }
         }
         spec.socket = socket.ok_or_else(|| bad("socket", "required"))?;
-        spec.storage = storage.ok_or_else(|| bad("path", "one of path= or null= is required"))?;
+        spec.storage =
+            storage.ok_or_else(|| bad("path", "one of path=, null= or mem= is required"))?;
+        match (&mut spec.storage, image) {
+            (Storage::Memory { image: slot, .. }, image) => *slot = image,
+            (_, Some(_)) => return Err(bad("image", "only with mem=")),
+            (_, None) => {}
+        }
+        if spec.cache > 0 && !matches!(spec.storage, Storage::File(_)) {
+            return Err(bad("cache", "only with path="));
+        }
         if !spec.cpus.is_empty() && spec.cpus.len() < spec.queues {
             return Err(bad(
                 "cpus",
@@ -282,5 +310,25 @@ mod tests {
         );
         assert_eq!(key_of("socket=/s,null=1G,colour=red"), "colour");
         assert_eq!(key_of("socket=/s,null=1G,path=/x"), "path");
+        assert_eq!(key_of("socket=/s,mem=1000"), "mem");
+        assert_eq!(key_of("socket=/s,null=1G,mem=1G"), "mem");
+        assert_eq!(key_of("socket=/s,path=/x,image=/y"), "image");
+        assert_eq!(key_of("socket=/s,mem=1G,cache=1G"), "cache");
+        assert_eq!(key_of("socket=/s,path=/x,cache=lots"), "cache");
+    }
+
+    #[test]
+    fn memory_and_cache() {
+        let spec = DiskSpec::parse("socket=/s,image=/i.raw,mem=4G", CPUS).unwrap();
+        assert_eq!(
+            spec.storage,
+            Storage::Memory {
+                size: 4 << 30,
+                image: Some("/i.raw".into())
+            }
+        );
+        let spec = DiskSpec::parse("socket=/s,path=/x.raw,cache=2G", CPUS).unwrap();
+        assert_eq!(spec.cache, 2 << 30);
+        assert_eq!(DiskSpec::parse("socket=/s,null=1G", CPUS).unwrap().cache, 0);
     }
 }
