@@ -83,6 +83,37 @@ impl UringEngine {
 
     fn entry(&self, op: IoOp) -> squeue::Entry {
         match op {
+            // One segment (most requests) skips the kernel's iovec import.
+            IoOp::Read {
+                offset,
+                iov,
+                count: 1,
+            } => {
+                // SAFETY: `count` is 1, so `iov` points to one initialised iovec.
+                let one = unsafe { *iov };
+                opcode::Read::new(
+                    self.file_for(offset, iov, 1),
+                    one.iov_base.cast(),
+                    one.iov_len as u32,
+                )
+                .offset(offset)
+                .build()
+            }
+            IoOp::Write {
+                offset,
+                iov,
+                count: 1,
+            } => {
+                // SAFETY: `count` is 1, so `iov` points to one initialised iovec.
+                let one = unsafe { *iov };
+                opcode::Write::new(
+                    self.file_for(offset, iov, 1),
+                    one.iov_base.cast(),
+                    one.iov_len as u32,
+                )
+                .offset(offset)
+                .build()
+            }
             IoOp::Read { offset, iov, count } => {
                 opcode::Readv::new(self.file_for(offset, iov, count), iov, count)
                     .offset(offset)
