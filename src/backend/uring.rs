@@ -8,6 +8,7 @@ use io_uring::{IoUring, opcode, squeue, types};
 use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
 use super::{Engine, EngineOptions, IoOp};
+use crate::confine::{RingPolicy, restrict_ring};
 
 /// Registered-file index of the `O_DIRECT` descriptor.
 const DIRECT: types::Fixed = types::Fixed(0);
@@ -45,9 +46,12 @@ impl UringEngine {
         options: EngineOptions,
     ) -> io::Result<Self> {
         let entries = options.depth.max(8).next_power_of_two();
+        // Created disabled so that, once the files and the eventfd are registered, the ring is
+        // restricted to vbmq's opcodes on registered files before it accepts any SQE.
         let ring = IoUring::builder()
             .setup_cqsize(entries * 2)
             .setup_clamp()
+            .setup_r_disabled()
             .build(entries)?;
         ring.submitter()
             .register_files(&[direct.as_raw_fd(), buffered.as_raw_fd()])?;
@@ -58,6 +62,11 @@ impl UringEngine {
         } else {
             None
         };
+        let policy = RingPolicy {
+            fixed_files_only: true,
+            ..RingPolicy::default()
+        };
+        restrict_ring(&ring.submitter(), &policy)?;
         Ok(UringEngine {
             ring,
             align,

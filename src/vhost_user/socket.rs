@@ -73,10 +73,19 @@ impl DiskServer {
             SocketError::InUse(_) => SocketError::InUse(socket.to_path_buf()),
             other => other,
         })?;
-        let listener = Listener::new(socket, true)
-            .map_err(|e| SocketError::Listen(socket.to_path_buf(), e.to_string()))?;
-        std::fs::set_permissions(socket, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| SocketError::Listen(socket.to_path_buf(), e.to_string()))?;
+        // Bound and given its mode under a temporary name, then renamed: the socket appears
+        // at its path already listening, with its final permissions.
+        let listen_error = |e: String| SocketError::Listen(socket.to_path_buf(), e);
+        let mut temp_name = socket.as_os_str().to_owned();
+        temp_name.push(format!(".{}.tmp", std::process::id()));
+        let temp = PathBuf::from(temp_name);
+        let listener = Listener::new(&temp, true).map_err(|e| listen_error(e.to_string()))?;
+        std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(mode))
+            .and_then(|()| std::fs::rename(&temp, socket))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&temp);
+                listen_error(e.to_string())
+            })?;
         Ok(DiskServer {
             socket: socket.to_path_buf(),
             lock_path,

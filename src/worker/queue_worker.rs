@@ -340,8 +340,22 @@ impl QueueWorker {
     /// One pass: take every available request, submit them together, complete what is done,
     /// and notify the guest once. `rearm` keeps kicks enabled (event mode).
     fn pass(&mut self, vring: &VringRwLock, rearm: bool) -> Pass {
-        self.refresh_memory(vring);
+        loop {
+            self.refresh_memory(vring);
+            let (pass, stale) = self.pass_with_current_memory(vring, rearm);
+            if !stale {
+                return pass;
+            }
+        }
+    }
+
+    /// A pass that stops before popping a request the current memory snapshot may not map: the
+    /// frontend publishes requests only after a memory table change was acknowledged, so the
+    /// snapshot is checked after the avail index is read, and only requests below that index are
+    /// taken. Returns true in the second field if the snapshot must be replaced first.
+    fn pass_with_current_memory(&mut self, vring: &VringRwLock, rearm: bool) -> (Pass, bool) {
         let mut state = vring.get_mut();
+        let atomic_mem = &self.atomic_mem;
         let mut ctx = Ctx {
             mem: &self.mem,
             device: &self.device,
@@ -352,6 +366,7 @@ impl QueueWorker {
             ready: state.get_queue().ready() && state.is_enabled(),
             ..Pass::default()
         };
+        let mut stale = false;
         let mut used = 0;
         if pass.ready {
             let queue = state.get_queue_mut();
@@ -359,7 +374,19 @@ impl QueueWorker {
                 if rearm && queue.disable_notification(ctx.mem).is_err() {
                     break;
                 }
-                while let Some(chain) = queue.pop_descriptor_chain(ctx.mem) {
+                let Ok(avail) = queue.avail_idx(ctx.mem, Ordering::Acquire) else {
+                    break;
+                };
+                let mut waiting = avail.0.wrapping_sub(queue.next_avail());
+                if waiting > 0 && !std::ptr::eq(&*atomic_mem.memory(), ctx.mem) {
+                    stale = true;
+                    break;
+                }
+                while waiting > 0 {
+                    let Some(chain) = queue.pop_descriptor_chain(ctx.mem) else {
+                        break;
+                    };
+                    waiting -= 1;
                     pass.started += 1;
                     used += ctx.start(queue, chain);
                 }
@@ -372,7 +399,7 @@ impl QueueWorker {
         if used > 0 {
             Self::notify_guest(&mut state, ctx.mem);
         }
-        pass
+        (pass, stale)
     }
 
     /// Submits what is queued and reaps completions into the used ring.
