@@ -8,6 +8,7 @@
 //! - [`backend`]: the storage engines (io_uring on files and block devices, null).
 
 pub mod backend;
+pub mod bench;
 pub mod config;
 pub mod confine;
 pub mod serve;

@@ -1,0 +1,258 @@
+//! The performance goals of issue 3, each a ratio of medians taken in one run.
+
+use serde::Serialize;
+
+use super::stats::{CaseResult, Summary};
+use super::systems::{Mode, System};
+use super::workloads::{ClientMode, Experiment, Workload};
+
+/// Which figure a goal compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Requests per second: higher is better.
+    Iops,
+    /// Median latency: lower is better.
+    P50Us,
+    /// Backend CPU-seconds per 10^6 requests: lower is better.
+    BackendCpuSPerMio,
+}
+
+impl Metric {
+    fn of(self, s: &Summary) -> Option<f64> {
+        match self {
+            Metric::Iops => Some(s.iops.median),
+            Metric::P50Us => Some(s.p50_us.median),
+            Metric::BackendCpuSPerMio => s.backend_cpu_s_per_mio.map(|c| c.median),
+        }
+    }
+}
+
+/// A goal's definition.
+struct Goal {
+    what: &'static str,
+    experiment: Experiment,
+    workload: Workload,
+    client: ClientMode,
+    system: System,
+    reference: System,
+    metric: Metric,
+    /// The ratio system/reference must be at least (`at_least`) or at most this.
+    threshold: f64,
+    at_least: bool,
+}
+
+/// A goal with what this run measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct GoalResult {
+    /// The goal, as in issue 3.
+    pub goal: &'static str,
+    /// The target, e.g. `>= 0.9x bare metal`.
+    pub target: String,
+    /// The vbmq configuration measured.
+    pub system: System,
+    /// What it is compared with.
+    pub reference: System,
+    /// The figure compared.
+    pub metric: Metric,
+    /// vbmq's median.
+    pub value: Option<f64>,
+    /// The reference's median.
+    pub reference_value: Option<f64>,
+    /// value / reference_value.
+    pub ratio: Option<f64>,
+    /// Whether the target holds; `None` if either side was not measured.
+    pub met: Option<bool>,
+}
+
+fn goals() -> [Goal; 6] {
+    let matrix = |what, workload, metric, reference, system, threshold, at_least| Goal {
+        what,
+        experiment: Experiment::Matrix,
+        workload,
+        client: ClientMode::Polling,
+        system,
+        reference,
+        metric,
+        threshold,
+        at_least,
+    };
+    let poll = System::vbmq(Mode::Poll);
+    [
+        matrix(
+            "randread 4K QD32, polling client, mode=poll",
+            Workload::randread(32),
+            Metric::Iops,
+            System::BareMetal,
+            poll,
+            0.9,
+            true,
+        ),
+        matrix(
+            "randwrite 4K QD32, polling client, mode=poll",
+            Workload::randwrite(32),
+            Metric::Iops,
+            System::BareMetal,
+            poll,
+            0.9,
+            true,
+        ),
+        matrix(
+            "randread 4K QD1 p50, polling client, mode=poll",
+            Workload::randread(1),
+            Metric::P50Us,
+            System::BareMetal,
+            poll,
+            1.3,
+            false,
+        ),
+        Goal {
+            what: "randread 4K QD1 p50, interrupt client, mode=adaptive",
+            experiment: Experiment::InterruptClient,
+            workload: Workload::randread(1),
+            client: ClientMode::Interrupt,
+            system: System::vbmq(Mode::Adaptive),
+            reference: System::QsdVbdp,
+            metric: Metric::P50Us,
+            threshold: 0.5,
+            at_least: false,
+        },
+        matrix(
+            "backend CPU per I/O, randread 4K QD32, polling client, mode=adaptive",
+            Workload::randread(32),
+            Metric::BackendCpuSPerMio,
+            System::QsdVbdp,
+            System::vbmq(Mode::Adaptive),
+            0.5,
+            false,
+        ),
+        Goal {
+            what: "null device, randread 4K QD32, polling client, mode=poll",
+            experiment: Experiment::Null,
+            workload: Workload::randread(32),
+            client: ClientMode::Polling,
+            system: System::vbmq_null(Mode::Poll),
+            reference: System::QsdNull,
+            metric: Metric::Iops,
+            threshold: 2.0,
+            at_least: true,
+        },
+    ]
+}
+
+/// Evaluates every goal against `cases`.
+pub fn evaluate(cases: &[CaseResult]) -> Vec<GoalResult> {
+    goals()
+        .into_iter()
+        .map(|g| {
+            let case = cases.iter().find(|c| {
+                c.case.experiment == g.experiment
+                    && c.case.workload == g.workload
+                    && c.case.client == g.client
+                    && c.case.jobs == 1
+            });
+            let value_of = |s: System| case.and_then(|c| c.summary(s)).and_then(|s| g.metric.of(s));
+            let value = value_of(g.system);
+            let reference_value = value_of(g.reference);
+            let ratio = match (value, reference_value) {
+                (Some(v), Some(r)) if r > 0.0 => Some(v / r),
+                _ => None,
+            };
+            let met = ratio.map(|r| {
+                if g.at_least {
+                    r >= g.threshold
+                } else {
+                    r <= g.threshold
+                }
+            });
+            let op = if g.at_least { ">=" } else { "<=" };
+            GoalResult {
+                goal: g.what,
+                target: format!("{op} {}x {}", g.threshold, g.reference),
+                system: g.system,
+                reference: g.reference,
+                metric: g.metric,
+                value,
+                reference_value,
+                ratio,
+                met,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::stats::{PointResult, RunSample};
+    use crate::bench::workloads::Case;
+
+    fn point(system: System, iops: f64, p50: f64, cpu: f64) -> PointResult {
+        let run = RunSample {
+            iops,
+            mb_s: 0.0,
+            p50_us: p50,
+            p99_us: p50,
+            p999_us: p50,
+            backend_cpu_s_per_mio: Some(cpu),
+            backend_cpu_util: None,
+            client_cpu_util: None,
+        };
+        let mut p = PointResult::new(system);
+        p.summary = Summary::of(std::slice::from_ref(&run));
+        p.runs.push(run);
+        p
+    }
+
+    fn case(workload: Workload, points: Vec<PointResult>) -> CaseResult {
+        let case = Case {
+            experiment: Experiment::Matrix,
+            workload,
+            client: ClientMode::Polling,
+            jobs: 1,
+            systems: points.iter().map(|p| p.system).collect(),
+        };
+        CaseResult {
+            id: case.id(),
+            case,
+            points,
+        }
+    }
+
+    #[test]
+    fn ratios_and_verdicts() {
+        let cases = vec![
+            case(
+                Workload::randread(32),
+                vec![
+                    point(System::BareMetal, 100.0, 1.0, 0.0),
+                    point(System::vbmq(Mode::Poll), 95.0, 1.0, 3.0),
+                    point(System::vbmq(Mode::Adaptive), 90.0, 1.0, 4.0),
+                    point(System::QsdVbdp, 50.0, 1.0, 6.0),
+                ],
+            ),
+            case(
+                Workload::randread(1),
+                vec![
+                    point(System::BareMetal, 1.0, 4.0, 0.0),
+                    point(System::vbmq(Mode::Poll), 1.0, 6.0, 0.0),
+                ],
+            ),
+        ];
+        let results = evaluate(&cases);
+        assert_eq!(results.len(), 6);
+        assert_eq!(results[0].ratio, Some(0.95));
+        assert_eq!(results[0].met, Some(true));
+        // randwrite was not measured.
+        assert_eq!(results[1].ratio, None);
+        assert_eq!(results[1].met, None);
+        // 6 us against 4 us: 1.5x, above 1.3x.
+        assert_eq!(results[2].ratio, Some(1.5));
+        assert_eq!(results[2].met, Some(false));
+        // CPU: 4 against 6.
+        let cpu = &results[4];
+        assert!((cpu.ratio.unwrap() - 4.0 / 6.0).abs() < 1e-9);
+        assert_eq!(cpu.met, Some(false));
+        assert!(cpu.target.starts_with("<= 0.5x VBDP"));
+    }
+}

@@ -1,0 +1,231 @@
+//! `vbmq bench`: vbmq beside bare metal and qemu-storage-daemon on this machine.
+//!
+//! Every system is driven by the same client (libblkio), on the same random-filled file on tmpfs,
+//! with the same CPUs: the client on one set, the backend on the other. Each figure is a median
+//! of interleaved runs, so the ratios between systems hold on a noisy shared machine even when
+//! absolute figures drift. The method is in `BENCHMARKS.md`.
+
+mod client;
+mod cpus;
+mod disk;
+mod error;
+mod goals;
+mod histogram;
+mod options;
+mod report;
+mod rng;
+mod runner;
+mod stats;
+mod systems;
+mod workloads;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use cpus::{CpuPlan, pin_to};
+use disk::BackingFile;
+use error::{BenchError, Result};
+use options::{Options, USAGE};
+use report::Report;
+use runner::{Runner, Settings};
+use systems::{Launcher, System, find_in_path};
+
+/// Size of the backing file and of the null devices.
+const DISK_BYTES: u64 = 1 << 30;
+
+/// Set by SIGINT/SIGTERM: finish the current run, write what was measured, clean up.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Runs `vbmq bench` with the arguments that follow `bench`; returns the exit code.
+pub fn run(args: &[String]) -> i32 {
+    let opts = match Options::parse(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("vbmq bench: {e}\n{USAGE}");
+            return 2;
+        }
+    };
+    if opts.help {
+        println!("{USAGE}");
+        return 0;
+    }
+    match bench(&opts) {
+        Ok(true) => 0,
+        Ok(false) => 130,
+        Err(e) => {
+            eprintln!("vbmq bench: {e}");
+            1
+        }
+    }
+}
+
+/// Returns whether the benchmark ran to the end (false: interrupted, partial report written).
+fn bench(opts: &Options) -> Result<bool> {
+    let cpus = CpuPlan::detect()?;
+    let settings = Settings::new(opts.quick);
+    let mut plan = workloads::plan(opts.quick, cpus.total());
+    if let Some(text) = &opts.only {
+        plan = workloads::filter(plan, text);
+        if plan.is_empty() {
+            return Err(BenchError::Usage(format!(
+                "--only {text}: no case or system matches"
+            )));
+        }
+    }
+    let (date, stamp) = report::utc_now();
+    let out = opts
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("vbmq-bench-{stamp}")));
+    fs::create_dir_all(&out)
+        .map_err(|e| BenchError::io(format!("creating {}", out.display()), e))?;
+
+    let command = command_line(opts);
+    println!("{command}: {cpus}");
+    // The harness' own thread stays off the backend CPUs; client threads pin themselves.
+    pin_to(&cpus.client).map_err(|e| BenchError::io("pinning the client", e))?;
+
+    let vbmq = std::env::current_exe().map_err(|e| BenchError::io("finding vbmq itself", e))?;
+    let qsd = find_in_path("qemu-storage-daemon");
+    let scratch = Scratch::create()?;
+    let disk_path = disk_location(scratch.path());
+    println!(
+        "creating {} MiB random-filled disk {}",
+        DISK_BYTES >> 20,
+        disk_path.display()
+    );
+    let disk = BackingFile::create(&disk_path, DISK_BYTES)?;
+    install_signal_handlers();
+
+    let launcher = Launcher {
+        vbmq,
+        qsd: qsd.clone(),
+        disk: disk.path().to_path_buf(),
+        disk_size: disk.size(),
+        run_dir: scratch.path().to_path_buf(),
+        backend_cpus: cpus.backend.clone(),
+    };
+    let total_runs = plan.iter().map(|c| c.systems.len()).sum::<usize>() * settings.runs;
+    let mut runner = Runner::new(&launcher, &cpus, settings, &STOP, total_runs);
+    if qsd.is_none() {
+        println!(
+            "qemu-storage-daemon not found: skipping Baseline, VBDP and null-co \
+             (scripts/deps/bench.sh installs it)"
+        );
+        for s in [System::QsdBaseline, System::QsdVbdp, System::QsdNull] {
+            runner.skip(s, "qemu-storage-daemon is not installed".into());
+        }
+    }
+    println!(
+        "{} cases, {} runs of {} s each (+{} s warm-up); medians of {}\n",
+        plan.len(),
+        total_runs,
+        settings.measure_s,
+        settings.warmup_s,
+        settings.runs
+    );
+
+    let mut cases = Vec::new();
+    let mut last_experiment = None;
+    for case in &plan {
+        if runner.stopped() {
+            break;
+        }
+        if last_experiment != Some(case.experiment) {
+            println!("== {}", case.experiment.title());
+            last_experiment = Some(case.experiment);
+        }
+        let result = runner.run_case(case);
+        println!("-- {}", report::table::case_title(&result));
+        println!("{}", report::table::case_text(&result));
+        cases.push(result);
+    }
+    let complete = !runner.stopped();
+    let skipped = runner.skipped();
+    drop(runner);
+    let goals = goals::evaluate(&cases);
+    println!("== Goals (ratios of medians measured in this run)");
+    println!("{}", report::table::goals_text(&goals));
+
+    let report = Report {
+        command,
+        date_utc: date,
+        quick: opts.quick,
+        machine: report::Machine::detect(qsd.as_deref()),
+        cpus,
+        settings,
+        disk_bytes: disk.size(),
+        skipped,
+        cases,
+        goals,
+        complete,
+    };
+    drop(disk);
+    report::write(&out, &report)?;
+    println!("report: {}", out.join("report.md").display());
+    Ok(complete)
+}
+
+/// The command as the user would type it again (without `--out`, which does not change what
+/// is measured).
+fn command_line(opts: &Options) -> String {
+    let mut cmd = String::from("vbmq bench");
+    if opts.quick {
+        cmd.push_str(" --quick");
+    }
+    if let Some(only) = &opts.only {
+        cmd.push_str(&format!(" --only {only}"));
+    }
+    cmd
+}
+
+/// tmpfs if there is one (it takes O_DIRECT and stands in for a very fast device).
+fn disk_location(scratch: &Path) -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.join(format!("vbmq-bench-{}.raw", std::process::id()))
+    } else {
+        scratch.join("disk.raw")
+    }
+}
+
+/// A private directory for sockets and backend logs, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn create() -> Result<Self> {
+        let dir = std::env::temp_dir().join(format!("vbmq-bench-{}", std::process::id()));
+        fs::create_dir_all(&dir)
+            .map_err(|e| BenchError::io(format!("creating {}", dir.display()), e))?;
+        Ok(Scratch(dir))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Ctrl-C or SIGTERM stops the benchmark between requests instead of killing it, so the disk
+/// file is removed and a partial report is written.
+fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: an all-zero sigaction is valid; the handler only stores to an atomic, which is
+        // async-signal-safe.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! report.md: what was measured, on what, the goals, then one section per experiment.
+
+use std::fmt::Write;
+
+use crate::bench::cpus::cpu_list;
+use crate::bench::workloads::Experiment;
+
+use super::Report;
+use super::figures::Figure;
+use super::table::{case_markdown, case_title, goals_markdown};
+
+const EXPERIMENTS: [Experiment; 6] = [
+    Experiment::Matrix,
+    Experiment::InterruptClient,
+    Experiment::Queues,
+    Experiment::Jobs,
+    Experiment::Batching,
+    Experiment::Null,
+];
+
+/// The whole report.md.
+pub fn render(report: &Report, figures: &[Figure]) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# vbmq bench\n");
+    let _ = writeln!(
+        md,
+        "Measured {} with `{}`{}.\n",
+        report.date_utc,
+        report.command,
+        if report.complete {
+            ""
+        } else {
+            " (interrupted: partial results)"
+        }
+    );
+    md.push_str(&setup(report));
+    md.push_str("\n## Goals\n\n");
+    md.push_str(&goals_markdown(&report.goals));
+    md.push_str(
+        "\nEach ratio is vbmq's median over the reference's median, both measured in this run \
+         with the same client, file and CPUs.\n",
+    );
+    for e in EXPERIMENTS {
+        let cases: Vec<_> = report
+            .cases
+            .iter()
+            .filter(|c| c.case.experiment == e)
+            .collect();
+        if cases.is_empty() {
+            continue;
+        }
+        let _ = writeln!(md, "\n## {}\n", e.title());
+        let _ = writeln!(md, "{}\n", note(e, report));
+        for c in cases {
+            let _ = writeln!(md, "### {}\n", case_title(c));
+            md.push_str(&case_markdown(c));
+            md.push('\n');
+        }
+        for f in figures.iter().filter(|f| f.experiment == e) {
+            let _ = writeln!(md, "![{}]({})\n", f.caption, f.file);
+        }
+    }
+    if !report.skipped.is_empty() {
+        md.push_str("\n## Skipped\n\n");
+        for s in &report.skipped {
+            let _ = writeln!(md, "- {s}");
+        }
+    }
+    let problems: Vec<String> = report
+        .cases
+        .iter()
+        .flat_map(|c| {
+            c.points.iter().flat_map(move |p| {
+                p.errors
+                    .iter()
+                    .chain(&p.warnings)
+                    .map(move |e| format!("{} / {}: {e}", c.id, p.system.id()))
+            })
+        })
+        .collect();
+    if !problems.is_empty() {
+        md.push_str("\n## Errors and warnings\n\n");
+        for p in problems {
+            let _ = writeln!(md, "- {p}");
+        }
+    }
+    md
+}
+
+fn setup(report: &Report) -> String {
+    let m = &report.machine;
+    let s = &report.settings;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "- Machine: {}, {} CPUs, {} GiB, kernel {}.",
+        m.cpu_model, m.cpus_online, m.memory_gib, m.kernel
+    );
+    let _ = writeln!(
+        out,
+        "- CPUs: client (libblkio) on CPU {}, backend process on CPU {}{}.",
+        cpu_list(&report.cpus.client),
+        cpu_list(&report.cpus.backend),
+        if report.cpus.shared {
+            " (shared: one CPU only)"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        out,
+        "- Backing store: {} MiB raw file on tmpfs filled with random data, O_DIRECT.",
+        report.disk_bytes >> 20
+    );
+    let _ = writeln!(
+        out,
+        "- Client: libblkio (crate `blkio`): `virtio-blk-vhost-user` for vhost-user targets (poll \
+         queues for a polling client, normal queues for an interrupt client), `io_uring` on the \
+         file for bare metal."
+    );
+    let _ = writeln!(
+        out,
+        "- vbmq {}; qemu-storage-daemon: {}.",
+        m.vbmq_version,
+        m.qsd_version.as_deref().unwrap_or("not installed")
+    );
+    let _ = writeln!(
+        out,
+        "- Each figure is the median of {} runs of {} s (after {} s warm-up), systems interleaved \
+         run by run; min and max of every figure are in report.json.",
+        s.runs, s.measure_s, s.warmup_s
+    );
+    let _ = writeln!(
+        out,
+        "- CPU s/1M IO: backend utime+stime from /proc/PID/stat per 10^6 requests; backend and \
+         client CPU: share of one CPU over the measured window. Bare metal has no backend process."
+    );
+    out
+}
+
+fn note(e: Experiment, report: &Report) -> String {
+    let backend = cpu_list(&report.cpus.backend);
+    match e {
+        Experiment::Matrix => "Every system on the basic workloads with one queue and a polling \
+            client. IOPS x bare and x VBDP are ratios of medians within the case."
+            .into(),
+        Experiment::InterruptClient => "The client sleeps on the call eventfd instead of spinning \
+            (an interrupt-driven guest). Compare with the polling-client rows of the first \
+            section (seed 004)."
+            .into(),
+        Experiment::Queues => format!(
+            "One client job per queue. The backend has CPU {backend} only, so on this machine \
+             its queues share that CPU: the figure shows what one backend core does with more \
+             queues, not the paper's one core per queue."
+        ),
+        Experiment::Jobs => "Baseline runs the export in qemu-storage-daemon's main loop, VBDP in \
+            one iothread (all queues on it), vbmq one I/O thread per queue; one queue per job, \
+            interrupt client."
+            .into(),
+        Experiment::Batching => "`batch=off` makes vbmq submit each request with its own \
+            io_uring_enter call instead of one call per batch of available descriptors."
+            .into(),
+        Experiment::Null => "No storage behind the device: what remains is the virtualization \
+            path (vhost-user rings, notifications, request parsing). qemu-storage-daemon runs \
+            null-co in one iothread, with read-zeroes=on since vbmq's null device also returns zeros."
+            .into(),
+    }
+}

@@ -1,0 +1,519 @@
+//! The systems compared and how each is started: bare metal needs nothing, the others are
+//! vhost-user-blk backend processes pinned to the backend CPUs.
+
+use std::fmt;
+use std::fs::{self, File};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde::{Serialize, Serializer};
+
+use super::cpus::{cpu_list, pin_to};
+use super::error::{BenchError, Result};
+
+/// How long a backend may take to create its socket.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a backend may take to exit after SIGTERM before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// vbmq's I/O thread mode (`mode=` of `--disk`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Sleep on the kick eventfd.
+    Event,
+    /// Spin on the available ring.
+    Poll,
+    /// Spin for a while after work, then sleep.
+    Adaptive,
+}
+
+impl Mode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Mode::Event => "event",
+            Mode::Poll => "poll",
+            Mode::Adaptive => "adaptive",
+        }
+    }
+}
+
+/// One system under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum System {
+    /// libblkio's io_uring driver on the file itself: what the host gets.
+    BareMetal,
+    /// `vbmq serve` (this executable).
+    Vbmq {
+        /// The I/O thread mode.
+        mode: Mode,
+        /// False runs the `batch=off` ablation: one request per system call.
+        batch: bool,
+        /// True serves `null=` (no storage) instead of the file.
+        null: bool,
+    },
+    /// qemu-storage-daemon's vhost-user-blk export in its main loop (the paper's Baseline).
+    QsdBaseline,
+    /// qemu-storage-daemon with one iothread for the export (the paper's VBDP).
+    QsdVbdp,
+    /// qemu-storage-daemon's `null-co` driver with one iothread; reads give zeros, as vbmq's
+    /// `null=` does.
+    QsdNull,
+}
+
+impl System {
+    /// vbmq on the file in `mode`, batching on.
+    pub const fn vbmq(mode: Mode) -> Self {
+        System::Vbmq {
+            mode,
+            batch: true,
+            null: false,
+        }
+    }
+
+    /// vbmq's null device in `mode`.
+    pub const fn vbmq_null(mode: Mode) -> Self {
+        System::Vbmq {
+            mode,
+            batch: true,
+            null: true,
+        }
+    }
+
+    /// The same system with batched submission turned off (vbmq only).
+    pub const fn unbatched(self) -> Self {
+        match self {
+            System::Vbmq { mode, null, .. } => System::Vbmq {
+                mode,
+                batch: false,
+                null,
+            },
+            other => other,
+        }
+    }
+
+    /// A short stable identifier, e.g. `vbmq-poll` or `qsd-vbdp`.
+    pub fn id(&self) -> String {
+        match self {
+            System::BareMetal => "bare-metal".into(),
+            System::Vbmq { mode, batch, null } => {
+                let null = if *null { "null-" } else { "" };
+                let batch = if *batch { "" } else { "-nobatch" };
+                format!("vbmq-{null}{}{batch}", mode.as_str())
+            }
+            System::QsdBaseline => "qsd-baseline".into(),
+            System::QsdVbdp => "qsd-vbdp".into(),
+            System::QsdNull => "qsd-null".into(),
+        }
+    }
+}
+
+impl fmt::Display for System {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            System::BareMetal => f.write_str("bare metal"),
+            System::Vbmq { mode, batch, null } => {
+                f.write_str("vbmq ")?;
+                if *null {
+                    f.write_str("null ")?;
+                }
+                f.write_str(mode.as_str())?;
+                if !batch {
+                    f.write_str(" batch=off")?;
+                }
+                Ok(())
+            }
+            System::QsdBaseline => f.write_str("Baseline (qsd main loop)"),
+            System::QsdVbdp => f.write_str("VBDP (qsd iothread)"),
+            System::QsdNull => f.write_str("qsd null-co"),
+        }
+    }
+}
+
+impl Serialize for System {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.id())
+    }
+}
+
+/// What the client connects to.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// The backing file, through libblkio's io_uring driver.
+    File(PathBuf),
+    /// A vhost-user-blk socket, through libblkio's virtio-blk-vhost-user driver.
+    VhostUser(PathBuf),
+}
+
+/// Starts the systems with a fixed disk, CPU set and scratch directory.
+#[derive(Debug)]
+pub struct Launcher {
+    /// The vbmq executable (this one).
+    pub vbmq: PathBuf,
+    /// qemu-storage-daemon, if installed.
+    pub qsd: Option<PathBuf>,
+    /// The backing file.
+    pub disk: PathBuf,
+    /// Its size, also the size of the null devices.
+    pub disk_size: u64,
+    /// Where sockets and backend logs go.
+    pub run_dir: PathBuf,
+    /// CPUs the backend processes are confined to.
+    pub backend_cpus: Vec<usize>,
+}
+
+impl Launcher {
+    /// Why `system` cannot run with `queues` queues here, if it cannot.
+    pub fn not_applicable(&self, system: System, queues: usize) -> Option<String> {
+        match system {
+            System::Vbmq {
+                mode: Mode::Poll, ..
+            } if queues > self.backend_cpus.len() => Some(format!(
+                "mode=poll needs one backend CPU per queue ({queues} queues, {} backend CPU)",
+                self.backend_cpus.len()
+            )),
+            _ => None,
+        }
+    }
+
+    /// Starts `system` with `queues` queues and waits until it accepts a frontend. `seq` makes
+    /// socket and log names unique.
+    pub fn launch(&self, system: System, queues: usize, seq: usize) -> Result<Running> {
+        if system == System::BareMetal {
+            return Ok(Running {
+                child: None,
+                target: Target::File(self.disk.clone()),
+                socket: None,
+                log: None,
+            });
+        }
+        let socket = self.run_dir.join(format!("{}-{seq}.sock", system.id()));
+        let log = self.run_dir.join(format!("{}-{seq}.log", system.id()));
+        let mut cmd = self.command(system, queues, &socket)?;
+        let log_file = File::create(&log)
+            .map_err(|e| BenchError::io(format!("creating {}", log.display()), e))?;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log_file));
+        let cpus = self.backend_cpus.clone();
+        // SAFETY: the closure only makes two system calls (setpgid, and sched_setaffinity on a
+        // stack-built set in pin_to), both async-signal-safe, so it may run between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                // Own process group: the terminal's Ctrl-C reaches the harness only, which then
+                // stops its backends itself after the current run.
+                if libc::setpgid(0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                pin_to(&cpus)
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| BenchError::io(format!("starting {}", system.id()), e))?;
+        let mut running = Running {
+            child: Some(child),
+            target: Target::VhostUser(socket.clone()),
+            socket: Some(socket),
+            log: Some(log),
+        };
+        running.wait_ready(system)?;
+        Ok(running)
+    }
+
+    fn command(&self, system: System, queues: usize, socket: &Path) -> Result<Command> {
+        let disk = self.disk.display();
+        let sock = socket.display();
+        match system {
+            System::BareMetal => Err(BenchError::Backend("bare metal has no process".into())),
+            System::Vbmq { mode, batch, null } => {
+                let storage = if null {
+                    format!("null={}", self.disk_size)
+                } else {
+                    format!("path={disk}")
+                };
+                // Queue i's thread on backend CPU i, round robin when queues outnumber them.
+                let cpus: Vec<usize> = (0..queues)
+                    .map(|i| self.backend_cpus[i % self.backend_cpus.len().max(1)])
+                    .collect();
+                let mut spec = format!(
+                    "socket={sock},{storage},queues={queues},mode={},cpus={}",
+                    mode.as_str(),
+                    cpu_list(&cpus)
+                );
+                if !batch {
+                    spec.push_str(",batch=off");
+                }
+                let mut cmd = Command::new(&self.vbmq);
+                cmd.args(["serve", "--disk", &spec]);
+                Ok(cmd)
+            }
+            System::QsdBaseline | System::QsdVbdp | System::QsdNull => {
+                let qsd = self.qsd.as_ref().ok_or_else(|| {
+                    BenchError::Backend("qemu-storage-daemon is not installed".into())
+                })?;
+                let blockdev = if system == System::QsdNull {
+                    format!(
+                        "driver=null-co,node-name=disk0,size={},read-zeroes=on",
+                        self.disk_size
+                    )
+                } else {
+                    format!(
+                        "driver=file,node-name=disk0,filename={disk},cache.direct=on,aio=io_uring"
+                    )
+                };
+                let mut export = format!(
+                    "type=vhost-user-blk,id=exp0,node-name=disk0,addr.type=unix,\
+                     addr.path={sock},writable=on,num-queues={queues}"
+                );
+                let mut cmd = Command::new(qsd);
+                cmd.args(["--blockdev", &blockdev]);
+                if system != System::QsdBaseline {
+                    cmd.args(["--object", "iothread,id=iot0"]);
+                    export.push_str(",iothread=iot0");
+                }
+                cmd.args(["--export", &export]);
+                Ok(cmd)
+            }
+        }
+    }
+}
+
+/// A started system; dropping it stops the process and removes its socket.
+#[derive(Debug)]
+pub struct Running {
+    child: Option<Child>,
+    target: Target,
+    socket: Option<PathBuf>,
+    log: Option<PathBuf>,
+}
+
+impl Running {
+    /// What the client connects to.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// The backend process, if there is one.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    fn wait_ready(&mut self, system: System) -> Result<()> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if self.socket.as_ref().is_some_and(|s| s.exists()) {
+                return Ok(());
+            }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                return Err(BenchError::Backend(format!(
+                    "{} exited before it was ready ({status}): {}",
+                    system.id(),
+                    self.log_tail()
+                )));
+            }
+            if Instant::now() >= deadline {
+                return Err(BenchError::Backend(format!(
+                    "{} did not create its socket within {READY_TIMEOUT:?}: {}",
+                    system.id(),
+                    self.log_tail()
+                )));
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// The last lines the backend wrote to stderr, on one line.
+    pub fn log_tail(&self) -> String {
+        let Some(text) = self.log.as_ref().and_then(|l| fs::read_to_string(l).ok()) else {
+            return "no output".into();
+        };
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        if lines.is_empty() {
+            return "no output".into();
+        }
+        lines[lines.len().saturating_sub(3)..].join(" / ")
+    }
+
+    /// Asks the backend to exit (SIGTERM) and waits; kills it if it does not. Returns a warning
+    /// if it did not exit cleanly.
+    pub fn stop(&mut self) -> Option<String> {
+        let mut child = self.child.take()?;
+        let warning = terminate(&mut child);
+        self.remove_files();
+        warning
+    }
+
+    fn remove_files(&mut self) {
+        if let Some(socket) = self.socket.take() {
+            let _ = fs::remove_file(socket);
+        }
+        if let Some(log) = self.log.take() {
+            let _ = fs::remove_file(log);
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.remove_files();
+    }
+}
+
+fn terminate(child: &mut Child) -> Option<String> {
+    let Ok(pid) = libc::pid_t::try_from(child.id()) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Some("pid out of range".into());
+    };
+    // SAFETY: kill has no memory-safety preconditions; `pid` is our own unreaped child, so the
+    // number cannot have been reused by another process.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => return None,
+            Ok(Some(status)) => return Some(format!("exited with {status} after SIGTERM")),
+            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(2)),
+            Ok(None) | Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Some(format!("did not exit within {STOP_TIMEOUT:?} of SIGTERM"));
+            }
+        }
+    }
+}
+
+/// Finds `name` in `PATH`.
+pub fn find_in_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launcher() -> Launcher {
+        Launcher {
+            vbmq: "/bin/vbmq".into(),
+            qsd: Some("/usr/bin/qemu-storage-daemon".into()),
+            disk: "/dev/shm/d.raw".into(),
+            disk_size: 1 << 30,
+            run_dir: "/tmp/r".into(),
+            backend_cpus: vec![1],
+        }
+    }
+
+    fn args(cmd: &Command) -> Vec<String> {
+        cmd.get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn ids_are_distinct() {
+        let systems = [
+            System::BareMetal,
+            System::vbmq(Mode::Poll),
+            System::vbmq(Mode::Poll).unbatched(),
+            System::vbmq(Mode::Event),
+            System::vbmq(Mode::Adaptive),
+            System::vbmq_null(Mode::Poll),
+            System::QsdBaseline,
+            System::QsdVbdp,
+            System::QsdNull,
+        ];
+        let mut ids: Vec<_> = systems.iter().map(System::id).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), systems.len());
+        assert_eq!(
+            System::vbmq(Mode::Event).unbatched().id(),
+            "vbmq-event-nobatch"
+        );
+        assert_eq!(System::QsdVbdp.unbatched(), System::QsdVbdp);
+    }
+
+    #[test]
+    fn vbmq_command_follows_the_cli_contract() {
+        let sock = Path::new("/tmp/r/s.sock");
+        let cmd = launcher()
+            .command(System::vbmq(Mode::Poll).unbatched(), 2, sock)
+            .unwrap();
+        assert_eq!(
+            args(&cmd),
+            [
+                "serve",
+                "--disk",
+                "socket=/tmp/r/s.sock,path=/dev/shm/d.raw,queues=2,mode=poll,cpus=1,batch=off"
+            ]
+        );
+        let cmd = launcher()
+            .command(System::vbmq_null(Mode::Adaptive), 3, sock)
+            .unwrap();
+        assert!(args(&cmd)[2].contains(",null=1073741824,"));
+        assert!(args(&cmd)[2].ends_with(",queues=3,mode=adaptive,cpus=1,1,1"));
+        let l = launcher();
+        assert!(l.not_applicable(System::vbmq(Mode::Poll), 1).is_none());
+        assert!(l.not_applicable(System::vbmq(Mode::Poll), 2).is_some());
+        assert!(l.not_applicable(System::vbmq(Mode::Adaptive), 2).is_none());
+    }
+
+    #[test]
+    fn qsd_commands_differ_only_where_the_systems_do() {
+        let sock = Path::new("/s.sock");
+        let l = launcher();
+        let base = args(&l.command(System::QsdBaseline, 1, sock).unwrap()).join(" ");
+        let vbdp = args(&l.command(System::QsdVbdp, 4, sock).unwrap()).join(" ");
+        let null = args(&l.command(System::QsdNull, 1, sock).unwrap()).join(" ");
+        assert!(!base.contains("iothread"));
+        assert!(base.contains("cache.direct=on,aio=io_uring"));
+        assert!(vbdp.contains("--object iothread,id=iot0"));
+        assert!(vbdp.contains("num-queues=4,iothread=iot0"));
+        assert!(null.contains("driver=null-co"));
+        assert!(null.contains("iothread=iot0"));
+        let mut no_qsd = launcher();
+        no_qsd.qsd = None;
+        assert!(no_qsd.command(System::QsdVbdp, 1, sock).is_err());
+    }
+
+    #[test]
+    fn bare_metal_targets_the_file() {
+        let running = launcher().launch(System::BareMetal, 1, 0).unwrap();
+        assert!(matches!(running.target(), Target::File(p) if p == Path::new("/dev/shm/d.raw")));
+        assert_eq!(running.pid(), None);
+    }
+
+    #[test]
+    fn failing_backend_is_reported_with_its_output() {
+        let dir = std::env::temp_dir().join(format!("vbmq-sys-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let mut l = launcher();
+        l.run_dir = dir.clone();
+        l.backend_cpus = super::super::cpus::CpuPlan::detect().unwrap().backend;
+        // `false` ignores its arguments and exits 1 without creating a socket.
+        l.vbmq = find_in_path("false").unwrap();
+        let err = l.launch(System::vbmq(Mode::Poll), 1, 0).unwrap_err();
+        assert!(
+            err.to_string().contains("exited before it was ready"),
+            "{err}"
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,355 @@
+//! What is measured: the I/O patterns, the client kinds, and the experiments built from them.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use super::systems::{Mode, System};
+
+/// Read or write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    /// Device to memory.
+    Read,
+    /// Memory to device.
+    Write,
+}
+
+/// Where the next request goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pattern {
+    /// Uniformly random, block-aligned offsets over the whole disk.
+    Random,
+    /// Consecutive blocks; each job walks its own slice of the disk.
+    Sequential,
+}
+
+/// One job's I/O pattern: fio's `rw`, `bs` and `iodepth`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Workload {
+    /// Read or write.
+    pub op: Op,
+    /// Random or sequential.
+    pub pattern: Pattern,
+    /// Bytes per request.
+    pub block_size: u32,
+    /// Requests kept in flight per job.
+    pub iodepth: u32,
+}
+
+impl Workload {
+    const fn new(op: Op, pattern: Pattern, block_size: u32, iodepth: u32) -> Self {
+        Workload {
+            op,
+            pattern,
+            block_size,
+            iodepth,
+        }
+    }
+
+    /// 4 KiB random reads.
+    pub const fn randread(iodepth: u32) -> Self {
+        Self::new(Op::Read, Pattern::Random, 4096, iodepth)
+    }
+
+    /// 4 KiB random writes.
+    pub const fn randwrite(iodepth: u32) -> Self {
+        Self::new(Op::Write, Pattern::Random, 4096, iodepth)
+    }
+
+    /// 128 KiB sequential reads.
+    pub const fn seqread(iodepth: u32) -> Self {
+        Self::new(Op::Read, Pattern::Sequential, 128 << 10, iodepth)
+    }
+
+    /// 128 KiB sequential writes.
+    pub const fn seqwrite(iodepth: u32) -> Self {
+        Self::new(Op::Write, Pattern::Sequential, 128 << 10, iodepth)
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match (self.pattern, self.op) {
+            (Pattern::Random, Op::Read) => "randread",
+            (Pattern::Random, Op::Write) => "randwrite",
+            (Pattern::Sequential, Op::Read) => "read",
+            (Pattern::Sequential, Op::Write) => "write",
+        };
+        write!(f, "{kind} {}K QD{}", self.block_size / 1024, self.iodepth)
+    }
+}
+
+/// How the client learns that a request completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientMode {
+    /// Spins on the used ring (libblkio poll queues): a polling guest driver.
+    Polling,
+    /// Sleeps on the call eventfd (normal queues): an interrupt-driven guest.
+    Interrupt,
+}
+
+impl fmt::Display for ClientMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ClientMode::Polling => "polling client",
+            ClientMode::Interrupt => "interrupt client",
+        })
+    }
+}
+
+/// The experiments, in the order they run and are reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Experiment {
+    /// Every system on every basic workload, one queue, polling client.
+    Matrix,
+    /// Seed 004: the interrupt-driven client against the polling one.
+    InterruptClient,
+    /// VBMq Fig. 7: IOPS against the number of queues.
+    Queues,
+    /// VBMq Fig. 10: systems against the number of jobs.
+    Jobs,
+    /// Seed 002 (KVM Forum 2014): batched against one-at-a-time submission.
+    Batching,
+    /// The virtualization path alone: vbmq `null=` against qemu-storage-daemon `null-co`.
+    Null,
+}
+
+impl Experiment {
+    /// A one-line title for tables and charts.
+    pub fn title(self) -> &'static str {
+        match self {
+            Experiment::Matrix => "All systems, 1 queue, polling client",
+            Experiment::InterruptClient => "Interrupt-driven client (seed 004)",
+            Experiment::Queues => "IOPS against queues (VBMq Fig. 7)",
+            Experiment::Jobs => "Systems against jobs (VBMq Fig. 10)",
+            Experiment::Batching => "Batched against unbatched submission (seed 002)",
+            Experiment::Null => "Null device: the virtualization path alone",
+        }
+    }
+}
+
+/// One measured configuration: every system in `systems` runs it, interleaved.
+#[derive(Clone, Debug, Serialize)]
+pub struct Case {
+    /// Which experiment it belongs to.
+    pub experiment: Experiment,
+    /// What each job does.
+    pub workload: Workload,
+    /// Polling or interrupt-driven completion in the client.
+    pub client: ClientMode,
+    /// Client threads; each drives its own queue, so this is also the number of queues.
+    pub jobs: usize,
+    /// The systems compared.
+    pub systems: Vec<System>,
+}
+
+impl Case {
+    /// A stable identifier, e.g. `matrix/randread-4k-qd32/polling/j1`.
+    pub fn id(&self) -> String {
+        let w = self.workload.to_string().to_lowercase().replace(' ', "-");
+        let client = match self.client {
+            ClientMode::Polling => "polling",
+            ClientMode::Interrupt => "interrupt",
+        };
+        let experiment = serde_json::to_value(self.experiment)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        format!("{experiment}/{w}/{client}/j{}", self.jobs)
+    }
+}
+
+/// The cases for a full (`quick` false) or quick run on a machine with `ncpu` CPUs.
+pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
+    let bare = System::BareMetal;
+    let poll = System::vbmq(Mode::Poll);
+    let event = System::vbmq(Mode::Event);
+    let adaptive = System::vbmq(Mode::Adaptive);
+    let (baseline, vbdp) = (System::QsdBaseline, System::QsdVbdp);
+    let case = |experiment, workload, client, jobs, systems: &[System]| Case {
+        experiment,
+        workload,
+        client,
+        jobs,
+        systems: systems.to_vec(),
+    };
+    let mut cases = Vec::new();
+
+    let all = [bare, poll, event, adaptive, baseline, vbdp];
+    let matrix: &[Workload] = if quick {
+        &[
+            Workload::randread(1),
+            Workload::randread(32),
+            Workload::randwrite(32),
+        ]
+    } else {
+        &[
+            Workload::randread(1),
+            Workload::randread(32),
+            Workload::randwrite(1),
+            Workload::randwrite(32),
+            Workload::seqread(8),
+            Workload::seqwrite(8),
+        ]
+    };
+    for &w in matrix {
+        cases.push(case(Experiment::Matrix, w, ClientMode::Polling, 1, &all));
+    }
+
+    let irq: &[Workload] = if quick {
+        &[Workload::randread(1)]
+    } else {
+        &[Workload::randread(1), Workload::randread(32)]
+    };
+    for &w in irq {
+        let systems = [bare, poll, event, adaptive, vbdp];
+        cases.push(case(
+            Experiment::InterruptClient,
+            w,
+            ClientMode::Interrupt,
+            1,
+            &systems,
+        ));
+    }
+
+    for queues in 1..=ncpu.max(1) {
+        let systems: &[System] = if quick {
+            &[bare, poll, vbdp]
+        } else {
+            &[bare, poll, adaptive, vbdp]
+        };
+        let w = Workload::randread(32);
+        cases.push(case(
+            Experiment::Queues,
+            w,
+            ClientMode::Polling,
+            queues,
+            systems,
+        ));
+    }
+
+    let jobs: &[usize] = if quick { &[1, 2] } else { &[1, 2, 4] };
+    for &j in jobs {
+        let systems = [bare, baseline, vbdp, adaptive];
+        let w = Workload::randread(1);
+        cases.push(case(
+            Experiment::Jobs,
+            w,
+            ClientMode::Interrupt,
+            j,
+            &systems,
+        ));
+    }
+
+    let batching: Vec<System> = if quick {
+        vec![poll, poll.unbatched()]
+    } else {
+        vec![poll, poll.unbatched(), event, event.unbatched()]
+    };
+    let w = Workload::randread(32);
+    cases.push(case(
+        Experiment::Batching,
+        w,
+        ClientMode::Polling,
+        1,
+        &batching,
+    ));
+
+    let null: &[Workload] = if quick {
+        &[Workload::randread(32)]
+    } else {
+        &[Workload::randread(1), Workload::randread(32)]
+    };
+    for &w in null {
+        let systems: &[System] = if quick {
+            &[System::vbmq_null(Mode::Poll), System::QsdNull]
+        } else {
+            &[
+                System::vbmq_null(Mode::Poll),
+                System::vbmq_null(Mode::Adaptive),
+                System::QsdNull,
+            ]
+        };
+        cases.push(case(Experiment::Null, w, ClientMode::Polling, 1, systems));
+    }
+    cases
+}
+
+/// Keeps the cases whose identifier contains `text`; in the others keeps only the systems whose
+/// identifier contains it, dropping cases left empty.
+pub fn filter(cases: Vec<Case>, text: &str) -> Vec<Case> {
+    cases
+        .into_iter()
+        .filter_map(|mut c| {
+            if !c.id().contains(text) {
+                c.systems.retain(|s| s.id().contains(text));
+            }
+            (!c.systems.is_empty()).then_some(c)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_read_like_fio() {
+        assert_eq!(Workload::randread(32).to_string(), "randread 4K QD32");
+        assert_eq!(Workload::seqwrite(8).to_string(), "write 128K QD8");
+    }
+
+    #[test]
+    fn case_ids_are_unique() {
+        for quick in [true, false] {
+            let cases = plan(quick, 2);
+            let mut ids: Vec<_> = cases.iter().map(Case::id).collect();
+            ids.sort();
+            ids.dedup();
+            assert_eq!(ids.len(), cases.len());
+        }
+    }
+
+    #[test]
+    fn quick_plan_is_smaller_and_covers_every_experiment() {
+        let quick = plan(true, 2);
+        let full = plan(false, 2);
+        let points = |c: &[Case]| c.iter().map(|c| c.systems.len()).sum::<usize>();
+        assert!(points(&quick) < points(&full));
+        for e in [
+            Experiment::Matrix,
+            Experiment::InterruptClient,
+            Experiment::Queues,
+            Experiment::Jobs,
+            Experiment::Batching,
+            Experiment::Null,
+        ] {
+            assert!(quick.iter().any(|c| c.experiment == e), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn filter_by_case_or_system() {
+        let all = plan(true, 2);
+        let by_case = filter(all.clone(), "matrix/randread-4k-qd32/");
+        assert_eq!(by_case.len(), 1);
+        assert_eq!(by_case[0].systems.len(), 6);
+        let by_system = filter(all, "qsd-null");
+        assert_eq!(by_system.len(), 1);
+        assert_eq!(by_system[0].systems, vec![System::QsdNull]);
+    }
+
+    #[test]
+    fn queues_follow_cpu_count() {
+        let n = plan(false, 4)
+            .iter()
+            .filter(|c| c.experiment == Experiment::Queues)
+            .count();
+        assert_eq!(n, 4);
+    }
+}
