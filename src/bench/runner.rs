@@ -260,13 +260,17 @@ mod tests {
             runs: 3,
         };
         let stop = AtomicBool::new(false);
-        let mut runner = Runner::new(&launcher, &cpus, settings, &stop, 6);
+        let mut runner = Runner::new(&launcher, &cpus, settings, &stop, 9);
         let case = Case {
             experiment: Experiment::Matrix,
             workload: Workload::randwrite(4),
             client: ClientMode::Polling,
             jobs: 2,
-            systems: vec![System::BareMetal, System::vbmq(Mode::Poll)],
+            systems: vec![
+                System::BareMetal,
+                System::vbmq(Mode::Event),
+                System::vbmq(Mode::Poll),
+            ],
         };
         let result = runner.run_case(&case);
         let bare = &result.points[0];
@@ -284,6 +288,8 @@ mod tests {
                 .contains("exited before it was ready")
         );
         assert_eq!(runner.skipped().len(), 1);
+        // Poll mode cannot start either, or has too few backend CPUs for two queues.
+        assert!(result.points[2].skipped.is_some());
         drop(disk);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -454,14 +454,14 @@ mod tests {
     fn vbmq_command_follows_the_cli_contract() {
         let sock = Path::new("/tmp/r/s.sock");
         let cmd = launcher()
-            .command(System::vbmq(Mode::Poll).unbatched(), 2, sock)
+            .command(System::vbmq(Mode::Poll).unbatched(), 1, sock)
             .unwrap();
         assert_eq!(
             args(&cmd),
             [
                 "serve",
                 "--disk",
-                "socket=/tmp/r/s.sock,path=/dev/shm/d.raw,queues=2,mode=poll,cpus=1,batch=off"
+                "socket=/tmp/r/s.sock,path=/dev/shm/d.raw,queues=1,mode=poll,cpus=1,batch=off"
             ]
         );
         let cmd = launcher()
