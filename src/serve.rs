@@ -8,18 +8,20 @@ use tracing::info;
 
 use crate::backend::{Disk, FileDisk, MemoryDisk, NullDisk};
 use crate::config::{DiskSpec, SpecError, Storage};
+use crate::confine::{ConfineOptions, DiskAccess, confine};
 use crate::vhost_user::DiskServer;
 use crate::virtio_blk::BlkDevice;
 use crate::worker::{QueueSettings, online_cpus};
 
 const USAGE: &str = "usage: vbmq serve --disk socket=PATH,path=FILE[,cache=SIZE]|null=SIZE|mem=SIZE[,image=FILE][,queues=N][,queue-size=N]\
-[,mode=event|poll|adaptive][,poll-us=N][,cpus=LIST][,readonly=on][,direct=off][,serial=STR] [--disk ...]";
+[,mode=event|poll|adaptive][,poll-us=N][,cpus=LIST][,readonly=on][,direct=off][,serial=STR] [--disk ...]\n\
+       [--seccomp=off]   (debugging only: keep every system call allowed)";
 
 /// Parses the `--disk` arguments, checking what no single disk can see on its own.
 pub fn parse_disks(args: &[String]) -> Result<Vec<DiskSpec>, SpecError> {
     let cpus = online_cpus();
     let mut specs = Vec::new();
-    let mut args = args.iter();
+    let mut args = args.iter().filter(|arg| !arg.starts_with("--seccomp="));
     while let Some(arg) = args.next() {
         let value = match arg.strip_prefix("--disk=") {
             Some(value) => value.to_string(),
@@ -127,6 +129,25 @@ fn build_server(spec: &DiskSpec) -> Result<DiskServer, SpecError> {
     })
 }
 
+/// What the process may still reach once serving: its disks and its sockets.
+fn confine_options(specs: &[DiskSpec], seccomp: bool) -> ConfineOptions {
+    ConfineOptions {
+        disks: specs
+            .iter()
+            .filter_map(|spec| match &spec.storage {
+                Storage::File(path) => Some(DiskAccess {
+                    path: path.clone(),
+                    writable: !spec.readonly,
+                }),
+                // Null and memory disks touch no file once loaded.
+                Storage::Null(_) | Storage::Memory { .. } => None,
+            })
+            .collect(),
+        sockets: specs.iter().map(|spec| spec.socket.clone()).collect(),
+        seccomp,
+    }
+}
+
 /// Blocks SIGTERM and SIGINT in this thread (and the threads it spawns) and returns the set.
 fn block_stop_signals() -> libc::sigset_t {
     // SAFETY: sigemptyset/sigaddset initialise a local set; pthread_sigmask only changes the
@@ -164,6 +185,18 @@ pub fn run(args: &[String]) -> i32 {
                 return 2;
             }
         }
+    }
+    let seccomp = match args.iter().rev().find_map(|a| a.strip_prefix("--seccomp=")) {
+        None | Some("on") => true,
+        Some("off") => false,
+        Some(other) => {
+            eprintln!("vbmq: --seccomp: expected on or off, got {other:?}");
+            return 2;
+        }
+    };
+    if let Err(e) = confine(&confine_options(&specs, seccomp)) {
+        eprintln!("vbmq: cannot confine the process: {e}");
+        return 1;
     }
     let mut connections = Vec::new();
     let mut files = Vec::new();

@@ -84,6 +84,7 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_rt_sigaction,
     libc::SYS_rt_sigprocmask,
     libc::SYS_rt_sigreturn,
+    libc::SYS_rt_sigtimedwait,
     libc::SYS_sigaltstack,
     libc::SYS_restart_syscall,
     libc::SYS_exit,
