@@ -3,10 +3,10 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use super::uring::{UringEngine, ZeroMode};
+use super::uring::{FileKind, UringEngine};
 use super::{Disk, Engine, EngineOptions, Geometry};
 
 // Block-device ioctls from <linux/fs.h>, which libc does not carry.
@@ -20,7 +20,7 @@ pub struct FileDisk {
     readonly: bool,
     direct: bool,
     geometry: Geometry,
-    zero: ZeroMode,
+    kind: FileKind,
 }
 
 fn ioctl_value<T: Default>(file: &File, request: libc::c_ulong) -> io::Result<T> {
@@ -55,8 +55,14 @@ impl FileDisk {
         let physical_block_exp = (physical / block_size).max(1).trailing_zeros() as u8;
         // The guest addresses whole logical blocks: a partial last block is not exposed.
         let capacity = capacity - capacity % u64::from(block_size);
-        let zero = ZeroMode {
-            zero_range: metadata.file_type().is_block_device() || !Self::is_tmpfs(&file),
+        let kind = if metadata.file_type().is_block_device() {
+            FileKind::BlockDevice {
+                discard: Self::device_discards(metadata.rdev()),
+            }
+        } else {
+            FileKind::Regular {
+                zero_range: !Self::is_tmpfs(&file),
+            }
         };
         if direct {
             // Fail now, not on the first request, where O_DIRECT is refused.
@@ -71,7 +77,7 @@ impl FileDisk {
                 block_size,
                 physical_block_exp,
             },
-            zero,
+            kind,
         })
     }
 
@@ -82,6 +88,16 @@ impl FileDisk {
             options.custom_flags(libc::O_DIRECT);
         }
         options.open(path)
+    }
+
+    /// Whether the block device `rdev` accepts discards (its queue says how many bytes).
+    fn device_discards(rdev: u64) -> bool {
+        let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+        let path = format!("/sys/dev/block/{major}:{minor}/queue/discard_max_bytes");
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok())
+            .is_some_and(|bytes| bytes > 0)
     }
 
     /// tmpfs cannot `FALLOC_FL_ZERO_RANGE`; a hole reads back as zeros there too.
@@ -113,7 +129,7 @@ impl Disk for FileDisk {
             1
         };
         Ok(Box::new(UringEngine::new(
-            direct, buffered, align, self.zero, options,
+            direct, buffered, align, self.kind, options,
         )?))
     }
 

@@ -15,11 +15,18 @@ const DIRECT: types::Fixed = types::Fixed(0);
 /// Registered-file index of the buffered descriptor, for buffers `O_DIRECT` cannot take.
 const BUFFERED: types::Fixed = types::Fixed(1);
 
-/// How write-zeroes is carried out on this file.
+/// `BLOCK_URING_CMD_DISCARD` from <linux/blkdev.h>: `_IO(0x12, 0)`, Linux 6.12.
+const BLOCK_URING_CMD_DISCARD: u32 = 0x1200;
+
+/// What the engine's file is, which decides how discard and write-zeroes are carried out.
 #[derive(Clone, Copy, Debug)]
-pub struct ZeroMode {
-    /// `FALLOC_FL_ZERO_RANGE` works on this file (tmpfs lacks it: it punches a hole instead).
-    pub zero_range: bool,
+pub enum FileKind {
+    /// A regular file. `zero_range`: `FALLOC_FL_ZERO_RANGE` works (tmpfs lacks it: it punches
+    /// a hole instead, which reads back as zeros too).
+    Regular { zero_range: bool },
+    /// A block device. `discard`: the device accepts discards (else they are no-ops, which
+    /// virtio-blk allows: a discarded range need not read back as zeros).
+    BlockDevice { discard: bool },
 }
 
 /// An engine over one file, through a private io_uring.
@@ -27,7 +34,7 @@ pub struct UringEngine {
     ring: IoUring,
     /// Buffers and offsets `O_DIRECT` accepts are multiples of this; others go buffered.
     align: usize,
-    zero: ZeroMode,
+    kind: FileKind,
     batch: bool,
     queued: u32,
     notifier: Option<EventFd>,
@@ -42,7 +49,7 @@ impl UringEngine {
         direct: OwnedFd,
         buffered: OwnedFd,
         align: usize,
-        zero: ZeroMode,
+        kind: FileKind,
         options: EngineOptions,
     ) -> io::Result<Self> {
         let entries = options.depth.max(8).next_power_of_two();
@@ -63,6 +70,7 @@ impl UringEngine {
             None
         };
         let policy = RingPolicy {
+            extra_ops: &[opcode::UringCmd16::CODE],
             fixed_files_only: true,
             ..RingPolicy::default()
         };
@@ -70,7 +78,7 @@ impl UringEngine {
         Ok(UringEngine {
             ring,
             align,
-            zero,
+            kind,
             batch: options.batch,
             queued: 0,
             notifier,
@@ -136,12 +144,26 @@ impl UringEngine {
             IoOp::Flush => opcode::Fsync::new(DIRECT)
                 .flags(types::FsyncFlags::DATASYNC)
                 .build(),
-            IoOp::Discard { offset, len } => opcode::Fallocate::new(DIRECT, len)
-                .offset(offset)
-                .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
-                .build(),
+            IoOp::Discard { offset, len } => match self.kind {
+                FileKind::Regular { .. } => opcode::Fallocate::new(DIRECT, len)
+                    .offset(offset)
+                    .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
+                    .build(),
+                // BLKDISCARD through the ring: start in `addr`, length in `addr3` (the first
+                // eight bytes of the command area).
+                FileKind::BlockDevice { discard: true } => {
+                    let mut cmd = [0u8; 16];
+                    cmd[..8].copy_from_slice(&len.to_ne_bytes());
+                    opcode::UringCmd16::new(DIRECT, BLOCK_URING_CMD_DISCARD)
+                        .addr(Some(offset))
+                        .cmd(cmd)
+                        .build()
+                }
+                FileKind::BlockDevice { discard: false } => opcode::Nop::new().build(),
+            },
             IoOp::WriteZeroes { offset, len, unmap } => {
-                let mode = if unmap || !self.zero.zero_range {
+                let zero_range = !matches!(self.kind, FileKind::Regular { zero_range: false });
+                let mode = if unmap || !zero_range {
                     libc::FALLOC_FL_PUNCH_HOLE
                 } else {
                     libc::FALLOC_FL_ZERO_RANGE

@@ -1,0 +1,55 @@
+//! A block device behind vbmq: a loop device over a file (root only, as in CI).
+
+mod common;
+
+use std::process::Command;
+
+use common::{Client, Daemon, pattern};
+
+/// A loop device, detached on drop.
+struct Loop(String);
+
+impl Loop {
+    fn attach(file: &std::path::Path) -> Loop {
+        let out = Command::new("losetup")
+            .args(["--find", "--show", "--direct-io=on"])
+            .arg(file)
+            .output()
+            .expect("losetup (util-linux) is needed, as root");
+        assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
+        Loop(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+#[test]
+fn loop_device_reads_writes_discards_and_zeroes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("backing.raw");
+    std::fs::write(&file, pattern(7, 16 << 20)).unwrap();
+    let device = Loop::attach(&file);
+    let socket = dir.path().join("blk.sock");
+    let daemon = Daemon::start(&[format!("socket={},path={},queues=2", socket.display(), device.0)]);
+    let mut client = Client::connect(&socket, 2, false).unwrap();
+    assert_eq!(client.capacity(), 16 << 20);
+    let (ret, data) = client.read(1, 8 << 20, 8192);
+    assert_eq!(ret, 0);
+    assert_eq!(data, pattern(7, 16 << 20)[8 << 20..(8 << 20) + 8192]);
+    let new = pattern(70, 65536);
+    assert_eq!(client.write(0, 1 << 20, &new), 0);
+    assert_eq!(client.read(1, 1 << 20, 65536), (0, new));
+    assert_eq!(client.write_zeroes(0, 2 << 20, 1 << 20, false), 0);
+    let (ret, zeros) = client.read(1, 2 << 20, 1 << 20);
+    assert_eq!(ret, 0);
+    assert!(zeros.iter().all(|b| *b == 0), "write-zeroes did not zero");
+    // A loop device accepts discards (it punches the backing file).
+    assert_eq!(client.discard(0, 4 << 20, 1 << 20), 0);
+    assert_eq!(client.flush(1), 0);
+    drop(client);
+    assert!(daemon.terminate().success());
+}
