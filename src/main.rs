@@ -12,6 +12,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let status = match args.first().map(String::as_str) {
         Some("serve") => vbmq::serve::run(&args[1..]),
+        Some("bench") => vbmq::bench::run(&args[1..]),
         Some("--help" | "-h" | "help") => {
             println!("{USAGE}");
             0
