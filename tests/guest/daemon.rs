@@ -1,0 +1,107 @@
+//! A `vbmq serve` process for the guests to attach to, with its log captured.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A running backend daemon; killed on drop if the test did not [`Vbmq::stop`] it.
+pub struct Vbmq {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Vbmq {
+    /// Starts `vbmq serve` with one `--disk` per entry of `disks` (the option's value, e.g.
+    /// `socket=/tmp/x.sock,path=/tmp/x.img,queues=4`) and waits for every socket to exist.
+    /// Logs at warn level go to `log_path`.
+    pub fn serve(disks: &[String], log_path: PathBuf) -> Self {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
+        cmd.arg("serve");
+        for disk in disks {
+            cmd.args(["--disk", disk]);
+        }
+        let sockets = disks
+            .iter()
+            .map(|d| {
+                d.split(',')
+                    .find_map(|kv| kv.strip_prefix("socket="))
+                    .map(PathBuf::from)
+                    .expect("every --disk names its socket")
+            })
+            .collect();
+        Self::spawn(cmd, sockets, log_path)
+    }
+
+    /// Starts any vhost-user backend `cmd` and waits for `sockets` to exist.
+    pub fn spawn(mut cmd: Command, sockets: Vec<PathBuf>, log: PathBuf) -> Self {
+        let log_file = std::fs::File::create(&log).unwrap();
+        cmd.env("RUST_LOG", "warn")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().unwrap())
+            .stderr(log_file);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        let mut daemon = Vbmq { child, log };
+        let start = Instant::now();
+        while !sockets.iter().all(|s| s.exists()) {
+            if let Some(status) = daemon.child.try_wait().unwrap() {
+                panic!("{cmd:?} exited with {status}:\n{}", daemon.log_text());
+            }
+            assert!(
+                start.elapsed() < READY_TIMEOUT,
+                "{cmd:?}: sockets {sockets:?} not ready after {READY_TIMEOUT:?}:\n{}",
+                daemon.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        daemon
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and asserts the daemon exits 0 in time having logged no warning or error.
+    pub fn stop(mut self) {
+        let pid = libc::pid_t::try_from(self.child.id()).unwrap();
+        // SAFETY: kill(2) on our own child's pid has no memory-safety effect; the child is not
+        // reaped yet (we still own it), so the pid cannot have been reused.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let status = self.wait(STOP_TIMEOUT);
+        let log = self.log_text();
+        let Some(status) = status else {
+            panic!("daemon ignored SIGTERM for {STOP_TIMEOUT:?}; log:\n{log}");
+        };
+        assert!(status.success(), "daemon exited with {status}; log:\n{log}");
+        let noisy: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("ERROR") || l.contains("WARN"))
+            .collect();
+        assert!(noisy.is_empty(), "daemon logged warnings or errors:\n{log}");
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if start.elapsed() > timeout {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Vbmq {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,284 @@
+//! Runs one guest: QEMU with vhost-user-blk-pci disks, the test kernel and initramfs.
+
+use super::{INSTALL_HINT, TestDir, cpio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+const QEMU: &str = "qemu-system-x86_64";
+const BEGIN_MARKER: &str = "VBMQ-GUEST-BEGIN";
+const EXIT_MARKER: &str = "VBMQ-GUEST-EXIT ";
+/// A KVM boot of the probe guest takes about a second; a hung nested KVM never finishes.
+const KVM_PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The machine one test script runs in.
+pub struct Vm {
+    pub vcpus: u32,
+    pub mem_mib: u32,
+    /// vhost-user-blk sockets with the `num-queues` QEMU gives each disk; `/dev/vda` is the first.
+    pub disks: Vec<(PathBuf, u32)>,
+    /// The guest is killed and the test fails after this long.
+    pub timeout: Duration,
+}
+
+/// What a guest printed and how its script ended.
+pub struct GuestRun {
+    /// Everything on the serial console (kernel messages included).
+    pub console: String,
+    /// What the script printed.
+    pub output: String,
+    /// The script's exit status.
+    pub status: i32,
+    pub elapsed: Duration,
+}
+
+impl GuestRun {
+    /// Panics with the console unless the script exited 0.
+    pub fn assert_success(&self) -> &Self {
+        assert_eq!(
+            self.status, 0,
+            "guest script failed; console:\n{}",
+            self.console
+        );
+        self
+    }
+}
+
+impl Vm {
+    pub fn new(vcpus: u32) -> Self {
+        Vm {
+            vcpus,
+            mem_mib: 512,
+            disks: Vec::new(),
+            timeout: Duration::from_secs(150),
+        }
+    }
+
+    pub fn disk(mut self, socket: &Path, num_queues: u32) -> Self {
+        self.disks.push((socket.to_path_buf(), num_queues));
+        self
+    }
+
+    /// Boots the guest, runs `script` with `sh` as its only job and returns once it powered off.
+    /// Panics if the guest times out or never reports the script's status.
+    pub fn run(&self, script: &str) -> GuestRun {
+        // Two cores are shared by every guest and daemon: one guest at a time keeps TCG timing sane.
+        static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let accel = accelerator();
+        let run = self.boot(accel, script, self.timeout);
+        match run {
+            Ok(run) => {
+                eprintln!(
+                    "guest ({accel}, {} vCPUs) ran in {:.1}s",
+                    self.vcpus,
+                    run.elapsed.as_secs_f64()
+                );
+                run
+            }
+            Err(why) => panic!("guest ({accel}) failed: {why}"),
+        }
+    }
+
+    fn boot(&self, accel: &str, script: &str, timeout: Duration) -> Result<GuestRun, String> {
+        let dir = TestDir::new("guest");
+        let initrd = dir.join("initrd");
+        let mut image = std::fs::read(base_initramfs()).map_err(|e| e.to_string())?;
+        image.extend(cpio::archive(&[("test.sh", 0o755, script.as_bytes())]));
+        std::fs::write(&initrd, image).map_err(|e| e.to_string())?;
+        let serial = dir.join("serial.log");
+        let stderr = dir.join("qemu.log");
+
+        let mut cmd = Command::new(QEMU);
+        cmd.args(["-nodefaults", "-nographic", "-no-reboot"])
+            .args(accel_args(accel))
+            .args([
+                "-smp",
+                &self.vcpus.to_string(),
+                "-m",
+                &format!("{}M", self.mem_mib),
+            ])
+            // vhost-user needs guest RAM the backend can map: a shared memfd as the NUMA node.
+            .args([
+                "-object",
+                &format!(
+                    "memory-backend-memfd,id=mem,size={}M,share=on",
+                    self.mem_mib
+                ),
+                "-numa",
+                "node,memdev=mem",
+            ])
+            .arg("-kernel")
+            .arg(kernel())
+            .arg("-initrd")
+            .arg(&initrd)
+            .args(["-append", "console=ttyS0 quiet panic=-1"])
+            .arg("-serial")
+            .arg(format!("file:{}", serial.display()));
+        for (i, (socket, queues)) in self.disks.iter().enumerate() {
+            cmd.args([
+                "-chardev",
+                &format!("socket,id=disk{i},path={}", socket.display()),
+                "-device",
+                &format!("vhost-user-blk-pci,chardev=disk{i},num-queues={queues}"),
+            ]);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).map_err(|e| e.to_string())?);
+
+        let start = Instant::now();
+        let child = cmd.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => format!("{QEMU} not found; {INSTALL_HINT}"),
+            _ => format!("cannot start {QEMU}: {e}"),
+        })?;
+        let mut child = KillOnDrop(child);
+        let exit = loop {
+            if let Some(status) = child.0.try_wait().map_err(|e| e.to_string())? {
+                break Some(status);
+            }
+            if start.elapsed() > timeout {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let elapsed = start.elapsed();
+        let console =
+            String::from_utf8_lossy(&std::fs::read(&serial).unwrap_or_default()).replace('\r', "");
+        let qemu_log = std::fs::read_to_string(&stderr).unwrap_or_default();
+        let context = format!("\n--- console ---\n{console}\n--- qemu stderr ---\n{qemu_log}");
+        let Some(exit) = exit else {
+            return Err(format!("timed out after {timeout:?}{context}"));
+        };
+        let Some(status) = console
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(EXIT_MARKER))
+            .and_then(|s| s.trim().parse().ok())
+        else {
+            return Err(format!(
+                "no exit status from the guest (qemu {exit}){context}"
+            ));
+        };
+        let output = console
+            .split_once(BEGIN_MARKER)
+            .map_or("", |(_, rest)| rest)
+            .split(EXIT_MARKER)
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches('\n')
+            .to_string();
+        Ok(GuestRun {
+            console,
+            output,
+            status,
+            elapsed,
+        })
+    }
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn accel_args(accel: &str) -> Vec<&'static str> {
+    match accel {
+        "kvm" => vec!["-accel", "kvm", "-cpu", "host"],
+        // `max` gives the guest SSE4.2 and friends (hardware CRC32C for fio's verify).
+        _ => vec!["-accel", "tcg", "-cpu", "max"],
+    }
+}
+
+/// `kvm` or `tcg`: forced by VBMQ_GUEST_ACCEL, else KVM only if a probe guest boots with it.
+/// The probe result is kept for the host's boot (keyed by its boot id) in the target directory.
+fn accelerator() -> &'static str {
+    static ACCEL: OnceLock<&'static str> = OnceLock::new();
+    ACCEL.get_or_init(|| {
+        match std::env::var("VBMQ_GUEST_ACCEL").as_deref() {
+            Ok("kvm") => return "kvm",
+            Ok("tcg") => return "tcg",
+            Ok("auto") | Err(_) => {}
+            Ok(other) => panic!("VBMQ_GUEST_ACCEL={other}: expected kvm, tcg or auto"),
+        }
+        if !Path::new("/dev/kvm").exists() {
+            return "tcg";
+        }
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        let record = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("kvm-probe-{boot_id}"));
+        if let Ok(known) = std::fs::read_to_string(&record) {
+            match known.trim() {
+                "kvm" => return "kvm",
+                "tcg" => return "tcg",
+                _ => {}
+            }
+        }
+        let probe = Vm {
+            vcpus: 1,
+            mem_mib: 256,
+            disks: Vec::new(),
+            timeout: KVM_PROBE_TIMEOUT,
+        };
+        let accel = match probe.boot("kvm", "echo probe", KVM_PROBE_TIMEOUT) {
+            Ok(run) if run.status == 0 => "kvm",
+            _ => "tcg",
+        };
+        eprintln!("KVM probe: using {accel}");
+        let _ = std::fs::write(&record, accel);
+        accel
+    })
+}
+
+fn guest_cache() -> PathBuf {
+    if let Some(dir) = std::env::var_os("VBMQ_GUEST_CACHE") {
+        return dir.into();
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    Path::new(&home).join(".cache/vbmq-guest")
+}
+
+/// The guest kernel unpacked by scripts/deps/guest.sh.
+fn kernel() -> &'static Path {
+    static KERNEL: OnceLock<PathBuf> = OnceLock::new();
+    KERNEL.get_or_init(|| {
+        let boot = guest_cache().join("kernel/boot");
+        std::fs::read_dir(&boot)
+            .ok()
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
+            })
+            .unwrap_or_else(|| panic!("no guest kernel in {}; {INSTALL_HINT}", boot.display()))
+    })
+}
+
+/// The base initramfs, built once per test process.
+fn base_initramfs() -> &'static Path {
+    static BASE: OnceLock<PathBuf> = OnceLock::new();
+    BASE.get_or_init(|| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/guest/build-initramfs.sh");
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("vbmq-guest-initramfs.cpio");
+        let result = Command::new(&script)
+            .arg(&out)
+            .env("VBMQ_GUEST_CACHE", guest_cache())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+        assert!(
+            result.status.success(),
+            "{} failed; {INSTALL_HINT}\n{}",
+            script.display(),
+            String::from_utf8_lossy(&result.stderr)
+        );
+        out
+    })
+}
