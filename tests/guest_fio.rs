@@ -6,33 +6,30 @@ use guest::{TestDir, Vbmq, Vm, script, tagged};
 
 /// One guest, three disks of one vbmq process: `mode=event`, `mode=poll` and `mode=adaptive`.
 /// On each, several fio jobs write random blocks to their own regions at once and then verify
-/// every block, first through libaio and then through io_uring.
+/// every block, first through libaio and then through io_uring. The poll disk has one queue:
+/// its thread spins on a core of its own, and CI hosts may have only two.
 #[test]
 fn fio_verify_passes_in_every_mode() {
     let dir = TestDir::new("fio");
-    let modes = ["event", "poll", "adaptive"];
-    let sockets: Vec<_> = modes
-        .iter()
-        .map(|m| dir.join(&format!("{m}.sock")))
-        .collect();
-    let disks: Vec<String> = modes
-        .iter()
-        .zip(&sockets)
-        .map(|(mode, socket)| {
-            let image = dir.disk(&format!("{mode}.img"), 64);
-            format!(
-                "socket={},path={},queues=2,mode={mode}",
-                socket.display(),
-                image.display()
-            )
-        })
-        .collect();
+    let modes = [
+        ("event", 2, ""),
+        ("poll", 1, ",cpus=1"),
+        ("adaptive", 2, ""),
+    ];
+    let mut disks = Vec::new();
+    let mut vm = Vm::new(2);
+    for (mode, queues, extra) in modes {
+        let socket = dir.join(&format!("{mode}.sock"));
+        let image = dir.disk(&format!("{mode}.img"), 64);
+        disks.push(format!(
+            "socket={},path={},queues={queues},mode={mode}{extra}",
+            socket.display(),
+            image.display()
+        ));
+        vm = vm.disk(&socket, queues);
+    }
     let vbmq = Vbmq::serve(&disks, dir.join("vbmq.log"));
 
-    let mut vm = Vm::new(2);
-    for socket in &sockets {
-        vm = vm.disk(socket, 2);
-    }
     let run = vm.run(&script(
         "for d in vda vdb vdc; do
              for engine in libaio io_uring; do
@@ -49,10 +46,6 @@ fn fio_verify_passes_in_every_mode() {
             expected.push(format!("/dev/{disk} {engine}"));
         }
     }
-    assert_eq!(
-        passed, expected,
-        "modes {modes:?} on vda..vdc:\n{}",
-        run.output
-    );
+    assert_eq!(passed, expected, "{modes:?} on vda..vdc:\n{}", run.output);
     vbmq.stop();
 }
