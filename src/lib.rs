@@ -7,6 +7,8 @@
 //! - [`virtio_blk`]: parsing guest requests into validated [`virtio_blk::Request`]s,
 //! - [`backend`]: the storage engines (io_uring on files and block devices, null).
 
+#![deny(missing_docs)]
+
 pub mod backend;
 pub mod bench;
 pub mod config;

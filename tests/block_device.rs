@@ -16,7 +16,11 @@ impl Loop {
             .arg(file)
             .output()
             .expect("losetup (util-linux) is needed, as root");
-        assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "losetup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         Loop(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 }
@@ -34,7 +38,11 @@ fn loop_device_reads_writes_discards_and_zeroes() {
     std::fs::write(&file, pattern(7, 16 << 20)).unwrap();
     let device = Loop::attach(&file);
     let socket = dir.path().join("blk.sock");
-    let daemon = Daemon::start(&[format!("socket={},path={},queues=2", socket.display(), device.0)]);
+    let daemon = Daemon::start(&[format!(
+        "socket={},path={},queues=2",
+        socket.display(),
+        device.0
+    )]);
     let mut client = Client::connect(&socket, 2, false).unwrap();
     assert_eq!(client.capacity(), 16 << 20);
     let (ret, data) = client.read(1, 8 << 20, 8192);

@@ -23,22 +23,40 @@ pub use null::NullDisk;
 pub enum IoOp {
     /// Read into `count` iovecs at `iov`.
     Read {
+        /// Byte offset on the disk.
         offset: u64,
+        /// The guest buffers.
         iov: *const libc::iovec,
+        /// Number of iovecs.
         count: u32,
     },
     /// Write `count` iovecs at `iov`.
     Write {
+        /// Byte offset on the disk.
         offset: u64,
+        /// The guest buffers.
         iov: *const libc::iovec,
+        /// Number of iovecs.
         count: u32,
     },
     /// Make every completed write durable.
     Flush,
     /// Deallocate a range; it reads back as zeros.
-    Discard { offset: u64, len: u64 },
+    Discard {
+        /// Byte offset on the disk.
+        offset: u64,
+        /// Bytes.
+        len: u64,
+    },
     /// Zero a range, deallocating it if `unmap`.
-    WriteZeroes { offset: u64, len: u64, unmap: bool },
+    WriteZeroes {
+        /// Byte offset on the disk.
+        offset: u64,
+        /// Bytes.
+        len: u64,
+        /// The range may be deallocated.
+        unmap: bool,
+    },
 }
 
 /// The static properties of a disk that the guest sees.

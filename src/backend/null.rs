@@ -12,6 +12,7 @@ pub struct NullDisk {
 }
 
 impl NullDisk {
+    /// A null disk of `capacity` bytes.
     pub fn new(capacity: u64) -> Self {
         NullDisk { capacity }
     }

@@ -180,15 +180,16 @@ impl UringEngine {
 impl Engine for UringEngine {
     fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()> {
         let entry = self.entry(op).user_data(tag);
-        loop {
-            // SAFETY: the buffers the entry points to (iovecs and guest memory) stay valid until
-            // its completion is reaped: the worker keeps the request's slot and its guest memory
-            // snapshot until then.
-            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
-                break;
-            }
-            // The submission queue is full: hand it to the kernel and try again.
+        // SAFETY: the buffers the entry points to (iovecs and guest memory) stay valid until its
+        // completion is reaped: the worker keeps the request's slot and its guest memory
+        // snapshot until then.
+        let pushed = unsafe { self.ring.submission().push(&entry) };
+        if pushed.is_err() {
+            // The submission queue is full: hand it to the kernel and try once more.
             self.submit()?;
+            // SAFETY: as for the first push.
+            unsafe { self.ring.submission().push(&entry) }
+                .map_err(|_| io::Error::from(io::ErrorKind::WouldBlock))?;
         }
         self.queued += 1;
         if !self.batch {

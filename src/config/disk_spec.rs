@@ -17,7 +17,12 @@ pub enum Storage {
     /// A device of this many bytes that stores nothing: reads give zeros, writes are dropped.
     Null(u64),
     /// A volatile disk of `size` bytes in host memory, optionally loaded from a raw image.
-    Memory { size: u64, image: Option<PathBuf> },
+    Memory {
+        /// Bytes.
+        size: u64,
+        /// A raw image loaded at start.
+        image: Option<PathBuf>,
+    },
 }
 
 /// How a queue's I/O thread waits for work.
@@ -34,16 +39,25 @@ pub enum WaitMode {
 /// A parsed and validated `--disk` argument.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DiskSpec {
+    /// The vhost-user socket.
     pub socket: PathBuf,
+    /// What stores the blocks.
     pub storage: Storage,
+    /// Number of virtqueues.
     pub queues: usize,
+    /// Largest virtqueue size offered.
     pub queue_size: u16,
+    /// How the queue threads wait.
     pub mode: WaitMode,
+    /// Adaptive mode: microseconds of polling after the last request.
     pub poll_us: u64,
     /// CPU of each queue's thread (thread i on `cpus[i]`); empty: not pinned.
     pub cpus: Vec<usize>,
+    /// Offer `VIRTIO_BLK_F_RO` and refuse writes.
     pub readonly: bool,
+    /// Open files with `O_DIRECT`.
     pub direct: bool,
+    /// The GET_ID serial.
     pub serial: Option<String>,
     /// Submit each request with its own system call (an ablation for the benchmark only).
     pub batch: bool,
@@ -57,7 +71,9 @@ pub struct DiskSpec {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("--disk {key}: {reason}")]
 pub struct SpecError {
+    /// The `--disk` key at fault.
     pub key: String,
+    /// What is wrong with it.
     pub reason: String,
 }
 

@@ -49,6 +49,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl BlkBackend {
+    /// A device over `disk` with one worker per entry of `settings`.
     pub fn new(
         device: Arc<BlkDevice>,
         disk: Arc<dyn Disk>,

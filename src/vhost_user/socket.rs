@@ -21,10 +21,13 @@ use crate::worker::QueueSettings;
 /// Why a socket could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
+    /// Another vbmq holds the socket.
     #[error("{0} is served by another running vbmq")]
     InUse(PathBuf),
+    /// The lock file next to the socket cannot be created.
     #[error("cannot lock {0}: {1}")]
     Lock(PathBuf, io::Error),
+    /// The socket cannot be bound.
     #[error("cannot listen on {0}: {1}")]
     Listen(PathBuf, String),
 }

@@ -18,9 +18,13 @@ pub const DISCARD_SECTORS_MAX: u32 = 1 << 21;
 /// A disk as the guest sees it.
 #[derive(Clone, Debug)]
 pub struct BlkDevice {
+    /// Size and block size.
     pub geometry: Geometry,
+    /// `VIRTIO_BLK_F_RO`.
     pub readonly: bool,
+    /// `VIRTIO_BLK_F_DISCARD` and `VIRTIO_BLK_F_WRITE_ZEROES`.
     pub discard: bool,
+    /// Number of virtqueues.
     pub num_queues: u16,
     /// The GET_ID answer, zero-padded.
     pub serial: [u8; VIRTIO_BLK_ID_BYTES as usize],

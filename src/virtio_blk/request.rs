@@ -21,18 +21,26 @@ const RANGE_SIZE: u32 = 16;
 /// The request types vbmq serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RequestType {
+    /// `VIRTIO_BLK_T_IN`: read.
     In,
+    /// `VIRTIO_BLK_T_OUT`: write.
     Out,
+    /// `VIRTIO_BLK_T_FLUSH`.
     Flush,
+    /// `VIRTIO_BLK_T_GET_ID`: the serial.
     GetId,
+    /// `VIRTIO_BLK_T_DISCARD`.
     Discard,
+    /// `VIRTIO_BLK_T_WRITE_ZEROES`.
     WriteZeroes,
 }
 
 /// A byte range of the disk, for discard and write-zeroes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Range {
+    /// Byte offset on the disk.
     pub offset: u64,
+    /// Bytes.
     pub len: u64,
     /// Write-zeroes may deallocate.
     pub unmap: bool,
@@ -41,6 +49,7 @@ pub struct Range {
 /// A request whose every address and range has been checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Request {
+    /// What the guest asks.
     pub kind: RequestType,
     /// Byte offset on the disk (IN and OUT).
     pub offset: u64,
@@ -59,28 +68,40 @@ pub struct Request {
 /// Why a chain was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
+    /// Empty descriptor chain.
     #[error("empty descriptor chain")]
     EmptyChain,
+    /// No device-writable status byte at the end of the chain.
     #[error("no device-writable status byte at the end of the chain")]
     NoStatus,
+    /// Header descriptor is not 16 device-readable bytes.
     #[error("header descriptor is not 16 device-readable bytes")]
     BadHeader,
+    /// Unsupported request type given.
     #[error("unsupported request type {0}")]
     Unsupported(u32),
+    /// Data descriptor has the wrong direction.
     #[error("data descriptor has the wrong direction")]
     WrongDirection,
+    /// Data descriptor is not inside guest memory.
     #[error("data descriptor is not inside guest memory")]
     BadAddress,
+    /// More than `SEG_MAX` data segments.
     #[error("more than {SEG_MAX} data segments")]
     TooManySegments,
+    /// Data length is not a multiple of 512.
     #[error("data length is not a multiple of 512")]
     Unaligned,
+    /// Access beyond the end of the disk.
     #[error("access beyond the end of the disk")]
     OutOfRange,
+    /// Write to a read-only disk.
     #[error("write to a read-only disk")]
     ReadOnly,
+    /// Bad discard or write-zeroes range list.
     #[error("bad discard or write-zeroes range list")]
     BadRanges,
+    /// Reserved flags in a discard or write-zeroes range.
     #[error("reserved flags in a discard or write-zeroes range")]
     BadRangeFlags,
 }
@@ -108,7 +129,9 @@ impl RequestError {
 /// A refused chain: the error, and the status byte's address if the chain has a usable one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rejection {
+    /// Why.
     pub error: RequestError,
+    /// Where the status byte may be written, if anywhere.
     pub status: Option<GuestAddress>,
 }
 

@@ -22,11 +22,15 @@ use crate::virtio_blk::{BlkDevice, RequestType, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S
 /// How a queue's worker runs.
 #[derive(Clone, Copy, Debug)]
 pub struct QueueSettings {
+    /// How the thread waits.
     pub mode: WaitMode,
     /// Adaptive mode: how long to keep polling after the last request.
     pub poll: Duration,
+    /// The CPU the thread is pinned to.
     pub cpu: Option<usize>,
+    /// Submit a pass's requests together (`false`: one system call each).
     pub batch: bool,
+    /// Largest queue size the frontend may set.
     pub max_size: u16,
 }
 
@@ -217,6 +221,7 @@ impl Ctx<'_> {
 }
 
 impl QueueWorker {
+    /// A worker for queue `index`; it opens its engine on its own thread, in [`Self::set_up`].
     pub fn new(
         index: usize,
         settings: QueueSettings,
