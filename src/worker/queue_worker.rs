@@ -346,11 +346,11 @@ impl QueueWorker {
     /// and notify the guest once. `rearm` keeps kicks enabled (event mode).
     fn pass(&mut self, vring: &VringRwLock, rearm: bool) -> Pass {
         loop {
-            self.refresh_memory(vring);
             let (pass, stale) = self.pass_with_current_memory(vring, rearm);
             if !stale {
                 return pass;
             }
+            self.refresh_memory(vring);
         }
     }
 
@@ -379,11 +379,14 @@ impl QueueWorker {
                 if rearm && queue.disable_notification(ctx.mem).is_err() {
                     break;
                 }
-                let Ok(avail) = queue.avail_idx(ctx.mem, Ordering::Acquire) else {
-                    break;
-                };
-                let mut waiting = avail.0.wrapping_sub(queue.next_avail());
-                if waiting > 0 && !std::ptr::eq(&*atomic_mem.memory(), ctx.mem) {
+                let avail = queue.avail_idx(ctx.mem, Ordering::Acquire);
+                let mut waiting = avail
+                    .as_ref()
+                    .map_or(0, |idx| idx.0.wrapping_sub(queue.next_avail()));
+                // Only when there is work (or the ring is not mapped at all) is the snapshot
+                // compared with the current map: an idle poll stays cheap.
+                if (waiting > 0 || avail.is_err()) && !std::ptr::eq(&*atomic_mem.memory(), ctx.mem)
+                {
                     stale = true;
                     break;
                 }
