@@ -105,7 +105,8 @@ fn worker(guest: &Guest) -> QueueWorker {
         batch: true,
         max_size: QUEUE_SIZE,
     };
-    let mut worker = QueueWorker::new(0, settings, device, disk, guest.mem.clone());
+    let stats = Default::default();
+    let mut worker = QueueWorker::new(0, settings, device, disk, guest.mem.clone(), stats);
     worker.set_up(&guest.vring);
     worker
 }

@@ -148,7 +148,7 @@ fn confine_options(specs: &[DiskSpec], seccomp: bool) -> ConfineOptions {
     }
 }
 
-/// Blocks SIGTERM and SIGINT in this thread (and the threads it spawns) and returns the set.
+/// Blocks SIGTERM, SIGINT and SIGUSR1 in this thread (and the threads it spawns) and returns the set.
 fn block_stop_signals() -> libc::sigset_t {
     // SAFETY: sigemptyset/sigaddset initialise a local set; pthread_sigmask only changes the
     // calling thread's mask.
@@ -157,6 +157,7 @@ fn block_stop_signals() -> libc::sigset_t {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGUSR1);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
     }
@@ -200,8 +201,10 @@ pub fn run(args: &[String]) -> i32 {
     }
     let mut connections = Vec::new();
     let mut files = Vec::new();
+    let mut reporters = Vec::new();
     for server in servers {
         connections.push(server.current());
+        reporters.push(server.stats_reporter());
         files.extend(server.files());
         std::thread::Builder::new()
             .name("vbmq-socket".into())
@@ -210,10 +213,21 @@ pub fn run(args: &[String]) -> i32 {
             .ok();
     }
     info!("serving {} disk(s)", specs.len());
-    let mut signal = 0;
-    // SAFETY: waits for one of the blocked signals in `signals`.
-    while unsafe { libc::sigwait(&signals, &mut signal) } != 0 {}
-    info!("signal {signal}: completing in-flight I/O and exiting");
+    loop {
+        let mut signal = 0;
+        // SAFETY: waits for one of the blocked signals in `signals`.
+        if unsafe { libc::sigwait(&signals, &mut signal) } != 0 {
+            continue;
+        }
+        if signal != libc::SIGUSR1 {
+            info!("signal {signal}: completing in-flight I/O and exiting");
+            break;
+        }
+        // Asked for by the operator: printed whatever the log level.
+        for report in &reporters {
+            eprintln!("vbmq: statistics {}", report());
+        }
+    }
     for connection in &connections {
         let backend = connection.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if let Some(backend) = backend {
@@ -222,6 +236,9 @@ pub fn run(args: &[String]) -> i32 {
     }
     for file in files {
         let _ = std::fs::remove_file(file);
+    }
+    for report in &reporters {
+        info!("statistics {}", report());
     }
     0
 }

@@ -172,3 +172,33 @@ fn get_id_returns_the_serial() {
     drop(client);
     assert!(daemon.terminate().success());
 }
+
+#[test]
+fn sigusr1_prints_each_queues_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    let (spec, socket) = disk(dir.path(), "d", "null=64M,queues=2");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_vbmq"));
+    let mut child = cmd
+        .args(["serve", "--disk", &spec])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    common::wait_for(&socket);
+    let mut client = Client::connect(&socket, 2, false).unwrap();
+    assert_eq!(client.write(1, 0, &[7; 8192]), 0);
+    assert_eq!(client.read(1, 0, 4096).0, 0);
+    assert_ne!(client.read(1, 64 << 20, 4096).0, 0);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    drop(client);
+    // SAFETY: as above.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("[queue 1: requests=3 errors=1 read_bytes=4096 write_bytes=8192]"),
+        "{stderr}"
+    );
+}

@@ -89,6 +89,10 @@ pub trait Disk: Send + Sync {
     fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>>;
     /// Whether discard and write-zeroes are supported.
     fn supports_discard(&self) -> bool;
+    /// Engine counters worth logging (a cache's hits and misses, say), as name and value.
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// A queue's private I/O engine. Operations are queued with [`Engine::push`], handed to the

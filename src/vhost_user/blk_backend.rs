@@ -17,7 +17,7 @@ use vmm_sys_util::event::{
 
 use crate::backend::Disk;
 use crate::virtio_blk::{BlkDevice, config_space};
-use crate::worker::{QueueSettings, QueueWorker};
+use crate::worker::{QueueSettings, QueueStats, QueueWorker};
 
 /// One queue's control state, on its own cache lines so queues do not share any.
 #[repr(align(128))]
@@ -54,12 +54,14 @@ impl BlkBackend {
         device: Arc<BlkDevice>,
         disk: Arc<dyn Disk>,
         settings: &[QueueSettings],
+        stats: &[Arc<QueueStats>],
         atomic_mem: &GuestMemoryAtomic<GuestMemoryMmap>,
     ) -> Self {
         let queues = settings
             .iter()
+            .zip(stats)
             .enumerate()
-            .map(|(index, settings)| QueueHandle {
+            .map(|(index, (settings, stats))| QueueHandle {
                 stop: AtomicBool::new(false),
                 worker: Mutex::new(QueueWorker::new(
                     index,
@@ -67,6 +69,7 @@ impl BlkBackend {
                     device.clone(),
                     disk.clone(),
                     atomic_mem.clone(),
+                    stats.clone(),
                 )),
             })
             .collect();

@@ -16,7 +16,7 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use super::BlkBackend;
 use crate::backend::Disk;
 use crate::virtio_blk::BlkDevice;
-use crate::worker::QueueSettings;
+use crate::worker::{QueueSettings, QueueStats};
 
 /// Why a socket could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +42,8 @@ pub struct DiskServer {
     device: Arc<BlkDevice>,
     disk: Arc<dyn Disk>,
     settings: Vec<QueueSettings>,
+    /// Counters of each queue, kept across connections.
+    stats: Vec<Arc<QueueStats>>,
     /// The connection being served, to be quiesced on shutdown.
     current: Arc<Mutex<Option<Arc<BlkBackend>>>>,
 }
@@ -96,6 +98,7 @@ impl DiskServer {
             listener,
             device,
             disk,
+            stats: settings.iter().map(|_| Arc::default()).collect(),
             settings,
             current: Arc::new(Mutex::new(None)),
         })
@@ -104,6 +107,21 @@ impl DiskServer {
     /// A handle to the connection being served, for shutdown.
     pub fn current(&self) -> Arc<Mutex<Option<Arc<BlkBackend>>>> {
         self.current.clone()
+    }
+
+    /// A report of the disk's counters, for the log: each queue's, then the engine's.
+    pub fn stats_reporter(&self) -> impl Fn() -> String + Send + 'static {
+        let (socket, stats, disk) = (self.socket.clone(), self.stats.clone(), self.disk.clone());
+        move || {
+            let mut report = format!("{}:", socket.display());
+            for (index, queue) in stats.iter().enumerate() {
+                report.push_str(&format!(" [queue {index}: {}]", queue.summary()));
+            }
+            for (name, value) in disk.stats() {
+                report.push_str(&format!(" {name}={value}"));
+            }
+            report
+        }
     }
 
     /// The socket file and its lock file, to remove at exit.
@@ -128,6 +146,7 @@ impl DiskServer {
             self.device.clone(),
             self.disk.clone(),
             &self.settings,
+            &self.stats,
             &atomic_mem,
         ));
         let mut daemon = VhostUserDaemon::new("vbmq".to_string(), backend.clone(), atomic_mem)

@@ -16,6 +16,10 @@ pub struct Slot {
     pub failed: bool,
     /// Length reported on the used ring on success.
     pub used_len: u32,
+    /// Bytes read or written by the guest on success.
+    pub read: u32,
+    /// Bytes written by the guest on success.
+    pub written: u32,
     pub status: GuestAddress,
 }
 

@@ -4,6 +4,8 @@
 mod affinity;
 mod inflight;
 mod queue_worker;
+mod stats;
 
 pub use affinity::{online_cpus, pin_current_thread};
 pub use queue_worker::{QueueSettings, QueueWorker};
+pub use stats::QueueStats;

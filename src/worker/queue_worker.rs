@@ -15,6 +15,7 @@ use vm_memory::{Bytes, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 
 use super::affinity::pin_current_thread;
 use super::inflight::InFlight;
+use super::stats::QueueStats;
 use crate::backend::{Disk, Engine, EngineOptions, IoOp};
 use crate::config::WaitMode;
 use crate::virtio_blk::{BlkDevice, RequestType, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, parse};
@@ -55,6 +56,7 @@ pub struct QueueWorker {
     inflight: InFlight,
     vring: Option<VringRwLock>,
     set_up: bool,
+    stats: Arc<QueueStats>,
 }
 
 /// Everything a pass needs, borrowed apart from the worker so the queue lock can be held.
@@ -63,6 +65,7 @@ struct Ctx<'a> {
     device: &'a BlkDevice,
     engine: Option<&'a mut Box<dyn Engine>>,
     inflight: &'a mut InFlight,
+    stats: &'a QueueStats,
 }
 
 fn write_status(mem: &GuestMemoryMmap, addr: vm_memory::GuestAddress, status: u32) {
@@ -103,6 +106,7 @@ impl Ctx<'_> {
             Ok(request) => request,
             Err(rejection) => {
                 debug!("request {head} rejected: {}", rejection.error);
+                self.stats.record(false, 0, 0);
                 let len = match rejection.status {
                     Some(addr) => {
                         write_status(self.mem, addr, u32::from(rejection.error.status()));
@@ -113,7 +117,9 @@ impl Ctx<'_> {
                 return add_used(queue, self.mem, head, len);
             }
         };
+        let stats = self.stats;
         let complete_now = |status: u32, len: u32, queue: &mut Queue| {
+            stats.record(status == VIRTIO_BLK_S_OK, 0, 0);
             write_status(self.mem, request.status, status);
             add_used(queue, self.mem, head, len)
         };
@@ -187,6 +193,11 @@ impl Ctx<'_> {
         slot.failed = failed;
         slot.used_len = used_len;
         slot.status = request.status;
+        (slot.read, slot.written) = match request.kind {
+            RequestType::In => (request.data_len, 0),
+            RequestType::Out => (0, request.data_len),
+            _ => (0, 0),
+        };
         self.inflight.count += 1;
         0
     }
@@ -214,6 +225,8 @@ impl Ctx<'_> {
             (VIRTIO_BLK_S_OK, slot.used_len)
         };
         let addr = slot.status;
+        self.stats
+            .record(!slot.failed, u64::from(slot.read), u64::from(slot.written));
         self.inflight.count -= 1;
         write_status(self.mem, addr, status);
         add_used(queue, self.mem, tag as u16, len)
@@ -228,6 +241,7 @@ impl QueueWorker {
         device: Arc<BlkDevice>,
         disk: Arc<dyn Disk>,
         atomic_mem: GuestMemoryAtomic<GuestMemoryMmap>,
+        stats: Arc<QueueStats>,
     ) -> Self {
         let mem = atomic_mem.memory().into_inner();
         QueueWorker {
@@ -241,6 +255,7 @@ impl QueueWorker {
             engine: None,
             vring: None,
             set_up: false,
+            stats,
         }
     }
 
@@ -366,6 +381,7 @@ impl QueueWorker {
             device: &self.device,
             engine: self.engine.as_mut(),
             inflight: &mut self.inflight,
+            stats: &self.stats,
         };
         let mut pass = Pass {
             ready: state.get_queue().ready() && state.is_enabled(),
@@ -480,6 +496,7 @@ impl QueueWorker {
                 device: &self.device,
                 engine: self.engine.as_mut(),
                 inflight: &mut self.inflight,
+                stats: &self.stats,
             };
             let mut pass = Pass::default();
             if Self::reap(&mut ctx, &mut state, false, &mut pass) > 0 {
