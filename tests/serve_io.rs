@@ -178,7 +178,7 @@ fn sigusr1_prints_each_queues_counters() {
     let dir = tempfile::tempdir().unwrap();
     let (spec, socket) = disk(dir.path(), "d", "null=64M,queues=2");
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_vbmq"));
-    let mut child = cmd
+    let child = cmd
         .args(["serve", "--disk", &spec])
         .stderr(std::process::Stdio::piped())
         .spawn()
