@@ -159,13 +159,13 @@ fn cpu_over_window(
 /// Connects and starts libblkio with one queue per job, retrying while a fresh backend still
 /// refuses connections.
 fn open(target: &Target, spec: &LoadSpec) -> Result<(Blkio, Vec<Blkioq>)> {
-    let (driver, path, vhost) = match target {
-        Target::File(p) => ("io_uring", p.as_path(), false),
-        Target::VhostUser(p) => ("virtio-blk-vhost-user", p.as_path(), true),
+    let (driver, path, vhost, direct) = match target {
+        Target::File { path, direct } => ("io_uring", path.as_path(), false, *direct),
+        Target::VhostUser(p) => ("virtio-blk-vhost-user", p.as_path(), true, false),
     };
     let deadline = Instant::now() + CONNECT_RETRY;
     let mut blkio = loop {
-        match connect(driver, path, vhost) {
+        match connect(driver, path, vhost, direct) {
             Ok(b) => break b,
             Err(_) if vhost && Instant::now() < deadline => {
                 thread::sleep(Duration::from_millis(10))
@@ -198,7 +198,7 @@ fn open(target: &Target, spec: &LoadSpec) -> Result<(Blkio, Vec<Blkioq>)> {
     Ok((blkio, queues))
 }
 
-fn connect(driver: &str, path: &Path, vhost: bool) -> Result<Blkio> {
+fn connect(driver: &str, path: &Path, vhost: bool, direct: bool) -> Result<Blkio> {
     let context = |what: &str| format!("{what} ({driver} {})", path.display());
     let mut blkio = Blkio::new(driver).map_err(|e| BenchError::blkio(context("creating"), e))?;
     let path_str = path
@@ -209,7 +209,7 @@ fn connect(driver: &str, path: &Path, vhost: bool) -> Result<Blkio> {
         .map_err(|e| BenchError::blkio(context("setting path"), e))?;
     if !vhost {
         blkio
-            .set_bool("direct", true)
+            .set_bool("direct", direct)
             .map_err(|e| BenchError::blkio(context("setting direct"), e))?;
     }
     blkio

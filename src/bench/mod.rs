@@ -164,6 +164,15 @@ fn bench(opts: &Options) -> Result<bool> {
     drop(disk);
     report::write(&out, &report)?;
     println!("report: {}", out.join("report.md").display());
+    let measured = report
+        .cases
+        .iter()
+        .any(|c| c.points.iter().any(|p| !p.runs.is_empty()));
+    if complete && !measured {
+        return Err(BenchError::Backend(
+            "no system could be measured: see the errors in the report".into(),
+        ));
+    }
     Ok(complete)
 }
 

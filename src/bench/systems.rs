@@ -40,19 +40,34 @@ impl Mode {
     }
 }
 
+/// What a vbmq disk serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Storage {
+    /// `path=` the backing file, O_DIRECT.
+    File,
+    /// `path=` the backing file with `direct=off`: through the host page cache.
+    PageCache,
+    /// `mem=` loaded from the backing file (`image=`): a hypervisor-side DRAM copy.
+    Memory,
+    /// `null=`: no storage at all.
+    Null,
+}
+
 /// One system under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum System {
-    /// libblkio's io_uring driver on the file itself: what the host gets.
+    /// libblkio's io_uring driver on the file itself, O_DIRECT: what the host gets.
     BareMetal,
+    /// The same without O_DIRECT: host page-cache reads (seed 003's reference).
+    BareMetalPageCache,
     /// `vbmq serve` (this executable).
     Vbmq {
         /// The I/O thread mode.
         mode: Mode,
         /// False runs the `batch=off` ablation: one request per system call.
         batch: bool,
-        /// True serves `null=` (no storage) instead of the file.
-        null: bool,
+        /// What the disk serves.
+        storage: Storage,
     },
     /// qemu-storage-daemon's vhost-user-blk export in its main loop (the paper's Baseline).
     QsdBaseline,
@@ -66,29 +81,30 @@ pub enum System {
 impl System {
     /// vbmq on the file in `mode`, batching on.
     pub const fn vbmq(mode: Mode) -> Self {
-        System::Vbmq {
-            mode,
-            batch: true,
-            null: false,
-        }
+        Self::vbmq_on(Storage::File, mode)
     }
 
     /// vbmq's null device in `mode`.
     pub const fn vbmq_null(mode: Mode) -> Self {
+        Self::vbmq_on(Storage::Null, mode)
+    }
+
+    /// vbmq serving `storage` in `mode`, batching on.
+    pub const fn vbmq_on(storage: Storage, mode: Mode) -> Self {
         System::Vbmq {
             mode,
             batch: true,
-            null: true,
+            storage,
         }
     }
 
     /// The same system with batched submission turned off (vbmq only).
     pub const fn unbatched(self) -> Self {
         match self {
-            System::Vbmq { mode, null, .. } => System::Vbmq {
+            System::Vbmq { mode, storage, .. } => System::Vbmq {
                 mode,
                 batch: false,
-                null,
+                storage,
             },
             other => other,
         }
@@ -98,10 +114,20 @@ impl System {
     pub fn id(&self) -> String {
         match self {
             System::BareMetal => "bare-metal".into(),
-            System::Vbmq { mode, batch, null } => {
-                let null = if *null { "null-" } else { "" };
+            System::BareMetalPageCache => "bare-metal-pagecache".into(),
+            System::Vbmq {
+                mode,
+                batch,
+                storage,
+            } => {
+                let storage = match storage {
+                    Storage::File => "",
+                    Storage::PageCache => "pagecache-",
+                    Storage::Memory => "mem-",
+                    Storage::Null => "null-",
+                };
                 let batch = if *batch { "" } else { "-nobatch" };
-                format!("vbmq-{null}{}{batch}", mode.as_str())
+                format!("vbmq-{storage}{}{batch}", mode.as_str())
             }
             System::QsdBaseline => "qsd-baseline".into(),
             System::QsdVbdp => "qsd-vbdp".into(),
@@ -114,11 +140,19 @@ impl fmt::Display for System {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             System::BareMetal => f.write_str("bare metal"),
-            System::Vbmq { mode, batch, null } => {
+            System::BareMetalPageCache => f.write_str("bare metal (page cache)"),
+            System::Vbmq {
+                mode,
+                batch,
+                storage,
+            } => {
                 f.write_str("vbmq ")?;
-                if *null {
-                    f.write_str("null ")?;
-                }
+                f.write_str(match storage {
+                    Storage::File => "",
+                    Storage::PageCache => "direct=off ",
+                    Storage::Memory => "mem= ",
+                    Storage::Null => "null ",
+                })?;
                 f.write_str(mode.as_str())?;
                 if !batch {
                     f.write_str(" batch=off")?;
@@ -142,7 +176,12 @@ impl Serialize for System {
 #[derive(Clone, Debug)]
 pub enum Target {
     /// The backing file, through libblkio's io_uring driver.
-    File(PathBuf),
+    File {
+        /// The file.
+        path: PathBuf,
+        /// O_DIRECT (false: through the page cache).
+        direct: bool,
+    },
     /// A vhost-user-blk socket, through libblkio's virtio-blk-vhost-user driver.
     VhostUser(PathBuf),
 }
@@ -181,10 +220,13 @@ impl Launcher {
     /// Starts `system` with `queues` queues and waits until it accepts a frontend. `seq` makes
     /// socket and log names unique.
     pub fn launch(&self, system: System, queues: usize, seq: usize) -> Result<Running> {
-        if system == System::BareMetal {
+        if let System::BareMetal | System::BareMetalPageCache = system {
             return Ok(Running {
                 child: None,
-                target: Target::File(self.disk.clone()),
+                target: Target::File {
+                    path: self.disk.clone(),
+                    direct: system == System::BareMetal,
+                },
                 socket: None,
                 log: None,
             });
@@ -227,12 +269,20 @@ impl Launcher {
         let disk = self.disk.display();
         let sock = socket.display();
         match system {
-            System::BareMetal => Err(BenchError::Backend("bare metal has no process".into())),
-            System::Vbmq { mode, batch, null } => {
-                let storage = if null {
-                    format!("null={}", self.disk_size)
-                } else {
-                    format!("path={disk}")
+            System::BareMetal | System::BareMetalPageCache => {
+                Err(BenchError::Backend("bare metal has no process".into()))
+            }
+            System::Vbmq {
+                mode,
+                batch,
+                storage,
+            } => {
+                let size = self.disk_size;
+                let storage = match storage {
+                    Storage::File => format!("path={disk}"),
+                    Storage::PageCache => format!("path={disk},direct=off"),
+                    Storage::Memory => format!("mem={size},image={disk}"),
+                    Storage::Null => format!("null={size}"),
                 };
                 // Queue i's thread on backend CPU i, round robin when queues outnumber them.
                 let cpus: Vec<usize> = (0..queues)
@@ -435,6 +485,9 @@ mod tests {
             System::vbmq(Mode::Event),
             System::vbmq(Mode::Adaptive),
             System::vbmq_null(Mode::Poll),
+            System::vbmq_on(Storage::Memory, Mode::Poll),
+            System::vbmq_on(Storage::PageCache, Mode::Poll),
+            System::BareMetalPageCache,
             System::QsdBaseline,
             System::QsdVbdp,
             System::QsdNull,
@@ -469,6 +522,12 @@ mod tests {
             .unwrap();
         assert!(args(&cmd)[2].contains(",null=1073741824,"));
         assert!(args(&cmd)[2].ends_with(",queues=3,mode=adaptive,cpus=1,1,1"));
+        let mem = System::vbmq_on(Storage::Memory, Mode::Event);
+        let cmd = launcher().command(mem, 1, sock).unwrap();
+        assert!(args(&cmd)[2].contains(",mem=1073741824,image=/dev/shm/d.raw,"));
+        let cached = System::vbmq_on(Storage::PageCache, Mode::Event);
+        let cmd = launcher().command(cached, 1, sock).unwrap();
+        assert!(args(&cmd)[2].contains(",path=/dev/shm/d.raw,direct=off,"));
         let l = launcher();
         assert!(l.not_applicable(System::vbmq(Mode::Poll), 1).is_none());
         assert!(l.not_applicable(System::vbmq(Mode::Poll), 2).is_some());
@@ -496,7 +555,13 @@ mod tests {
     #[test]
     fn bare_metal_targets_the_file() {
         let running = launcher().launch(System::BareMetal, 1, 0).unwrap();
-        assert!(matches!(running.target(), Target::File(p) if p == Path::new("/dev/shm/d.raw")));
+        assert!(matches!(running.target(),
+            Target::File { path, direct: true } if path == Path::new("/dev/shm/d.raw")));
+        let running = launcher().launch(System::BareMetalPageCache, 1, 0).unwrap();
+        assert!(matches!(
+            running.target(),
+            Target::File { direct: false, .. }
+        ));
         assert_eq!(running.pid(), None);
     }
 

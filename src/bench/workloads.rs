@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::systems::{Mode, System};
+use super::systems::{Mode, Storage, System};
 
 /// Read or write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -117,6 +117,8 @@ pub enum Experiment {
     Batching,
     /// The virtualization path alone: vbmq `null=` against qemu-storage-daemon `null-co`.
     Null,
+    /// Seed 003: a hypervisor-side DRAM cache hit against a host page-cache read.
+    Cache,
 }
 
 impl Experiment {
@@ -129,6 +131,7 @@ impl Experiment {
             Experiment::Jobs => "Systems against jobs (VBMq Fig. 10)",
             Experiment::Batching => "Batched against unbatched submission (seed 002)",
             Experiment::Null => "Null device: the virtualization path alone",
+            Experiment::Cache => "Hypervisor-side DRAM cache hits (seed 003)",
         }
     }
 }
@@ -277,6 +280,26 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
         };
         cases.push(case(Experiment::Null, w, ClientMode::Polling, 1, systems));
     }
+
+    let mem_poll = System::vbmq_on(Storage::Memory, Mode::Poll);
+    let cache: &[Workload] = if quick {
+        &[Workload::randread(32)]
+    } else {
+        &[Workload::randread(1), Workload::randread(32)]
+    };
+    for &w in cache {
+        let systems: &[System] = if quick {
+            &[System::BareMetalPageCache, mem_poll]
+        } else {
+            &[
+                System::BareMetalPageCache,
+                mem_poll,
+                System::vbmq_on(Storage::Memory, Mode::Adaptive),
+                System::vbmq_on(Storage::PageCache, Mode::Poll),
+            ]
+        };
+        cases.push(case(Experiment::Cache, w, ClientMode::Polling, 1, systems));
+    }
     cases
 }
 
@@ -328,6 +351,7 @@ mod tests {
             Experiment::Jobs,
             Experiment::Batching,
             Experiment::Null,
+            Experiment::Cache,
         ] {
             assert!(quick.iter().any(|c| c.experiment == e), "{e:?}");
         }

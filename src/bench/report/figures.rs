@@ -122,6 +122,19 @@ pub fn render(cases: &[CaseResult]) -> Vec<Figure> {
             iops,
         ));
     }
+    let cache = of(cases, Experiment::Cache);
+    if !cache.is_empty() {
+        let s = systems(&cache);
+        figures.push(bars(
+            "seed003-cache.svg",
+            Experiment::Cache,
+            "Seed 003: DRAM cache hits, hypervisor side against host page cache, IOPS",
+            "IOPS",
+            &cache,
+            &s,
+            iops,
+        ));
+    }
     figures
 }
 

@@ -9,13 +9,14 @@ use super::Report;
 use super::figures::Figure;
 use super::table::{case_markdown, case_title, goals_markdown};
 
-const EXPERIMENTS: [Experiment; 6] = [
+const EXPERIMENTS: [Experiment; 7] = [
     Experiment::Matrix,
     Experiment::InterruptClient,
     Experiment::Queues,
     Experiment::Jobs,
     Experiment::Batching,
     Experiment::Null,
+    Experiment::Cache,
 ];
 
 /// The whole report.md.
@@ -163,6 +164,11 @@ fn note(e: Experiment, report: &Report) -> String {
         Experiment::Null => "No storage behind the device: what remains is the virtualization \
             path (vhost-user rings, notifications, request parsing). qemu-storage-daemon runs \
             null-co in one iothread, with read-zeroes=on since vbmq's null device also returns zeros."
+            .into(),
+        Experiment::Cache => "Every read hits DRAM. vbmq `mem=` serves a copy of the disk loaded \
+            into its own memory (`image=`), a hypervisor-side DRAM cache with every read a hit; \
+            bare metal (page cache) reads the tmpfs file without O_DIRECT; vbmq `direct=off` \
+            reads it through the host page cache."
             .into(),
     }
 }

@@ -36,7 +36,8 @@ pub fn case_title(case: &CaseResult) -> String {
 /// One row per system: medians, and IOPS ratios against bare metal and VBDP in the same case.
 fn case_rows(case: &CaseResult) -> Vec<Vec<String>> {
     let reference = |s: System| case.summary(s).map(|s| s.iops.median);
-    let bare = reference(System::BareMetal);
+    // The cache cases compare with page-cache reads, the others with O_DIRECT ones.
+    let bare = reference(System::BareMetal).or_else(|| reference(System::BareMetalPageCache));
     let vbdp = reference(System::QsdVbdp);
     case.points
         .iter()
