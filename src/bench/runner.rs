@@ -130,7 +130,16 @@ impl<'a> Runner<'a> {
                 }
                 self.progress
                     .show(&case.id(), &point.label, round + 1, self.settings.runs);
-                match self.run_once(point.system, case, &mut point.warnings) {
+                let mut attempt = self.run_once(point.system, case, &mut point.warnings);
+                if let Err(BenchError::Request(e)) = &attempt {
+                    // A stall on a shared machine, or a backend fault: one more try, and the
+                    // failure stays on record either way.
+                    point
+                        .errors
+                        .push(format!("run {}: {e} (retried)", round + 1));
+                    attempt = self.run_once(point.system, case, &mut point.warnings);
+                }
+                match attempt {
                     Ok(sample) => point.runs.push(sample),
                     Err(BenchError::Interrupted) => break,
                     Err(e @ BenchError::Backend(_)) => {
