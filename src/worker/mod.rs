@@ -4,6 +4,7 @@
 mod affinity;
 mod inflight;
 mod queue_worker;
+mod requests;
 mod stats;
 
 pub use affinity::{online_cpus, pin_current_thread};

@@ -10,15 +10,16 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, error, warn};
 use vhost_user_backend::{VringRwLock, VringState, VringT};
-use virtio_queue::{Queue, QueueT};
-use vm_memory::{Bytes, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use virtio_queue::QueueT;
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 
 use super::affinity::pin_current_thread;
 use super::inflight::InFlight;
+use super::requests::Ctx;
 use super::stats::QueueStats;
-use crate::backend::{Disk, Engine, EngineOptions, IoOp};
+use crate::backend::{Disk, Engine, EngineOptions};
 use crate::config::WaitMode;
-use crate::virtio_blk::{BlkDevice, RequestType, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, parse};
+use crate::virtio_blk::BlkDevice;
 
 /// How a queue's worker runs.
 #[derive(Clone, Copy, Debug)]
@@ -57,180 +58,6 @@ pub struct QueueWorker {
     vring: Option<VringRwLock>,
     set_up: bool,
     stats: Arc<QueueStats>,
-}
-
-/// Everything a pass needs, borrowed apart from the worker so the queue lock can be held.
-struct Ctx<'a> {
-    mem: &'a GuestMemoryMmap,
-    device: &'a BlkDevice,
-    engine: Option<&'a mut Box<dyn Engine>>,
-    inflight: &'a mut InFlight,
-    stats: &'a QueueStats,
-}
-
-fn write_status(mem: &GuestMemoryMmap, addr: vm_memory::GuestAddress, status: u32) {
-    // The address was checked when the request was parsed; a failure here is the guest's loss.
-    let _ = mem.write_obj(status as u8, addr);
-}
-
-fn add_used(queue: &mut Queue, mem: &GuestMemoryMmap, head: u16, len: u32) -> usize {
-    match queue.add_used(mem, head, len) {
-        Ok(()) => 1,
-        Err(e) => {
-            debug!("cannot return descriptor {head}: {e}");
-            0
-        }
-    }
-}
-
-impl Ctx<'_> {
-    /// Parses a chain and hands it to the engine, or completes it at once. Returns the used
-    /// entries added.
-    fn start(
-        &mut self,
-        queue: &mut Queue,
-        chain: virtio_queue::DescriptorChain<&GuestMemoryMmap>,
-    ) -> usize {
-        let head = chain.head_index();
-        let h = usize::from(head);
-        if head >= queue.size() || h >= self.inflight.slots.len() {
-            debug!("descriptor head {head} outside the queue: dropped");
-            return 0;
-        }
-        if self.inflight.slots[h].busy {
-            debug!("descriptor head {head} reused while in flight");
-            return add_used(queue, self.mem, head, 0);
-        }
-        let (iov, ranges) = self.inflight.buffers(h);
-        let request = match parse(chain, self.mem, self.device, iov, ranges) {
-            Ok(request) => request,
-            Err(rejection) => {
-                debug!("request {head} rejected: {}", rejection.error);
-                self.stats.record(false, 0, 0);
-                let len = match rejection.status {
-                    Some(addr) => {
-                        write_status(self.mem, addr, u32::from(rejection.error.status()));
-                        1
-                    }
-                    None => 0,
-                };
-                return add_used(queue, self.mem, head, len);
-            }
-        };
-        let stats = self.stats;
-        let complete_now = |status: u32, len: u32, queue: &mut Queue| {
-            stats.record(status == VIRTIO_BLK_S_OK, 0, 0);
-            write_status(self.mem, request.status, status);
-            add_used(queue, self.mem, head, len)
-        };
-        let (ops, expect, used_len) = match request.kind {
-            RequestType::GetId => {
-                let n = (request.data_len as usize).min(self.device.serial.len());
-                let status = match self
-                    .mem
-                    .write_slice(&self.device.serial[..n], request.id_addr)
-                {
-                    Ok(()) => VIRTIO_BLK_S_OK,
-                    Err(_) => VIRTIO_BLK_S_IOERR,
-                };
-                return complete_now(status, n as u32 + 1, queue);
-            }
-            RequestType::In | RequestType::Out if request.data_len == 0 => {
-                return complete_now(VIRTIO_BLK_S_OK, 1, queue);
-            }
-            RequestType::In => (1, request.data_len as i32, request.data_len + 1),
-            RequestType::Out | RequestType::Flush => (1, request.data_len as i32, 1),
-            RequestType::Discard | RequestType::WriteZeroes => (request.range_count, 0, 1),
-        };
-        let Some(engine) = self.engine.as_deref_mut() else {
-            return complete_now(VIRTIO_BLK_S_IOERR, 1, queue);
-        };
-        let mut pushed = 0;
-        let mut failed = false;
-        for i in 0..ops {
-            let op = match request.kind {
-                RequestType::In => IoOp::Read {
-                    offset: request.offset,
-                    iov: self.inflight.iovecs(h),
-                    count: request.iov_count,
-                },
-                RequestType::Out => IoOp::Write {
-                    offset: request.offset,
-                    iov: self.inflight.iovecs(h),
-                    count: request.iov_count,
-                },
-                RequestType::Flush => IoOp::Flush,
-                RequestType::Discard => {
-                    let range = self.inflight.range(h, i as usize);
-                    IoOp::Discard {
-                        offset: range.offset,
-                        len: range.len,
-                    }
-                }
-                RequestType::WriteZeroes | RequestType::GetId => {
-                    let range = self.inflight.range(h, i as usize);
-                    IoOp::WriteZeroes {
-                        offset: range.offset,
-                        len: range.len,
-                        unmap: range.unmap,
-                    }
-                }
-            };
-            if let Err(e) = engine.push(op, u64::from(head)) {
-                error!("queue engine refused a request: {e}");
-                failed = true;
-                break;
-            }
-            pushed += 1;
-        }
-        if pushed == 0 {
-            return complete_now(VIRTIO_BLK_S_IOERR, 1, queue);
-        }
-        let slot = &mut self.inflight.slots[h];
-        slot.busy = true;
-        slot.pending = pushed;
-        slot.expect = expect;
-        slot.failed = failed;
-        slot.used_len = used_len;
-        slot.status = request.status;
-        (slot.read, slot.written) = match request.kind {
-            RequestType::In => (request.data_len, 0),
-            RequestType::Out => (0, request.data_len),
-            _ => (0, 0),
-        };
-        self.inflight.count += 1;
-        0
-    }
-
-    /// Records one engine completion; returns the used entries added.
-    fn complete(&mut self, queue: &mut Queue, tag: u64, result: i32) -> usize {
-        let Some(slot) = self.inflight.slots.get_mut(tag as usize) else {
-            return 0;
-        };
-        if !slot.busy {
-            return 0;
-        }
-        if result != slot.expect {
-            debug!("request {tag}: result {result}, expected {}", slot.expect);
-            slot.failed = true;
-        }
-        slot.pending -= 1;
-        if slot.pending > 0 {
-            return 0;
-        }
-        slot.busy = false;
-        let (status, len) = if slot.failed {
-            (VIRTIO_BLK_S_IOERR, 1)
-        } else {
-            (VIRTIO_BLK_S_OK, slot.used_len)
-        };
-        let addr = slot.status;
-        self.stats
-            .record(!slot.failed, u64::from(slot.read), u64::from(slot.written));
-        self.inflight.count -= 1;
-        write_status(self.mem, addr, status);
-        add_used(queue, self.mem, tag as u16, len)
-    }
 }
 
 impl QueueWorker {
