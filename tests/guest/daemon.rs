@@ -105,6 +105,9 @@ fn is_complaint(line: &str) -> bool {
 
 impl Drop for Vbmq {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- vbmq log ---\n{}", self.log_text());
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

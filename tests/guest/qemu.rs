@@ -2,7 +2,7 @@
 
 use super::{INSTALL_HINT, TestDir, cpio};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -82,7 +82,6 @@ impl Vm {
     }
 
     fn boot(&self, accel: &str, script: &str) -> Result<GuestRun, String> {
-        let timeout = self.timeout;
         let dir = TestDir::new("guest");
         let initrd = dir.join("initrd");
         let mut image = std::fs::read(base_initramfs()).map_err(|e| e.to_string())?;
@@ -91,29 +90,54 @@ impl Vm {
         let serial = dir.join("serial.log");
         let stderr = dir.join("qemu.log");
 
+        let mut cmd = self.command(accel, &initrd, &serial);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).map_err(|e| e.to_string())?);
+        let start = Instant::now();
+        let child = cmd.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => format!("{QEMU} not found; {INSTALL_HINT}"),
+            _ => format!("cannot start {QEMU}: {e}"),
+        })?;
+        let exit = wait_for(KillOnDrop(child), self.timeout)?;
+        let elapsed = start.elapsed();
+
+        let console =
+            String::from_utf8_lossy(&std::fs::read(&serial).unwrap_or_default()).replace('\r', "");
+        let qemu_log = std::fs::read_to_string(&stderr).unwrap_or_default();
+        let context = format!("\n--- console ---\n{console}\n--- qemu stderr ---\n{qemu_log}");
+        let Some(exit) = exit else {
+            return Err(format!("timed out after {:?}{context}", self.timeout));
+        };
+        let Some((status, output)) = script_result(&console) else {
+            return Err(format!(
+                "no exit status from the guest (qemu {exit}){context}"
+            ));
+        };
+        Ok(GuestRun {
+            output: output.to_string(),
+            console,
+            status,
+            elapsed,
+        })
+    }
+
+    fn command(&self, accel: &str, initrd: &Path, serial: &Path) -> Command {
+        let mem = format!("{}M", self.mem_mib);
         let mut cmd = Command::new(QEMU);
         cmd.args(["-nodefaults", "-nographic", "-no-reboot"])
             .args(accel_args(accel))
-            .args([
-                "-smp",
-                &self.vcpus.to_string(),
-                "-m",
-                &format!("{}M", self.mem_mib),
-            ])
+            .args(["-smp", &self.vcpus.to_string(), "-m", &mem])
             // vhost-user needs guest RAM the backend can map: a shared memfd as the NUMA node.
             .args([
                 "-object",
-                &format!(
-                    "memory-backend-memfd,id=mem,size={}M,share=on",
-                    self.mem_mib
-                ),
-                "-numa",
-                "node,memdev=mem",
+                &format!("memory-backend-memfd,id=mem,size={mem},share=on"),
             ])
+            .args(["-numa", "node,memdev=mem"])
             .arg("-kernel")
             .arg(kernel())
             .arg("-initrd")
-            .arg(&initrd)
+            .arg(initrd)
             .args(["-append", "console=ttyS0 quiet panic=-1"])
             .arg("-serial")
             .arg(format!("file:{}", serial.display()));
@@ -125,57 +149,30 @@ impl Vm {
                 &format!("vhost-user-blk-pci,chardev=disk{i},num-queues={queues}"),
             ]);
         }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).map_err(|e| e.to_string())?);
-
-        let start = Instant::now();
-        let child = cmd.spawn().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => format!("{QEMU} not found; {INSTALL_HINT}"),
-            _ => format!("cannot start {QEMU}: {e}"),
-        })?;
-        let mut child = KillOnDrop(child);
-        let exit = loop {
-            if let Some(status) = child.0.try_wait().map_err(|e| e.to_string())? {
-                break Some(status);
-            }
-            if start.elapsed() > timeout {
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let elapsed = start.elapsed();
-        let console =
-            String::from_utf8_lossy(&std::fs::read(&serial).unwrap_or_default()).replace('\r', "");
-        let qemu_log = std::fs::read_to_string(&stderr).unwrap_or_default();
-        let context = format!("\n--- console ---\n{console}\n--- qemu stderr ---\n{qemu_log}");
-        let Some(exit) = exit else {
-            return Err(format!("timed out after {timeout:?}{context}"));
-        };
-        let Some(status) = console
-            .lines()
-            .find_map(|l| l.trim().strip_prefix(EXIT_MARKER))
-            .and_then(|s| s.trim().parse().ok())
-        else {
-            return Err(format!(
-                "no exit status from the guest (qemu {exit}){context}"
-            ));
-        };
-        let output = console
-            .split_once(BEGIN_MARKER)
-            .map_or("", |(_, rest)| rest)
-            .split(EXIT_MARKER)
-            .next()
-            .unwrap_or_default()
-            .trim_start_matches('\n')
-            .to_string();
-        Ok(GuestRun {
-            console,
-            output,
-            status,
-            elapsed,
-        })
+        cmd
     }
+}
+
+/// The guest's exit, or None if it ran out of time (it is killed then).
+fn wait_for(mut child: KillOnDrop, timeout: Duration) -> Result<Option<ExitStatus>, String> {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.0.try_wait().map_err(|e| e.to_string())? {
+            return Ok(Some(status));
+        }
+        if start.elapsed() > timeout {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The script's exit status and what it printed, from the console /init wrote them to.
+fn script_result(console: &str) -> Option<(i32, &str)> {
+    let (_, rest) = console.split_once(BEGIN_MARKER)?;
+    let (output, after) = rest.split_once(EXIT_MARKER)?;
+    let status = after.lines().next()?.trim().parse().ok()?;
+    Some((status, output.trim_start_matches('\n')))
 }
 
 struct KillOnDrop(Child);
@@ -286,4 +283,17 @@ fn base_initramfs() -> &'static Path {
         );
         out
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::script_result;
+
+    #[test]
+    fn script_result_reads_the_markers() {
+        let console = "SeaBIOS\nVBMQ-GUEST-BEGIN\nhello\nworld\nVBMQ-GUEST-EXIT 3\n[ 1.0] reboot\n";
+        assert_eq!(script_result(console), Some((3, "hello\nworld\n")));
+        assert_eq!(script_result("VBMQ-GUEST-BEGIN\nhung"), None);
+        assert_eq!(script_result("Kernel panic"), None);
+    }
 }
