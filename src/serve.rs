@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tracing::info;
 
-use crate::backend::{Disk, FileDisk, MemoryDisk, NullDisk};
+use crate::backend::{CachedDisk, Disk, FileDisk, MemoryDisk, NullDisk};
 use crate::config::{DiskSpec, SpecError, Storage};
 use crate::confine::{ConfineOptions, DiskAccess, confine};
 use crate::vhost_user::DiskServer;
@@ -78,12 +78,24 @@ fn default_serial(spec: &DiskSpec) -> String {
 
 fn open_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
     match &spec.storage {
-        Storage::File(path) => FileDisk::open(path, spec.readonly, spec.direct)
-            .map(|disk| Arc::new(disk) as Arc<dyn Disk>)
-            .map_err(|e| SpecError {
-                key: "path".into(),
-                reason: format!("{}: {e}", path.display()),
-            }),
+        Storage::File(path) => {
+            let disk: Arc<dyn Disk> = FileDisk::open(path, spec.readonly, spec.direct)
+                .map(Arc::new)
+                .map_err(|e| SpecError {
+                    key: "path".into(),
+                    reason: format!("{}: {e}", path.display()),
+                })?;
+            if spec.cache == 0 {
+                return Ok(disk);
+            }
+            let label = spec.socket.display().to_string();
+            CachedDisk::open(disk, path, spec.cache, &label)
+                .map(|disk| Arc::new(disk) as Arc<dyn Disk>)
+                .map_err(|e| SpecError {
+                    key: "cache".into(),
+                    reason: e.to_string(),
+                })
+        }
         Storage::Null(size) => Ok(Arc::new(NullDisk::new(*size))),
         Storage::Memory { size, image } => {
             let disk = match image {

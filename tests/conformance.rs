@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{Client, Daemon, image, pattern};
-use vbmq::backend::{Disk, Engine, EngineOptions, FileDisk, IoOp, MemoryDisk, NullDisk};
+use vbmq::backend::{
+    CachedDisk, Disk, Engine, EngineOptions, FileDisk, IoOp, MemoryDisk, NullDisk,
+};
 
 const CAPACITY: u64 = 8 << 20;
 const SEED: u64 = 7;
@@ -27,6 +29,10 @@ struct Case {
 
 fn cases(dir: &Path) -> Vec<Case> {
     let file = |name: &str| image(dir, name, CAPACITY as usize, SEED);
+    let cached = |name: &str, cache: u64| -> Arc<dyn Disk> {
+        let inner = FileDisk::open(&file(name), false, true).unwrap();
+        Arc::new(CachedDisk::open(Arc::new(inner), &dir.join(name), cache, name).unwrap())
+    };
     vec![
         Case {
             name: "null",
@@ -55,6 +61,18 @@ fn cases(dir: &Path) -> Vec<Case> {
         Case {
             name: "mem image",
             disk: Arc::new(MemoryDisk::load(CAPACITY, &file("image.raw")).unwrap()),
+            stores: true,
+            seeded: true,
+        },
+        Case {
+            name: "cached file",
+            disk: cached("cached.raw", 4 << 20),
+            stores: true,
+            seeded: true,
+        },
+        Case {
+            name: "cached file, tiny cache",
+            disk: cached("tiny.raw", 64 << 10),
             stores: true,
             seeded: true,
         },
@@ -376,6 +394,12 @@ fn daemon_conformance() {
         (
             "mem image",
             format!("mem=8M,image={}", file("i.raw")),
+            true,
+            true,
+        ),
+        (
+            "cached",
+            format!("path={},cache=4M", file("c.raw")),
             true,
             true,
         ),

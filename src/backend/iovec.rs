@@ -17,6 +17,15 @@ impl IovList {
         IovList { iov, count }
     }
 
+    /// The iovecs, as given.
+    pub fn as_ptr(&self) -> *const libc::iovec {
+        self.iov
+    }
+
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
     fn iovecs(&self) -> &[libc::iovec] {
         if self.count == 0 {
             return &[];

@@ -3,6 +3,7 @@
 //! A [`Disk`] is shared by all queues of a device; each queue's worker asks it for an [`Engine`]
 //! of its own, which it owns outright: no lock is shared between queues on the data path.
 
+pub mod cache;
 mod file;
 mod host_memory;
 mod iovec;
@@ -13,6 +14,7 @@ mod uring;
 use std::io;
 use std::os::fd::RawFd;
 
+pub use cache::CachedDisk;
 pub use file::FileDisk;
 pub use memory::MemoryDisk;
 pub use null::NullDisk;

@@ -1,0 +1,467 @@
+//! A queue's engine in front of the file's own: hits are copied into the guest's buffers at
+//! push time, on the queue's thread, without a system call; misses read whole blocks through the
+//! file's engine into a staging buffer, which then serves the guest and fills the cache.
+//!
+//! Consistency: a write, discard or write-zeroes invalidates the blocks it touched when it
+//! completes, before the guest hears of it, whatever its result; a read racing with it could
+//! still bring the old bytes in, so every fill carries the generation of each block's shard
+//! taken before its read was issued, and is dropped if an invalidation came in between.
+
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::io;
+use std::os::fd::RawFd;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use tracing::error;
+
+use super::readahead::Readahead;
+use super::stats::{DiskStats, QueueCounters};
+use super::store::{BlockCache, Filled};
+use crate::backend::iovec::IovList;
+use crate::backend::{Engine, IoOp};
+
+/// Reads larger than this bypass the cache: they would flush it for little gain.
+const MAX_CACHED_READ: usize = 1 << 20;
+/// Read-ahead operations one queue keeps in flight, at most.
+pub const MAX_PREFETCH: u32 = 2;
+/// Staging buffers kept for reuse per queue.
+const SPARE_BUFFERS: usize = 8;
+
+/// A block-aligned buffer for reads from the file, with the iovec that describes it (boxed, so
+/// it stays put while the kernel holds a pointer to it).
+struct Staging {
+    ptr: NonNull<u8>,
+    layout: Layout,
+    iov: Box<libc::iovec>,
+}
+
+impl Staging {
+    fn new(len: usize, align: usize) -> Option<Self> {
+        let layout = Layout::from_size_align(len.max(align), align).ok()?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
+        let iov = Box::new(libc::iovec {
+            iov_base: ptr.as_ptr().cast(),
+            iov_len: layout.size(),
+        });
+        Some(Staging { ptr, layout, iov })
+    }
+
+    /// The iovec for reading `len` bytes (at most the buffer's size) into the buffer.
+    fn iovec(&mut self, len: usize) -> *const libc::iovec {
+        self.iov.iov_len = len.min(self.layout.size());
+        &*self.iov
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+/// What an operation handed to the file's engine is for.
+enum Kind {
+    /// A guest read that missed: fill the cache, then complete the guest's read.
+    Read {
+        iov: IovList,
+        /// Where in the guest's buffers the staged bytes go.
+        at: usize,
+        /// Staged bytes before the guest's first byte.
+        skip: usize,
+        copy_len: usize,
+        /// The result the guest's read reports on success.
+        total: i32,
+    },
+    /// Read-ahead: fill the cache only.
+    Prefetch,
+    /// A read forwarded as is (too large to cache).
+    Bypass,
+    /// Changes `[offset, offset + len)` on the file: invalidate it on completion.
+    Change { offset: u64, len: u64 },
+    /// Flush.
+    Plain,
+}
+
+/// An operation in flight in the file's engine.
+struct Pending {
+    kind: Kind,
+    /// The worker's tag (unused for read-ahead).
+    tag: u64,
+    staging: Option<Staging>,
+    first_block: u64,
+    blocks: usize,
+    /// Bytes asked of the file.
+    read_len: usize,
+    generations: Vec<u64>,
+}
+
+/// A queue's engine over a cached disk.
+pub struct CachedEngine {
+    inner: Box<dyn Engine>,
+    cache: Arc<BlockCache>,
+    counters: Arc<QueueCounters>,
+    stats: Arc<DiskStats>,
+    capacity: u64,
+    /// Completions decided at push time (hits), reported at the next reap.
+    ready: Vec<(u64, i32)>,
+    /// In-flight operations, indexed by the tag given to the file's engine.
+    pending: Vec<Option<Pending>>,
+    free_tags: Vec<usize>,
+    readahead: Readahead,
+    prefetching: u32,
+    spare: Vec<Staging>,
+    spare_generations: Vec<Vec<u64>>,
+}
+
+// SAFETY: the raw pointers it holds are guest iovecs, valid until their operation is reaped (the
+// `Engine::push` contract), and its own staging buffers; the engine moves between threads only
+// with its worker and is never shared.
+unsafe impl Send for CachedEngine {}
+
+impl CachedEngine {
+    pub fn new(
+        inner: Box<dyn Engine>,
+        cache: Arc<BlockCache>,
+        stats: Arc<DiskStats>,
+        capacity: u64,
+        depth: u32,
+    ) -> Self {
+        CachedEngine {
+            inner,
+            readahead: Readahead::new(cache.budget()),
+            cache,
+            counters: stats.queue(),
+            stats,
+            capacity,
+            ready: Vec::with_capacity(depth as usize),
+            pending: Vec::with_capacity(depth as usize),
+            free_tags: Vec::new(),
+            prefetching: 0,
+            spare: Vec::new(),
+            spare_generations: Vec::new(),
+        }
+    }
+
+    fn staging(&mut self, len: usize) -> io::Result<Staging> {
+        if let Some(i) = self.spare.iter().position(|s| s.layout.size() >= len) {
+            return Ok(self.spare.swap_remove(i));
+        }
+        Staging::new(len.next_power_of_two(), self.cache.block_size())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))
+    }
+
+    /// Hands `op` to the file's engine on behalf of `pending`.
+    fn forward(&mut self, op: IoOp, pending: Pending) -> io::Result<()> {
+        let tag = match self.free_tags.pop() {
+            Some(tag) => tag,
+            None => {
+                self.pending.push(None);
+                self.pending.len() - 1
+            }
+        };
+        self.pending[tag] = Some(pending);
+        if let Err(e) = self.inner.push(op, tag as u64) {
+            if let Some(pending) = self.pending[tag].take() {
+                recycle(&mut self.spare, &mut self.spare_generations, pending);
+            }
+            self.free_tags.push(tag);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Reads blocks `[first, first + blocks)` from the file into a staging buffer.
+    fn read_blocks(&mut self, first: u64, blocks: usize, kind: Kind, tag: u64) -> io::Result<()> {
+        let bs = self.cache.block_size();
+        let start = first * bs as u64;
+        let read_len = ((start + (blocks * bs) as u64).min(self.capacity) - start) as usize;
+        let mut generations = self.spare_generations.pop().unwrap_or_default();
+        generations.clear();
+        // Taken before the read is issued: see the module's comment.
+        generations.extend((first..first + blocks as u64).map(|b| self.cache.generation(b)));
+        let mut staging = self.staging(blocks * bs)?;
+        let op = IoOp::Read {
+            offset: start,
+            iov: staging.iovec(read_len),
+            count: 1,
+        };
+        let pending = Pending {
+            kind,
+            tag,
+            staging: Some(staging),
+            first_block: first,
+            blocks,
+            read_len,
+            generations,
+        };
+        self.forward(op, pending)
+    }
+
+    fn read(&mut self, offset: u64, iov: IovList, tag: u64) -> io::Result<()> {
+        let len = iov.len();
+        let end = offset.saturating_add(len as u64);
+        let Ok(total) = i32::try_from(len) else {
+            self.ready.push((tag, -libc::EINVAL));
+            return Ok(());
+        };
+        if len == 0 || end > self.capacity {
+            self.ready
+                .push((tag, if len == 0 { 0 } else { -libc::EIO }));
+            return Ok(());
+        }
+        let prefetch = self.readahead.observe(offset, len as u64, self.capacity);
+        if len > MAX_CACHED_READ {
+            self.counters.miss(0, len as u64);
+            let op = IoOp::Read {
+                offset,
+                iov: iov.as_ptr(),
+                count: iov.count(),
+            };
+            return self.forward(op, pending(Kind::Bypass, tag));
+        }
+        let bs = self.cache.block_size() as u64;
+        let (first, end_block) = (offset / bs, end.div_ceil(bs));
+        let mut block = first;
+        let mut copied = 0usize;
+        while block < end_block {
+            let block_start = block * bs;
+            let from = offset.max(block_start);
+            let n = (end.min(block_start + bs) - from) as usize;
+            let within = (from - block_start) as usize;
+            match self.cache.read(block, within, n, &iov, copied) {
+                Some(prefetched) => {
+                    if prefetched {
+                        self.counters.readahead_hit();
+                    }
+                    copied += n;
+                    block += 1;
+                }
+                None => break,
+            }
+        }
+        if block == end_block {
+            self.counters.hit(len as u64);
+            self.ready.push((tag, total));
+        } else {
+            self.counters.miss(copied as u64, (len - copied) as u64);
+            let kind = Kind::Read {
+                iov,
+                at: copied,
+                skip: offset.saturating_sub(block * bs) as usize,
+                copy_len: len - copied,
+                total,
+            };
+            self.read_blocks(block, (end_block - block) as usize, kind, tag)?;
+        }
+        if let Some((start, len)) = prefetch {
+            self.prefetch(start, len);
+        }
+        Ok(())
+    }
+
+    /// Starts reading `[start, start + len)` into the cache, skipping blocks already there.
+    fn prefetch(&mut self, start: u64, len: u64) {
+        if self.prefetching >= MAX_PREFETCH {
+            return;
+        }
+        let bs = self.cache.block_size() as u64;
+        let mut first = start / bs;
+        let end_block = (start + len).div_ceil(bs);
+        while first < end_block && self.cache.contains(first) {
+            first += 1;
+        }
+        if first == end_block {
+            return;
+        }
+        let blocks = (end_block - first) as usize;
+        match self.read_blocks(first, blocks, Kind::Prefetch, 0) {
+            Ok(()) => {
+                self.prefetching += 1;
+                self.counters.read_ahead(blocks as u64 * bs);
+            }
+            // Read-ahead is an optimisation: a refusal only costs the misses it would have saved.
+            Err(e) => error!("read-ahead refused: {e}"),
+        }
+    }
+
+    /// Completes one operation of the file's engine; returns the guest's completion, if any.
+    fn complete(&mut self, inner_tag: u64, result: i32) -> Option<(u64, i32)> {
+        let pending = self.pending.get_mut(inner_tag as usize)?.take()?;
+        self.free_tags.push(inner_tag as usize);
+        let guest = match &pending.kind {
+            Kind::Read { .. } | Kind::Prefetch => self.finish_read(&pending, result),
+            Kind::Bypass | Kind::Plain => Some((pending.tag, result)),
+            Kind::Change { offset, len } => {
+                // Before the guest hears of it, success or not: a failed write may have changed
+                // part of the range, and must not leave a cached copy that disagrees.
+                self.cache.invalidate(*offset, *len);
+                Some((pending.tag, result))
+            }
+        };
+        recycle(&mut self.spare, &mut self.spare_generations, pending);
+        guest
+    }
+
+    fn finish_read(&mut self, pending: &Pending, result: i32) -> Option<(u64, i32)> {
+        let ok = usize::try_from(result).is_ok_and(|n| n == pending.read_len);
+        if matches!(pending.kind, Kind::Prefetch) {
+            self.prefetching = self.prefetching.saturating_sub(1);
+        }
+        let staging = pending.staging.as_ref()?;
+        if ok {
+            let bs = self.cache.block_size();
+            // The last block of a disk whose size is not a multiple of the block: its tail is
+            // past the end, read as zeros.
+            // SAFETY: the buffer holds `blocks * bs >= read_len` bytes.
+            unsafe {
+                std::ptr::write_bytes(
+                    staging.ptr.as_ptr().add(pending.read_len),
+                    0,
+                    pending.blocks * bs - pending.read_len,
+                )
+            };
+            // SAFETY: the buffer holds `blocks` blocks.
+            let filled = unsafe {
+                self.cache.fill(
+                    pending.first_block,
+                    pending.blocks,
+                    staging.ptr.as_ptr(),
+                    &pending.generations,
+                    matches!(pending.kind, Kind::Prefetch),
+                )
+            };
+            self.count(filled);
+        }
+        let Kind::Read {
+            iov,
+            at,
+            skip,
+            copy_len,
+            total,
+        } = pending.kind
+        else {
+            return None;
+        };
+        if !ok {
+            let error = if result < 0 { result } else { -libc::EIO };
+            return Some((pending.tag, error));
+        }
+        // SAFETY: `skip + copy_len <= read_len` (the staged blocks cover the rest of the
+        // guest's read); guest buffers never overlap the staging buffer.
+        unsafe { iov.copy_in(at, staging.ptr.as_ptr().add(skip), copy_len) };
+        Some((pending.tag, total))
+    }
+
+    fn count(&self, filled: Filled) {
+        self.counters.evicted(filled.evicted);
+        self.counters.dropped(filled.dropped);
+    }
+
+    fn in_flight(&self) -> bool {
+        self.pending.iter().any(Option::is_some)
+    }
+}
+
+fn pending(kind: Kind, tag: u64) -> Pending {
+    Pending {
+        kind,
+        tag,
+        staging: None,
+        first_block: 0,
+        blocks: 0,
+        read_len: 0,
+        generations: Vec::new(),
+    }
+}
+
+/// Keeps a finished operation's buffers for the next ones.
+fn recycle(spare: &mut Vec<Staging>, generations: &mut Vec<Vec<u64>>, pending: Pending) {
+    if let Some(staging) = pending.staging
+        && spare.len() < SPARE_BUFFERS
+    {
+        spare.push(staging);
+    }
+    if pending.generations.capacity() > 0 && generations.len() < SPARE_BUFFERS {
+        generations.push(pending.generations);
+    }
+}
+
+impl Engine for CachedEngine {
+    fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()> {
+        match op {
+            IoOp::Read { offset, iov, count } => {
+                // SAFETY: the worker's iovecs stay valid until reaped (the `Engine::push`
+                // contract).
+                let iov = unsafe { IovList::new(iov, count) };
+                self.read(offset, iov, tag)
+            }
+            IoOp::Write { offset, iov, count } => {
+                // SAFETY: as above.
+                let len = unsafe { IovList::new(iov, count) }.len() as u64;
+                self.forward(op, pending(Kind::Change { offset, len }, tag))
+            }
+            IoOp::Discard { offset, len } | IoOp::WriteZeroes { offset, len, .. } => {
+                self.forward(op, pending(Kind::Change { offset, len }, tag))
+            }
+            IoOp::Flush => self.forward(op, pending(Kind::Plain, tag)),
+        }
+    }
+
+    fn submit(&mut self) -> io::Result<()> {
+        self.inner.submit()
+    }
+
+    fn wait(&mut self) -> io::Result<()> {
+        if self.ready.is_empty() {
+            self.inner.wait()
+        } else {
+            self.inner.submit()
+        }
+    }
+
+    fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
+        for (tag, result) in self.ready.drain(..) {
+            done(tag, result);
+        }
+        let mut finished = std::mem::take(&mut self.ready);
+        self.inner
+            .reap(&mut |tag, result| finished.push((tag, result)));
+        for (inner_tag, result) in finished.drain(..) {
+            if let Some((tag, result)) = self.complete(inner_tag, result) {
+                done(tag, result);
+            }
+        }
+        self.ready = finished;
+    }
+
+    fn completion_fd(&self) -> Option<RawFd> {
+        self.inner.completion_fd()
+    }
+}
+
+impl Drop for CachedEngine {
+    fn drop(&mut self) {
+        // Read-ahead is not the worker's to drain: wait for it here, the kernel writes into
+        // the staging buffers until then.
+        while self.in_flight() {
+            if let Err(e) = self.inner.wait() {
+                error!("cache: cannot wait for read-ahead to finish: {e}");
+                // Leak the buffers rather than free memory the kernel may still write to.
+                for pending in self.pending.iter_mut().filter_map(Option::take) {
+                    std::mem::forget(pending);
+                }
+                break;
+            }
+            let mut finished = Vec::new();
+            self.inner
+                .reap(&mut |tag, result| finished.push((tag, result)));
+            for (tag, result) in finished {
+                self.complete(tag, result);
+            }
+        }
+        self.stats.retire(&self.counters);
+    }
+}
