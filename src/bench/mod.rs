@@ -126,6 +126,13 @@ fn bench(opts: &Options) -> Result<bool> {
         settings.runs
     );
 
+    let load_before = report::load_average();
+    if let Some(load) = load_before.filter(|&l| l > cpus.total() as f64) {
+        println!(
+            "note: load average {load:.1} on {} CPUs: other work is running, figures will be noisy",
+            cpus.total()
+        );
+    }
     let mut cases = Vec::new();
     let mut last_experiment = None;
     for case in &plan {
@@ -156,6 +163,7 @@ fn bench(opts: &Options) -> Result<bool> {
         cpus,
         settings,
         disk_bytes: disk.size(),
+        load_average: [load_before, report::load_average()],
         skipped,
         cases,
         goals,

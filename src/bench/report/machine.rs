@@ -65,6 +65,16 @@ impl Machine {
     }
 }
 
+/// The 1-minute load average: above the CPU count, other work shared the CPUs with the runs.
+pub fn load_average() -> Option<f64> {
+    fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The current UTC time as `(2026-11-22T01:02:03Z, 2026-11-22-010203)`.
 pub fn utc_now() -> (String, String) {
     let secs = SystemTime::now()
@@ -116,5 +126,6 @@ mod tests {
         assert!(m.cpus_online >= 1);
         assert!(m.memory_gib > 0.0);
         assert!(m.qsd_version.is_none());
+        assert!(load_average().is_some_and(|l| l >= 0.0));
     }
 }

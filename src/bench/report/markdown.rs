@@ -108,6 +108,15 @@ fn setup(report: &Report) -> String {
             ""
         }
     );
+    let load = |l: Option<f64>| l.map_or("?".to_string(), |l| format!("{l:.1}"));
+    let _ = writeln!(
+        out,
+        "- Load average (1 min) at start and end: {} and {}. Above {} means other work shared \
+         the CPUs: absolute figures move with it, ratios taken in one interleaved run much less.",
+        load(report.load_average[0]),
+        load(report.load_average[1]),
+        m.cpus_online
+    );
     let _ = writeln!(
         out,
         "- Backing store: {} MiB raw file on tmpfs filled with random data, O_DIRECT.",

@@ -17,7 +17,7 @@ use super::goals::GoalResult;
 use super::runner::Settings;
 use super::stats::CaseResult;
 
-pub use machine::{Machine, utc_now};
+pub use machine::{Machine, load_average, utc_now};
 
 /// Everything a benchmark run produced.
 #[derive(Clone, Debug, Serialize)]
@@ -36,6 +36,8 @@ pub struct Report {
     pub settings: Settings,
     /// Backing file size in bytes.
     pub disk_bytes: u64,
+    /// 1-minute load average when the runs started and when they ended.
+    pub load_average: [Option<f64>; 2],
     /// Systems that were not run, and why.
     pub skipped: Vec<String>,
     /// Every case with every run.
@@ -104,6 +106,7 @@ mod tests {
             cpus: CpuPlan::detect().unwrap(),
             settings: Settings::new(true),
             disk_bytes: 1 << 30,
+            load_average: [Some(0.5), None],
             skipped: vec!["qsd-vbdp: not installed".into()],
             goals: crate::bench::goals::evaluate(&cases),
             cases,
