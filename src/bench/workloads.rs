@@ -221,18 +221,14 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
     }
 
     for queues in 1..=ncpu.max(1) {
-        let systems: &[System] = if quick {
-            &[bare, poll, vbdp]
-        } else {
-            &[bare, poll, adaptive, vbdp]
-        };
+        let systems = [bare, poll, adaptive, vbdp];
         let w = Workload::randread(32);
         cases.push(case(
             Experiment::Queues,
             w,
             ClientMode::Polling,
             queues,
-            systems,
+            &systems,
         ));
     }
 
