@@ -220,7 +220,7 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
         ));
     }
 
-    for queues in 1..=ncpu.max(1) {
+    for queues in queue_counts(ncpu) {
         let systems = [bare, poll, adaptive, vbdp];
         let w = Workload::randread(32);
         cases.push(case(
@@ -299,6 +299,17 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
     cases
 }
 
+/// 1..=ncpu, thinned to powers of two (and `ncpu` itself) so a large machine stays a few minutes.
+fn queue_counts(ncpu: usize) -> Vec<usize> {
+    let ncpu = ncpu.max(1);
+    let mut counts: Vec<usize> = (0..)
+        .map(|shift| 1usize << shift)
+        .take_while(|&n| n < ncpu)
+        .collect();
+    counts.push(ncpu);
+    counts
+}
+
 /// Keeps the cases whose identifier contains `text`; in the others keeps only the systems whose
 /// identifier contains it, dropping cases left empty.
 pub fn filter(cases: Vec<Case>, text: &str) -> Vec<Case> {
@@ -366,10 +377,16 @@ mod tests {
 
     #[test]
     fn queues_follow_cpu_count() {
-        let n = plan(false, 4)
-            .iter()
-            .filter(|c| c.experiment == Experiment::Queues)
-            .count();
-        assert_eq!(n, 4);
+        let queues = |ncpu| {
+            plan(false, ncpu)
+                .iter()
+                .filter(|c| c.experiment == Experiment::Queues)
+                .map(|c| c.jobs)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(queues(1), [1]);
+        assert_eq!(queues(2), [1, 2]);
+        assert_eq!(queues(4), [1, 2, 4]);
+        assert_eq!(queues(6), [1, 2, 4, 6]);
     }
 }

@@ -159,14 +159,16 @@ fn note(e: Experiment, report: &Report) -> String {
             section (seed 004)."
             .into(),
         Experiment::Queues => format!(
-            "One client job per queue. The backend has CPU {backend} only, so on this machine \
-             its queues share that CPU: the figure shows what one backend core does with more \
-             queues, not the paper's one core per queue."
+            "One client job per queue, queue counts 1 to the CPU count. The backend has CPU \
+             {backend}: where queues outnumber those CPUs they share them, so the figure shows \
+             what the backend's cores do with more queues, not the paper's one core per queue. \
+             mode=poll needs a CPU per queue and is skipped beyond that."
         ),
-        Experiment::Jobs => "Baseline runs the export in qemu-storage-daemon's main loop, VBDP in \
-            one iothread (all queues on it), vbmq one I/O thread per queue; one queue per job, \
-            interrupt client."
-            .into(),
+        Experiment::Jobs => format!(
+            "Baseline runs the export in qemu-storage-daemon's main loop, VBDP in one iothread \
+             (all queues on it), vbmq one I/O thread per queue, on backend CPU {backend} (shared \
+             when the queues outnumber those CPUs); one queue per job, interrupt client."
+        ),
         Experiment::Batching => "`batch=off` makes vbmq submit each request with its own \
             io_uring_enter call instead of one call per batch of available descriptors."
             .into(),
