@@ -15,6 +15,10 @@ use super::stats::{CaseResult, PointResult, RunSample, Summary};
 use super::systems::{Launcher, System};
 use super::workloads::Case;
 
+/// Time a run may take beyond warm-up and measurement (connecting, draining, a slow request)
+/// before its backend is killed.
+const RUN_SLACK: Duration = Duration::from_secs(20);
+
 /// How long and how often each point runs.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Settings {
@@ -184,7 +188,15 @@ impl<'a> Runner<'a> {
             warmup: Duration::from_secs_f64(self.settings.warmup_s),
             measure: Duration::from_secs_f64(self.settings.measure_s),
         };
+        let budget = spec.warmup + spec.measure + RUN_SLACK;
+        let watchdog = running.watchdog(budget);
         let load = run_load(running.target(), &spec, self.cpus, running.pid(), self.stop);
+        if watchdog.disarm() {
+            warnings.push(format!(
+                "{}: killed after {budget:?}: the run hung",
+                system.id()
+            ));
+        }
         let backend = running.pid().is_some();
         let tail = running.log_tail();
         if let Some(w) = running.stop() {

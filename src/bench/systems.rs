@@ -6,7 +6,8 @@ use std::fs::{self, File};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::thread;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use serde::{Serialize, Serializer};
@@ -377,6 +378,27 @@ impl Running {
         }
     }
 
+    /// Arms a timer that SIGKILLs the backend after `budget`: a backend that hangs mid-handshake
+    /// then fails the run (the client sees the socket close) instead of hanging the benchmark.
+    /// Disarm it before `stop`, which reaps the process.
+    pub fn watchdog(&self, budget: Duration) -> Watchdog {
+        let (cancel, cancelled) = mpsc::channel::<()>();
+        let pid = self.pid().and_then(|p| libc::pid_t::try_from(p).ok());
+        let thread = thread::spawn(move || match (cancelled.recv_timeout(budget), pid) {
+            (Err(RecvTimeoutError::Timeout), Some(pid)) => {
+                // SAFETY: kill has no memory-safety preconditions; the child is not reaped
+                // while the watchdog is armed (see above), so the pid is still ours.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                true
+            }
+            _ => false,
+        });
+        Watchdog {
+            cancel: Some(cancel),
+            thread: Some(thread),
+        }
+    }
+
     /// The last lines the backend wrote to stderr, on one line.
     pub fn log_tail(&self) -> String {
         let Some(text) = self.log.as_ref().and_then(|l| fs::read_to_string(l).ok()) else {
@@ -405,6 +427,32 @@ impl Running {
         if let Some(log) = self.log.take() {
             let _ = fs::remove_file(log);
         }
+    }
+}
+
+/// See [`Running::watchdog`].
+pub struct Watchdog {
+    cancel: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<bool>>,
+}
+
+impl Watchdog {
+    /// Disarms it; true if it had already killed the backend.
+    pub fn disarm(mut self) -> bool {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> bool {
+        drop(self.cancel.take());
+        self.thread
+            .take()
+            .is_some_and(|t| t.join().unwrap_or(false))
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -563,6 +611,26 @@ mod tests {
             Target::File { direct: false, .. }
         ));
         assert_eq!(running.pid(), None);
+    }
+
+    #[test]
+    fn watchdog_kills_a_hung_backend_and_not_a_finished_one() {
+        let spawn = || Running {
+            child: Some(Command::new("sleep").arg("30").spawn().unwrap()),
+            target: Target::VhostUser("/nonexistent".into()),
+            socket: None,
+            log: None,
+        };
+        let mut hung = spawn();
+        let dog = hung.watchdog(Duration::from_millis(20));
+        thread::sleep(Duration::from_millis(100));
+        assert!(dog.disarm());
+        let status = hung.child.as_mut().unwrap().wait().unwrap();
+        assert!(!status.success());
+
+        let mut fine = spawn();
+        assert!(!fine.watchdog(Duration::from_secs(30)).disarm());
+        assert!(fine.child.as_mut().unwrap().try_wait().unwrap().is_none());
     }
 
     #[test]
