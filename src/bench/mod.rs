@@ -5,6 +5,7 @@
 //! of interleaved runs, so the ratios between systems hold on a noisy shared machine even when
 //! absolute figures drift. The method is in `BENCHMARKS.md`.
 
+mod calibrate;
 mod client;
 mod cpus;
 mod disk;
@@ -22,6 +23,7 @@ mod workloads;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use cpus::{CpuPlan, pin_to};
 use disk::BackingFile;
@@ -85,6 +87,25 @@ fn bench(opts: &Options) -> Result<bool> {
     println!("{command}: {cpus}");
     // The harness' own thread stays off the backend CPUs; client threads pin themselves.
     pin_to(&cpus.client).map_err(|e| BenchError::io("pinning the client", e))?;
+
+    let handover = calibrate::handover(
+        cpus.client[0],
+        cpus.backend[0],
+        Duration::from_secs_f64(settings.measure_s / 2.0),
+    );
+    let handover = match handover {
+        Ok(h) => {
+            println!(
+                "CPU {} -> CPU {} hand-over, one way: wake-up {:.1} us, polled cache line {:.2} us",
+                cpus.client[0], cpus.backend[0], h.wakeup_p50_us, h.spin_p50_us
+            );
+            Some(h)
+        }
+        Err(e) => {
+            println!("hand-over calibration failed: {e}");
+            None
+        }
+    };
 
     let vbmq = std::env::current_exe().map_err(|e| BenchError::io("finding vbmq itself", e))?;
     let qsd = find_in_path("qemu-storage-daemon");
@@ -164,6 +185,7 @@ fn bench(opts: &Options) -> Result<bool> {
         settings,
         disk_bytes: disk.size(),
         load_average: [load_before, report::load_average()],
+        handover,
         skipped,
         cases,
         goals,

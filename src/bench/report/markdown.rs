@@ -117,6 +117,16 @@ fn setup(report: &Report) -> String {
         load(report.load_average[1]),
         m.cpus_online
     );
+    if let Some(h) = &report.handover {
+        let _ = writeln!(
+            out,
+            "- Hand-over between the client and backend CPUs, one way (median): {:.1} us to wake \
+             a sleeping thread through an eventfd (what an interrupt-driven client pays per \
+             completion), {:.2} us for a store to reach a thread spinning on it (what polling \
+             pays). A request through any vhost-user backend pays these on top of the storage.",
+            h.wakeup_p50_us, h.spin_p50_us
+        );
+    }
     let _ = writeln!(
         out,
         "- Backing store: {} MiB raw file on tmpfs filled with random data, O_DIRECT.",

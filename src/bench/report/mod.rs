@@ -11,6 +11,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use super::calibrate::Handover;
 use super::cpus::CpuPlan;
 use super::error::{BenchError, Result};
 use super::goals::GoalResult;
@@ -38,6 +39,8 @@ pub struct Report {
     pub disk_bytes: u64,
     /// 1-minute load average when the runs started and when they ended.
     pub load_average: [Option<f64>; 2],
+    /// The machine's floors: one-way hand-over latency between the client and backend CPUs.
+    pub handover: Option<Handover>,
     /// Systems that were not run, and why.
     pub skipped: Vec<String>,
     /// Every case with every run.
@@ -107,6 +110,7 @@ mod tests {
             settings: Settings::new(true),
             disk_bytes: 1 << 30,
             load_average: [Some(0.5), None],
+            handover: None,
             skipped: vec!["qsd-vbdp: not installed".into()],
             goals: crate::bench::goals::evaluate(&cases),
             cases,
