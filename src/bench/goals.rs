@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use super::calibrate::Handover;
 use super::stats::{CaseResult, Summary};
 use super::systems::{Mode, Storage, System};
 use super::workloads::{ClientMode, Experiment, Workload};
@@ -63,6 +64,8 @@ pub struct GoalResult {
     pub ratio: Option<f64>,
     /// Whether the target holds; `None` if either side was not measured.
     pub met: Option<bool>,
+    /// Where the time went (CPU use, the machine's floor).
+    pub note: String,
 }
 
 fn goals() -> [Goal; 7] {
@@ -151,8 +154,9 @@ fn goals() -> [Goal; 7] {
     ]
 }
 
-/// Evaluates every goal against `cases`.
-pub fn evaluate(cases: &[CaseResult]) -> Vec<GoalResult> {
+/// Evaluates every goal against `cases`; `handover` (the machine's wake-up cost) lets a latency
+/// goal state its floor.
+pub fn evaluate(cases: &[CaseResult], handover: Option<&Handover>) -> Vec<GoalResult> {
     goals()
         .into_iter()
         .map(|g| {
@@ -177,6 +181,7 @@ pub fn evaluate(cases: &[CaseResult]) -> Vec<GoalResult> {
                 }
             });
             let op = if g.at_least { ">=" } else { "<=" };
+            let note = case.map(|c| note(&g, c, handover)).unwrap_or_default();
             GoalResult {
                 goal: g.what,
                 target: format!("{op} {}x {}", g.threshold, g.reference),
@@ -187,9 +192,40 @@ pub fn evaluate(cases: &[CaseResult]) -> Vec<GoalResult> {
                 reference_value,
                 ratio,
                 met,
+                note,
             }
         })
         .collect()
+}
+
+/// Where vbmq's time went in the goal's case: its CPU use on each side and, for an interrupt
+/// client's latency, the floor that no backend can beat on this machine.
+fn note(g: &Goal, case: &CaseResult, handover: Option<&Handover>) -> String {
+    let mut parts = Vec::new();
+    if let Some(s) = case.summary(g.system) {
+        let pct = |st: Option<crate::bench::stats::Stat>| {
+            st.map_or("?".to_string(), |st| format!("{:.0}%", st.median * 100.0))
+        };
+        parts.push(format!(
+            "vbmq: client CPU {}, backend CPU {}",
+            pct(s.client_cpu_util),
+            pct(s.backend_cpu_util)
+        ));
+    }
+    let bare = case.summary(System::BareMetal).map(|s| s.p50_us.median);
+    let reference = case.summary(g.reference).map(|s| s.p50_us.median);
+    if let (Metric::P50Us, ClientMode::Interrupt, Some(h), Some(bare), Some(reference)) =
+        (g.metric, g.client, handover, bare, reference)
+    {
+        let floor = bare + h.wakeup_p50_us;
+        parts.push(format!(
+            "floor = bare metal {bare:.1} us + one wake-up {:.1} us = {floor:.1} us = {:.2}x {}",
+            h.wakeup_p50_us,
+            floor / reference,
+            g.reference
+        ));
+    }
+    parts.join("; ")
 }
 
 #[cfg(test)]
@@ -250,7 +286,7 @@ mod tests {
                 ],
             ),
         ];
-        let results = evaluate(&cases);
+        let results = evaluate(&cases, None);
         assert_eq!(results.len(), 7);
         assert_eq!(results[0].ratio, Some(0.95));
         assert_eq!(results[0].met, Some(true));
@@ -265,5 +301,33 @@ mod tests {
         assert!((cpu.ratio.unwrap() - 4.0 / 6.0).abs() < 1e-9);
         assert_eq!(cpu.met, Some(false));
         assert!(cpu.target.starts_with("<= 0.5x VBDP"));
+        assert!(cpu.note.starts_with("vbmq: client CPU"));
+    }
+
+    #[test]
+    fn interrupt_latency_goal_states_its_floor() {
+        let mut c = case(
+            Workload::randread(1),
+            vec![
+                point(System::BareMetal, 1.0, 7.0, 0.0),
+                point(System::vbmq(Mode::Adaptive), 1.0, 25.0, 0.0),
+                point(System::QsdVbdp, 1.0, 40.0, 0.0),
+            ],
+        );
+        c.case.experiment = Experiment::InterruptClient;
+        c.case.client = ClientMode::Interrupt;
+        let handover = Handover {
+            wakeup_p50_us: 14.0,
+            spin_p50_us: 0.1,
+        };
+        let results = evaluate(&[c], Some(&handover));
+        let g = &results[3];
+        assert_eq!(g.ratio, Some(25.0 / 40.0));
+        assert!(
+            g.note
+                .contains("floor = bare metal 7.0 us + one wake-up 14.0 us = 21.0 us = 0.53x"),
+            "{}",
+            g.note
+        );
     }
 }

@@ -172,7 +172,7 @@ fn bench(opts: &Options) -> Result<bool> {
     let complete = !runner.stopped();
     let skipped = runner.skipped();
     drop(runner);
-    let goals = goals::evaluate(&cases);
+    let goals = goals::evaluate(&cases, handover.as_ref());
     println!("== Goals (ratios of medians measured in this run)");
     println!("{}", report::table::goals_text(&goals));
 

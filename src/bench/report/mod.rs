@@ -112,7 +112,7 @@ mod tests {
             load_average: [Some(0.5), None],
             handover: None,
             skipped: vec!["qsd-vbdp: not installed".into()],
-            goals: crate::bench::goals::evaluate(&cases),
+            goals: crate::bench::goals::evaluate(&cases, None),
             cases,
             complete: true,
         };

@@ -21,6 +21,15 @@ const CASE_HEADER: [&str; 11] = [
 ];
 
 const GOAL_HEADER: [&str; 6] = ["goal", "target", "vbmq", "reference", "ratio", "met"];
+const GOAL_HEADER_NOTES: [&str; 7] = [
+    "goal",
+    "target",
+    "vbmq",
+    "reference",
+    "ratio",
+    "met",
+    "where the time goes",
+];
 
 /// A case's title line, e.g. `randread 4K QD32, polling client, 1 job`.
 pub fn case_title(case: &CaseResult) -> String {
@@ -117,14 +126,26 @@ pub fn case_markdown(case: &CaseResult) -> String {
     markdown_table(&CASE_HEADER, &case_rows(case))
 }
 
-/// The goals as an aligned text table.
+/// The goals as an aligned text table, their notes below it.
 pub fn goals_text(goals: &[GoalResult]) -> String {
-    text_table(&GOAL_HEADER, &goal_rows(goals))
+    let mut out = text_table(&GOAL_HEADER, &goal_rows(goals));
+    for g in goals.iter().filter(|g| !g.note.is_empty()) {
+        out.push_str(&format!("  {}: {}\n", g.goal, g.note));
+    }
+    out
 }
 
-/// The goals as a Markdown table.
+/// The goals as a Markdown table, with their notes.
 pub fn goals_markdown(goals: &[GoalResult]) -> String {
-    markdown_table(&GOAL_HEADER, &goal_rows(goals))
+    let rows: Vec<Vec<String>> = goal_rows(goals)
+        .into_iter()
+        .zip(goals)
+        .map(|(mut row, g)| {
+            row.push(g.note.clone());
+            row
+        })
+        .collect();
+    markdown_table(&GOAL_HEADER_NOTES, &rows)
 }
 
 fn text_table(header: &[&str], rows: &[Vec<String>]) -> String {
