@@ -13,7 +13,7 @@ use crate::vhost_user::DiskServer;
 use crate::virtio_blk::BlkDevice;
 use crate::worker::{QueueSettings, online_cpus};
 
-const USAGE: &str = "usage: vbmq serve --disk socket=PATH,path=FILE[,cache=SIZE]|null=SIZE|mem=SIZE[,image=FILE][,queues=N][,queue-size=N]\
+const USAGE: &str = "usage: vbmq serve --disk socket=PATH,path=FILE[,cache=SIZE[,cache-preload=on]]|null=SIZE|mem=SIZE[,image=FILE][,queues=N][,queue-size=N]\
 [,mode=event|poll|adaptive][,poll-us=N][,cpus=LIST][,readonly=on][,direct=off][,serial=STR] [--disk ...]\n\
        [--seccomp=off]   (debugging only: keep every system call allowed)";
 
@@ -89,12 +89,18 @@ fn open_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
                 return Ok(disk);
             }
             let label = spec.socket.display().to_string();
-            CachedDisk::open(disk, path, spec.cache, &label)
-                .map(|disk| Arc::new(disk) as Arc<dyn Disk>)
-                .map_err(|e| SpecError {
+            let cached =
+                CachedDisk::open(disk, path, spec.cache, &label).map_err(|e| SpecError {
                     key: "cache".into(),
                     reason: e.to_string(),
-                })
+                })?;
+            if spec.cache_preload {
+                cached.preload(path).map_err(|e| SpecError {
+                    key: "cache-preload".into(),
+                    reason: format!("{}: {e}", path.display()),
+                })?;
+            }
+            Ok(Arc::new(cached))
         }
         Storage::Null(size) => Ok(Arc::new(NullDisk::new(*size))),
         Storage::Memory { size, image } => {

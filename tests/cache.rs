@@ -449,3 +449,26 @@ fn daemon_disks_share_a_cache_and_report_statistics() {
     drop((vm1, vm2));
     assert!(daemon.terminate().success());
 }
+
+#[test]
+fn preload_fills_the_cache_from_the_start_of_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "p.raw", 4 << 20, 12);
+    let expect = pattern(12, 4 << 20);
+    let disk = cached(&path, 1 << 20, "preload");
+    let loaded = disk.preload(&path).unwrap();
+    let footprint = disk.footprint();
+    // Full, without reading the whole file, and not a block evicted to get there.
+    assert_eq!(footprint.resident, footprint.slots, "{footprint:?}");
+    assert!(loaded < 4 << 20 && loaded >= (footprint.slots * BLOCK) as u64);
+    assert_eq!(disk.stats().evictions, 0);
+    let mut e = disk.engine(options()).unwrap();
+    let mut hits = 0;
+    for i in 0..64u64 {
+        let offset = i * 3 * 4096;
+        let before = disk.stats().hits;
+        assert!(read(e.as_mut(), offset, BLOCK) == expect[offset as usize..][..BLOCK]);
+        hits += disk.stats().hits - before;
+    }
+    assert!(hits >= 60, "{hits} of 64 preloaded blocks hit");
+}

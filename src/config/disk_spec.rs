@@ -65,6 +65,8 @@ pub struct DiskSpec {
     pub socket_mode: u32,
     /// Bytes of host DRAM read cache in front of a `path=` disk (`cache=`; 0: none).
     pub cache: u64,
+    /// Fill the cache from the start of the file before serving (`cache-preload=on`).
+    pub cache_preload: bool,
 }
 
 /// A `--disk` argument that cannot be served; the message names the key.
@@ -111,6 +113,7 @@ impl DiskSpec {
             batch: true,
             socket_mode: 0o600,
             cache: 0,
+            cache_preload: false,
         };
         let mut image = None;
         for (key, value) in Self::pairs(text)? {
@@ -141,6 +144,7 @@ impl DiskSpec {
                         bad(key, format!("{value:?} is not a size such as 2G or 512M"))
                     })?;
                 }
+                "cache-preload" => spec.cache_preload = on_off(key, value)?,
                 "queues" => {
                     spec.queues = value
                         .parse()
@@ -211,6 +215,9 @@ impl DiskSpec {
         }
         if spec.cache > 0 && !matches!(spec.storage, Storage::File(_)) {
             return Err(bad("cache", "only with path="));
+        }
+        if spec.cache_preload && spec.cache == 0 {
+            return Err(bad("cache-preload", "only with cache="));
         }
         if !spec.cpus.is_empty() && spec.cpus.len() < spec.queues {
             return Err(bad(
@@ -331,6 +338,10 @@ mod tests {
         assert_eq!(key_of("socket=/s,path=/x,image=/y"), "image");
         assert_eq!(key_of("socket=/s,mem=1G,cache=1G"), "cache");
         assert_eq!(key_of("socket=/s,path=/x,cache=lots"), "cache");
+        assert_eq!(
+            key_of("socket=/s,path=/x,cache-preload=on"),
+            "cache-preload"
+        );
     }
 
     #[test]
@@ -345,6 +356,9 @@ mod tests {
         );
         let spec = DiskSpec::parse("socket=/s,path=/x.raw,cache=2G", CPUS).unwrap();
         assert_eq!(spec.cache, 2 << 30);
+        assert!(!spec.cache_preload);
+        let spec = DiskSpec::parse("socket=/s,path=/x,cache=1G,cache-preload=on", CPUS).unwrap();
+        assert!(spec.cache_preload);
         assert_eq!(DiskSpec::parse("socket=/s,null=1G", CPUS).unwrap().cache, 0);
     }
 }

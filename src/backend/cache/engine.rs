@@ -331,6 +331,7 @@ impl CachedEngine {
                     staging.ptr.as_ptr(),
                     &pending.generations,
                     matches!(pending.kind, Kind::Prefetch),
+                    true,
                 )
             };
             self.count(filled);

@@ -127,6 +127,11 @@ impl Shard {
         self.map.contains_key(&block)
     }
 
+    /// Whether a block can be inserted without evicting one.
+    pub fn has_free_slot(&self) -> bool {
+        !self.free.is_empty()
+    }
+
     /// Blocks held.
     pub fn len(&self) -> usize {
         self.map.len()

@@ -138,6 +138,7 @@ impl BlockCache {
 
     /// Inserts `count` blocks from `first`, their bytes at `data`, unless the block's shard has
     /// seen an invalidation since `generations[i]` was taken, or the block is already cached.
+    /// Without `evict`, only into free slots.
     ///
     /// # Safety
     ///
@@ -149,6 +150,7 @@ impl BlockCache {
         data: *const u8,
         generations: &[u64],
         prefetched: bool,
+        evict: bool,
     ) -> Filled {
         let mut filled = Filled::default();
         for i in 0..count {
@@ -159,7 +161,7 @@ impl BlockCache {
                 filled.dropped += 1;
                 continue;
             }
-            if guard.contains(block) {
+            if guard.contains(block) || (!evict && !guard.has_free_slot()) {
                 continue;
             }
             let Some((slot, evicted)) = guard.insert(block, prefetched) else {
@@ -230,7 +232,7 @@ mod tests {
         for block in 0..10_000 {
             let generation = cache.generation(block);
             // SAFETY: `data` holds one block.
-            unsafe { cache.fill(block, 1, data.as_ptr(), &[generation], false) };
+            unsafe { cache.fill(block, 1, data.as_ptr(), &[generation], false, true) };
         }
         assert!(cache.resident() <= cache.slots());
     }
@@ -242,12 +244,12 @@ mod tests {
         let generation = cache.generation(5);
         cache.invalidate(5 * 4096 + 512, 512);
         // SAFETY: `old` holds one block.
-        let filled = unsafe { cache.fill(5, 1, old.as_ptr(), &[generation], false) };
+        let filled = unsafe { cache.fill(5, 1, old.as_ptr(), &[generation], false, true) };
         assert_eq!(filled.dropped, 1);
         assert!(!cache.contains(5));
         let generation = cache.generation(5);
         // SAFETY: as above.
-        let filled = unsafe { cache.fill(5, 1, old.as_ptr(), &[generation], false) };
+        let filled = unsafe { cache.fill(5, 1, old.as_ptr(), &[generation], false, true) };
         assert_eq!(filled.inserted, 1);
         let mut back = vec![0u8; 100];
         let (iov, _) = list(&mut back);
