@@ -88,24 +88,7 @@ fn bench(opts: &Options) -> Result<bool> {
     // The harness' own thread stays off the backend CPUs; client threads pin themselves.
     pin_to(&cpus.client).map_err(|e| BenchError::io("pinning the client", e))?;
 
-    let handover = calibrate::handover(
-        cpus.client[0],
-        cpus.backend[0],
-        Duration::from_secs_f64(settings.measure_s / 2.0),
-    );
-    let handover = match handover {
-        Ok(h) => {
-            println!(
-                "CPU {} -> CPU {} hand-over, one way: wake-up {:.1} us, polled cache line {:.2} us",
-                cpus.client[0], cpus.backend[0], h.wakeup_p50_us, h.spin_p50_us
-            );
-            Some(h)
-        }
-        Err(e) => {
-            println!("hand-over calibration failed: {e}");
-            None
-        }
-    };
+    let handover = measure_handover(&cpus, &settings);
 
     let vbmq = std::env::current_exe().map_err(|e| BenchError::io("finding vbmq itself", e))?;
     let qsd = find_in_path("qemu-storage-daemon");
@@ -116,8 +99,9 @@ fn bench(opts: &Options) -> Result<bool> {
         DISK_BYTES >> 20,
         disk_path.display()
     );
-    let disk = BackingFile::create(&disk_path, DISK_BYTES)?;
+    // Before the disk exists: from here on Ctrl-C lets the cleanup run.
     install_signal_handlers();
+    let disk = BackingFile::create(&disk_path, DISK_BYTES)?;
 
     let launcher = Launcher {
         vbmq,
@@ -154,21 +138,7 @@ fn bench(opts: &Options) -> Result<bool> {
             cpus.total()
         );
     }
-    let mut cases = Vec::new();
-    let mut last_experiment = None;
-    for case in &plan {
-        if runner.stopped() {
-            break;
-        }
-        if last_experiment != Some(case.experiment) {
-            println!("== {}", case.experiment.title());
-            last_experiment = Some(case.experiment);
-        }
-        let result = runner.run_case(case);
-        println!("-- {}", report::table::case_title(&result));
-        println!("{}", report::table::case_text(&result));
-        cases.push(result);
-    }
+    let cases = run_cases(&mut runner, &plan);
     let complete = !runner.stopped();
     let skipped = runner.skipped();
     drop(runner);
@@ -204,6 +174,46 @@ fn bench(opts: &Options) -> Result<bool> {
         ));
     }
     Ok(complete)
+}
+
+/// The machine's floors, printed; `None` (and a line saying why) if they cannot be measured.
+fn measure_handover(cpus: &CpuPlan, settings: &Settings) -> Option<calibrate::Handover> {
+    let (a, b) = (cpus.client[0], cpus.backend[0]);
+    let time = Duration::from_secs_f64(settings.measure_s / 2.0);
+    match calibrate::handover(a, b, time) {
+        Ok(h) => {
+            println!(
+                "CPU {a} -> CPU {b} hand-over, one way: wake-up {:.1} us, polled cache line \
+                 {:.2} us",
+                h.wakeup_p50_us, h.spin_p50_us
+            );
+            Some(h)
+        }
+        Err(e) => {
+            println!("hand-over calibration failed: {e}");
+            None
+        }
+    }
+}
+
+/// Runs the cases in order, printing each one's table as it completes.
+fn run_cases(runner: &mut Runner<'_>, plan: &[workloads::Case]) -> Vec<stats::CaseResult> {
+    let mut cases = Vec::new();
+    let mut last_experiment = None;
+    for case in plan {
+        if runner.stopped() {
+            break;
+        }
+        if last_experiment != Some(case.experiment) {
+            println!("== {}", case.experiment.title());
+            last_experiment = Some(case.experiment);
+        }
+        let result = runner.run_case(case);
+        println!("-- {}", report::table::case_title(&result));
+        println!("{}", report::table::case_text(&result));
+        cases.push(result);
+    }
+    cases
 }
 
 /// The command as the user would type it again (without `--out`, which does not change what
