@@ -1,0 +1,300 @@
+//! Runs cases against a live vbmq and checks everything HOSTILE-GUEST.md promises after each.
+
+use std::time::Duration;
+
+use super::chain::{Ctx, Seg};
+use super::daemon::{self, Daemon, QUEUE_SIZE};
+use super::expect::{Expect, FileChange, IOERR, OK, Outcome, UNSUPP};
+use super::frontend::{BlkConfig, Guest, SCRATCH_START};
+use super::memory::{MEMORY_END, REGION0_SIZE};
+use super::victim::Victim;
+use virtio_bindings::virtio_blk::{VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT};
+
+const COMPLETION_TIMEOUT: Duration = Duration::from_secs(5);
+const QUIET_PERIOD: Duration = Duration::from_millis(150);
+/// The good request after each case allocates here, away from the case's buffers.
+const GOOD_GPA: u64 = REGION0_SIZE - (256 << 10);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disk {
+    Target,
+    ReadOnly,
+}
+
+pub type Build = Box<dyn Fn(&mut Ctx, &BlkConfig) -> Expect>;
+
+pub struct Case {
+    pub name: String,
+    pub disk: Disk,
+    pub build: Build,
+}
+
+pub fn case(name: impl Into<String>, disk: Disk, build: impl Fn(&mut Ctx, &BlkConfig) -> Expect + 'static) -> Case {
+    Case { name: name.into(), disk, build: Box::new(build) }
+}
+
+struct Served {
+    guest: Option<Guest>,
+    model: Vec<u8>,
+    file: std::path::PathBuf,
+    socket: std::path::PathBuf,
+}
+
+pub struct Battery {
+    pub daemon: Daemon,
+    target: Served,
+    readonly: Served,
+    victim: Victim,
+    good_round: u64,
+    pub failures: Vec<String>,
+    pub ran: usize,
+    name: String,
+}
+
+impl Battery {
+    pub fn start(name: &str) -> Self {
+        let daemon = Daemon::start(name);
+        let served = |img: &str, sock: &str, size, seed| Served {
+            guest: Some(Guest::connect(&daemon.path(sock), QUEUE_SIZE).unwrap()),
+            model: daemon::pattern(size, seed),
+            file: daemon.path(img),
+            socket: daemon.path(sock),
+        };
+        let target = served("target.img", "target.sock", daemon::TARGET_SIZE, 1);
+        let readonly = served("readonly.img", "readonly.sock", daemon::READONLY_SIZE, 2);
+        let victim = Victim::connect(&daemon.path("victim.sock"), daemon::pattern(daemon::VICTIM_SIZE, 3));
+        Battery { daemon, target, readonly, victim, good_round: 0, failures: Vec::new(), ran: 0, name: name.into() }
+    }
+
+    pub fn config(&self) -> BlkConfig {
+        self.target.guest.as_ref().unwrap().config
+    }
+
+    /// The target's guest, for cases that drive vhost-user directly.
+    pub fn target_guest(&mut self) -> &mut Option<Guest> {
+        &mut self.target.guest
+    }
+
+    pub fn target_socket(&self) -> std::path::PathBuf {
+        self.target.socket.clone()
+    }
+
+    pub fn run(&mut self, case: &Case) {
+        self.ran += 1;
+        let result = self.run_checked(case);
+        if let Err(why) = result {
+            self.failures.push(format!("{}: {why}", case.name));
+            // Isolate the next case from whatever state this one left.
+            let served = match case.disk {
+                Disk::Target => &mut self.target,
+                Disk::ReadOnly => &mut self.readonly,
+            };
+            served.guest = None;
+        }
+        if let Some(status) = self.daemon.exited() {
+            self.failures.push(format!("{}: vbmq died ({status}); log:\n{}", case.name, self.daemon.log()));
+            *self = Battery { failures: std::mem::take(&mut self.failures), ran: self.ran, ..Battery::start(&format!("{}-restart{}", self.name, self.ran)) };
+        }
+    }
+
+    fn run_checked(&mut self, case: &Case) -> Result<(), String> {
+        let served = match case.disk {
+            Disk::Target => &mut self.target,
+            Disk::ReadOnly => &mut self.readonly,
+        };
+        if served.guest.is_none() {
+            served.guest = Some(Guest::connect(&served.socket, QUEUE_SIZE).map_err(|e| format!("reconnect: {e}"))?);
+        }
+        let guest = served.guest.as_mut().unwrap();
+        guest.take_used();
+        let config = guest.config;
+        guest.ram.poison(SCRATCH_START, MEMORY_END);
+
+        let mut ctx = Ctx::new(guest);
+        let expect = (case.build)(&mut ctx, &config);
+        let (heads, writable, avail_override) = (ctx.heads.clone(), ctx.writable.clone(), ctx.avail_idx_override);
+        let before = guest.ram.read(SCRATCH_START, (MEMORY_END - SCRATCH_START) as usize);
+        match avail_override {
+            Some(idx) => guest.publish_avail_idx(idx),
+            None => guest.publish(&heads),
+        }
+
+        let wanted = match expect.outcome {
+            Outcome::Reused { .. } => 2,
+            Outcome::NoCompletion | Outcome::QueueMayStop => 0,
+            _ => 1,
+        };
+        let mut used = guest.wait_used(wanted, COMPLETION_TIMEOUT);
+        std::thread::sleep(if wanted == 0 { QUIET_PERIOD } else { Duration::from_millis(5) });
+        used.extend(guest.take_used());
+        for elem in &used {
+            if !heads.contains(&(elem.id as u16)) || elem.id >= u32::from(guest.queue_size) {
+                return Err(format!("used ring returned id {} that was not submitted (heads {heads:?})", elem.id));
+            }
+        }
+        let status_byte = |at: u64| guest.ram.read(at, 1)[0];
+        let poisoned = |at: u64| status_byte(at) == before[(at - SCRATCH_START) as usize];
+        let mut succeeded = false;
+        match expect.outcome {
+            Outcome::Status { status_at, status } => {
+                one_completion(&used)?;
+                let got = status_byte(status_at);
+                if got != status {
+                    let shown = if poisoned(status_at) { "not written".to_string() } else { got.to_string() };
+                    return Err(format!("status {shown}, expected {status}"));
+                }
+                if used[0].len == 0 {
+                    return Err("status written but used length 0".into());
+                }
+                succeeded = status == OK;
+            }
+            Outcome::OkOrIoerr { status_at } => {
+                one_completion(&used)?;
+                let got = status_byte(status_at);
+                if got != OK && got != IOERR || poisoned(status_at) {
+                    return Err(format!("status {got} (written: {}), expected OK or IOERR", !poisoned(status_at)));
+                }
+                succeeded = got == OK;
+            }
+            Outcome::Broken { status_at } => {
+                one_completion(&used)?;
+                let error_status = status_at
+                    .is_some_and(|at| !poisoned(at) && matches!(status_byte(at), IOERR | UNSUPP));
+                if used[0].len != 0 && !error_status {
+                    return Err(format!(
+                        "broken chain completed with used length {} and no error status at its status byte",
+                        used[0].len
+                    ));
+                }
+                if status_at.is_some_and(|at| !poisoned(at) && status_byte(at) == OK) {
+                    return Err("broken chain reported OK".into());
+                }
+            }
+            Outcome::NoCompletion | Outcome::QueueMayStop => {
+                if !used.is_empty() {
+                    return Err(format!("{} unexpected completions", used.len()));
+                }
+            }
+            Outcome::Reused { status_at } => {
+                if used.is_empty() || used.len() > 2 {
+                    return Err(format!("{} completions for a head submitted twice", used.len()));
+                }
+                if !poisoned(status_at) && status_byte(status_at) != OK {
+                    return Err(format!("status {}", status_byte(status_at)));
+                }
+            }
+        }
+
+        let strays = guest.ram.stray_writes(SCRATCH_START, &before, &writable);
+        if !strays.is_empty() {
+            return Err(format!("vbmq wrote guest memory outside device-writable buffers at {strays:#x?}"));
+        }
+
+        let mut expected = served.model.clone();
+        let file = std::fs::read(&served.file).map_err(|e| e.to_string())?;
+        if file.len() != expected.len() {
+            return Err(format!("disk file length changed to {}", file.len()));
+        }
+        if succeeded {
+            match &expect.change {
+                FileChange::None => {}
+                FileChange::Write { offset, data } => {
+                    expected[*offset as usize..*offset as usize + data.len()].copy_from_slice(data)
+                }
+                FileChange::Zero { offset, len } => expected[*offset as usize..(*offset + *len) as usize].fill(0),
+                FileChange::Undefined { offset, len } => {
+                    let range = *offset as usize..(*offset + *len) as usize;
+                    expected[range.clone()].copy_from_slice(&file[range]);
+                }
+            }
+            if let Some((iov, offset)) = &expect.read {
+                let got: Vec<u8> = iov.iter().flat_map(|&(gpa, len)| guest.ram.read(gpa, len as usize)).collect();
+                let at = *offset as usize;
+                if got[..] != expected[at..at + got.len()] {
+                    return Err(format!("read returned wrong data for disk offset {offset}"));
+                }
+            }
+        }
+        if let Some(at) = file.iter().zip(&expected).position(|(a, b)| a != b) {
+            return Err(format!("disk file byte {at} changed (success: {succeeded})"));
+        }
+        served.model = expected;
+
+        // The queue still serves a good request (a new frontend for a queue vbmq stopped).
+        self.good_round += 1;
+        let round = self.good_round;
+        let good = good_request(served.guest.as_mut().unwrap(), &mut served.model, round);
+        if let Err(why) = good {
+            if !matches!(expect.outcome, Outcome::QueueMayStop) {
+                return Err(format!("queue no longer serves: {why}"));
+            }
+            served.guest = None;
+            served.guest = Some(Guest::connect(&served.socket, QUEUE_SIZE).map_err(|e| format!("reconnect: {e}"))?);
+            good_request(served.guest.as_mut().unwrap(), &mut served.model, round)
+                .map_err(|why| format!("new frontend not served: {why}"))?;
+        }
+        self.victim.check()
+    }
+
+    pub fn finish(self) -> Vec<String> {
+        let mut failures = self.failures;
+        let status = self.daemon.stop();
+        if !status.success() {
+            failures.push(format!("vbmq exited with {status} on SIGTERM"));
+        }
+        failures
+    }
+}
+
+fn one_completion(used: &[super::frontend::UsedElem]) -> Result<(), String> {
+    match used.len() {
+        1 => Ok(()),
+        0 => Err("no completion: the head was never returned".into()),
+        n => Err(format!("{n} completions for one request")),
+    }
+}
+
+/// Writes 4 KiB somewhere on a writable disk (a read on a read-only one) and reads it back.
+pub fn good_request(guest: &mut Guest, model: &mut [u8], round: u64) -> Result<(), String> {
+    guest.take_used();
+    let sectors = model.len() as u64 / 512;
+    let sector = round * 8 % (sectors - 8);
+    let offset = (sector * 512) as usize;
+    let readonly = guest.config.features & (1 << virtio_bindings::virtio_blk::VIRTIO_BLK_F_RO) != 0;
+    let mut ctx = Ctx::at(guest, GOOD_GPA, QUEUE_SIZE - 8);
+    let data_seed = round as u8;
+    let mut heads = Vec::new();
+    let mut statuses = Vec::new();
+    if !readonly {
+        let hdr = ctx.header(VIRTIO_BLK_T_OUT, sector);
+        let buf = ctx.buffer(4096, Some(data_seed));
+        let st = ctx.status();
+        heads.push(ctx.direct(&[Seg::r(hdr, 16), Seg::r(buf, 4096), Seg::w(st, 1)]));
+        statuses.push(st);
+        let written = ctx.ram().read(buf, 4096);
+        model[offset..offset + 4096].copy_from_slice(&written);
+    }
+    let hdr = ctx.header(VIRTIO_BLK_T_IN, sector);
+    let buf = ctx.buffer(4096, None);
+    let st = ctx.status();
+    let read_head = ctx.direct(&[Seg::r(hdr, 16), Seg::w(buf, 4096), Seg::w(st, 1)]);
+    ctx.g.ram.write(st, &[0xff]);
+    // Write first, then read: one request at a time keeps the order.
+    for (i, head) in heads.iter().chain([&read_head]).enumerate() {
+        let status_at = statuses.get(i).copied().unwrap_or(st);
+        ctx.g.ram.write(status_at, &[0xff]);
+        ctx.g.publish(&[*head]);
+        let used = ctx.g.wait_used(1, COMPLETION_TIMEOUT);
+        if used.len() != 1 || used[0].id != u32::from(*head) {
+            return Err(format!("good request {i}: {} completions", used.len()));
+        }
+        let status = ctx.g.ram.read(status_at, 1)[0];
+        if status != OK {
+            return Err(format!("good request {i}: status {status}"));
+        }
+    }
+    if ctx.g.ram.read(buf, 4096)[..] != model[offset..offset + 4096] {
+        return Err("good read returned wrong data".into());
+    }
+    Ok(())
+}

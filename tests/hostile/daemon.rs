@@ -1,0 +1,113 @@
+//! A `vbmq serve` process with three disks: the one under attack, a read-only one, and a victim
+//! that a well-behaved driver uses throughout.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const TARGET_SIZE: usize = 1 << 20;
+pub const READONLY_SIZE: usize = 64 << 10;
+pub const VICTIM_SIZE: usize = 1 << 20;
+pub const QUEUE_SIZE: u16 = 256;
+pub const TARGET_QUEUES: u16 = 2;
+
+pub struct Daemon {
+    child: Child,
+    pub dir: PathBuf,
+}
+
+/// Initial contents: every sector distinct, so a misplaced read or write shows.
+pub fn pattern(size: usize, seed: u8) -> Vec<u8> {
+    (0..size).map(|i| (i as u8).wrapping_mul(7) ^ (i >> 9) as u8 ^ seed).collect()
+}
+
+impl Daemon {
+    pub fn start(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("vbmq-hostile-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("target.img"), pattern(TARGET_SIZE, 1)).unwrap();
+        std::fs::write(dir.join("readonly.img"), pattern(READONLY_SIZE, 2)).unwrap();
+        std::fs::write(dir.join("victim.img"), pattern(VICTIM_SIZE, 3)).unwrap();
+        let disk = |sock: &str, img: &str, extra: &str| {
+            format!(
+                "socket={},path={},queue-size={QUEUE_SIZE}{extra}",
+                dir.join(sock).display(),
+                dir.join(img).display()
+            )
+        };
+        let log = std::fs::File::create(dir.join("vbmq.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+            .arg("serve")
+            .args(["--disk", &disk("target.sock", "target.img", &format!(",queues={TARGET_QUEUES}"))])
+            .args(["--disk", &disk("readonly.sock", "readonly.img", ",queues=1,readonly=on")])
+            .args(["--disk", &disk("victim.sock", "victim.img", ",queues=1")])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let daemon = Daemon { child, dir };
+        for sock in ["target.sock", "readonly.sock", "victim.sock"] {
+            daemon.wait_for(&daemon.dir.join(sock));
+        }
+        daemon
+    }
+
+    fn wait_for(&self, path: &Path) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !path.exists() {
+            assert!(Instant::now() < deadline, "vbmq did not create {}", path.display());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// `None` while running; the exit status once it died.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Open descriptors of the daemon, to catch leaks across many connections.
+    pub fn fd_count(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid())).map(|d| d.count()).unwrap_or(0)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("vbmq.log")).unwrap_or_default()
+    }
+
+    /// SIGTERM, then the exit status (vbmq must exit 0).
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                return self.child.wait().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
