@@ -11,6 +11,8 @@ use super::victim::Victim;
 use virtio_bindings::virtio_blk::{VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT};
 
 const COMPLETION_TIMEOUT: Duration = Duration::from_secs(5);
+/// More log than this from one case means a guest can flood the host's log.
+const LOG_LIMIT: u64 = 1 << 20;
 const QUIET_PERIOD: Duration = Duration::from_millis(150);
 /// The good request after each case allocates here, away from the case's buffers.
 const GOOD_GPA: u64 = REGION0_SIZE - (256 << 10);
@@ -29,8 +31,16 @@ pub struct Case {
     pub build: Build,
 }
 
-pub fn case(name: impl Into<String>, disk: Disk, build: impl Fn(&mut Ctx, &BlkConfig) -> Expect + 'static) -> Case {
-    Case { name: name.into(), disk, build: Box::new(build) }
+pub fn case(
+    name: impl Into<String>,
+    disk: Disk,
+    build: impl Fn(&mut Ctx, &BlkConfig) -> Expect + 'static,
+) -> Case {
+    Case {
+        name: name.into(),
+        disk,
+        build: Box::new(build),
+    }
 }
 
 struct Served {
@@ -62,26 +72,47 @@ impl Battery {
         };
         let target = served("target.img", "target.sock", daemon::TARGET_SIZE, 1);
         let readonly = served("readonly.img", "readonly.sock", daemon::READONLY_SIZE, 2);
-        let victim = Victim::connect(&daemon.path("victim.sock"), daemon::pattern(daemon::VICTIM_SIZE, 3));
-        Battery { daemon, target, readonly, victim, good_round: 0, failures: Vec::new(), ran: 0, name: name.into() }
-    }
-
-    pub fn config(&self) -> BlkConfig {
-        self.target.guest.as_ref().unwrap().config
-    }
-
-    /// The target's guest, for cases that drive vhost-user directly.
-    pub fn target_guest(&mut self) -> &mut Option<Guest> {
-        &mut self.target.guest
-    }
-
-    pub fn target_socket(&self) -> std::path::PathBuf {
-        self.target.socket.clone()
+        let victim = Victim::connect(
+            &daemon.path("victim.sock"),
+            daemon::pattern(daemon::VICTIM_SIZE, 3),
+        );
+        Battery {
+            daemon,
+            target,
+            readonly,
+            victim,
+            good_round: 0,
+            failures: Vec::new(),
+            ran: 0,
+            name: name.into(),
+        }
     }
 
     pub fn run(&mut self, case: &Case) {
         self.ran += 1;
-        let result = self.run_checked(case);
+        let started = std::time::Instant::now();
+        let mut result = self.run_checked(case);
+        let log_len = std::fs::metadata(self.daemon.path("vbmq.log"))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        if result.is_ok() && log_len > LOG_LIMIT {
+            result = Err(format!(
+                "vbmq log grew to {log_len} bytes (a guest can flood the host log)"
+            ));
+        }
+        eprintln!(
+            "[{:.2}s] {}: {}",
+            started.elapsed().as_secs_f64(),
+            case.name,
+            match &result {
+                Ok(()) => "ok".to_string(),
+                Err(why) => format!("FAILED: {why}"),
+            }
+        );
+        if log_len > LOG_LIMIT {
+            // Keep the disk from filling; later cases measure their own growth.
+            let _ = std::fs::File::create(self.daemon.path("vbmq.log"));
+        }
         if let Err(why) = result {
             self.failures.push(format!("{}: {why}", case.name));
             // Isolate the next case from whatever state this one left.
@@ -90,10 +121,22 @@ impl Battery {
                 Disk::ReadOnly => &mut self.readonly,
             };
             served.guest = None;
+            // Resynchronise so one failure is not reported again by every later case.
+            if let Ok(file) = std::fs::read(&served.file) {
+                served.model = file;
+            }
         }
         if let Some(status) = self.daemon.exited() {
-            self.failures.push(format!("{}: vbmq died ({status}); log:\n{}", case.name, self.daemon.log()));
-            *self = Battery { failures: std::mem::take(&mut self.failures), ran: self.ran, ..Battery::start(&format!("{}-restart{}", self.name, self.ran)) };
+            self.failures.push(format!(
+                "{}: vbmq died ({status}); log:\n{}",
+                case.name,
+                self.daemon.log()
+            ));
+            *self = Battery {
+                failures: std::mem::take(&mut self.failures),
+                ran: self.ran,
+                ..Battery::start(&format!("{}-restart{}", self.name, self.ran))
+            };
         }
     }
 
@@ -103,7 +146,10 @@ impl Battery {
             Disk::ReadOnly => &mut self.readonly,
         };
         if served.guest.is_none() {
-            served.guest = Some(Guest::connect(&served.socket, QUEUE_SIZE).map_err(|e| format!("reconnect: {e}"))?);
+            served.guest = Some(
+                Guest::connect(&served.socket, QUEUE_SIZE)
+                    .map_err(|e| format!("reconnect: {e}"))?,
+            );
         }
         let guest = served.guest.as_mut().unwrap();
         guest.take_used();
@@ -112,8 +158,14 @@ impl Battery {
 
         let mut ctx = Ctx::new(guest);
         let expect = (case.build)(&mut ctx, &config);
-        let (heads, writable, avail_override) = (ctx.heads.clone(), ctx.writable.clone(), ctx.avail_idx_override);
-        let before = guest.ram.read(SCRATCH_START, (MEMORY_END - SCRATCH_START) as usize);
+        let (heads, writable, avail_override) = (
+            ctx.heads.clone(),
+            ctx.writable.clone(),
+            ctx.avail_idx_override,
+        );
+        let before = guest
+            .ram
+            .read(SCRATCH_START, (MEMORY_END - SCRATCH_START) as usize);
         match avail_override {
             Some(idx) => guest.publish_avail_idx(idx),
             None => guest.publish(&heads),
@@ -125,11 +177,18 @@ impl Battery {
             _ => 1,
         };
         let mut used = guest.wait_used(wanted, COMPLETION_TIMEOUT);
-        std::thread::sleep(if wanted == 0 { QUIET_PERIOD } else { Duration::from_millis(5) });
+        std::thread::sleep(if wanted == 0 {
+            QUIET_PERIOD
+        } else {
+            Duration::from_millis(5)
+        });
         used.extend(guest.take_used());
         for elem in &used {
             if !heads.contains(&(elem.id as u16)) || elem.id >= u32::from(guest.queue_size) {
-                return Err(format!("used ring returned id {} that was not submitted (heads {heads:?})", elem.id));
+                return Err(format!(
+                    "used ring returned id {} that was not submitted (heads {heads:?}; last used entries (idx, id, len): {:?})",
+                    elem.id, guest.history
+                ));
             }
         }
         let status_byte = |at: u64| guest.ram.read(at, 1)[0];
@@ -140,7 +199,11 @@ impl Battery {
                 one_completion(&used)?;
                 let got = status_byte(status_at);
                 if got != status {
-                    let shown = if poisoned(status_at) { "not written".to_string() } else { got.to_string() };
+                    let shown = if poisoned(status_at) {
+                        "not written".to_string()
+                    } else {
+                        got.to_string()
+                    };
                     return Err(format!("status {shown}, expected {status}"));
                 }
                 if used[0].len == 0 {
@@ -152,7 +215,10 @@ impl Battery {
                 one_completion(&used)?;
                 let got = status_byte(status_at);
                 if got != OK && got != IOERR || poisoned(status_at) {
-                    return Err(format!("status {got} (written: {}), expected OK or IOERR", !poisoned(status_at)));
+                    return Err(format!(
+                        "status {got} (written: {}), expected OK or IOERR",
+                        !poisoned(status_at)
+                    ));
                 }
                 succeeded = got == OK;
             }
@@ -177,7 +243,10 @@ impl Battery {
             }
             Outcome::Reused { status_at } => {
                 if used.is_empty() || used.len() > 2 {
-                    return Err(format!("{} completions for a head submitted twice", used.len()));
+                    return Err(format!(
+                        "{} completions for a head submitted twice",
+                        used.len()
+                    ));
                 }
                 if !poisoned(status_at) && status_byte(status_at) != OK {
                     return Err(format!("status {}", status_byte(status_at)));
@@ -187,7 +256,9 @@ impl Battery {
 
         let strays = guest.ram.stray_writes(SCRATCH_START, &before, &writable);
         if !strays.is_empty() {
-            return Err(format!("vbmq wrote guest memory outside device-writable buffers at {strays:#x?}"));
+            return Err(format!(
+                "vbmq wrote guest memory outside device-writable buffers at {strays:#x?}"
+            ));
         }
 
         let mut expected = served.model.clone();
@@ -201,14 +272,19 @@ impl Battery {
                 FileChange::Write { offset, data } => {
                     expected[*offset as usize..*offset as usize + data.len()].copy_from_slice(data)
                 }
-                FileChange::Zero { offset, len } => expected[*offset as usize..(*offset + *len) as usize].fill(0),
+                FileChange::Zero { offset, len } => {
+                    expected[*offset as usize..(*offset + *len) as usize].fill(0)
+                }
                 FileChange::Undefined { offset, len } => {
                     let range = *offset as usize..(*offset + *len) as usize;
                     expected[range.clone()].copy_from_slice(&file[range]);
                 }
             }
             if let Some((iov, offset)) = &expect.read {
-                let got: Vec<u8> = iov.iter().flat_map(|&(gpa, len)| guest.ram.read(gpa, len as usize)).collect();
+                let got: Vec<u8> = iov
+                    .iter()
+                    .flat_map(|&(gpa, len)| guest.ram.read(gpa, len as usize))
+                    .collect();
                 let at = *offset as usize;
                 if got[..] != expected[at..at + got.len()] {
                     return Err(format!("read returned wrong data for disk offset {offset}"));
@@ -216,7 +292,9 @@ impl Battery {
             }
         }
         if let Some(at) = file.iter().zip(&expected).position(|(a, b)| a != b) {
-            return Err(format!("disk file byte {at} changed (success: {succeeded})"));
+            return Err(format!(
+                "disk file byte {at} changed (success: {succeeded})"
+            ));
         }
         served.model = expected;
 
@@ -229,11 +307,91 @@ impl Battery {
                 return Err(format!("queue no longer serves: {why}"));
             }
             served.guest = None;
-            served.guest = Some(Guest::connect(&served.socket, QUEUE_SIZE).map_err(|e| format!("reconnect: {e}"))?);
+            served.guest = Some(
+                Guest::connect(&served.socket, QUEUE_SIZE)
+                    .map_err(|e| format!("reconnect: {e}"))?,
+            );
             good_request(served.guest.as_mut().unwrap(), &mut served.model, round)
                 .map_err(|why| format!("new frontend not served: {why}"))?;
         }
         self.victim.check()
+    }
+
+    /// Runs a vhost-user case on its own connection, then checks the next frontend is served.
+    pub fn run_vhost(&mut self, case: &super::vhost::VhostCase) {
+        self.ran += 1;
+        let started = std::time::Instant::now();
+        // Descriptors with a normal frontend connected, before and after the case.
+        let fds_before = self.target.guest.as_ref().map(|_| self.daemon.fd_count());
+        self.target.guest = None;
+        let attack = (case.attack)(&self.target.socket);
+        let mut result = match (attack, case.must) {
+            (Err(why), _) => Err(format!("frontend could not even send it: {why}")),
+            (Ok(false), super::vhost::Must::BeRefused) => Err("accepted, not refused".to_string()),
+            (Ok(_), _) => Ok(()),
+        };
+        let round = self.good_round + 1;
+        self.good_round = round;
+        let next = Guest::connect(&self.target.socket, QUEUE_SIZE)
+            .map_err(|e| format!("next frontend not served: {e}"))
+            .and_then(|mut guest| {
+                let served = good_request(&mut guest, &mut self.target.model, round);
+                self.target.guest = Some(guest);
+                served.map_err(|why| format!("next frontend's good request: {why}"))
+            })
+            .and_then(|()| self.victim.check());
+        if let (Ok(()), Err(why)) = (&result, next) {
+            result = Err(why);
+        }
+        // Closing a connection is asynchronous in vbmq: allow a second to settle.
+        let mut fds_after = self.daemon.fd_count();
+        for _ in 0..50 {
+            if fds_before.is_none_or(|before| fds_after <= before + 4) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            fds_after = self.daemon.fd_count();
+        }
+        if let (Ok(()), Some(before)) = (&result, fds_before)
+            && fds_after > before + 4
+        {
+            result = Err(format!(
+                "vbmq leaked {} file descriptors (now {})",
+                fds_after - before,
+                self.daemon.fd_kinds()
+            ));
+        }
+        if let Ok(file) = std::fs::read(&self.target.file) {
+            if result.is_ok() && file != self.target.model {
+                result = Err("disk file changed".into());
+            }
+            self.target.model = file;
+        }
+        eprintln!(
+            "[{:.2}s] {}: {}",
+            started.elapsed().as_secs_f64(),
+            case.name,
+            match &result {
+                Ok(()) => "ok".to_string(),
+                Err(why) => format!("FAILED: {why}"),
+            }
+        );
+        if let Err(why) = result {
+            self.failures.push(format!("{}: {why}", case.name));
+            self.target.guest = None;
+        }
+        if let Some(status) = self.daemon.exited() {
+            self.failures.push(format!(
+                "{}: vbmq died ({status}); log:\n{}",
+                case.name,
+                self.daemon.log()
+            ));
+            *self = Battery {
+                failures: std::mem::take(&mut self.failures),
+                ran: self.ran,
+                ..Battery::start(&format!("{}-restart{}", self.name, self.ran))
+            };
+        }
     }
 
     pub fn finish(self) -> Vec<String> {
@@ -286,7 +444,10 @@ pub fn good_request(guest: &mut Guest, model: &mut [u8], round: u64) -> Result<(
         ctx.g.publish(&[*head]);
         let used = ctx.g.wait_used(1, COMPLETION_TIMEOUT);
         if used.len() != 1 || used[0].id != u32::from(*head) {
-            return Err(format!("good request {i}: {} completions", used.len()));
+            return Err(format!(
+                "good request {i} (head {head}): completions {used:?}; last used entries (idx, id, len): {:?}",
+                ctx.g.history
+            ));
         }
         let status = ctx.g.ram.read(status_at, 1)[0];
         if status != OK {

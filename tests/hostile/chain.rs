@@ -22,10 +22,18 @@ pub struct Seg {
 
 impl Seg {
     pub fn r(addr: u64, len: u32) -> Self {
-        Seg { addr, len, flags: 0 }
+        Seg {
+            addr,
+            len,
+            flags: 0,
+        }
     }
     pub fn w(addr: u64, len: u32) -> Self {
-        Seg { addr, len, flags: WRITE }
+        Seg {
+            addr,
+            len,
+            flags: WRITE,
+        }
     }
 }
 
@@ -48,7 +56,14 @@ impl<'a> Ctx<'a> {
 
     /// A context allocating from `gpa` and queue descriptor `desc` on.
     pub fn at(g: &'a mut Guest, gpa: u64, desc: u16) -> Self {
-        Ctx { g, next_gpa: gpa, next_desc: desc, heads: Vec::new(), writable: Vec::new(), avail_idx_override: None }
+        Ctx {
+            g,
+            next_gpa: gpa,
+            next_desc: desc,
+            heads: Vec::new(),
+            writable: Vec::new(),
+            avail_idx_override: None,
+        }
     }
 
     pub fn ram(&self) -> &GuestRam {
@@ -63,7 +78,11 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn header(&mut self, type_: u32, sector: u64) -> u64 {
-        let hdr = virtio_blk_outhdr { type_: type_.to_le(), ioprio: 0, sector: sector.to_le() };
+        let hdr = virtio_blk_outhdr {
+            type_: type_.to_le(),
+            ioprio: 0,
+            sector: sector.to_le(),
+        };
         let addr = self.alloc(16, 16);
         let mut bytes = Vec::with_capacity(16);
         bytes.extend_from_slice(&{ hdr.type_ }.to_ne_bytes());
@@ -77,7 +96,11 @@ impl<'a> Ctx<'a> {
     pub fn ranges(&mut self, ranges: &[(u64, u32, u32)]) -> u64 {
         let addr = self.alloc(16 * ranges.len().max(1) as u64, 16);
         for (i, &(sector, num, flags)) in ranges.iter().enumerate() {
-            let r = virtio_blk_discard_write_zeroes { sector: sector.to_le(), num_sectors: num.to_le(), flags: flags.to_le() };
+            let r = virtio_blk_discard_write_zeroes {
+                sector: sector.to_le(),
+                num_sectors: num.to_le(),
+                flags: flags.to_le(),
+            };
             let mut bytes = Vec::with_capacity(16);
             bytes.extend_from_slice(&{ r.sector }.to_ne_bytes());
             bytes.extend_from_slice(&{ r.num_sectors }.to_ne_bytes());
@@ -91,7 +114,9 @@ impl<'a> Ctx<'a> {
     pub fn buffer(&mut self, len: u64, fill: Option<u8>) -> u64 {
         let addr = self.alloc(len.max(1), 512);
         if let Some(seed) = fill {
-            let bytes: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(13) ^ seed ^ (i >> 9) as u8).collect();
+            let bytes: Vec<u8> = (0..len)
+                .map(|i| (i as u8).wrapping_mul(13) ^ seed ^ (i >> 9) as u8)
+                .collect();
             self.g.ram.write(addr, &bytes);
         }
         addr
@@ -116,7 +141,11 @@ impl<'a> Ctx<'a> {
             let last = i + 1 == segs.len();
             let flags = if last { seg.flags } else { seg.flags | NEXT };
             let next = (index + 1) % self.g.queue_size;
-            self.g.write_desc(super::frontend::RING_BASE, u32::from(index), Descriptor::new(seg.addr, seg.len, flags, next));
+            self.g.write_desc(
+                super::frontend::RING_BASE,
+                u32::from(index),
+                Descriptor::new(seg.addr, seg.len, flags, next),
+            );
             self.note_writable(seg);
         }
         self.next_desc = head.wrapping_add(segs.len() as u16) % self.g.queue_size;
@@ -129,7 +158,11 @@ impl<'a> Ctx<'a> {
         for (i, seg) in segs.iter().enumerate() {
             let last = i + 1 == segs.len();
             let flags = if last { seg.flags } else { seg.flags | NEXT };
-            self.g.write_desc(table, i as u32, Descriptor::new(seg.addr, seg.len, flags, i as u16 + 1));
+            self.g.write_desc(
+                table,
+                i as u32,
+                Descriptor::new(seg.addr, seg.len, flags, i as u16 + 1),
+            );
             self.note_writable(seg);
         }
         table
@@ -144,7 +177,8 @@ impl<'a> Ctx<'a> {
     /// A single queue descriptor, written as given.
     pub fn raw_head(&mut self, desc: Descriptor) -> u16 {
         let head = self.next_desc;
-        self.g.write_desc(super::frontend::RING_BASE, u32::from(head), desc);
+        self.g
+            .write_desc(super::frontend::RING_BASE, u32::from(head), desc);
         self.next_desc = (head + 1) % self.g.queue_size;
         head
     }
@@ -154,7 +188,8 @@ impl<'a> Ctx<'a> {
         if desc.flags() & WRITE != 0 {
             self.writable.push((desc.addr().0, u64::from(desc.len())));
         }
-        self.g.write_desc(super::frontend::RING_BASE, u32::from(index), desc);
+        self.g
+            .write_desc(super::frontend::RING_BASE, u32::from(index), desc);
     }
 
     pub fn submit(&mut self, head: u16) {

@@ -18,7 +18,9 @@ pub struct Daemon {
 
 /// Initial contents: every sector distinct, so a misplaced read or write shows.
 pub fn pattern(size: usize, seed: u8) -> Vec<u8> {
-    (0..size).map(|i| (i as u8).wrapping_mul(7) ^ (i >> 9) as u8 ^ seed).collect()
+    (0..size)
+        .map(|i| (i as u8).wrapping_mul(7) ^ (i >> 9) as u8 ^ seed)
+        .collect()
 }
 
 impl Daemon {
@@ -36,13 +38,42 @@ impl Daemon {
                 dir.join(img).display()
             )
         };
-        let log = std::fs::File::create(dir.join("vbmq.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        // Appending, so the battery can truncate a flooded log under the running daemon.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("vbmq.log"))
+            .unwrap();
+        // HOSTILE_STRACE=FILE runs vbmq under `strace -f` (to list the system calls it makes).
+        let mut command = match std::env::var_os("HOSTILE_STRACE") {
+            Some(out) => {
+                let mut c = Command::new("strace");
+                c.args(["-f", "-qq", "-o"])
+                    .arg(out)
+                    .arg(env!("CARGO_BIN_EXE_vbmq"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_vbmq")),
+        };
+        let child = command
             .arg("serve")
-            .args(["--disk", &disk("target.sock", "target.img", &format!(",queues={TARGET_QUEUES}"))])
-            .args(["--disk", &disk("readonly.sock", "readonly.img", ",queues=1,readonly=on")])
+            .args([
+                "--disk",
+                &disk(
+                    "target.sock",
+                    "target.img",
+                    &format!(",queues={TARGET_QUEUES}"),
+                ),
+            ])
+            .args([
+                "--disk",
+                &disk("readonly.sock", "readonly.img", ",queues=1,readonly=on"),
+            ])
             .args(["--disk", &disk("victim.sock", "victim.img", ",queues=1")])
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("HOSTILE_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -57,7 +88,11 @@ impl Daemon {
     fn wait_for(&self, path: &Path) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while !path.exists() {
-            assert!(Instant::now() < deadline, "vbmq did not create {}", path.display());
+            assert!(
+                Instant::now() < deadline,
+                "vbmq did not create {}",
+                path.display()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -77,7 +112,35 @@ impl Daemon {
 
     /// Open descriptors of the daemon, to catch leaks across many connections.
     pub fn fd_count(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.pid())).map(|d| d.count()).unwrap_or(0)
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
+    /// What the daemon's descriptors point to, counted ("anon_inode:[eventfd]: 12, ...").
+    pub fn fd_kinds(&self) -> String {
+        let mut kinds = std::collections::BTreeMap::<String, usize>::new();
+        for entry in std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let target = std::fs::read_link(entry.path())
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            let kind = target
+                .split(['[', ':'])
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let kind = if target.starts_with("anon_inode") {
+                target
+            } else {
+                kind
+            };
+            *kinds.entry(kind).or_default() += 1;
+        }
+        format!("{kinds:?}")
     }
 
     pub fn log(&self) -> String {
@@ -106,7 +169,7 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if !std::thread::panicking() {
+        if std::env::var_os("HOSTILE_KEEP").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }

@@ -11,11 +11,20 @@ pub const UNSUPP: u8 = VIRTIO_BLK_S_UNSUPP as u8;
 pub enum FileChange {
     None,
     /// These bytes at this offset (a successful write).
-    Write { offset: u64, data: Vec<u8> },
+    Write {
+        offset: u64,
+        data: Vec<u8>,
+    },
     /// Zeros (write-zeroes).
-    Zero { offset: u64, len: u64 },
+    Zero {
+        offset: u64,
+        len: u64,
+    },
     /// Anything inside (discard leaves unspecified contents).
-    Undefined { offset: u64, len: u64 },
+    Undefined {
+        offset: u64,
+        len: u64,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -48,7 +57,11 @@ pub struct Expect {
 
 impl Expect {
     pub fn status(status_at: u64, status: u8) -> Self {
-        Expect { outcome: Outcome::Status { status_at, status }, change: FileChange::None, read: None }
+        Expect {
+            outcome: Outcome::Status { status_at, status },
+            change: FileChange::None,
+            read: None,
+        }
     }
     pub fn ioerr(status_at: u64) -> Self {
         Self::status(status_at, IOERR)
@@ -60,16 +73,32 @@ impl Expect {
         Self::status(status_at, OK)
     }
     pub fn ok_or_ioerr(status_at: u64) -> Self {
-        Expect { outcome: Outcome::OkOrIoerr { status_at }, change: FileChange::None, read: None }
+        Expect {
+            outcome: Outcome::OkOrIoerr { status_at },
+            change: FileChange::None,
+            read: None,
+        }
     }
     pub fn broken(status_at: Option<u64>) -> Self {
-        Expect { outcome: Outcome::Broken { status_at }, change: FileChange::None, read: None }
+        Expect {
+            outcome: Outcome::Broken { status_at },
+            change: FileChange::None,
+            read: None,
+        }
     }
     pub fn no_completion() -> Self {
-        Expect { outcome: Outcome::NoCompletion, change: FileChange::None, read: None }
+        Expect {
+            outcome: Outcome::NoCompletion,
+            change: FileChange::None,
+            read: None,
+        }
     }
     pub fn queue_may_stop() -> Self {
-        Expect { outcome: Outcome::QueueMayStop, change: FileChange::None, read: None }
+        Expect {
+            outcome: Outcome::QueueMayStop,
+            change: FileChange::None,
+            read: None,
+        }
     }
     pub fn with_change(mut self, change: FileChange) -> Self {
         self.change = change;

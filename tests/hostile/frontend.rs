@@ -4,19 +4,22 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::Ordering;
 use vhost::vhost_user::message::{VhostUserConfigFlags, VhostUserHeaderFlag};
-use vhost::vhost_user::{Frontend, VhostUserFrontend, VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost::vhost_user::{
+    Frontend, VhostUserFrontend, VhostUserProtocolFeatures, VhostUserVirtioFeatures,
+};
 use vhost::{VhostBackend, VringConfigData};
 use virtio_bindings::virtio_blk::*;
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::VIRTIO_RING_F_INDIRECT_DESC;
 use virtio_queue::desc::RawDescriptor;
-use virtio_queue::desc::split::Descriptor;
-use virtio_queue::mock::MockSplitQueue;
+
+use virtio_queue::desc::split::{Descriptor, VirtqUsedElem};
 use vm_memory::{Bytes, GuestAddress};
 use vmm_sys_util::eventfd::EventFd;
 
-use super::memory::{GuestRam, Mem};
+use super::memory::GuestRam;
 
 /// Where the queue lives in guest memory; the mock lays out table, avail and used from here.
 pub const RING_BASE: u64 = 0;
@@ -34,6 +37,7 @@ pub struct BlkConfig {
     pub features: u64,
 }
 
+#[derive(Clone, Copy, Debug)]
 pub struct UsedElem {
     pub id: u32,
     pub len: u32,
@@ -52,6 +56,11 @@ pub struct Guest {
     pub used_seen: u16,
     pub config: BlkConfig,
     protocol: VhostUserProtocolFeatures,
+    /// Ring addresses, laid out by virtio-queue's mock driver when the queue started.
+    pub avail_addr: u64,
+    pub used_addr: u64,
+    /// The last used entries seen, (used index, id, len), for failure reports.
+    pub history: std::collections::VecDeque<(u16, u32, u32)>,
 }
 
 pub fn wanted_features() -> u64 {
@@ -68,7 +77,10 @@ pub fn wanted_features() -> u64 {
         VIRTIO_BLK_F_WRITE_ZEROES,
     ]
     .iter()
-    .fold(VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits(), |acc, bit| acc | 1 << bit)
+    .fold(
+        VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits(),
+        |acc, bit| acc | 1 << bit,
+    )
 }
 
 impl Guest {
@@ -81,7 +93,8 @@ impl Guest {
         if offered & VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits() != 0 {
             let wanted = VhostUserProtocolFeatures::CONFIG
                 | VhostUserProtocolFeatures::MQ
-                | VhostUserProtocolFeatures::REPLY_ACK;
+                | VhostUserProtocolFeatures::REPLY_ACK
+                | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS;
             protocol = frontend.get_protocol_features()? & wanted;
             frontend.set_protocol_features(protocol)?;
         }
@@ -95,8 +108,14 @@ impl Guest {
             queue_index: 0,
             avail_idx: 0,
             used_seen: 0,
-            config: BlkConfig { features: offered, ..Default::default() },
+            config: BlkConfig {
+                features: offered,
+                ..Default::default()
+            },
             protocol,
+            avail_addr: 0,
+            used_addr: 0,
+            history: Default::default(),
         };
         if protocol.contains(VhostUserProtocolFeatures::CONFIG) {
             guest.read_config()?;
@@ -107,47 +126,60 @@ impl Guest {
     /// A ready guest: memory table sent and queue `queue_index` running.
     pub fn connect(socket: &Path, queue_size: u16) -> vhost::Result<Self> {
         let mut guest = Self::handshake(socket, GuestRam::new())?;
+        // Setup errors must surface, not be silently dropped.
+        guest.want_acks(true);
         guest.frontend.set_mem_table(&guest.ram.regions())?;
         guest.start_queue(0, queue_size)?;
+        guest.want_acks(false);
         Ok(guest)
     }
 
     fn read_config(&mut self) -> vhost::Result<()> {
         let size = std::mem::size_of::<virtio_blk_config>() as u32;
         let buf = vec![0u8; size as usize];
-        let (_, payload) = self.frontend.get_config(0, size, VhostUserConfigFlags::empty(), &buf)?;
+        let (_, payload) =
+            self.frontend
+                .get_config(0, size, VhostUserConfigFlags::empty(), &buf)?;
         let le32 = |at: usize| u32::from_le_bytes(payload[at..at + 4].try_into().unwrap());
         let le16 = |at: usize| u16::from_le_bytes(payload[at..at + 2].try_into().unwrap());
         self.config.capacity = u64::from_le_bytes(payload[0..8].try_into().unwrap());
         self.config.seg_max = le32(std::mem::offset_of!(virtio_blk_config, seg_max));
         self.config.num_queues = le16(std::mem::offset_of!(virtio_blk_config, num_queues));
-        self.config.max_discard_seg = le32(std::mem::offset_of!(virtio_blk_config, max_discard_seg));
-        self.config.max_write_zeroes_seg =
-            le32(std::mem::offset_of!(virtio_blk_config, max_write_zeroes_seg));
+        self.config.max_discard_seg =
+            le32(std::mem::offset_of!(virtio_blk_config, max_discard_seg));
+        self.config.max_write_zeroes_seg = le32(std::mem::offset_of!(
+            virtio_blk_config,
+            max_write_zeroes_seg
+        ));
         Ok(())
     }
 
     /// Asks for an acknowledgement of every following message (when REPLY_ACK was negotiated),
     /// so a refused message shows up as an error.
     pub fn want_acks(&self, on: bool) -> bool {
-        let flags = if on { VhostUserHeaderFlag::NEED_REPLY } else { VhostUserHeaderFlag::empty() };
+        let flags = if on {
+            VhostUserHeaderFlag::NEED_REPLY
+        } else {
+            VhostUserHeaderFlag::empty()
+        };
         self.frontend.set_hdr_flags(flags);
         self.protocol.contains(VhostUserProtocolFeatures::REPLY_ACK)
     }
 
-    pub fn queue(&self) -> MockSplitQueue<'_, Mem> {
-        MockSplitQueue::create(&self.ram.mem, GuestAddress(RING_BASE), self.queue_size)
-    }
-
-    pub fn vring_config(&self, size: u16) -> VringConfigData {
-        let q = MockSplitQueue::create(&self.ram.mem, GuestAddress(RING_BASE), size);
+    /// Lays out a split queue of `size` at RING_BASE as virtio 1.x section 2.7 does: the
+    /// descriptor table, then the avail ring (flags, idx, ring, used_event), then the used ring
+    /// aligned to 4. (virtio-queue's MockSplitQueue overlaps avail and used above 64 entries.)
+    pub fn vring_config(&mut self, size: u16) -> VringConfigData {
+        let desc = RING_BASE;
+        self.avail_addr = desc + 16 * u64::from(size);
+        self.used_addr = (self.avail_addr + 6 + 2 * u64::from(size)).next_multiple_of(4);
         VringConfigData {
             queue_max_size: size,
             queue_size: size,
             flags: 0,
-            desc_table_addr: self.ram.host_addr(q.desc_table_addr().0),
-            used_ring_addr: self.ram.host_addr(q.used_addr().0),
-            avail_ring_addr: self.ram.host_addr(q.avail_addr().0),
+            desc_table_addr: self.ram.host_addr(desc),
+            used_ring_addr: self.ram.host_addr(self.used_addr),
+            avail_ring_addr: self.ram.host_addr(self.avail_addr),
             log_addr: None,
         }
     }
@@ -156,7 +188,8 @@ impl Guest {
         self.queue_size = size;
         self.queue_index = index;
         // Fresh rings: zero the ring area.
-        self.ram.write(RING_BASE, &vec![0u8; SCRATCH_START as usize]);
+        self.ram
+            .write(RING_BASE, &vec![0u8; SCRATCH_START as usize]);
         self.avail_idx = 0;
         self.used_seen = 0;
         let config = self.vring_config(size);
@@ -175,27 +208,29 @@ impl Guest {
     /// Writes one descriptor into a table (the queue's or an indirect one).
     pub fn write_desc(&self, table: u64, index: u32, desc: Descriptor) {
         let addr = GuestAddress(table + 16 * u64::from(index));
-        self.ram.mem.write_obj(RawDescriptor::from(desc), addr).unwrap();
+        self.ram
+            .mem
+            .write_obj(RawDescriptor::from(desc), addr)
+            .unwrap();
     }
 
     /// Places heads on the avail ring, publishes the index and kicks.
     pub fn publish(&mut self, heads: &[u16]) {
         let mut idx = self.avail_idx;
-        let q = MockSplitQueue::create(&self.ram.mem, GuestAddress(RING_BASE), self.queue_size);
         for &head in heads {
-            let slot = usize::from(idx % self.queue_size);
-            q.avail().ring().ref_at(slot).unwrap().store(head);
+            let slot = u64::from(idx % self.queue_size);
+            self.store_u16(self.avail_addr + 4 + 2 * slot, head);
             idx = idx.wrapping_add(1);
         }
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        q.avail().idx().store(idx);
+        self.store_u16(self.avail_addr + 2, idx);
         self.avail_idx = idx;
         self.kick();
     }
 
     /// Publishes an arbitrary avail index (a lying guest).
     pub fn publish_avail_idx(&mut self, idx: u16) {
-        self.queue().avail().idx().store(idx);
+        self.store_u16(self.avail_addr + 2, idx);
         self.kick();
     }
 
@@ -203,14 +238,30 @@ impl Guest {
         self.kick.write(1).unwrap();
     }
 
+    fn store_u16(&self, gpa: u64, value: u16) {
+        self.ram
+            .mem
+            .store(value, GuestAddress(gpa), Ordering::Release)
+            .unwrap();
+    }
+
+    fn load_u16(&self, gpa: u64) -> u16 {
+        self.ram
+            .mem
+            .load(GuestAddress(gpa), Ordering::Acquire)
+            .unwrap()
+    }
+
     pub fn used_idx(&self) -> u16 {
-        self.queue().used().idx().load()
+        self.load_u16(self.used_addr + 2)
     }
 
     /// Waits until `count` new used entries appear (or `timeout`), and returns what appeared.
     pub fn wait_used(&mut self, count: usize, timeout: Duration) -> Vec<UsedElem> {
         let deadline = Instant::now() + timeout;
-        while usize::from(self.used_idx().wrapping_sub(self.used_seen)) < count && Instant::now() < deadline {
+        while usize::from(self.used_idx().wrapping_sub(self.used_seen)) < count
+            && Instant::now() < deadline
+        {
             std::thread::sleep(Duration::from_micros(200));
         }
         self.take_used()
@@ -218,14 +269,21 @@ impl Guest {
 
     /// Consumes whatever new used entries there are.
     pub fn take_used(&mut self) -> Vec<UsedElem> {
-        let q = MockSplitQueue::create(&self.ram.mem, GuestAddress(RING_BASE), self.queue_size);
-        let now = q.used().idx().load();
+        let now = self.used_idx();
         let mut seen = self.used_seen;
         let mut out = Vec::new();
         while seen != now {
-            let slot = usize::from(seen % self.queue_size);
-            let elem = q.used().ring().ref_at(slot).unwrap().load();
-            out.push(UsedElem { id: elem.id(), len: elem.len() });
+            let slot = u64::from(seen % self.queue_size);
+            let at = GuestAddress(self.used_addr + 4 + 8 * slot);
+            let elem: VirtqUsedElem = self.ram.mem.read_obj(at).unwrap();
+            out.push(UsedElem {
+                id: elem.id(),
+                len: elem.len(),
+            });
+            if self.history.len() == 12 {
+                self.history.pop_front();
+            }
+            self.history.push_back((seen, elem.id(), elem.len()));
             seen = seen.wrapping_add(1);
         }
         self.used_seen = seen;

@@ -40,11 +40,18 @@ impl GuestRam {
     pub fn new() -> Self {
         let file = memfd(c"vbmq-hostile-guest", MEMFD_SIZE);
         let ranges = [
-            (GuestAddress(0), REGION0_SIZE as usize, Some(FileOffset::new(file.try_clone().unwrap(), 0))),
+            (
+                GuestAddress(0),
+                REGION0_SIZE as usize,
+                Some(FileOffset::new(file.try_clone().unwrap(), 0)),
+            ),
             (
                 GuestAddress(REGION1_GPA),
                 REGION1_SIZE as usize,
-                Some(FileOffset::new(file.try_clone().unwrap(), REGION1_FILE_OFFSET)),
+                Some(FileOffset::new(
+                    file.try_clone().unwrap(),
+                    REGION1_FILE_OFFSET,
+                )),
             ),
         ];
         let mem = GuestMemoryMmap::from_ranges_with_files(ranges).unwrap();

@@ -26,7 +26,13 @@ impl Victim {
         let queue = started.queues.remove(0);
         let region = blkio.alloc_mem_region(2 * BLOCK).unwrap();
         blkio.map_mem_region(&region).unwrap();
-        Victim { _blkio: blkio, queue, region, model: initial, round: 0 }
+        Victim {
+            _blkio: blkio,
+            queue,
+            region,
+            model: initial,
+            round: 0,
+        }
     }
 
     fn wait_one(&mut self) -> Result<(), String> {
@@ -53,17 +59,21 @@ impl Victim {
         let blocks = self.model.len() / BLOCK;
         let write_at = (self.round as usize * 7) % blocks * BLOCK;
         let read_at = (self.round as usize * 13 + 5) % blocks * BLOCK;
-        let data: Vec<u8> = (0..BLOCK).map(|i| (i as u64 ^ self.round.wrapping_mul(31)) as u8).collect();
+        let data: Vec<u8> = (0..BLOCK)
+            .map(|i| (i as u64 ^ self.round.wrapping_mul(31)) as u8)
+            .collect();
         let buf = self.region.addr as *mut u8;
         // SAFETY: the region is 2 * BLOCK bytes of our own mapping, not in use by a request.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf, BLOCK) };
-        self.queue.write(write_at as u64, buf, BLOCK, 0, ReqFlags::empty());
+        self.queue
+            .write(write_at as u64, buf, BLOCK, 0, ReqFlags::empty());
         self.wait_one()?;
         self.model[write_at..write_at + BLOCK].copy_from_slice(&data);
         for at in [write_at, read_at] {
             // SAFETY: as above, the second half of the region.
             let read_buf = unsafe { buf.add(BLOCK) };
-            self.queue.read(at as u64, read_buf, BLOCK, 0, ReqFlags::empty());
+            self.queue
+                .read(at as u64, read_buf, BLOCK, 0, ReqFlags::empty());
             self.wait_one()?;
             // SAFETY: the request completed; BLOCK initialised bytes at read_buf.
             let got = unsafe { std::slice::from_raw_parts(read_buf, BLOCK) };
