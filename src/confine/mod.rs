@@ -83,8 +83,9 @@ pub fn confine(opts: &ConfineOptions) -> Result<Confinement, ConfineError> {
         FilesystemStatus::Partial => {
             tracing::warn!("landlock: kernel supports only part of the ruleset")
         }
+        // `vbmq serve` confines itself before it starts any thread, so every thread is covered.
         FilesystemStatus::CallingThreadOnly => {
-            tracing::warn!("landlock: kernel cannot restrict existing threads, only new ones")
+            tracing::info!("landlock: filesystem confined for this thread and those it starts")
         }
         FilesystemStatus::Unsupported => {
             tracing::warn!("landlock: not supported by this kernel, filesystem not confined")

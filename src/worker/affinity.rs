@@ -1,4 +1,4 @@
-//! CPU pinning.
+//! CPU pinning and naming of the calling thread.
 
 use std::io;
 
@@ -35,4 +35,13 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Names the calling thread (as `top -H` and `/proc/*/task/*/comm` show it); at most 15 bytes.
+pub fn name_current_thread(name: &str) {
+    let mut bytes = [0u8; 16];
+    let n = name.len().min(15);
+    bytes[..n].copy_from_slice(&name.as_bytes()[..n]);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes from `bytes`.
+    unsafe { libc::prctl(libc::PR_SET_NAME, bytes.as_ptr()) };
 }

@@ -7,6 +7,6 @@ mod queue_worker;
 mod requests;
 mod stats;
 
-pub use affinity::{online_cpus, pin_current_thread};
+pub use affinity::{name_current_thread, online_cpus, pin_current_thread};
 pub use queue_worker::{QueueSettings, QueueWorker};
 pub use stats::QueueStats;

@@ -13,7 +13,7 @@ use vhost_user_backend::{VringRwLock, VringState, VringT};
 use virtio_queue::QueueT;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 
-use super::affinity::pin_current_thread;
+use super::affinity::{name_current_thread, pin_current_thread};
 use super::inflight::InFlight;
 use super::requests::Ctx;
 use super::stats::QueueStats;
@@ -94,6 +94,7 @@ impl QueueWorker {
         }
         self.set_up = true;
         self.vring = Some(vring.clone());
+        name_current_thread(&format!("vbmq-q{}", self.index));
         if let Some(cpu) = self.settings.cpu
             && let Err(e) = pin_current_thread(cpu)
         {
