@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use super::cache_study;
 use super::calibrate::Handover;
 use super::stats::{CaseResult, Summary};
 use super::systems::{Mode, Storage, System};
@@ -68,7 +69,7 @@ pub struct GoalResult {
     pub note: String,
 }
 
-fn goals() -> [Goal; 7] {
+fn goals() -> [Goal; 9] {
     let matrix = |what, workload, metric, reference, system, threshold, at_least| Goal {
         what,
         experiment: Experiment::Matrix,
@@ -150,6 +151,28 @@ fn goals() -> [Goal; 7] {
             metric: Metric::Iops,
             threshold: 1.0,
             at_least: true,
+        },
+        Goal {
+            what: "DRAM cache hit (cache=), randread 4K QD32, polling client, mode=poll",
+            experiment: Experiment::Cache,
+            workload: Workload::randread(32),
+            client: ClientMode::Polling,
+            system: cache_study::cached(cache_study::FITS_PERCENT),
+            reference: System::BareMetalPageCache,
+            metric: Metric::Iops,
+            threshold: 1.0,
+            at_least: true,
+        },
+        Goal {
+            what: "DRAM cache hit (cache=) p50, randread 4K QD1, polling client, mode=poll",
+            experiment: Experiment::Cache,
+            workload: Workload::randread(1),
+            client: ClientMode::Polling,
+            system: cache_study::cached(cache_study::FITS_PERCENT),
+            reference: System::BareMetalPageCache,
+            metric: Metric::P50Us,
+            threshold: 1.0,
+            at_least: false,
         },
     ]
 }
@@ -287,7 +310,7 @@ mod tests {
             ),
         ];
         let results = evaluate(&cases, None);
-        assert_eq!(results.len(), 7);
+        assert_eq!(results.len(), 9);
         assert_eq!(results[0].ratio, Some(0.95));
         assert_eq!(results[0].met, Some(true));
         // randwrite was not measured.

@@ -5,6 +5,7 @@
 //! of interleaved runs, so the ratios between systems hold on a noisy shared machine even when
 //! absolute figures drift. The method is in `BENCHMARKS.md`.
 
+mod cache_study;
 mod calibrate;
 mod client;
 mod cpus;
@@ -69,7 +70,7 @@ fn bench(opts: &Options) -> Result<bool> {
     let mut plan = workloads::plan(opts.quick, cpus.total());
     if let Some(text) = &opts.only {
         plan = workloads::filter(plan, text);
-        if plan.is_empty() {
+        if plan.is_empty() && !cache_study::selects(opts.quick, text) {
             return Err(BenchError::Usage(format!(
                 "--only {text}: no case or system matches"
             )));
@@ -118,7 +119,12 @@ fn bench(opts: &Options) -> Result<bool> {
             "qemu-storage-daemon not found: skipping Baseline, VBDP and null-co \
              (scripts/deps/bench.sh installs it)"
         );
-        for s in [System::QsdBaseline, System::QsdVbdp, System::QsdNull] {
+        for s in [
+            System::QsdBaseline,
+            System::QsdVbdp,
+            System::QsdNull,
+            System::QsdPageCache,
+        ] {
             runner.skip(s, "qemu-storage-daemon is not installed".into());
         }
     }
@@ -142,6 +148,34 @@ fn bench(opts: &Options) -> Result<bool> {
     let complete = !runner.stopped();
     let skipped = runner.skipped();
     drop(runner);
+    let study = if complete {
+        cache_study::run(
+            &launcher,
+            &cpus,
+            settings,
+            opts.quick,
+            opts.only.as_deref(),
+            &STOP,
+        )?
+    } else {
+        cache_study::StudyResult::default()
+    };
+    let complete = complete && !STOP.load(Ordering::Relaxed);
+    cases.extend(study.cases);
+    let mut skipped = skipped;
+    skipped.extend(study.skipped);
+    let cache_hit_ratios = study.hit_ratios;
+    for h in &cache_hit_ratios {
+        match h.ratio {
+            Some(r) => println!(
+                "cache hit ratio, {} in {}: {:.1}%",
+                h.system,
+                h.case,
+                r * 100.0
+            ),
+            None => println!("cache hit ratio, {} in {}: not measured", h.system, h.case),
+        }
+    }
     let goals = goals::evaluate(&cases, handover.as_ref());
     println!("== Goals (ratios of medians measured in this run)");
     println!("{}", report::table::goals_text(&goals));
@@ -159,6 +193,7 @@ fn bench(opts: &Options) -> Result<bool> {
         skipped,
         cases,
         goals,
+        cache_hit_ratios,
         complete,
     };
     drop(disk);

@@ -50,6 +50,12 @@ pub enum Storage {
     PageCache,
     /// `mem=` loaded from the backing file (`image=`): a hypervisor-side DRAM copy.
     Memory,
+    /// `path=` the backing file, O_DIRECT, behind vbmq's DRAM read cache of `percent` of the
+    /// disk's size (`cache=`, filled from the file at start with `cache-preload=on`).
+    Cache {
+        /// Cache size as a percentage of the disk.
+        percent: u16,
+    },
     /// `null=`: no storage at all.
     Null,
 }
@@ -77,6 +83,9 @@ pub enum System {
     /// qemu-storage-daemon's `null-co` driver with one iothread; reads give zeros, as vbmq's
     /// `null=` does.
     QsdNull,
+    /// qemu-storage-daemon with one iothread on the file with `cache.direct=off`: host page-cache
+    /// reads through QEMU (seed 003's hypervisor-side cache as deployed today).
+    QsdPageCache,
 }
 
 impl System {
@@ -122,10 +131,11 @@ impl System {
                 storage,
             } => {
                 let storage = match storage {
-                    Storage::File => "",
-                    Storage::PageCache => "pagecache-",
-                    Storage::Memory => "mem-",
-                    Storage::Null => "null-",
+                    Storage::File => String::new(),
+                    Storage::PageCache => "pagecache-".into(),
+                    Storage::Memory => "mem-".into(),
+                    Storage::Cache { percent } => format!("cache{percent}-"),
+                    Storage::Null => "null-".into(),
                 };
                 let batch = if *batch { "" } else { "-nobatch" };
                 format!("vbmq-{storage}{}{batch}", mode.as_str())
@@ -133,6 +143,7 @@ impl System {
             System::QsdBaseline => "qsd-baseline".into(),
             System::QsdVbdp => "qsd-vbdp".into(),
             System::QsdNull => "qsd-null".into(),
+            System::QsdPageCache => "qsd-pagecache".into(),
         }
     }
 }
@@ -148,12 +159,13 @@ impl fmt::Display for System {
                 storage,
             } => {
                 f.write_str("vbmq ")?;
-                f.write_str(match storage {
-                    Storage::File => "",
-                    Storage::PageCache => "direct=off ",
-                    Storage::Memory => "mem= ",
-                    Storage::Null => "null ",
-                })?;
+                match storage {
+                    Storage::File => {}
+                    Storage::PageCache => f.write_str("direct=off ")?,
+                    Storage::Memory => f.write_str("mem= ")?,
+                    Storage::Cache { percent } => write!(f, "cache={percent}% ")?,
+                    Storage::Null => f.write_str("null ")?,
+                }
                 f.write_str(mode.as_str())?;
                 if !batch {
                     f.write_str(" batch=off")?;
@@ -163,6 +175,7 @@ impl fmt::Display for System {
             System::QsdBaseline => f.write_str("Baseline (qsd main loop)"),
             System::QsdVbdp => f.write_str("VBDP (qsd iothread)"),
             System::QsdNull => f.write_str("qsd null-co"),
+            System::QsdPageCache => f.write_str("qsd cache.direct=off"),
         }
     }
 }
@@ -283,6 +296,10 @@ impl Launcher {
                     Storage::File => format!("path={disk}"),
                     Storage::PageCache => format!("path={disk},direct=off"),
                     Storage::Memory => format!("mem={size},image={disk}"),
+                    Storage::Cache { percent } => format!(
+                        "path={disk},cache={},cache-preload=on",
+                        size * u64::from(percent) / 100
+                    ),
                     Storage::Null => format!("null={size}"),
                 };
                 // Queue i's thread on backend CPU i, round robin when queues outnumber them.
@@ -301,7 +318,7 @@ impl Launcher {
                 cmd.args(["serve", "--disk", &spec]);
                 Ok(cmd)
             }
-            System::QsdBaseline | System::QsdVbdp | System::QsdNull => {
+            System::QsdBaseline | System::QsdVbdp | System::QsdNull | System::QsdPageCache => {
                 let qsd = self.qsd.as_ref().ok_or_else(|| {
                     BenchError::Backend("qemu-storage-daemon is not installed".into())
                 })?;
@@ -311,8 +328,14 @@ impl Launcher {
                         self.disk_size
                     )
                 } else {
+                    let direct = if system == System::QsdPageCache {
+                        "off"
+                    } else {
+                        "on"
+                    };
                     format!(
-                        "driver=file,node-name=disk0,filename={disk},cache.direct=on,aio=io_uring"
+                        "driver=file,node-name=disk0,filename={disk},cache.direct={direct},\
+                         aio=io_uring"
                     )
                 };
                 let mut export = format!(

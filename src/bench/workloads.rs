@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::systems::{Mode, Storage, System};
+use super::systems::{Mode, System};
 
 /// Read or write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -119,6 +119,8 @@ pub enum Experiment {
     Null,
     /// Seed 003: a hypervisor-side DRAM cache hit against a host page-cache read.
     Cache,
+    /// Seed 003: a working set four times vbmq's cache.
+    CacheSpill,
 }
 
 impl Experiment {
@@ -132,6 +134,7 @@ impl Experiment {
             Experiment::Batching => "Batched against unbatched submission (seed 002)",
             Experiment::Null => "Null device: the virtualization path alone",
             Experiment::Cache => "Hypervisor-side DRAM cache hits (seed 003)",
+            Experiment::CacheSpill => "Working set four times vbmq's cache (seed 003)",
         }
     }
 }
@@ -277,25 +280,6 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
         cases.push(case(Experiment::Null, w, ClientMode::Polling, 1, systems));
     }
 
-    let mem_poll = System::vbmq_on(Storage::Memory, Mode::Poll);
-    let cache: &[Workload] = if quick {
-        &[Workload::randread(32)]
-    } else {
-        &[Workload::randread(1), Workload::randread(32)]
-    };
-    for &w in cache {
-        let systems: &[System] = if quick {
-            &[System::BareMetalPageCache, mem_poll]
-        } else {
-            &[
-                System::BareMetalPageCache,
-                mem_poll,
-                System::vbmq_on(Storage::Memory, Mode::Adaptive),
-                System::vbmq_on(Storage::PageCache, Mode::Poll),
-            ]
-        };
-        cases.push(case(Experiment::Cache, w, ClientMode::Polling, 1, systems));
-    }
     cases
 }
 
@@ -358,7 +342,6 @@ mod tests {
             Experiment::Jobs,
             Experiment::Batching,
             Experiment::Null,
-            Experiment::Cache,
         ] {
             assert!(quick.iter().any(|c| c.experiment == e), "{e:?}");
         }

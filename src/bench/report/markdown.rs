@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use crate::bench::cache_study;
 use crate::bench::cpus::cpu_list;
 use crate::bench::workloads::Experiment;
 
@@ -9,7 +10,7 @@ use super::Report;
 use super::figures::Figure;
 use super::table::{case_markdown, case_title, goals_markdown};
 
-const EXPERIMENTS: [Experiment; 7] = [
+const EXPERIMENTS: [Experiment; 8] = [
     Experiment::Matrix,
     Experiment::InterruptClient,
     Experiment::Queues,
@@ -17,6 +18,7 @@ const EXPERIMENTS: [Experiment; 7] = [
     Experiment::Batching,
     Experiment::Null,
     Experiment::Cache,
+    Experiment::CacheSpill,
 ];
 
 /// The whole report.md.
@@ -186,10 +188,36 @@ fn note(e: Experiment, report: &Report) -> String {
             path (vhost-user rings, notifications, request parsing). qemu-storage-daemon runs \
             null-co in one iothread, with read-zeroes=on since vbmq's null device also returns zeros."
             .into(),
-        Experiment::Cache => "Every read hits DRAM. vbmq `mem=` serves a copy of the disk loaded \
-            into its own memory (`image=`), a hypervisor-side DRAM cache with every read a hit; \
-            bare metal (page cache) reads the tmpfs file without O_DIRECT; vbmq `direct=off` \
-            reads it through the host page cache."
-            .into(),
+        Experiment::Cache => format!(
+            "{}{}",
+            cache_study::FITS_NOTE,
+            hit_ratios(report, Experiment::Cache)
+        ),
+        Experiment::CacheSpill => format!(
+            "{}{}",
+            cache_study::SPILL_NOTE,
+            hit_ratios(report, Experiment::CacheSpill)
+        ),
     }
+}
+
+/// The measured cache hit ratios of an experiment's cases, as a list after its note.
+fn hit_ratios(report: &Report, e: Experiment) -> String {
+    let mut out = String::new();
+    for h in &report.cache_hit_ratios {
+        let in_experiment = report
+            .cases
+            .iter()
+            .any(|c| c.id == h.case && c.case.experiment == e);
+        if !in_experiment {
+            continue;
+        }
+        let value = match (h.ratio, &h.error) {
+            (Some(r), _) => format!("{:.1}%", r * 100.0),
+            (None, Some(e)) => format!("not measured ({e})"),
+            (None, None) => "not measured".into(),
+        };
+        let _ = write!(out, "\n- hit ratio of {} in {}: {value}", h.system, h.case);
+    }
+    out
 }

@@ -11,6 +11,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use super::cache_study::HitRatio;
 use super::calibrate::Handover;
 use super::cpus::CpuPlan;
 use super::error::{BenchError, Result};
@@ -47,6 +48,8 @@ pub struct Report {
     pub cases: Vec<CaseResult>,
     /// The goals with their measured ratios.
     pub goals: Vec<GoalResult>,
+    /// vbmq's cache hit ratios in the cache placement study.
+    pub cache_hit_ratios: Vec<HitRatio>,
     /// False if the run was interrupted before the end.
     pub complete: bool,
 }
@@ -114,6 +117,7 @@ mod tests {
             skipped: vec!["qsd-vbdp: not installed".into()],
             goals: crate::bench::goals::evaluate(&cases, None),
             cases,
+            cache_hit_ratios: Vec::new(),
             complete: true,
         };
         let dir = std::env::temp_dir().join(format!("vbmq-report-test-{}", std::process::id()));
@@ -125,7 +129,7 @@ mod tests {
             json["cases"][0]["points"][0]["summary"]["iops"]["median"],
             1000.0
         );
-        assert_eq!(json["goals"].as_array().unwrap().len(), 7);
+        assert_eq!(json["goals"].as_array().unwrap().len(), 9);
         let md = fs::read_to_string(dir.join("report.md")).unwrap();
         assert!(md.contains("## Goals") && md.contains("qsd-vbdp: not installed"));
         assert!(md.contains("![") && dir.join("matrix.svg").exists());
