@@ -254,13 +254,15 @@ impl Launcher {
             .stdout(Stdio::null())
             .stderr(Stdio::from(log_file));
         let cpus = self.backend_cpus.clone();
-        // SAFETY: the closure only makes two system calls (setpgid, and sched_setaffinity on a
+        // SAFETY: the closure only makes two system calls (setsid, and sched_setaffinity on a
         // stack-built set in pin_to), both async-signal-safe, so it may run between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
-                // Own process group: the terminal's Ctrl-C reaches the harness only, which then
-                // stops its backends itself after the current run.
-                if libc::setpgid(0, 0) != 0 {
+                // Own session, as a VM's backend is. The terminal's Ctrl-C reaches the harness
+                // only, which stops its backends itself after the current run; and with
+                // scheduler autogroups the backend gets its own CPU share instead of splitting
+                // the harness' share with the client threads on the other CPU.
+                if libc::setsid() < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 pin_to(&cpus)
