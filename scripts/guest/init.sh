@@ -11,7 +11,9 @@ mount -t devtmpfs devtmpfs /dev
 exec </dev/console >/dev/console 2>&1
 
 modules="/lib/modules/$(uname -r)"
+# Progress goes to the console so that a guest stuck in a driver shows where.
 while read -r module; do
+    echo "vbmq-init: insmod $module"
     insmod "$modules/$module" || echo "vbmq-init: insmod $module failed"
 done </etc/modules.order
 
@@ -27,6 +29,7 @@ while [ "$(ls /sys/block | grep -c '^vd')" -lt "$expected" ] && [ "$waited" -lt 
     waited=$((waited + 1))
 done
 
+echo "vbmq-init: $(ls /sys/block | grep -c '^vd') of $expected disks after $((waited / 10)) s"
 echo "VBMQ-GUEST-BEGIN"
 if [ -f /test.sh ]; then
     sh /test.sh
