@@ -4,6 +4,8 @@
 //! The guest is a Debian kernel and an initramfs packed by `scripts/guest/build-initramfs.sh`;
 //! both come from `scripts/deps/guest.sh`. The test script travels as a second cpio archive
 //! appended to the initramfs, so the guest needs no other device than the disks under test.
+//! Before Linux, SeaBIOS drives every disk too (it probes them for booting), so each boot also
+//! checks a second virtio driver and the device reset between the two.
 //!
 //! Nested KVM hangs in early boot on some hosts, so the accelerator is TCG unless a short probe
 //! boot shows KVM works (`VBMQ_GUEST_ACCEL=tcg|kvm|auto`, default `auto`).
