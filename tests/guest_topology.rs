@@ -4,7 +4,7 @@ mod guest;
 
 use guest::{TestDir, Vbmq, Vm, script, tagged_one};
 
-/// One vbmq process serves a 1-queue and a 4-queue disk to a 2-vCPU guest and then, after that
+/// One vbmq process serves a 1-queue disk (with a `serial=`) and a 4-queue disk to a 2-vCPU guest and then, after that
 /// guest powered off, to a 4-vCPU guest. The guest's virtio-blk driver makes one blk-mq hardware
 /// queue per virtqueue, but never more than it has CPUs.
 #[test]
@@ -15,7 +15,7 @@ fn guest_sees_size_and_hardware_queues() {
     let vbmq = Vbmq::serve(
         &[
             format!(
-                "socket={},path={},queues=1",
+                "socket={},path={},queues=1,serial=vbmq-one",
                 one.display(),
                 dir.disk("one.img", 64).display()
             ),
@@ -32,6 +32,7 @@ fn guest_sees_size_and_hardware_queues() {
              echo \"SIZE $d $(($(cat /sys/block/$d/size) * 512))\"
              show_queues $d
          done
+         echo \"SERIAL $(cat /sys/block/vda/serial)\"
          fio_verify /dev/vdb io_uring $(nproc) 8",
     );
     for (vcpus, vdb_queues) in [(2, 2), (4, 4)] {
@@ -50,6 +51,7 @@ fn guest_sees_size_and_hardware_queues() {
             tagged_one(out, "MQ vdb").starts_with(&format!("{vdb_queues}:")),
             "{vcpus} vCPUs, queues=4: {out}"
         );
+        assert_eq!(tagged_one(out, "SERIAL"), "vbmq-one");
         tagged_one(out, "FIO-OK /dev/vdb");
     }
     vbmq.stop();
