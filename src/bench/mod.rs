@@ -144,7 +144,7 @@ fn bench(opts: &Options) -> Result<bool> {
             cpus.total()
         );
     }
-    let cases = run_cases(&mut runner, &plan);
+    let mut cases = run_cases(&mut runner, &plan);
     let complete = !runner.stopped();
     let skipped = runner.skipped();
     drop(runner);
