@@ -57,7 +57,14 @@ fn quick_bench_of_one_case_writes_a_well_formed_report() {
             assert!(point["summary"]["backend_cpu_s_per_mio"]["median"].is_number());
         }
     }
-    assert_eq!(report["goals"].as_array().unwrap().len(), 7);
+    // The case measured holds the QD1 latency goal's both sides: it must have a ratio.
+    let goals = report["goals"].as_array().unwrap();
+    let qd1 = goals
+        .iter()
+        .find(|g| g["goal"] == "randread 4K QD1 p50, polling client, mode=poll")
+        .unwrap();
+    assert!(qd1["ratio"].as_f64().unwrap() > 0.0, "{qd1}");
+    assert!(qd1["met"].is_boolean());
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(
         md.contains("## Goals") && md.contains("| bare metal |"),
