@@ -10,3 +10,6 @@ mod stats;
 pub use affinity::{name_current_thread, online_cpus, pin_current_thread};
 pub use queue_worker::{QueueSettings, QueueWorker};
 pub use stats::QueueStats;
+
+#[cfg(test)]
+mod tests;

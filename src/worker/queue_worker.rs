@@ -128,6 +128,7 @@ impl QueueWorker {
 
     /// Spins on the queue; with `idle_limit`, goes back to sleep after that long without work.
     fn poll(&mut self, vring: &VringRwLock, stop: &AtomicBool, idle_limit: Option<Duration>) {
+        self.refresh_memory(vring);
         self.suppress_kicks(vring);
         let mut idle_since: Option<Instant> = None;
         while !stop.load(Ordering::Relaxed) {
@@ -221,6 +222,9 @@ impl QueueWorker {
             let queue = state.get_queue_mut();
             loop {
                 if rearm && queue.disable_notification(ctx.mem).is_err() {
+                    // The ring is not in this snapshot: the frontend may have sent its memory
+                    // table since (the first request of a VM's BIOS comes right after).
+                    stale = !std::ptr::eq(&*atomic_mem.memory(), ctx.mem);
                     break;
                 }
                 let avail = queue.avail_idx(ctx.mem, Ordering::Acquire);
