@@ -23,6 +23,16 @@ pub struct Handover {
     pub spin_p50_us: f64,
 }
 
+impl Handover {
+    /// The lower of each latency: the machine's floor over two measurements.
+    pub fn min(&self, other: &Handover) -> Handover {
+        Handover {
+            wakeup_p50_us: self.wakeup_p50_us.min(other.wakeup_p50_us),
+            spin_p50_us: self.spin_p50_us.min(other.spin_p50_us),
+        }
+    }
+}
+
 /// Measures both hand-overs between `a` and `b` for about `time` each.
 pub fn handover(a: usize, b: usize, time: Duration) -> io::Result<Handover> {
     Ok(Handover {

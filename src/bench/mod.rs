@@ -176,6 +176,12 @@ fn bench(opts: &Options) -> Result<bool> {
             None => println!("cache hit ratio, {} in {}: not measured", h.system, h.case),
         }
     }
+    // Floors are minima: measure again now and keep the lower of each, since other work on
+    // the machine can only have slowed a hand-over down.
+    let handover = match (handover, measure_handover(&cpus, &settings)) {
+        (Some(a), Some(b)) => Some(a.min(&b)),
+        (a, b) => a.or(b),
+    };
     let goals = goals::evaluate(&cases, handover.as_ref());
     println!("== Goals (ratios of medians measured in this run)");
     println!("{}", report::table::goals_text(&goals));

@@ -122,7 +122,8 @@ fn setup(report: &Report) -> String {
     if let Some(h) = &report.handover {
         let _ = writeln!(
             out,
-            "- Hand-over between the client and backend CPUs, one way (median): {:.1} us to wake \
+            "- Hand-over between the client and backend CPUs, one way (median, the lower of a \
+             measurement before and one after the runs): {:.1} us to wake \
              a sleeping thread through an eventfd (what an interrupt-driven client pays per \
              completion), {:.2} us for a store to reach a thread spinning on it (what polling \
              pays). A request through any vhost-user backend pays these on top of the storage.",
