@@ -47,7 +47,10 @@ fn case_rows(case: &CaseResult) -> Vec<Vec<String>> {
     let reference = |s: System| case.summary(s).map(|s| s.iops.median);
     // The cache cases compare with page-cache reads, the others with O_DIRECT ones.
     let bare = reference(System::BareMetal).or_else(|| reference(System::BareMetalPageCache));
-    let vbdp = reference(System::QsdVbdp);
+    // qemu-storage-daemon's null-co and page-cache rows run VBDP's one-iothread setup too.
+    let vbdp = reference(System::QsdVbdp)
+        .or_else(|| reference(System::QsdNull))
+        .or_else(|| reference(System::QsdPageCache));
     case.points
         .iter()
         .map(|p| point_row(p, bare, vbdp))
