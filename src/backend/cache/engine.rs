@@ -25,8 +25,10 @@ use crate::backend::{Engine, IoOp};
 const MAX_CACHED_READ: usize = 1 << 20;
 /// Read-ahead operations one queue keeps in flight, at most.
 pub const MAX_PREFETCH: u32 = 2;
-/// Staging buffers kept for reuse per queue.
-const SPARE_BUFFERS: usize = 8;
+/// Staging buffers kept for reuse per queue: enough for a full queue of small misses.
+const SPARE_BUFFERS: usize = 64;
+/// Larger staging buffers (read-ahead, big reads) are freed after use.
+const SPARE_BUFFER_MAX: usize = 128 << 10;
 
 /// A block-aligned buffer for reads from the file, with the iovec that describes it (boxed, so
 /// it stays put while the kernel holds a pointer to it).
@@ -361,6 +363,22 @@ impl CachedEngine {
         self.counters.dropped(filled.dropped);
     }
 
+    /// Forgets an operation that completed after its worker went away: its guest memory may
+    /// be gone, so nothing is copied there; a change still invalidates what it touched.
+    fn abandon(&mut self, inner_tag: u64) {
+        let Some(pending) = self
+            .pending
+            .get_mut(inner_tag as usize)
+            .and_then(Option::take)
+        else {
+            return;
+        };
+        if let Kind::Change { offset, len } = pending.kind {
+            self.cache.invalidate(offset, len);
+        }
+        self.free_tags.push(inner_tag as usize);
+    }
+
     fn in_flight(&self) -> bool {
         self.pending.iter().any(Option::is_some)
     }
@@ -382,6 +400,7 @@ fn pending(kind: Kind, tag: u64) -> Pending {
 fn recycle(spare: &mut Vec<Staging>, generations: &mut Vec<Vec<u64>>, pending: Pending) {
     if let Some(staging) = pending.staging
         && spare.len() < SPARE_BUFFERS
+        && staging.layout.size() <= SPARE_BUFFER_MAX
     {
         spare.push(staging);
     }
@@ -445,8 +464,9 @@ impl Engine for CachedEngine {
 
 impl Drop for CachedEngine {
     fn drop(&mut self) {
-        // Read-ahead is not the worker's to drain: wait for it here, the kernel writes into
-        // the staging buffers until then.
+        // Read-ahead is not the worker's to drain, and a worker torn down with requests in
+        // flight leaves them here: wait for them, the kernel writes into the staging buffers
+        // until then.
         while self.in_flight() {
             if let Err(e) = self.inner.wait() {
                 error!("cache: cannot wait for read-ahead to finish: {e}");
@@ -459,8 +479,8 @@ impl Drop for CachedEngine {
             let mut finished = Vec::new();
             self.inner
                 .reap(&mut |tag, result| finished.push((tag, result)));
-            for (tag, result) in finished {
-                self.complete(tag, result);
+            for (tag, _) in finished {
+                self.abandon(tag);
             }
         }
         self.stats.retire(&self.counters);
