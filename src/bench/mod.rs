@@ -116,7 +116,8 @@ fn bench(opts: &Options) -> Result<bool> {
     let mut runner = Runner::new(&launcher, &cpus, settings, &STOP, total_runs);
     if qsd.is_none() {
         println!(
-            "qemu-storage-daemon not found: skipping Baseline, VBDP and null-co \
+            "qemu-storage-daemon not found: skipping Baseline, VBDP, null-co and \
+             qsd cache.direct=off \
              (scripts/deps/bench.sh installs it)"
         );
         for s in [
