@@ -169,10 +169,14 @@ impl QueueWorker {
     /// Enables guest kicks; true if requests arrived meanwhile.
     fn rearm_kicks(&mut self, vring: &VringRwLock) -> bool {
         let mut state = vring.get_mut();
-        state
-            .get_queue_mut()
-            .enable_notification(&*self.mem)
-            .unwrap_or(false)
+        let queue = state.get_queue_mut();
+        if !queue.enable_notification(&*self.mem).unwrap_or(false) {
+            return false;
+        }
+        // Entries an avail index past the ring claims cannot be taken: sleep all the same.
+        queue
+            .avail_idx(&*self.mem, Ordering::Acquire)
+            .is_ok_and(|avail| avail.0.wrapping_sub(queue.next_avail()) <= queue.size())
     }
 
     /// Switches to the current guest memory once nothing in flight points into the old one.
@@ -238,6 +242,7 @@ impl QueueWorker {
                     stale = true;
                     break;
                 }
+                let offered = waiting;
                 while waiting > 0 {
                     let Some(chain) = queue.pop_descriptor_chain(ctx.mem) else {
                         break;
@@ -247,6 +252,11 @@ impl QueueWorker {
                     used += ctx.start(queue, chain);
                 }
                 if !rearm || !queue.enable_notification(ctx.mem).unwrap_or(false) {
+                    break;
+                }
+                // Go round again for requests that arrived meanwhile, never for entries that
+                // cannot be taken (an avail index past the ring): that would spin forever.
+                if offered > 0 && waiting == offered {
                     break;
                 }
             }
