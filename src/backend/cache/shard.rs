@@ -53,14 +53,21 @@ impl BuildHasher for BlockHash {
     }
 }
 
+/// A cached block's entry in the index: everything a hit touches, in the map's own bucket.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    slot: u32,
+    freq: u8,
+    /// Brought in by read-ahead and not read since.
+    prefetched: bool,
+}
+
+/// What eviction needs to know of a slot.
 #[derive(Clone, Copy, Debug, Default)]
 struct SlotMeta {
     block: u64,
-    freq: u8,
     /// Holds a block (false: free, or invalidated while waiting in a queue).
     live: bool,
-    /// Brought in by read-ahead and not read since.
-    prefetched: bool,
 }
 
 /// What a lookup found.
@@ -74,7 +81,7 @@ pub struct Hit {
 
 /// The index and queues of one shard; the slots' bytes are in the cache's arena.
 pub struct Shard {
-    map: HashMap<u64, u32, BlockHash>,
+    map: HashMap<u64, Entry, BlockHash>,
     meta: Vec<SlotMeta>,
     /// Slots never used yet.
     free: Vec<u32>,
@@ -112,15 +119,17 @@ impl Shard {
 
     /// Finds `block` and counts the hit.
     pub fn lookup(&mut self, block: u64) -> Option<Hit> {
-        let slot = *self.map.get(&block)?;
-        let meta = &mut self.meta[slot as usize];
+        let entry = self.map.get_mut(&block)?;
         // A read-ahead block's first read is its first use, not a sign that it is hot: a
         // sequential scan must not promote itself into the main queue.
-        let prefetched = std::mem::take(&mut meta.prefetched);
+        let prefetched = std::mem::take(&mut entry.prefetched);
         if !prefetched {
-            meta.freq = (meta.freq + 1).min(MAX_FREQ);
+            entry.freq = (entry.freq + 1).min(MAX_FREQ);
         }
-        Some(Hit { slot, prefetched })
+        Some(Hit {
+            slot: entry.slot,
+            prefetched,
+        })
     }
 
     pub fn contains(&self, block: u64) -> bool {
@@ -144,13 +153,15 @@ impl Shard {
             Some(slot) => (slot, false),
             None => self.evict()?,
         };
-        self.meta[slot as usize] = SlotMeta {
+        self.meta[slot as usize] = SlotMeta { block, live: true };
+        self.map.insert(
             block,
-            freq: 0,
-            live: true,
-            prefetched,
-        };
-        self.map.insert(block, slot);
+            Entry {
+                slot,
+                freq: 0,
+                prefetched,
+            },
+        );
         if self.ghost.remove(&block).is_some() {
             self.main.push_back(slot);
         } else {
@@ -161,18 +172,18 @@ impl Shard {
 
     /// Drops `block` if present; its slot is reclaimed when it reaches the head of its queue.
     pub fn invalidate(&mut self, block: u64) {
-        if let Some(slot) = self.map.remove(&block) {
-            self.meta[slot as usize].live = false;
+        if let Some(entry) = self.map.remove(&block) {
+            self.meta[entry.slot as usize].live = false;
         }
     }
 
     /// Drops every block in `[first, end)`, scanning the shard instead of the range.
     pub fn invalidate_range(&mut self, first: u64, end: u64) {
         let meta = &mut self.meta;
-        self.map.retain(|block, slot| {
+        self.map.retain(|block, entry| {
             let keep = !(first..end).contains(block);
             if !keep {
-                meta[*slot as usize].live = false;
+                meta[entry.slot as usize].live = false;
             }
             keep
         });
@@ -189,28 +200,30 @@ impl Shard {
             } else {
                 self.main.pop_front()?
             };
-            let meta = &mut self.meta[slot as usize];
-            if !meta.live {
-                return Some((slot, false));
-            }
+            let meta = self.meta[slot as usize];
+            // A live slot's block is in the map: the two change together.
+            let entry = match self.map.get_mut(&meta.block) {
+                Some(entry) if meta.live => entry,
+                _ => return Some((slot, false)),
+            };
             if from_small {
-                if meta.freq > 0 {
-                    meta.freq = 0;
+                if entry.freq > 0 {
+                    entry.freq = 0;
                     self.main.push_back(slot);
                     continue;
                 }
-            } else if meta.freq > 0 {
-                meta.freq -= 1;
+            } else if entry.freq > 0 {
+                entry.freq -= 1;
                 self.main.push_back(slot);
                 continue;
             }
-            meta.live = false;
-            let block = meta.block;
+            let prefetched = entry.prefetched;
+            self.meta[slot as usize].live = false;
+            self.map.remove(&meta.block);
             // A read-ahead block never read says nothing about the future: no ghost for it.
-            if from_small && !meta.prefetched {
-                self.remember(block);
+            if from_small && !prefetched {
+                self.remember(meta.block);
             }
-            self.map.remove(&block);
             return Some((slot, true));
         }
     }
