@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use blkio::{Blkio, Blkioq, Completion, ReqFlags};
 
-use super::cpus::{CpuPlan, pin_to, process_cpu_seconds};
+use super::cpus::{CpuPlan, cpus_busy_seconds, pin_to, process_cpu_seconds};
 use super::error::{BenchError, Result};
 use super::histogram::Histogram;
 use super::rng::Rng;
@@ -52,6 +52,8 @@ pub struct LoadResult {
     pub backend_cpu_seconds: Option<f64>,
     /// CPU seconds this (client) process used in the window.
     pub client_cpu_seconds: Option<f64>,
+    /// CPU seconds other processes took on the client's and backend's CPUs in the window.
+    pub others_cpu_seconds: Option<f64>,
 }
 
 /// Runs `spec` against `target` with the client threads on `cpus.client`.
@@ -86,7 +88,7 @@ pub fn run_load(
 
     let start = Instant::now() + spec.warmup;
     let end = start + spec.measure;
-    let (jobs, backend_cpu, client_cpu) = thread::scope(|scope| {
+    let (jobs, window) = thread::scope(|scope| {
         let handles: Vec<_> = queues
             .into_iter()
             .enumerate()
@@ -108,7 +110,7 @@ pub fn run_load(
                 })
             })
             .collect();
-        let (backend_cpu, client_cpu) = cpu_over_window(backend_pid, start, end);
+        let window = cpu_over_window(backend_pid, cpus, start, end);
         let jobs: Vec<_> = handles
             .into_iter()
             .map(|h| {
@@ -116,7 +118,7 @@ pub fn run_load(
                     .unwrap_or_else(|_| Err(BenchError::Request("client thread panicked".into())))
             })
             .collect();
-        (jobs, backend_cpu, client_cpu)
+        (jobs, window)
     });
     drop(blkio);
 
@@ -135,25 +137,49 @@ pub fn run_load(
         bytes: ios * spec.workload.block_size as u64,
         seconds: spec.measure.as_secs_f64(),
         latency,
-        backend_cpu_seconds: backend_cpu,
-        client_cpu_seconds: client_cpu,
+        backend_cpu_seconds: window.backend,
+        client_cpu_seconds: window.client,
+        others_cpu_seconds: window.others,
     })
 }
 
-/// CPU seconds used by the backend and by this process between `start` and `end`.
+/// CPU seconds spent in a run's measured window.
+struct WindowCpu {
+    backend: Option<f64>,
+    client: Option<f64>,
+    /// By everything else on the client's and backend's CPUs: the interference of other work.
+    others: Option<f64>,
+}
+
+/// Samples CPU use at `start` and at `end`.
 fn cpu_over_window(
     backend: Option<u32>,
+    cpus: &CpuPlan,
     start: Instant,
     end: Instant,
-) -> (Option<f64>, Option<f64>) {
+) -> WindowCpu {
     let me = std::process::id();
+    let mut plan_cpus = cpus.client.clone();
+    if !cpus.shared {
+        plan_cpus.extend(&cpus.backend);
+    }
     let read = |pid: Option<u32>| pid.and_then(|p| process_cpu_seconds(p).ok());
+    let sample = || {
+        let busy = cpus_busy_seconds(&plan_cpus).ok();
+        (read(backend), read(Some(me)), busy)
+    };
     thread::sleep(start.saturating_duration_since(Instant::now()));
-    let (b0, c0) = (read(backend), read(Some(me)));
+    let (b0, c0, all0) = sample();
     thread::sleep(end.saturating_duration_since(Instant::now()));
-    let (b1, c1) = (read(backend), read(Some(me)));
+    let (b1, c1, all1) = sample();
     let diff = |a: Option<f64>, b: Option<f64>| Some(b? - a?);
-    (diff(b0, b1), diff(c0, c1))
+    let (backend, client, all) = (diff(b0, b1), diff(c0, c1), diff(all0, all1));
+    let ours = client.map(|c| c + backend.unwrap_or(0.0));
+    WindowCpu {
+        backend,
+        client,
+        others: diff(ours, all).map(|o| o.max(0.0)),
+    }
 }
 
 /// Connects and starts libblkio with one queue per job, retrying while a fresh backend still

@@ -134,6 +134,33 @@ pub fn process_cpu_seconds(pid: u32) -> io::Result<f64> {
     Ok(ticks as f64 / clock_ticks_per_second())
 }
 
+/// Time `cpus` spent running anything (user, nice, system, irq, softirq), summed, in seconds.
+pub fn cpus_busy_seconds(cpus: &[usize]) -> io::Result<f64> {
+    let stat = fs::read_to_string("/proc/stat")?;
+    let ticks = parse_busy_ticks(&stat, cpus)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed /proc/stat"))?;
+    Ok(ticks as f64 / clock_ticks_per_second())
+}
+
+/// Sums the busy fields of the `cpuN` lines of `/proc/stat` for N in `cpus`; `None` if one is
+/// missing or malformed.
+fn parse_busy_ticks(stat: &str, cpus: &[usize]) -> Option<u64> {
+    let mut total = 0;
+    for &cpu in cpus {
+        let prefix = format!("cpu{cpu} ");
+        let line = stat.lines().find(|l| l.starts_with(&prefix))?;
+        let fields: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|f| f.parse().ok())
+            .collect::<Option<_>>()?;
+        // user nice system idle iowait irq softirq ...: everything but idle and iowait.
+        let busy = [0, 1, 2, 5, 6].iter().map(|&i| fields.get(i).copied());
+        total += busy.sum::<Option<u64>>()?;
+    }
+    Some(total)
+}
+
 /// utime + stime (fields 14 and 15) from a `/proc/PID/stat` line. The command name (field 2) may
 /// hold spaces and parentheses, so parsing starts after its last `)`.
 fn parse_stat_ticks(stat: &str) -> Option<u64> {
@@ -186,6 +213,19 @@ mod tests {
         let line = "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 3 0";
         assert_eq!(parse_stat_ticks(line), Some(325));
         assert_eq!(parse_stat_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn sums_busy_ticks_of_chosen_cpus() {
+        let stat = "cpu  9 9 9 9 9 9 9 0 0 0\n\
+                    cpu0 1 2 3 100 50 4 5 6 0 0\n\
+                    cpu1 10 0 10 100 0 0 0 0 0 0\n\
+                    cpu10 1000 0 0 0 0 0 0 0 0 0\n";
+        assert_eq!(parse_busy_ticks(stat, &[0]), Some(15));
+        assert_eq!(parse_busy_ticks(stat, &[1]), Some(20));
+        assert_eq!(parse_busy_ticks(stat, &[0, 1]), Some(35));
+        assert_eq!(parse_busy_ticks(stat, &[2]), None);
+        assert!(cpus_busy_seconds(&CpuPlan::detect().unwrap().client).is_ok());
     }
 
     #[test]

@@ -267,6 +267,7 @@ mod tests {
             backend_cpu_s_per_mio: Some(cpu),
             backend_cpu_util: None,
             client_cpu_util: None,
+            others_cpu_util: None,
         };
         let mut p = PointResult::new(system);
         p.summary = Summary::of(std::slice::from_ref(&run));

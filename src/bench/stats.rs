@@ -25,6 +25,8 @@ pub struct RunSample {
     pub backend_cpu_util: Option<f64>,
     /// Client process CPU use as a fraction of one CPU.
     pub client_cpu_util: Option<f64>,
+    /// Other processes' CPU use on the client's and backend's CPUs, as a fraction of one CPU.
+    pub others_cpu_util: Option<f64>,
 }
 
 impl RunSample {
@@ -43,6 +45,7 @@ impl RunSample {
             backend_cpu_s_per_mio: r.backend_cpu_seconds.map(|c| c / ios * 1e6),
             backend_cpu_util: r.backend_cpu_seconds.map(|c| c / r.seconds),
             client_cpu_util: r.client_cpu_seconds.map(|c| c / r.seconds),
+            others_cpu_util: r.others_cpu_seconds.map(|c| c / r.seconds),
         })
     }
 }
@@ -99,6 +102,8 @@ pub struct Summary {
     pub backend_cpu_util: Option<Stat>,
     /// Client CPU use, fraction of one CPU.
     pub client_cpu_util: Option<Stat>,
+    /// Other processes' CPU use on the benchmark's CPUs, fraction of one CPU.
+    pub others_cpu_util: Option<Stat>,
 }
 
 impl Summary {
@@ -117,6 +122,7 @@ impl Summary {
             backend_cpu_s_per_mio: opt(|r| r.backend_cpu_s_per_mio),
             backend_cpu_util: opt(|r| r.backend_cpu_util),
             client_cpu_util: opt(|r| r.client_cpu_util),
+            others_cpu_util: opt(|r| r.others_cpu_util),
         })
     }
 }
@@ -205,6 +211,7 @@ mod tests {
             latency,
             backend_cpu_seconds: Some(0.25),
             client_cpu_seconds: None,
+            others_cpu_seconds: None,
         };
         let s = RunSample::from_load(&load).unwrap();
         assert_eq!(s.iops, 2000.0);
@@ -220,6 +227,7 @@ mod tests {
             latency: Histogram::default(),
             backend_cpu_seconds: None,
             client_cpu_seconds: None,
+            others_cpu_seconds: None,
         };
         assert!(RunSample::from_load(&empty).is_none());
     }
@@ -235,6 +243,7 @@ mod tests {
             backend_cpu_s_per_mio: cpu,
             backend_cpu_util: cpu,
             client_cpu_util: None,
+            others_cpu_util: None,
         };
         let s = Summary::of(&[
             run(100.0, Some(1.0)),

@@ -156,7 +156,9 @@ fn setup(report: &Report) -> String {
     let _ = writeln!(
         out,
         "- CPU s/1M IO: backend utime+stime from /proc/PID/stat per 10^6 requests; backend and \
-         client CPU: share of one CPU over the measured window. Bare metal has no backend process."
+         client CPU: share of one CPU over the measured window. Bare metal has no backend process. \
+         Others' CPU: what other processes ran on the client's and backend's CPUs during the \
+         window (from /proc/stat), the interference each figure suffered."
     );
     out
 }

@@ -88,6 +88,7 @@ mod tests {
             backend_cpu_s_per_mio: None,
             backend_cpu_util: None,
             client_cpu_util: Some(1.0),
+            others_cpu_util: None,
         };
         let mut point = PointResult::new(System::BareMetal);
         point.runs.push(run);

@@ -6,7 +6,7 @@ use crate::bench::systems::System;
 
 use super::svg::short;
 
-const CASE_HEADER: [&str; 11] = [
+const CASE_HEADER: [&str; 12] = [
     "system",
     "IOPS",
     "MB/s",
@@ -16,6 +16,7 @@ const CASE_HEADER: [&str; 11] = [
     "CPU s/1M IO",
     "backend CPU",
     "client CPU",
+    "others' CPU",
     "IOPS x bare",
     "IOPS x VBDP",
 ];
@@ -91,6 +92,7 @@ fn point_row(p: &PointResult, bare: Option<f64>, vbdp: Option<f64>) -> Vec<Strin
             .unwrap_or_else(|| "-".into()),
         pct(&s.backend_cpu_util),
         pct(&s.client_cpu_util),
+        pct(&s.others_cpu_util),
         ratio(bare),
         ratio(vbdp),
     ]
@@ -212,6 +214,7 @@ mod tests {
             backend_cpu_s_per_mio: Some(5.0),
             backend_cpu_util: Some(1.0),
             client_cpu_util: Some(0.5),
+            others_cpu_util: Some(0.25),
         };
         let point = |system: System, iops: Option<f64>| {
             let mut p = PointResult::new(system);
@@ -244,9 +247,10 @@ mod tests {
     #[test]
     fn rows_carry_ratios_and_skips() {
         let rows = case_rows(&sample_case());
-        assert_eq!(rows[0][9], "1.00x");
-        assert_eq!(rows[1][9], "0.90x");
-        assert_eq!(rows[1][10], "-", "no VBDP to compare with");
+        assert_eq!(rows[0][9], "25%");
+        assert_eq!(rows[0][10], "1.00x");
+        assert_eq!(rows[1][10], "0.90x");
+        assert_eq!(rows[1][11], "-", "no VBDP to compare with");
         assert_eq!(rows[1][1], "270K");
         assert!(rows[2][1].starts_with("skipped: qemu-storage-daemon"));
     }
