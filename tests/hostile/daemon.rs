@@ -31,9 +31,11 @@ impl Daemon {
         std::fs::write(dir.join("target.img"), pattern(TARGET_SIZE, 1)).unwrap();
         std::fs::write(dir.join("readonly.img"), pattern(READONLY_SIZE, 2)).unwrap();
         std::fs::write(dir.join("victim.img"), pattern(VICTIM_SIZE, 3)).unwrap();
+        // HOSTILE_DISK_OPTS=",mode=poll" adds options to every disk (e.g. to strace each mode).
+        let more = std::env::var("HOSTILE_DISK_OPTS").unwrap_or_default();
         let disk = |sock: &str, img: &str, extra: &str| {
             format!(
-                "socket={},path={},queue-size={QUEUE_SIZE}{extra}",
+                "socket={},path={},queue-size={QUEUE_SIZE}{extra}{more}",
                 dir.join(sock).display(),
                 dir.join(img).display()
             )
@@ -57,6 +59,11 @@ impl Daemon {
         };
         let child = command
             .arg("serve")
+            // HOSTILE_SECCOMP=off lets strace see calls the filter would otherwise stop.
+            .arg(format!(
+                "--seccomp={}",
+                std::env::var("HOSTILE_SECCOMP").unwrap_or("on".into())
+            ))
             .args([
                 "--disk",
                 &disk(
