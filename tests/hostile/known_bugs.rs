@@ -37,11 +37,6 @@ pub const KNOWN_BUGS: &[(&str, &str)] = &[
         "an indirect entry linking past the table is truncated and parsed as complete",
     ),
     (
-        "avail index jumps by",
-        "an avail index more than queue-size ahead makes the queue thread spin and log \
-         'Iterator error invalid available ring index' in a loop (MBs per second)",
-    ),
-    (
         "SET_MEM_TABLE with an mmap offset of 2^62",
         "a region the memfd cannot back is mapped without checking the file size",
     ),
