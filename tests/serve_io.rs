@@ -202,3 +202,35 @@ fn sigusr1_prints_each_queues_counters() {
         "{stderr}"
     );
 }
+
+#[test]
+fn reconnecting_frontends_leak_no_descriptors_or_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (spec, socket) = disk(dir.path(), "d", "null=64M,queues=2");
+    let mut daemon = Daemon::start(&[spec]);
+    let pid = daemon.child.id();
+    let count = |what: &str| {
+        std::fs::read_dir(format!("/proc/{pid}/{what}"))
+            .unwrap()
+            .count()
+    };
+    let cycle = || {
+        let mut client = Client::connect(&socket, 2, false).unwrap();
+        assert_eq!(client.read(1, 0, 4096).0, 0);
+    };
+    cycle();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (fds, threads) = (count("fd"), count("task"));
+    for _ in 0..10 {
+        cycle();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(count("fd"), fds, "descriptors leaked across 10 connections");
+    assert_eq!(
+        count("task"),
+        threads,
+        "threads leaked across 10 connections"
+    );
+    assert!(daemon.alive());
+    assert!(daemon.terminate().success());
+}

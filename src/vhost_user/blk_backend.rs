@@ -3,12 +3,13 @@
 //! when it wakes, and by the control thread only to stop the queue: never per request.
 
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tracing::{debug, warn};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
-use vhost_user_backend::{VhostUserBackend, VringEpollHandler, VringRwLock};
+use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringEpollHandler, VringRwLock};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
@@ -39,6 +40,9 @@ pub struct BlkBackend {
     handlers: Mutex<Handlers>,
     /// Set for good when the connection ends or the process stops.
     shut_down: AtomicBool,
+    /// The exit eventfds handed to the crate's threads: it registers them by raw descriptor and
+    /// never closes them, so they are closed here once those threads are gone.
+    exit_fds: Mutex<Vec<OwnedFd>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -80,6 +84,7 @@ impl BlkBackend {
             queues,
             handlers: Mutex::new(Vec::new()),
             shut_down: AtomicBool::new(false),
+            exit_fds: Mutex::new(Vec::new()),
         }
     }
 
@@ -102,6 +107,14 @@ impl BlkBackend {
         for handler in lock(&self.handlers).drain(..) {
             handler.send_exit_event();
         }
+    }
+
+    /// Ends the connection: completes what is in flight, stops the queues, drops the daemon
+    /// (which joins its threads) and only then closes the exit eventfds they polled.
+    pub fn end(&self, daemon: VhostUserDaemon<Arc<BlkBackend>>) {
+        self.quiesce();
+        drop(daemon);
+        lock(&self.exit_fds).clear();
     }
 
     /// The event id of queue completions on each thread's epoll (above the crate's own ids).
@@ -156,7 +169,15 @@ impl VhostUserBackend for BlkBackend {
     }
 
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()
+        let (consumer, notifier) =
+            new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()?;
+        // The crate takes the consumer's raw descriptor and never closes it: keep the
+        // descriptor, to close once the thread that polls it has ended.
+        // SAFETY: `consumer` owns this descriptor; ownership passes to `exit_fds`, and the crate
+        // only uses the number (`into_raw_fd`), never closing it (see `end`).
+        let owned = unsafe { OwnedFd::from_raw_fd(consumer.as_raw_fd()) };
+        lock(&self.exit_fds).push(owned);
+        Some((consumer, notifier))
     }
 
     fn stop_vring(&self, queue_index: u32) -> io::Result<()> {

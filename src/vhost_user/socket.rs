@@ -164,7 +164,7 @@ impl DiskServer {
             info!("{}: frontend disconnected", self.socket.display());
         }
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        backend.quiesce();
+        backend.end(daemon);
         result
     }
 }
