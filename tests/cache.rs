@@ -125,9 +125,11 @@ fn readers_never_see_data_older_than_a_completed_write() {
     let disk = Arc::new(cached(&path, 96 * 4224, "race"));
     let published: Arc<Vec<AtomicU64>> = Arc::new((0..BLOCKS).map(|_| AtomicU64::new(0)).collect());
     let stop = Arc::new(AtomicBool::new(false));
+    let progress: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
     let readers: Vec<_> = (0..2u64)
         .map(|seed| {
             let (disk, published, stop) = (disk.clone(), published.clone(), stop.clone());
+            let progress = progress.clone();
             std::thread::spawn(move || {
                 let mut e = disk.engine(options()).unwrap();
                 let mut x = seed + 1;
@@ -154,6 +156,7 @@ fn readers_never_see_data_older_than_a_completed_write() {
                         );
                     }
                     checked += 1;
+                    progress[seed as usize].store(checked, Ordering::Relaxed);
                 }
                 checked
             })
@@ -162,7 +165,18 @@ fn readers_never_see_data_older_than_a_completed_write() {
     let mut e = disk.engine(options()).unwrap();
     let mut versions = vec![0u64; BLOCKS as usize];
     let mut x = 99u64;
-    for _ in 0..3000 {
+    // At least 3000 writes, and on until both readers have checked 200 reads (a loaded machine
+    // may keep a reader off the CPU for a while).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut writes = 0;
+    let behind = || progress.iter().any(|p| p.load(Ordering::Relaxed) < 200);
+    // A reader that found stale data has panicked: stop and report it.
+    while (writes < 3000 || behind()) && !readers.iter().any(|r| r.is_finished()) {
+        assert!(
+            Instant::now() < deadline,
+            "readers made too little progress"
+        );
+        writes += 1;
         x = x
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
@@ -178,7 +192,7 @@ fn readers_never_see_data_older_than_a_completed_write() {
     stop.store(true, Ordering::Release);
     for reader in readers {
         assert!(
-            reader.join().unwrap() > 100,
+            reader.join().unwrap() >= 200,
             "readers made too little progress"
         );
     }
