@@ -91,13 +91,7 @@ impl Guest {
 
 fn worker(guest: &Guest) -> QueueWorker {
     let disk: Arc<dyn Disk> = Arc::new(NullDisk::new(1 << 30));
-    let device = Arc::new(BlkDevice {
-        geometry: disk.geometry(),
-        readonly: false,
-        discard: true,
-        num_queues: 1,
-        serial: [0; 20],
-    });
+    let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, ""));
     let settings = QueueSettings {
         mode: WaitMode::Event,
         poll: Duration::ZERO,

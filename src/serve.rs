@@ -65,11 +65,16 @@ pub fn parse_disks(args: &[String]) -> Result<Vec<DiskSpec>, SpecError> {
 
 fn default_serial(spec: &DiskSpec) -> String {
     match &spec.storage {
+        // The file name's last 20 bytes (on a character boundary): what tells disks apart.
         Storage::File(path) => {
-            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-            let name = name.unwrap_or_else(|| "vbmq".into());
-            let skip = name.len().saturating_sub(20);
-            name.chars().skip_while(|_| false).collect::<String>()[skip..].to_string()
+            let name = path
+                .file_name()
+                .map_or("vbmq".into(), |n| n.to_string_lossy().into_owned());
+            let mut start = name.len().saturating_sub(20);
+            while !name.is_char_boundary(start) {
+                start += 1;
+            }
+            name[start..].to_string()
         }
         Storage::Null(_) => "vbmq-null".into(),
         Storage::Memory { .. } => "vbmq-mem".into(),
@@ -119,17 +124,13 @@ fn open_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
 
 fn build_server(spec: &DiskSpec) -> Result<DiskServer, SpecError> {
     let disk = open_disk(spec)?;
-    let mut serial = [0u8; 20];
-    let text = spec.serial.clone().unwrap_or_else(|| default_serial(spec));
-    let n = text.len().min(20);
-    serial[..n].copy_from_slice(&text.as_bytes()[..n]);
-    let device = Arc::new(BlkDevice {
-        geometry: disk.geometry(),
-        readonly: spec.readonly,
-        discard: disk.supports_discard() && !spec.readonly,
-        num_queues: spec.queues as u16,
-        serial,
-    });
+    let serial = spec.serial.clone().unwrap_or_else(|| default_serial(spec));
+    let device = Arc::new(BlkDevice::new(
+        disk.as_ref(),
+        spec.readonly,
+        spec.queues as u16,
+        &serial,
+    ));
     let settings = (0..spec.queues)
         .map(|i| QueueSettings {
             mode: spec.mode,
@@ -259,4 +260,22 @@ pub fn run(args: &[String]) -> i32 {
         info!("statistics {}", report());
     }
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_serial_is_the_end_of_the_file_name() {
+        let spec = |path: &str| DiskSpec::parse(&format!("socket=/s,path={path}"), &[0]).unwrap();
+        assert_eq!(default_serial(&spec("/images/vm1.raw")), "vm1.raw");
+        assert_eq!(
+            default_serial(&spec("/images/a-very-long-image-name-vm1.raw")),
+            "ng-image-name-vm1.raw"[1..]
+        );
+        // Never a cut through a character.
+        let serial = default_serial(&spec("/images/ééééééééééééééé.raw"));
+        assert!(serial.len() <= 20 && serial.ends_with(".raw"), "{serial}");
+    }
 }

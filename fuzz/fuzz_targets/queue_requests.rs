@@ -246,13 +246,7 @@ fn run(input: &Input) {
     vring.set_queue_ready(true);
     vring.set_enabled(true);
     let disk: Arc<dyn Disk> = Arc::new(MemoryDisk::new(CAPACITY).expect("memory disk"));
-    let device = Arc::new(BlkDevice {
-        geometry: disk.geometry(),
-        readonly: input.readonly,
-        discard: disk.supports_discard() && !input.readonly,
-        num_queues: 1,
-        serial: *b"vbmq-fuzz-serial\0\0\0\0",
-    });
+    let device = Arc::new(BlkDevice::new(disk.as_ref(), input.readonly, 1, "vbmq-fuzz-serial"));
     let settings = QueueSettings {
         mode: WaitMode::Event,
         poll: Duration::ZERO,

@@ -27,13 +27,7 @@ fn serve_one(bytes: &[u8]) {
     let mut listener = Listener::new(&path, true).expect("listener");
 
     let disk: Arc<dyn Disk> = Arc::new(NullDisk::new(1 << 20));
-    let device = Arc::new(BlkDevice {
-        geometry: disk.geometry(),
-        readonly: false,
-        discard: true,
-        num_queues: 2,
-        serial: [0; 20],
-    });
+    let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 2, ""));
     let settings: Vec<QueueSettings> = (0..2)
         .map(|_| QueueSettings {
             mode: WaitMode::Event,

@@ -4,7 +4,7 @@ use virtio_bindings::virtio_blk::*;
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 
-use crate::backend::Geometry;
+use crate::backend::{Disk, Geometry};
 
 /// Bytes in a virtio-blk sector, whatever the block size.
 pub const SECTOR_SIZE: u64 = 512;
@@ -31,6 +31,21 @@ pub struct BlkDevice {
 }
 
 impl BlkDevice {
+    /// The device a guest sees for `disk`: discard is offered when the disk has it and the
+    /// device is writable; `serial` is cut to 20 bytes.
+    pub fn new(disk: &dyn Disk, readonly: bool, num_queues: u16, serial: &str) -> Self {
+        let mut id = [0u8; VIRTIO_BLK_ID_BYTES as usize];
+        let n = serial.len().min(id.len());
+        id[..n].copy_from_slice(&serial.as_bytes()[..n]);
+        BlkDevice {
+            geometry: disk.geometry(),
+            readonly,
+            discard: disk.supports_discard() && !readonly,
+            num_queues,
+            serial: id,
+        }
+    }
+
     /// The virtio feature bits offered.
     pub fn features(&self) -> u64 {
         let mut bits = [

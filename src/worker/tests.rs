@@ -55,13 +55,7 @@ fn offer_read(mem: &GuestMemoryMmap) {
 
 fn worker(mode: WaitMode, atomic: &GuestMemoryAtomic<GuestMemoryMmap>) -> QueueWorker {
     let disk: Arc<dyn Disk> = Arc::new(NullDisk::new(1 << 20));
-    let device = Arc::new(BlkDevice {
-        geometry: disk.geometry(),
-        readonly: false,
-        discard: true,
-        num_queues: 1,
-        serial: [0; 20],
-    });
+    let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, ""));
     let settings = QueueSettings {
         mode,
         poll: Duration::ZERO,
