@@ -73,6 +73,7 @@ pub fn cases() -> Vec<VhostCase> {
     memory(&mut v);
     raw_messages(&mut v);
     lifecycle(&mut v);
+    racing(&mut v);
     v
 }
 
@@ -698,4 +699,84 @@ fn lifecycle(v: &mut Vec<VhostCase>) {
         let g = running(s)?;
         Ok(g.frontend.reset_owner().is_err())
     }));
+}
+
+/// A guest that rewrites its descriptors and headers while vbmq reads them (double fetches):
+/// lengths, addresses, sectors and types change under the device. Only request types that do
+/// not write the disk are used, so the disk must come out unchanged.
+fn racing(v: &mut Vec<VhostCase>) {
+    v.push(vcase(
+        "a guest rewriting descriptors and headers while vbmq reads them",
+        Must::Survive,
+        |s| {
+            use virtio_bindings::virtio_blk::{VIRTIO_BLK_T_FLUSH, VIRTIO_BLK_T_GET_ID};
+            use vm_memory::{Bytes, GuestAddress};
+            let mut g = running(s)?;
+            const REQUESTS: u16 = 32;
+            const ROUNDS: usize = 100;
+            let mut parts = Vec::new();
+            let mut heads = Vec::new();
+            {
+                let mut ctx = Ctx::new(&mut g);
+                for i in 0..u64::from(REQUESTS) {
+                    let hdr = ctx.header(VIRTIO_BLK_T_IN, i);
+                    let buf = ctx.buffer(4096, None);
+                    let st = ctx.status();
+                    heads.push(ctx.direct(&[Seg::r(hdr, 16), Seg::w(buf, 4096), Seg::w(st, 1)]));
+                    parts.push(hdr);
+                }
+            }
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            let mem = g.ram.mem.clone();
+            let mut returned = 0usize;
+            std::thread::scope(|scope| {
+                scope.spawn(|| {
+                    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let i = (x % u64::from(REQUESTS)) as usize;
+                        let types = [
+                            VIRTIO_BLK_T_IN,
+                            VIRTIO_BLK_T_GET_ID,
+                            VIRTIO_BLK_T_FLUSH,
+                            0xff,
+                        ];
+                        let _ = mem.write_obj(types[(x >> 8) as usize % 4], GuestAddress(parts[i]));
+                        let sectors = [0, 7, u64::MAX, 1 << 55, (x >> 20) % 4096];
+                        let _ = mem
+                            .write_obj(sectors[(x >> 12) as usize % 5], GuestAddress(parts[i] + 8));
+                        // The data descriptor's len and addr fields (index 3 * i + 1 of the table).
+                        let desc = super::frontend::RING_BASE + 16 * (3 * i as u64 + 1);
+                        let lens = [4096u32, 0, 1, 511, u32::MAX, 1 << 31];
+                        let _ = mem.write_obj(lens[(x >> 16) as usize % 6], GuestAddress(desc + 8));
+                        let addrs = [
+                            parts[i] + 4096,
+                            1 << 40,
+                            u64::MAX - 8,
+                            super::memory::MEMORY_END - 100,
+                        ];
+                        if x % 7 == 0 {
+                            let _ =
+                                mem.write_obj(addrs[(x >> 24) as usize % 4], GuestAddress(desc));
+                        }
+                    }
+                });
+                for _ in 0..ROUNDS {
+                    g.publish(&heads);
+                    returned += g.wait_used(heads.len(), Duration::from_secs(5)).len();
+                }
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            });
+            if returned != ROUNDS * heads.len() {
+                return Err(format!(
+                    "{} of {} racing requests were returned",
+                    returned,
+                    ROUNDS * heads.len()
+                ));
+            }
+            Ok(false)
+        },
+    ));
 }
