@@ -259,3 +259,112 @@ fn allowed_under_seccomp(dir: &Path) {
     });
     worker.join().unwrap();
 }
+
+/// A running `vbmq serve` with one file disk, stopped on drop.
+struct Served {
+    child: std::process::Child,
+    sandbox: Sandbox,
+}
+
+impl Served {
+    fn start(name: &str, disk_opts: &str, args: &[&str]) -> Self {
+        let sandbox = Sandbox::new(name);
+        let socket = sandbox.dir.join("sock/vbmq.sock");
+        let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+            .arg("serve")
+            .arg("--disk")
+            .arg(format!(
+                "socket={},path={}{disk_opts}",
+                socket.display(),
+                sandbox.dir.join("disk.img").display()
+            ))
+            .args(args)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !socket.exists() {
+            assert!(std::time::Instant::now() < deadline, "vbmq did not start");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // The socket appears before confinement is applied: wait for the filter to be in place.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        Served { child, sandbox }
+    }
+
+    /// `Seccomp:` and `NoNewPrivs:` of every thread, from /proc.
+    fn thread_status(&self) -> Vec<(String, String)> {
+        let tasks = format!("/proc/{}/task", self.child.id());
+        std::fs::read_dir(tasks)
+            .unwrap()
+            .map(|task| {
+                let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
+                let field = |name: &str| {
+                    status
+                        .lines()
+                        .find_map(|l| l.strip_prefix(name))
+                        .unwrap_or_default()
+                        .trim()
+                        .to_string()
+                };
+                (field("Seccomp:"), field("NoNewPrivs:"))
+            })
+            .collect()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn every_thread_of_the_daemon_runs_under_the_filter() {
+    let served = Served::start("daemon", ",queues=2", &[]);
+    // Confinement follows socket creation: give a loaded machine time to get there.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut threads = served.thread_status();
+    while threads.iter().any(|(seccomp, _)| seccomp != "2") && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        threads = served.thread_status();
+    }
+    assert!(threads.len() > 1, "{threads:?}");
+    for (seccomp, no_new_privs) in &threads {
+        assert_eq!(
+            seccomp, "2",
+            "a thread without the seccomp filter: {threads:?}"
+        );
+        assert_eq!(no_new_privs, "1", "{threads:?}");
+    }
+}
+
+#[test]
+fn seccomp_off_leaves_the_daemon_unfiltered() {
+    let served = Served::start("daemon-off", "", &["--seccomp=off"]);
+    assert!(
+        served
+            .thread_status()
+            .iter()
+            .all(|(seccomp, _)| seccomp == "0")
+    );
+}
+
+#[test]
+fn socket_is_private_unless_a_mode_is_given() {
+    use std::os::unix::fs::PermissionsExt;
+    let private = Served::start("mode-default", "", &[]);
+    let socket = private.sandbox.dir.join("sock/vbmq.sock");
+    assert_eq!(
+        std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let shared = Served::start("mode-shared", ",socket-mode=0660", &[]);
+    let socket = shared.sandbox.dir.join("sock/vbmq.sock");
+    assert_eq!(
+        std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777,
+        0o660
+    );
+}
