@@ -757,7 +757,7 @@ fn racing(v: &mut Vec<VhostCase>) {
                             u64::MAX - 8,
                             super::memory::MEMORY_END - 100,
                         ];
-                        if x % 7 == 0 {
+                        if x.is_multiple_of(7) {
                             let _ =
                                 mem.write_obj(addrs[(x >> 24) as usize % 4], GuestAddress(desc));
                         }
