@@ -59,11 +59,17 @@ pub struct Battery {
     pub failures: Vec<String>,
     pub ran: usize,
     name: String,
+    target_opts: String,
 }
 
 impl Battery {
     pub fn start(name: &str) -> Self {
-        let daemon = Daemon::start(name);
+        Self::start_with(name, "")
+    }
+
+    /// A battery whose attacked disk gets `target_opts` (e.g. ",mode=adaptive").
+    pub fn start_with(name: &str, target_opts: &str) -> Self {
+        let daemon = Daemon::start_with(name, target_opts);
         let served = |img: &str, sock: &str, size, seed| Served {
             guest: Some(Guest::connect(&daemon.path(sock), QUEUE_SIZE).unwrap()),
             model: daemon::pattern(size, seed),
@@ -85,6 +91,7 @@ impl Battery {
             failures: Vec::new(),
             ran: 0,
             name: name.into(),
+            target_opts: target_opts.into(),
         }
     }
 
@@ -135,7 +142,10 @@ impl Battery {
             *self = Battery {
                 failures: std::mem::take(&mut self.failures),
                 ran: self.ran,
-                ..Battery::start(&format!("{}-restart{}", self.name, self.ran))
+                ..Battery::start_with(
+                    &format!("{}-restart{}", self.name, self.ran),
+                    &self.target_opts,
+                )
             };
         }
     }
@@ -389,7 +399,10 @@ impl Battery {
             *self = Battery {
                 failures: std::mem::take(&mut self.failures),
                 ran: self.ran,
-                ..Battery::start(&format!("{}-restart{}", self.name, self.ran))
+                ..Battery::start_with(
+                    &format!("{}-restart{}", self.name, self.ran),
+                    &self.target_opts,
+                )
             };
         }
     }

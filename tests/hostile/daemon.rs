@@ -25,6 +25,11 @@ pub fn pattern(size: usize, seed: u8) -> Vec<u8> {
 
 impl Daemon {
     pub fn start(name: &str) -> Self {
+        Self::start_with(name, "")
+    }
+
+    /// `target_opts` are appended to the attacked disk's `--disk` (e.g. ",mode=adaptive").
+    pub fn start_with(name: &str, target_opts: &str) -> Self {
         let dir = std::env::temp_dir().join(format!("vbmq-hostile-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -69,7 +74,7 @@ impl Daemon {
                 &disk(
                     "target.sock",
                     "target.img",
-                    &format!(",queues={TARGET_QUEUES}"),
+                    &format!(",queues={TARGET_QUEUES}{target_opts}"),
                 ),
             ])
             .args([
