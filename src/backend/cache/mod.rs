@@ -15,7 +15,7 @@ mod stats;
 mod store;
 
 use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::Path;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -29,7 +29,7 @@ use super::{Disk, Engine, EngineOptions, Geometry};
 /// The cache block: the unit of lookup, fill and eviction.
 const BLOCK_SIZE: usize = 4096;
 
-/// A file's identity: (device, inode).
+/// A file's identity: (device, inode), or (`u64::MAX`, device number) for a block device.
 type FileId = (u64, u64);
 
 /// The caches alive, by their file. Few entries, looked up when a disk is opened.
@@ -58,7 +58,12 @@ pub struct CachedDisk {
 /// The cache of the file at `path`, shared with every other disk open on it.
 fn shared_cache(path: &Path, size: u64, block_size: usize) -> io::Result<Arc<BlockCache>> {
     let metadata = std::fs::metadata(path)?;
-    let key = (metadata.dev(), metadata.ino());
+    // A block device is the same disk under any device node that names it.
+    let key = if metadata.file_type().is_block_device() {
+        (u64::MAX, metadata.rdev())
+    } else {
+        (metadata.dev(), metadata.ino())
+    };
     let mut caches = CACHES.lock().unwrap_or_else(|p| p.into_inner());
     caches.retain(|(_, cache)| cache.strong_count() > 0);
     let existing = caches.iter().find(|(id, _)| *id == key);
