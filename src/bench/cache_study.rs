@@ -99,7 +99,9 @@ fn cases(quick: bool) -> Vec<Case> {
 }
 
 /// The report's note on [`Experiment::Cache`].
-pub const FITS_NOTE: &str = "Every read hits DRAM. vbmq `cache=` (twice the disk, filled at \
+pub const FITS_NOTE: &str = "The cache placement study runs on a 256 MiB random-filled tmpfs \
+    file of its own (not the 1 GiB one): the DRAM systems copy the whole disk into fresh memory \
+    at start. Every read hits DRAM. vbmq `cache=` (twice the disk, filled at \
     start with `cache-preload=on`) copies each hit from its own cache into the guest's buffer on \
     the queue's thread; `mem=` serves a copy of the disk loaded into its memory (`image=`); bare \
     metal (page cache) reads the tmpfs file without O_DIRECT; vbmq `direct=off` and \
@@ -327,6 +329,11 @@ mod tests {
                     cache_miss_bytes=400";
         assert_eq!(parse_stats(tail), vec![(100, 300), (400, 400)]);
         assert!(parse_stats("no output").is_empty());
+    }
+
+    #[test]
+    fn the_note_gives_the_disk_size() {
+        assert!(FITS_NOTE.contains(&format!("{} MiB", DISK_BYTES >> 20)));
     }
 
     #[test]
