@@ -71,6 +71,12 @@ pub enum RequestError {
     /// Empty descriptor chain.
     #[error("empty descriptor chain")]
     EmptyChain,
+    /// Descriptor chain cut short: a loop, or a link past its table.
+    #[error("descriptor chain cut short: a loop, or a link past its table")]
+    BrokenChain,
+    /// Status descriptor longer than one byte.
+    #[error("status descriptor longer than one byte")]
+    LongStatus,
     /// No device-writable status byte at the end of the chain.
     #[error("no device-writable status byte at the end of the chain")]
     NoStatus,
@@ -113,6 +119,8 @@ impl RequestError {
             RequestError::Unsupported(_) | RequestError::BadRangeFlags => VIRTIO_BLK_S_UNSUPP,
             RequestError::EmptyChain
             | RequestError::NoStatus
+            | RequestError::BrokenChain
+            | RequestError::LongStatus
             | RequestError::BadHeader
             | RequestError::WrongDirection
             | RequestError::BadAddress
@@ -318,14 +326,29 @@ where
             body.add(data);
         }
     }
-    let status = match last {
-        Some(desc) if desc.is_write_only() && desc.len() >= 1 => desc.addr(),
-        _ => {
-            return Err(Rejection {
-                error: RequestError::NoStatus,
-                status: None,
-            });
+    let broken = |error| {
+        Err(Rejection {
+            error,
+            status: None,
+        })
+    };
+    let Some(last) = last else {
+        return broken(RequestError::NoStatus);
+    };
+    // virtio-queue ends a chain silently where it cannot follow it (a loop, a link past its
+    // table): a last descriptor that still links on means the chain was cut, not complete.
+    if last.has_next() {
+        return broken(RequestError::BrokenChain);
+    }
+    // The status is the chain's last byte; it must be device-writable guest memory.
+    let status_at = last
+        .addr()
+        .checked_add(u64::from(last.len()).saturating_sub(1));
+    let status = match status_at {
+        Some(addr) if last.is_write_only() && last.len() >= 1 && mem.get_slice(addr, 1).is_ok() => {
+            addr
         }
+        _ => return broken(RequestError::NoStatus),
     };
     let reject = |error| Rejection {
         error,
@@ -333,6 +356,11 @@ where
     };
     if let Some(error) = body.error {
         return Err(reject(error));
+    }
+    // A status sharing its descriptor with data: no driver does it, and it would make the
+    // data length odd. The status byte (the last) reports the refusal.
+    if last.len() > 1 {
+        return Err(reject(RequestError::LongStatus));
     }
     let kind = body.kind;
     let writes = matches!(

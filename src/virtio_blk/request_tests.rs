@@ -384,3 +384,55 @@ fn looping_and_nested_indirect_chains_end() {
         );
     }
 }
+
+#[test]
+fn chains_cut_short_or_with_an_unwritable_status_have_no_status() {
+    // Status outside guest memory: nowhere to write it.
+    let descs = [
+        desc(HDR, 16, 0),
+        desc(DATA, 512, WRITE),
+        desc(MEM_END + 4096, 1, WRITE),
+    ];
+    let (result, _) = run(false, &descs, |m| header(m, VIRTIO_BLK_T_IN, 0));
+    assert_eq!(error_of(result), (RequestError::NoStatus, None));
+    // A status descriptor that links on past the queue: the chain was cut, not complete.
+    let mem = memory();
+    header(&mem, VIRTIO_BLK_T_IN, 0);
+    let queue = MockSplitQueue::new(&mem, 16);
+    let cut = [
+        RawDescriptor::from(Descriptor::new(HDR, 16, VRING_DESC_F_NEXT as u16, 1)),
+        RawDescriptor::from(Descriptor::new(
+            DATA,
+            512,
+            (VRING_DESC_F_NEXT as u16) | WRITE,
+            2,
+        )),
+        RawDescriptor::from(Descriptor::new(
+            STATUS,
+            1,
+            (VRING_DESC_F_NEXT as u16) | WRITE,
+            99,
+        )),
+    ];
+    let chain = queue.build_multiple_desc_chains(&cut).unwrap();
+    let mut iov = vec![
+        libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0
+        };
+        SEG_MAX as usize
+    ];
+    let mut ranges = vec![Range::default(); DISCARD_SEG_MAX as usize];
+    let result = parse(chain, &mem, &device(false), &mut iov, &mut ranges);
+    assert_eq!(error_of(result), (RequestError::BrokenChain, None));
+}
+
+#[test]
+fn status_sharing_a_buffer_goes_in_its_last_byte() {
+    let descs = [desc(HDR, 16, 0), desc(DATA, 512, WRITE)];
+    let (result, _) = run(false, &descs, |m| header(m, VIRTIO_BLK_T_IN, 0));
+    assert_eq!(
+        error_of(result),
+        (RequestError::LongStatus, Some(GuestAddress(DATA + 511)))
+    );
+}
