@@ -114,9 +114,15 @@ fn open_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
                 None => MemoryDisk::new(*size),
             };
             disk.map(|disk| Arc::new(disk) as Arc<dyn Disk>)
-                .map_err(|e| SpecError {
-                    key: if image.is_some() { "image" } else { "mem" }.into(),
-                    reason: e.to_string(),
+                .map_err(|e| match image {
+                    Some(image) => SpecError {
+                        key: "image".into(),
+                        reason: format!("{}: {e}", image.display()),
+                    },
+                    None => SpecError {
+                        key: "mem".into(),
+                        reason: e.to_string(),
+                    },
                 })
         }
     }
