@@ -5,38 +5,6 @@
 /// (case name prefix, what is wrong).
 pub const KNOWN_BUGS: &[(&str, &str)] = &[
     (
-        "read whose data is its only writable buffer",
-        "a chain with no separate status descriptor is completed as an empty read: OK is written \
-         into the first byte of the data buffer and used length 1 (the status belongs in the \
-         last byte, or the chain is broken)",
-    ),
-    (
-        "status outside guest memory",
-        "the status byte cannot be written, yet the chain is returned with used length 1",
-    ),
-    (
-        "chain of 3 looping back to descriptor 1",
-        "a looping chain is cut by virtio-queue's TTL and then parsed as complete: the status \
-         goes to whatever writable descriptor came last",
-    ),
-    (
-        "loop inside an indirect table",
-        "a looping indirect chain is completed with OK (used length 513)",
-    ),
-    (
-        "data links to descriptor",
-        "a chain whose next index is >= queue size is truncated by virtio-queue and then parsed \
-         as complete (its data buffer gets the status)",
-    ),
-    (
-        "status links on past the end of the queue",
-        "a status descriptor with NEXT to an invalid index is completed with OK",
-    ),
-    (
-        "indirect entry links past the table",
-        "an indirect entry linking past the table is truncated and parsed as complete",
-    ),
-    (
         "SET_MEM_TABLE with an mmap offset of 2^62",
         "a region the memfd cannot back is mapped without checking the file size",
     ),

@@ -454,8 +454,12 @@ fn layout(v: &mut Vec<Case>) {
                 let hdr = c.header(VIRTIO_BLK_T_FLUSH, 0);
                 let st = c.alloc(16, 16);
                 raw(c, shape, &[Seg::r(hdr, 16), Seg::w(st, 16)]);
-                // The stray-write check allows the whole 16 bytes; the status must be in the first.
-                Expect::ok(st)
+                // The status is the chain's last byte (virtio 1.x: no assumption about descriptor
+                // boundaries). Only that byte may change: the other 15 are not status.
+                c.writable.retain(|&(addr, _)| addr != st);
+                c.writable.push((st + 15, 1));
+                // A FLUSH with 15 writable data bytes may be refused; it must not be corrupted.
+                Expect::ok_or_ioerr(st + 15)
             },
         ));
         v.push(case(
