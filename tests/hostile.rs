@@ -12,7 +12,9 @@ mod hostile {
     pub mod expect;
     pub mod frontend;
     pub mod known_bugs;
+    pub mod layouts;
     pub mod memory;
+    pub mod ranges;
     pub mod raw;
     pub mod requests;
     pub mod rings;
