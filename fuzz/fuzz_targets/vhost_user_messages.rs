@@ -39,7 +39,7 @@ fn serve_one(bytes: &[u8]) {
         .collect();
     let stats: Vec<_> = settings.iter().map(|_| Arc::default()).collect();
     let atomic = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-    let backend = Arc::new(BlkBackend::new(device, disk, &settings, &stats, &atomic));
+    let backend = Arc::new(BlkBackend::new(device, disk, &settings, &stats));
     let mut daemon =
         VhostUserDaemon::new("vbmq-fuzz".into(), backend.clone(), atomic).expect("daemon");
     backend.attach(daemon.get_epoll_handlers());

@@ -9,13 +9,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tracing::{debug, warn};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
-use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringEpollHandler, VringRwLock};
-use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vhost_user_backend::{
+    ShutdownHandle, VhostUserBackend, VhostUserDaemon, VringEpollHandler, VringRwLock,
+};
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
     EventConsumer, EventFlag, EventNotifier, new_event_consumer_and_notifier,
 };
 
+use super::memory_table;
 use crate::backend::Disk;
 use crate::virtio_blk::{BlkDevice, config_space};
 use crate::worker::{QueueSettings, QueueStats, QueueWorker};
@@ -43,11 +46,23 @@ pub struct BlkBackend {
     /// The exit eventfds handed to the crate's threads: it registers them by raw descriptor and
     /// never closes them, so they are closed here once those threads are gone.
     exit_fds: Mutex<Vec<OwnedFd>>,
+    /// Guest memory as checked by [`memory_table::check`]: the only map the queues see.
+    guest_memory: GuestMemoryAtomic<GuestMemoryMmap>,
+    /// Closes the connection when the frontend sends what cannot be served.
+    connection: Mutex<Option<ShutdownHandle>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic elsewhere must not take this queue down with it.
     mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn lock_atomic(
+    atomic: &GuestMemoryAtomic<GuestMemoryMmap>,
+) -> vm_memory::atomic::GuestMemoryExclusiveGuard<'_, GuestMemoryMmap> {
+    atomic
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -59,8 +74,8 @@ impl BlkBackend {
         disk: Arc<dyn Disk>,
         settings: &[QueueSettings],
         stats: &[Arc<QueueStats>],
-        atomic_mem: &GuestMemoryAtomic<GuestMemoryMmap>,
     ) -> Self {
+        let guest_memory = GuestMemoryAtomic::new(GuestMemoryMmap::new());
         let queues = settings
             .iter()
             .zip(stats)
@@ -72,7 +87,7 @@ impl BlkBackend {
                     *settings,
                     device.clone(),
                     disk.clone(),
-                    atomic_mem.clone(),
+                    guest_memory.clone(),
                     stats.clone(),
                 )),
             })
@@ -85,12 +100,19 @@ impl BlkBackend {
             handlers: Mutex::new(Vec::new()),
             shut_down: AtomicBool::new(false),
             exit_fds: Mutex::new(Vec::new()),
+            guest_memory,
+            connection: Mutex::new(None),
         }
     }
 
     /// Gives the backend the epoll handlers of its daemon.
     pub fn attach(&self, handlers: Handlers) {
         *lock(&self.handlers) = handlers;
+    }
+
+    /// Gives the backend a way to close its connection, once the daemon has accepted one.
+    pub fn connected(&self, connection: Option<ShutdownHandle>) {
+        *lock(&self.connection) = connection;
     }
 
     /// Stops every queue for good, completing what is in flight first.
@@ -158,9 +180,17 @@ impl VhostUserBackend for BlkBackend {
         out
     }
 
-    fn update_memory(&self, _mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {
-        // Workers share the daemon's GuestMemoryAtomic and switch to the new map themselves,
-        // once their in-flight requests have completed.
+    fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {
+        let map = mem.memory();
+        if let Err(e) = memory_table::check(&map) {
+            warn!("memory table refused, closing the connection: {e}");
+            if let Some(connection) = lock(&self.connection).as_ref() {
+                connection.shutdown();
+            }
+            return Err(e);
+        }
+        // The queues switch to it themselves, once their in-flight requests have completed.
+        lock_atomic(&self.guest_memory).replace((*map).clone());
         Ok(())
     }
 

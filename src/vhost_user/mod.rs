@@ -2,6 +2,7 @@
 //! accepts one frontend after another.
 
 mod blk_backend;
+mod memory_table;
 mod socket;
 
 pub use blk_backend::BlkBackend;

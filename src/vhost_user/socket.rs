@@ -147,7 +147,6 @@ impl DiskServer {
             self.disk.clone(),
             &self.settings,
             &self.stats,
-            &atomic_mem,
         ));
         let mut daemon = VhostUserDaemon::new("vbmq".to_string(), backend.clone(), atomic_mem)
             .map_err(|e| format!("cannot create the vhost-user daemon: {e}"))?;
@@ -156,6 +155,7 @@ impl DiskServer {
             .start(&mut self.listener)
             .map_err(|e| format!("cannot accept a frontend: {e}"));
         if result.is_ok() {
+            backend.connected(daemon.shutdown_handle());
             info!("{}: frontend connected", self.socket.display());
             *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(backend.clone());
             if let Err(e) = daemon.wait() {

@@ -357,9 +357,10 @@ where
     if let Some(error) = body.error {
         return Err(reject(error));
     }
-    // A status sharing its descriptor with data: no driver does it, and it would make the
-    // data length odd. The status byte (the last) reports the refusal.
-    if last.len() > 1 {
+    // A longer last descriptor holds data before its status byte (virtio's any-layout, as
+    // QEMU reads it). For requests the device writes data into, no driver does that and the
+    // data length would be odd: refused. Otherwise the bytes before the status are padding.
+    if last.len() > 1 && matches!(body.kind, RequestType::In | RequestType::GetId) {
         return Err(reject(RequestError::LongStatus));
     }
     let kind = body.kind;
