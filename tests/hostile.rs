@@ -19,6 +19,9 @@ mod hostile {
     pub mod requests;
     pub mod rings;
     pub mod vhost;
+    pub mod vhost_lifecycle;
+    pub mod vhost_memory;
+    pub mod vhost_raw;
     pub mod victim;
 }
 
