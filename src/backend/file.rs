@@ -60,8 +60,10 @@ impl FileDisk {
                 discard: Self::device_discards(metadata.rdev()),
             }
         } else {
+            let tmpfs = Self::is_tmpfs(&file);
             FileKind::Regular {
-                zero_range: !Self::is_tmpfs(&file),
+                zero_range: !tmpfs,
+                inline_rw: tmpfs,
             }
         };
         if direct {

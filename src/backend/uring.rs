@@ -22,14 +22,21 @@ const BLOCK_URING_CMD_DISCARD: u32 = 0x1200;
 #[derive(Clone, Copy, Debug)]
 pub enum FileKind {
     /// A regular file. `zero_range`: `FALLOC_FL_ZERO_RANGE` works (tmpfs lacks it: it punches
-    /// a hole instead, which reads back as zeros too).
-    Regular { zero_range: bool },
+    /// a hole instead, which reads back as zeros too). `inline_rw`: reads and writes are done
+    /// on the queue's thread, not through the ring (see [`UringEngine`]).
+    Regular { zero_range: bool, inline_rw: bool },
     /// A block device. `discard`: the device accepts discards (else they are no-ops, which
     /// virtio-blk allows: a discarded range need not read back as zeros).
     BlockDevice { discard: bool },
 }
 
 /// An engine over one file, through a private io_uring.
+///
+/// A file whose reads the kernel cannot start without possibly blocking (tmpfs: no
+/// `FMODE_NOWAIT`) makes io_uring hand every read and write to a kernel worker thread: two
+/// context switches, and a thread competing with the queue's for its CPU. For such files,
+/// reads and writes are plain `preadv`/`pwritev` on the queue's own thread, a copy from or to
+/// the page cache; flush, discard and write-zeroes still go through the ring.
 pub struct UringEngine {
     ring: IoUring,
     /// Buffers and offsets `O_DIRECT` accepts are multiples of this; others go buffered.
@@ -38,8 +45,10 @@ pub struct UringEngine {
     batch: bool,
     queued: u32,
     notifier: Option<EventFd>,
-    /// Keeps the registered descriptors open for the ring's lifetime.
-    _files: [OwnedFd; 2],
+    /// Results of reads and writes done at push time, waiting to be reaped.
+    inline_done: Vec<(u64, i32)>,
+    /// The `O_DIRECT` and buffered descriptors, registered with the ring.
+    files: [OwnedFd; 2],
 }
 
 impl UringEngine {
@@ -79,10 +88,38 @@ impl UringEngine {
             ring,
             align,
             kind,
+            inline_done: Vec::with_capacity(entries as usize),
             batch: options.batch,
             queued: 0,
             notifier,
-            _files: [direct, buffered],
+            files: [direct, buffered],
+        })
+    }
+
+    /// Reads or writes at once with `preadv`/`pwritev`; `None` for other operations.
+    fn inline_rw(&self, op: IoOp) -> Option<i32> {
+        let (write, offset, iov, count) = match op {
+            IoOp::Read { offset, iov, count } => (false, offset, iov, count),
+            IoOp::Write { offset, iov, count } => (true, offset, iov, count),
+            IoOp::Flush | IoOp::Discard { .. } | IoOp::WriteZeroes { .. } => return None,
+        };
+        let fd = self.files[self.file_for(offset, iov, count).0 as usize].as_raw_fd();
+        let offset = offset as libc::off_t;
+        // SAFETY: the worker guarantees `iov` points to `count` iovecs over mapped guest memory
+        // (device-writable for reads), valid for the duration of the call.
+        let ret = unsafe {
+            if write {
+                libc::pwritev(fd, iov, count as libc::c_int, offset)
+            } else {
+                libc::preadv(fd, iov, count as libc::c_int, offset)
+            }
+        };
+        Some(if ret < 0 {
+            -io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO)
+        } else {
+            ret as i32
         })
     }
 
@@ -162,7 +199,13 @@ impl UringEngine {
                 FileKind::BlockDevice { discard: false } => opcode::Nop::new().build(),
             },
             IoOp::WriteZeroes { offset, len, unmap } => {
-                let zero_range = !matches!(self.kind, FileKind::Regular { zero_range: false });
+                let zero_range = !matches!(
+                    self.kind,
+                    FileKind::Regular {
+                        zero_range: false,
+                        ..
+                    }
+                );
                 let mode = if unmap || !zero_range {
                     libc::FALLOC_FL_PUNCH_HOLE
                 } else {
@@ -179,6 +222,16 @@ impl UringEngine {
 
 impl Engine for UringEngine {
     fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()> {
+        if let (
+            FileKind::Regular {
+                inline_rw: true, ..
+            },
+            Some(result),
+        ) = (self.kind, self.inline_rw(op))
+        {
+            self.inline_done.push((tag, result));
+            return Ok(());
+        }
         let entry = self.entry(op).user_data(tag);
         // SAFETY: the buffers the entry points to (iovecs and guest memory) stay valid until its
         // completion is reaped: the worker keeps the request's slot and its guest memory
@@ -216,6 +269,9 @@ impl Engine for UringEngine {
     }
 
     fn wait(&mut self) -> io::Result<()> {
+        if !self.inline_done.is_empty() {
+            return Ok(());
+        }
         match self.ring.submit_and_wait(1) {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
@@ -226,6 +282,9 @@ impl Engine for UringEngine {
     }
 
     fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
+        for (tag, result) in self.inline_done.drain(..) {
+            done(tag, result);
+        }
         for cqe in self.ring.completion() {
             done(cqe.user_data(), cqe.result());
         }
