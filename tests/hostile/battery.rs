@@ -336,7 +336,7 @@ impl Battery {
         self.target.guest = None;
         let attack = (case.attack)(&self.target.socket);
         let mut result = match (attack, case.must) {
-            (Err(why), _) => Err(format!("frontend could not even send it: {why}")),
+            (Err(why), _) => Err(why),
             (Ok(false), super::vhost::Must::BeRefused) => Err("accepted, not refused".to_string()),
             (Ok(_), _) => Ok(()),
         };

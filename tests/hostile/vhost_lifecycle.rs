@@ -18,6 +18,33 @@ pub fn cases(v: &mut Vec<VhostCase>) {
 }
 
 fn lifecycle(v: &mut Vec<VhostCase>) {
+    // A frontend stops a ring with GET_VRING_BASE and restarts from the index it returns (on
+    // migration or reconnect): a request taken from the ring but not completed by then is lost,
+    // and the guest hangs.
+    v.push(vcase(
+        "GET_VRING_BASE with requests in flight",
+        Must::Survive,
+        |s| {
+            let mut g = running(s)?;
+            let mut ctx = Ctx::new(&mut g);
+            let mut heads = Vec::new();
+            for i in 0..64u64 {
+                let hdr = ctx.header(VIRTIO_BLK_T_IN, i * 16);
+                let buf = ctx.buffer(32 << 10, None);
+                let st = ctx.status();
+                heads.push(ctx.direct(&[Seg::r(hdr, 16), Seg::w(buf, 32 << 10), Seg::w(st, 1)]));
+            }
+            g.publish(&heads);
+            let base = g.frontend.get_vring_base(0).map_err(|e| e.to_string())?;
+            let used = g.used_idx();
+            if u32::from(used) != base {
+                return Err(format!(
+                    "GET_VRING_BASE answered {base} while only {used} requests were completed"
+                ));
+            }
+            Ok(false)
+        },
+    ));
     v.push(vcase(
         "connect and hang up at once, 20 times",
         Must::Survive,
