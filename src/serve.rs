@@ -85,6 +85,13 @@ fn open_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
     match &spec.storage {
         Storage::File(path) => {
             let disk: Arc<dyn Disk> = FileDisk::open(path, spec.readonly, spec.direct)
+                .map(|disk| {
+                    if spec.ring_only {
+                        disk.ring_only()
+                    } else {
+                        disk
+                    }
+                })
                 .map(Arc::new)
                 .map_err(|e| SpecError {
                     key: "path".into(),

@@ -234,3 +234,32 @@ fn reconnecting_frontends_leak_no_descriptors_or_threads() {
     assert!(daemon.alive());
     assert!(daemon.terminate().success());
 }
+
+#[test]
+fn tmpfs_file_read_inline_and_through_the_ring() {
+    // /dev/shm is tmpfs: by default reads and writes are done on the queue's thread;
+    // io=ring sends them through io_uring like any other file.
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let file = image(dir.path(), "disk.raw", 2 << 20, 8);
+    for io in ["auto", "ring"] {
+        let (spec, socket) = disk(dir.path(), io, &format!("path={},io={io}", file.display()));
+        let daemon = Daemon::start(&[spec]);
+        let mut client = Client::connect(&socket, 1, false).unwrap();
+        let data = pattern(80, 12288);
+        assert_eq!(client.write(0, 8192, &data), 0, "io={io}");
+        assert_eq!(
+            client.read(0, 8192, data.len()),
+            (0, data.clone()),
+            "io={io}"
+        );
+        let (ret, back) = client.read(0, 1 << 20, 4096);
+        assert_eq!(ret, 0);
+        assert_eq!(
+            back,
+            pattern(8, 2 << 20)[1 << 20..(1 << 20) + 4096],
+            "io={io}"
+        );
+        drop(client);
+        assert!(daemon.terminate().success());
+    }
+}

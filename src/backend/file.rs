@@ -92,6 +92,18 @@ impl FileDisk {
         options.open(path)
     }
 
+    /// Sends every read and write through io_uring, even where they would be done on the queue's
+    /// thread (files whose reads the kernel hands to workers: see `UringEngine`).
+    pub fn ring_only(mut self) -> Self {
+        if let FileKind::Regular { zero_range, .. } = self.kind {
+            self.kind = FileKind::Regular {
+                zero_range,
+                inline_rw: false,
+            };
+        }
+        self
+    }
+
     /// Whether the block device `rdev` accepts discards (its queue says how many bytes).
     fn device_discards(rdev: u64) -> bool {
         let (major, minor) = (libc::major(rdev), libc::minor(rdev));

@@ -58,6 +58,9 @@ pub enum Storage {
     },
     /// `null=`: no storage at all.
     Null,
+    /// `path=` the backing file, O_DIRECT, with every read and write through io_uring
+    /// (`io=ring`), as the batching ablation needs on a file vbmq would otherwise read inline.
+    FileRing,
 }
 
 /// One system under test.
@@ -136,6 +139,7 @@ impl System {
                     Storage::Memory => "mem-".into(),
                     Storage::Cache { percent } => format!("cache{percent}-"),
                     Storage::Null => "null-".into(),
+                    Storage::FileRing => "ring-".into(),
                 };
                 let batch = if *batch { "" } else { "-nobatch" };
                 format!("vbmq-{storage}{}{batch}", mode.as_str())
@@ -165,6 +169,7 @@ impl fmt::Display for System {
                     Storage::Memory => f.write_str("mem= ")?,
                     Storage::Cache { percent } => write!(f, "cache={percent}% ")?,
                     Storage::Null => f.write_str("null ")?,
+                    Storage::FileRing => f.write_str("io=ring ")?,
                 }
                 f.write_str(mode.as_str())?;
                 if !batch {
@@ -303,6 +308,7 @@ impl Launcher {
                         size * u64::from(percent) / 100
                     ),
                     Storage::Null => format!("null={size}"),
+                    Storage::FileRing => format!("path={disk},io=ring"),
                 };
                 // Queue i's thread on backend CPU i, round robin when queues outnumber them.
                 let cpus: Vec<usize> = (0..queues)

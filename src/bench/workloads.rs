@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::systems::{Mode, System};
+use super::systems::{Mode, Storage, System};
 
 /// Read or write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -248,10 +248,23 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
         ));
     }
 
+    // On the tmpfs file vbmq reads inline, one system call per request either way: the
+    // ablation runs with every request through io_uring (`io=ring`).
+    let ring = |mode| System::Vbmq {
+        mode,
+        batch: true,
+        storage: Storage::FileRing,
+    };
+    let (poll_ring, event_ring) = (ring(Mode::Poll), ring(Mode::Event));
     let batching: Vec<System> = if quick {
-        vec![poll, poll.unbatched()]
+        vec![poll_ring, poll_ring.unbatched()]
     } else {
-        vec![poll, poll.unbatched(), event, event.unbatched()]
+        vec![
+            poll_ring,
+            poll_ring.unbatched(),
+            event_ring,
+            event_ring.unbatched(),
+        ]
     };
     let w = Workload::randread(32);
     cases.push(case(

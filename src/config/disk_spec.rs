@@ -61,6 +61,9 @@ pub struct DiskSpec {
     pub serial: Option<String>,
     /// Submit each request with its own system call (an ablation for the benchmark only).
     pub batch: bool,
+    /// Every read and write through io_uring, even on files whose reads would be handed to
+    /// kernel workers (`io=ring`; default `io=auto`).
+    pub ring_only: bool,
     /// Permission bits of the socket file.
     pub socket_mode: u32,
     /// Bytes of host DRAM read cache in front of a `path=` disk (`cache=`; 0: none).
@@ -111,6 +114,7 @@ impl DiskSpec {
             direct: true,
             serial: None,
             batch: true,
+            ring_only: false,
             socket_mode: 0o600,
             cache: 0,
             cache_preload: false,
@@ -190,6 +194,13 @@ impl DiskSpec {
                 "readonly" => spec.readonly = on_off(key, value)?,
                 "direct" => spec.direct = on_off(key, value)?,
                 "batch" => spec.batch = on_off(key, value)?,
+                "io" => {
+                    spec.ring_only = match value {
+                        "auto" => false,
+                        "ring" => true,
+                        _ => return Err(bad(key, "must be auto or ring")),
+                    }
+                }
                 "serial" => {
                     if value.len() > 20 {
                         return Err(bad(key, "at most 20 bytes"));
@@ -332,6 +343,7 @@ mod tests {
             "serial"
         );
         assert_eq!(key_of("socket=/s,null=1G,colour=red"), "colour");
+        assert_eq!(key_of("socket=/s,null=1G,io=fast"), "io");
         assert_eq!(key_of("socket=/s,null=1G,path=/x"), "path");
         assert_eq!(key_of("socket=/s,mem=1000"), "mem");
         assert_eq!(key_of("socket=/s,null=1G,mem=1G"), "mem");
