@@ -213,13 +213,12 @@ fuzz_target!(|input: Input| {
     let mut iov = vec![empty; SEG_MAX as usize];
     let mut ranges = vec![Range::default(); DISCARD_SEG_MAX as usize];
 
-    // A status byte may only go inside a device-writable descriptor. (Whether that is inside
-    // guest memory is left to the checked write and the hostile battery's used-length check.)
+    // A status byte may only go inside a device-writable descriptor, inside guest memory.
     let in_writable = |addr: GuestAddress| {
         all_descs(&input).any(|d| {
             let start = desc_addr(d);
             d.write && addr.0 >= start && addr.0 - start < u64::from(d.len.bytes())
-        })
+        }) && mem.get_slice(addr, 1).is_ok()
     };
     match parse(chain, &mem, &device, &mut iov, &mut ranges) {
         Err(rejection) => {
