@@ -282,7 +282,15 @@ fuzz_target!(|input: Input| {
                     }
                 }
                 RequestType::GetId => {
-                    let id_ok = in_writable(req.id_addr);
+                    // The executor writes min(data_len, 20) bytes of the serial there.
+                    let n = u64::from(req.data_len.min(20));
+                    let id_ok = n == 0
+                        || all_descs(&input).any(|d| {
+                            let start = desc_addr(d);
+                            d.write
+                                && req.id_addr.0 >= start
+                                && req.id_addr.0 - start + n <= u64::from(d.len.bytes())
+                        });
                     assert!(
                         id_ok,
                         "GET_ID into a descriptor that is not device-writable: {req:?}"
