@@ -4,7 +4,6 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::RawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -12,6 +11,7 @@ use std::sync::Arc;
 use tracing::info;
 
 use super::host_memory::HostMemory;
+use super::immediate::{Execute, Immediate};
 use super::iovec::IovList;
 use super::{Disk, Engine, EngineOptions, Geometry, IoOp};
 
@@ -69,10 +69,10 @@ impl Disk for MemoryDisk {
     }
 
     fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
-        Ok(Box::new(MemoryEngine {
+        let engine = MemoryEngine {
             memory: self.memory.clone(),
-            done: Vec::with_capacity(options.depth as usize),
-        }))
+        };
+        Ok(Box::new(Immediate::new(engine, options.depth)))
     }
 
     fn supports_discard(&self) -> bool {
@@ -80,10 +80,9 @@ impl Disk for MemoryDisk {
     }
 }
 
-/// Serves a queue by copying at push time; the completions wait for the next reap.
+/// Serves a queue by copying at push time.
 struct MemoryEngine {
     memory: Arc<HostMemory>,
-    done: Vec<(u64, i32)>,
 }
 
 impl MemoryEngine {
@@ -93,7 +92,7 @@ impl MemoryEngine {
         (start.checked_add(len)? <= self.memory.len()).then_some(start)
     }
 
-    fn execute(&self, op: IoOp) -> i32 {
+    fn run(&self, op: IoOp) -> i32 {
         match op {
             IoOp::Read { offset, iov, count } | IoOp::Write { offset, iov, count } => {
                 // SAFETY: the worker's iovecs are valid until reaped (the `Engine::push` contract).
@@ -132,28 +131,8 @@ impl MemoryEngine {
     }
 }
 
-impl Engine for MemoryEngine {
-    fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()> {
-        let result = self.execute(op);
-        self.done.push((tag, result));
-        Ok(())
-    }
-
-    fn submit(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn wait(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
-        for (tag, result) in self.done.drain(..) {
-            done(tag, result);
-        }
-    }
-
-    fn completion_fd(&self) -> Option<RawFd> {
-        None
+impl Execute for MemoryEngine {
+    fn execute(&mut self, op: IoOp) -> i32 {
+        self.run(op)
     }
 }

@@ -6,6 +6,7 @@
 pub mod cache;
 mod file;
 mod host_memory;
+mod immediate;
 mod iovec;
 mod memory;
 mod null;

@@ -2,8 +2,8 @@
 //! alone, like the kernel's null_blk that the VBMq paper uses.
 
 use std::io;
-use std::os::fd::RawFd;
 
+use super::immediate::{Execute, Immediate};
 use super::{Disk, Engine, EngineOptions, Geometry, IoOp};
 
 /// A disk of `capacity` bytes that stores nothing.
@@ -28,9 +28,7 @@ impl Disk for NullDisk {
     }
 
     fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
-        Ok(Box::new(NullEngine {
-            done: Vec::with_capacity(options.depth as usize),
-        }))
+        Ok(Box::new(Immediate::new(NullEngine, options.depth)))
     }
 
     fn supports_discard(&self) -> bool {
@@ -38,10 +36,8 @@ impl Disk for NullDisk {
     }
 }
 
-/// Completes every operation at once, in order.
-struct NullEngine {
-    done: Vec<(u64, i32)>,
-}
+/// Completes every operation at once.
+struct NullEngine;
 
 fn iov_bytes(iov: *const libc::iovec, count: u32) -> i32 {
     // SAFETY: the worker guarantees `iov` points to `count` initialised iovecs that outlive the
@@ -50,9 +46,9 @@ fn iov_bytes(iov: *const libc::iovec, count: u32) -> i32 {
     iovecs.iter().map(|v| v.iov_len).sum::<usize>() as i32
 }
 
-impl Engine for NullEngine {
-    fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()> {
-        let result = match op {
+impl Execute for NullEngine {
+    fn execute(&mut self, op: IoOp) -> i32 {
+        match op {
             IoOp::Read { iov, count, .. } => {
                 // SAFETY: as in `iov_bytes`; each iovec is a guest buffer validated writable.
                 let iovecs = unsafe { std::slice::from_raw_parts(iov, count as usize) };
@@ -64,26 +60,6 @@ impl Engine for NullEngine {
             }
             IoOp::Write { iov, count, .. } => iov_bytes(iov, count),
             IoOp::Flush | IoOp::Discard { .. } | IoOp::WriteZeroes { .. } => 0,
-        };
-        self.done.push((tag, result));
-        Ok(())
-    }
-
-    fn submit(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn wait(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
-        for (tag, result) in self.done.drain(..) {
-            done(tag, result);
         }
-    }
-
-    fn completion_fd(&self) -> Option<RawFd> {
-        None
     }
 }
