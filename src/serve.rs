@@ -153,11 +153,10 @@ fn build_server(spec: &DiskSpec) -> Result<DiskServer, SpecError> {
             max_size: spec.queue_size,
         })
         .collect();
-    DiskServer::bind(&spec.socket, spec.socket_mode, device, disk, settings).map_err(|e| {
-        SpecError {
-            key: "socket".into(),
-            reason: e.to_string(),
-        }
+    let (mode, group) = (spec.socket_mode, spec.socket_group);
+    DiskServer::bind(&spec.socket, mode, group, device, disk, settings).map_err(|e| SpecError {
+        key: "socket".into(),
+        reason: e.to_string(),
     })
 }
 

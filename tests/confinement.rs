@@ -361,10 +361,16 @@ fn socket_is_private_unless_a_mode_is_given() {
         std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777,
         0o600
     );
-    let shared = Served::start("mode-shared", ",socket-mode=0660", &[]);
+    let shared = Served::start("mode-shared", ",socket-mode=0660,socket-group=65534", &[]);
     let socket = shared.sandbox.dir.join("sock/vbmq.sock");
     assert_eq!(
         std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777,
         0o660
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        std::fs::metadata(&socket).unwrap().gid(),
+        65534,
+        "socket-group"
     );
 }

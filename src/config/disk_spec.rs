@@ -66,6 +66,8 @@ pub struct DiskSpec {
     pub ring_only: bool,
     /// Permission bits of the socket file.
     pub socket_mode: u32,
+    /// Group owning the socket file (`socket-group=NAME|GID`); the process's own if `None`.
+    pub socket_group: Option<u32>,
     /// Bytes of host DRAM read cache in front of a `path=` disk (`cache=`; 0: none).
     pub cache: u64,
     /// Fill the cache from the start of the file before serving (`cache-preload=on`).
@@ -87,6 +89,16 @@ fn bad(key: &str, reason: impl Into<String>) -> SpecError {
         key: key.to_string(),
         reason: reason.into(),
     }
+}
+
+/// The GID of group `name` in /etc/group.
+fn group_id(name: &str) -> Option<u32> {
+    let groups = std::fs::read_to_string("/etc/group").ok()?;
+    groups.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        (fields.next()? == name).then_some(())?;
+        fields.nth(1)?.parse().ok()
+    })
 }
 
 fn on_off(key: &str, value: &str) -> Result<bool, SpecError> {
@@ -116,6 +128,7 @@ impl DiskSpec {
             batch: true,
             ring_only: false,
             socket_mode: 0o600,
+            socket_group: None,
             cache: 0,
             cache_preload: false,
         };
@@ -206,6 +219,15 @@ impl DiskSpec {
                         return Err(bad(key, "at most 20 bytes"));
                     }
                     spec.serial = Some(value.to_string());
+                }
+                "socket-group" => {
+                    let gid = value.parse().ok().or_else(|| group_id(value));
+                    spec.socket_group = Some(gid.ok_or_else(|| {
+                        bad(
+                            key,
+                            format!("{value:?} is neither a group of /etc/group nor a GID"),
+                        )
+                    })?);
                 }
                 "socket-mode" => {
                     spec.socket_mode = u32::from_str_radix(value, 8)
@@ -299,6 +321,10 @@ mod tests {
         assert_eq!((spec.queues, spec.queue_size), (2, 128));
         assert_eq!(spec.cpus, vec![2, 3]);
         assert!(spec.readonly && !spec.direct);
+        let grouped = DiskSpec::parse("socket=/s,null=1G,socket-group=root", CPUS).unwrap();
+        assert_eq!(grouped.socket_group, Some(0));
+        let grouped = DiskSpec::parse("socket=/s,null=1G,socket-group=65534", CPUS).unwrap();
+        assert_eq!(grouped.socket_group, Some(65534));
         assert_eq!(spec.polling_cpus(), &[2, 3]);
         let spec =
             DiskSpec::parse("socket=/s,null=8G,queues=3,cpus=3,1,2,mode=event", CPUS).unwrap();
@@ -344,6 +370,10 @@ mod tests {
         );
         assert_eq!(key_of("socket=/s,null=1G,colour=red"), "colour");
         assert_eq!(key_of("socket=/s,null=1G,io=fast"), "io");
+        assert_eq!(
+            key_of("socket=/s,null=1G,socket-group=no-such-group"),
+            "socket-group"
+        );
         assert_eq!(key_of("socket=/s,null=1G,path=/x"), "path");
         assert_eq!(key_of("socket=/s,mem=1000"), "mem");
         assert_eq!(key_of("socket=/s,null=1G,mem=1G"), "mem");

@@ -67,6 +67,7 @@ impl DiskServer {
     pub fn bind(
         socket: &Path,
         mode: u32,
+        group: Option<u32>,
         device: Arc<BlkDevice>,
         disk: Arc<dyn Disk>,
         settings: Vec<QueueSettings>,
@@ -86,6 +87,7 @@ impl DiskServer {
         let temp = PathBuf::from(temp_name);
         let listener = Listener::new(&temp, true).map_err(|e| listen_error(e.to_string()))?;
         std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(mode))
+            .and_then(|()| std::os::unix::fs::chown(&temp, None, group))
             .and_then(|()| std::fs::rename(&temp, socket))
             .map_err(|e| {
                 let _ = std::fs::remove_file(&temp);
