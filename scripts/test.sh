@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-test-deps.sh
-cargo test --release --all-targets
+cargo test --release --workspace --all-targets
 bash scripts/fuzz-smoke.sh

@@ -1,6 +1,9 @@
-use tracing_subscriber::EnvFilter;
+//! `vbmq`: serve disks to VMs (`serve`) or measure how fast it does (`bench`).
 
-const USAGE: &str = "usage: vbmq serve --disk socket=PATH,... [--disk ...]\n       vbmq bench [--quick] [--out DIR]";
+mod cli;
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use tracing_subscriber::EnvFilter;
 
 fn main() {
     tracing_subscriber::fmt()
@@ -9,18 +12,50 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let status = match args.first().map(String::as_str) {
-        Some("serve") => vbmq::serve::run(&args[1..]),
-        Some("bench") => vbmq::bench::run(&args[1..]),
-        Some("--help" | "-h" | "help") => {
-            println!("{USAGE}");
-            0
-        }
-        _ => {
-            eprintln!("{USAGE}");
-            2
-        }
+    let matches = match cli::command().try_get_matches() {
+        Ok(matches) => matches,
+        Err(e) => std::process::exit(usage_error(&e)),
+    };
+    let status = match cli::job(&matches) {
+        Some(cli::Job::Serve(options)) => vbmq::serve::run(&options),
+        Some(cli::Job::Bench(options)) => vbmq_bench::run(&options),
+        None => 2,
     };
     std::process::exit(status);
+}
+
+/// Prints help and version as clap does; any other error as one line naming the flag or key
+/// (`vbmq: --disk queues: must be 1..=64`), and returns the exit status.
+fn usage_error(e: &clap::Error) -> i32 {
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+            2
+        } else {
+            0
+        };
+    }
+    // A `--disk` value the parser refused: its own message already names the key.
+    if e.kind() == ErrorKind::ValueValidation
+        && let Some(reason) = std::error::Error::source(e)
+        && matches!(e.get(ContextKind::InvalidArg), Some(ContextValue::String(arg)) if arg.starts_with("--disk"))
+    {
+        eprintln!("vbmq: {reason}");
+        return 2;
+    }
+    if e.kind() == ErrorKind::MissingRequiredArgument
+        && let Some(ContextValue::Strings(args)) = e.get(ContextKind::InvalidArg)
+    {
+        eprintln!("vbmq: required: {}", args.join(", "));
+        return 2;
+    }
+    let text = e.render().to_string();
+    let line = text.lines().next().unwrap_or("bad arguments");
+    eprintln!("vbmq: {}", line.trim_start_matches("error: "));
+    2
 }

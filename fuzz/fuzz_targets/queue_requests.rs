@@ -13,7 +13,7 @@ use std::time::Duration;
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use vbmq::backend::{Disk, MemoryDisk};
-use vbmq::config::WaitMode;
+use vbmq::worker::WaitMode;
 use vbmq::virtio_blk::BlkDevice;
 use vbmq::worker::{QueueSettings, QueueWorker};
 use vhost_user_backend::{VringRwLock, VringT};

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use vbmq::backend::{Disk, NullDisk};
-use vbmq::config::WaitMode;
+use vbmq::worker::WaitMode;
 use vbmq::vhost_user::BlkBackend;
 use vbmq::virtio_blk::BlkDevice;
 use vbmq::worker::QueueSettings;

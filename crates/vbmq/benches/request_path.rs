@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use vbmq::backend::{Disk, NullDisk};
-use vbmq::config::WaitMode;
 use vbmq::virtio_blk::BlkDevice;
+use vbmq::worker::WaitMode;
 use vbmq::worker::{QueueSettings, QueueWorker};
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_bindings::virtio_blk::VIRTIO_BLK_T_IN;

@@ -186,7 +186,7 @@ impl CaseResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::histogram::Histogram;
+    use crate::histogram::Histogram;
     use std::time::Duration;
 
     #[test]

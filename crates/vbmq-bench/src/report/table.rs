@@ -1,8 +1,8 @@
 //! The result tables, as aligned text for the terminal and as Markdown for report.md.
 
-use crate::bench::goals::GoalResult;
-use crate::bench::stats::{CaseResult, PointResult, Stat};
-use crate::bench::systems::System;
+use crate::goals::GoalResult;
+use crate::stats::{CaseResult, PointResult, Stat};
+use crate::systems::System;
 
 use super::svg::short;
 
@@ -200,9 +200,9 @@ fn markdown_table(header: &[&str], rows: &[Vec<String>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::stats::{RunSample, Summary};
-    use crate::bench::systems::Mode;
-    use crate::bench::workloads::{Case, ClientMode, Experiment, Workload};
+    use crate::stats::{RunSample, Summary};
+    use crate::systems::Mode;
+    use crate::workloads::{Case, ClientMode, Experiment, Workload};
 
     fn sample_case() -> CaseResult {
         let run = |iops: f64| RunSample {

@@ -6,10 +6,12 @@ mod inflight;
 mod queue_worker;
 mod requests;
 mod stats;
+mod wait_mode;
 
 pub use affinity::{name_current_thread, online_cpus, pin_current_thread};
 pub use queue_worker::{QueueSettings, QueueWorker};
 pub use stats::QueueStats;
+pub use wait_mode::WaitMode;
 
 #[cfg(test)]
 mod tests;

@@ -29,7 +29,7 @@ use std::time::Duration;
 use cpus::{CpuPlan, pin_to};
 use disk::BackingFile;
 use error::{BenchError, Result};
-use options::{Options, USAGE};
+pub use options::Options;
 use report::Report;
 use runner::{Runner, Settings};
 use systems::{Launcher, System, find_in_path};
@@ -40,22 +40,15 @@ const DISK_BYTES: u64 = 1 << 30;
 /// Set by SIGINT/SIGTERM: finish the current run, write what was measured, clean up.
 static STOP: AtomicBool = AtomicBool::new(false);
 
-/// Runs `vbmq bench` with the arguments that follow `bench`; returns the exit code.
-pub fn run(args: &[String]) -> i32 {
-    let opts = match Options::parse(args) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("vbmq bench: {e}\n{USAGE}");
-            return 2;
-        }
-    };
-    if opts.help {
-        println!("{USAGE}");
-        return 0;
-    }
-    match bench(&opts) {
+/// Runs `vbmq bench`; returns the exit code.
+pub fn run(opts: &Options) -> i32 {
+    match bench(opts) {
         Ok(true) => 0,
         Ok(false) => 130,
+        Err(e @ BenchError::Usage(_)) => {
+            eprintln!("vbmq bench: {e}");
+            2
+        }
         Err(e) => {
             eprintln!("vbmq bench: {e}");
             1

@@ -11,36 +11,20 @@ use crate::config::{DiskSpec, SpecError, Storage};
 use crate::confine::{ConfineOptions, DiskAccess, confine};
 use crate::vhost_user::DiskServer;
 use crate::virtio_blk::BlkDevice;
-use crate::worker::{QueueSettings, online_cpus};
+use crate::worker::QueueSettings;
 
-const USAGE: &str = "usage: vbmq serve --disk socket=PATH,path=FILE[,cache=SIZE[,cache-preload=on]]|null=SIZE|mem=SIZE[,image=FILE][,queues=N][,queue-size=N]\
-[,mode=event|poll|adaptive][,poll-us=N][,cpus=LIST][,readonly=on][,direct=off][,serial=STR] [--disk ...]\n\
-       [--seccomp=off]   (debugging only: keep every system call allowed)";
+/// What `vbmq serve` was asked to do.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// The disks, each already parsed with [`DiskSpec::parse`].
+    pub disks: Vec<DiskSpec>,
+    /// Confine the process with seccomp (Landlock applies either way).
+    pub seccomp: bool,
+}
 
-/// Parses the `--disk` arguments, checking what no single disk can see on its own.
-pub fn parse_disks(args: &[String]) -> Result<Vec<DiskSpec>, SpecError> {
-    let cpus = online_cpus();
-    let mut specs = Vec::new();
-    let mut args = args.iter().filter(|arg| !arg.starts_with("--seccomp="));
-    while let Some(arg) = args.next() {
-        let value = match arg.strip_prefix("--disk=") {
-            Some(value) => value.to_string(),
-            None if arg == "--disk" => args.next().cloned().unwrap_or_default(),
-            None => {
-                return Err(SpecError {
-                    key: arg.clone(),
-                    reason: "unknown argument".into(),
-                });
-            }
-        };
-        specs.push(DiskSpec::parse(&value, &cpus)?);
-    }
-    if specs.is_empty() {
-        return Err(SpecError {
-            key: "socket".into(),
-            reason: "no --disk given".into(),
-        });
-    }
+/// Checks what no single disk can see on its own: two polling threads on one CPU, one socket
+/// given to two disks.
+pub fn check_disks(specs: &[DiskSpec]) -> Result<(), SpecError> {
     let mut polled: Vec<usize> = specs
         .iter()
         .flat_map(|s| s.polling_cpus().to_vec())
@@ -60,7 +44,7 @@ pub fn parse_disks(args: &[String]) -> Result<Vec<DiskSpec>, SpecError> {
             reason: format!("{} is given to two disks", pair[0].display()),
         });
     }
-    Ok(specs)
+    Ok(())
 }
 
 fn default_serial(spec: &DiskSpec) -> String {
@@ -195,21 +179,15 @@ fn block_stop_signals() -> libc::sigset_t {
 }
 
 /// Runs `vbmq serve`; returns the exit status.
-pub fn run(args: &[String]) -> i32 {
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
-        return 0;
+pub fn run(options: &ServeOptions) -> i32 {
+    let specs = &options.disks;
+    if let Err(e) = check_disks(specs) {
+        eprintln!("vbmq: {e}");
+        return 2;
     }
-    let specs = match parse_disks(args) {
-        Ok(specs) => specs,
-        Err(e) => {
-            eprintln!("vbmq: {e}");
-            return 2;
-        }
-    };
     let signals = block_stop_signals();
     let mut servers = Vec::new();
-    for spec in &specs {
+    for spec in specs {
         match build_server(spec) {
             Ok(server) => servers.push(server),
             Err(e) => {
@@ -218,15 +196,7 @@ pub fn run(args: &[String]) -> i32 {
             }
         }
     }
-    let seccomp = match args.iter().rev().find_map(|a| a.strip_prefix("--seccomp=")) {
-        None | Some("on") => true,
-        Some("off") => false,
-        Some(other) => {
-            eprintln!("vbmq: --seccomp: expected on or off, got {other:?}");
-            return 2;
-        }
-    };
-    if let Err(e) = confine(&confine_options(&specs, seccomp)) {
+    if let Err(e) = confine(&confine_options(specs, options.seccomp)) {
         eprintln!("vbmq: cannot confine the process: {e}");
         return 1;
     }

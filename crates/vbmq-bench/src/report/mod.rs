@@ -73,9 +73,9 @@ pub fn write(dir: &Path, report: &Report) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::stats::{PointResult, RunSample, Summary};
-    use crate::bench::systems::System;
-    use crate::bench::workloads::{Case, ClientMode, Experiment, Workload};
+    use crate::stats::{PointResult, RunSample, Summary};
+    use crate::systems::System;
+    use crate::workloads::{Case, ClientMode, Experiment, Workload};
 
     #[test]
     fn writes_a_well_formed_report() {
@@ -116,7 +116,7 @@ mod tests {
             load_average: [Some(0.5), None],
             handover: None,
             skipped: vec!["qsd-vbdp: not installed".into()],
-            goals: crate::bench::goals::evaluate(&cases, None),
+            goals: crate::goals::evaluate(&cases, None),
             cases,
             cache_hit_ratios: Vec::new(),
             complete: true,

@@ -11,8 +11,8 @@ use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, Guest
 
 use super::{QueueSettings, QueueWorker};
 use crate::backend::{Disk, NullDisk};
-use crate::config::WaitMode;
 use crate::virtio_blk::BlkDevice;
+use crate::worker::WaitMode;
 
 const SIZE: u16 = 16;
 const DESC: u64 = 0x1000;

@@ -1,9 +1,11 @@
 //! The command line: `--disk` specifications and the values inside them.
 
 mod cpu_list;
+mod disk_keys;
 mod disk_spec;
 mod size;
 
 pub use cpu_list::parse_cpu_list;
-pub use disk_spec::{DiskSpec, SpecError, Storage, WaitMode};
+pub use disk_keys::{DISK_KEYS, DiskKey, disk_key, disk_keys_help};
+pub use disk_spec::{DiskSpec, SpecError, Storage};
 pub use size::parse_size;

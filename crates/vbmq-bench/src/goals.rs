@@ -226,7 +226,7 @@ pub fn evaluate(cases: &[CaseResult], handover: Option<&Handover>) -> Vec<GoalRe
 fn note(g: &Goal, case: &CaseResult, handover: Option<&Handover>) -> String {
     let mut parts = Vec::new();
     if let Some(s) = case.summary(g.system) {
-        let pct = |st: Option<crate::bench::stats::Stat>| {
+        let pct = |st: Option<crate::stats::Stat>| {
             st.map_or("?".to_string(), |st| format!("{:.0}%", st.median * 100.0))
         };
         parts.push(format!(
@@ -253,8 +253,8 @@ fn note(g: &Goal, case: &CaseResult, handover: Option<&Handover>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::stats::{PointResult, RunSample};
-    use crate::bench::workloads::Case;
+    use crate::stats::{PointResult, RunSample};
+    use crate::workloads::Case;
 
     fn point(system: System, iops: f64, p50: f64, cpu: f64) -> PointResult {
         let run = RunSample {

@@ -1,8 +1,8 @@
 //! The charts, after the papers' figures, drawn from the case results.
 
-use crate::bench::stats::{CaseResult, Summary};
-use crate::bench::systems::System;
-use crate::bench::workloads::{ClientMode, Experiment, Workload};
+use crate::stats::{CaseResult, Summary};
+use crate::systems::System;
+use crate::workloads::{ClientMode, Experiment, Workload};
 
 use super::svg::{Series, bar_chart, line_chart};
 

@@ -10,7 +10,6 @@
 #![deny(missing_docs)]
 
 pub mod backend;
-pub mod bench;
 pub mod config;
 pub mod confine;
 pub mod serve;

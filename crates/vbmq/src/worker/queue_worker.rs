@@ -13,12 +13,12 @@ use vhost_user_backend::{VringRwLock, VringState, VringT};
 use virtio_queue::QueueT;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 
+use super::WaitMode;
 use super::affinity::{name_current_thread, pin_current_thread};
 use super::inflight::InFlight;
 use super::requests::Ctx;
 use super::stats::QueueStats;
 use crate::backend::{Disk, Engine, EngineOptions};
-use crate::config::WaitMode;
 use crate::virtio_blk::BlkDevice;
 
 /// How a queue's worker runs.

@@ -252,9 +252,9 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::disk::BackingFile;
-    use crate::bench::systems::{Mode, find_in_path};
-    use crate::bench::workloads::{ClientMode, Experiment, Workload};
+    use crate::disk::BackingFile;
+    use crate::systems::{Mode, find_in_path};
+    use crate::workloads::{ClientMode, Experiment, Workload};
 
     /// Runs bare metal for real, and a "vbmq" that cannot start.
     #[test]

@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-use super::{parse_cpu_list, parse_size};
+use super::{disk_key, parse_cpu_list, parse_size};
+use crate::worker::WaitMode;
 
 /// Largest number of virtqueues a disk may have.
 pub const MAX_QUEUES: usize = 64;
@@ -23,17 +24,6 @@ pub enum Storage {
         /// A raw image loaded at start.
         image: Option<PathBuf>,
     },
-}
-
-/// How a queue's I/O thread waits for work.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WaitMode {
-    /// Sleep on the guest's kick and on I/O completions.
-    Event,
-    /// Spin on the avail ring and the completion queue; guest kicks are suppressed.
-    Poll,
-    /// Spin while requests keep coming, sleep after `poll_us` of idleness.
-    Adaptive,
 }
 
 /// A parsed and validated `--disk` argument.
@@ -135,6 +125,9 @@ impl DiskSpec {
         let mut image = None;
         for (key, value) in Self::pairs(text)? {
             let value = value.as_str();
+            if disk_key(key).is_none() {
+                return Err(bad(key, "unknown key (vbmq serve --help lists them)"));
+            }
             match key {
                 "socket" => socket = Some(PathBuf::from(value)),
                 "path" | "null" | "mem" if storage.is_some() => {
@@ -235,7 +228,7 @@ impl DiskSpec {
                         .filter(|mode| *mode <= 0o777)
                         .ok_or_else(|| bad(key, "must be octal permission bits such as 0660"))?;
                 }
-                _ => return Err(bad(key, "unknown key")),
+                _ => return Err(bad(key, "listed but not parsed: a defect")),
             }
         }
         spec.socket = socket.ok_or_else(|| bad("socket", "required"))?;
@@ -384,6 +377,17 @@ mod tests {
             key_of("socket=/s,path=/x,cache-preload=on"),
             "cache-preload"
         );
+    }
+
+    #[test]
+    fn every_listed_key_is_parsed_and_no_other() {
+        for key in super::super::DISK_KEYS {
+            let text = format!("socket=/s,null=1G,{}=?", key.name);
+            if let Err(e) = DiskSpec::parse(&text, CPUS) {
+                assert!(!e.reason.contains("defect"), "{}: {e}", key.name);
+            }
+        }
+        assert!(key_of("socket=/s,null=1G,colour=red").contains("colour"));
     }
 
     #[test]

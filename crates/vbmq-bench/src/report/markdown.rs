@@ -2,9 +2,9 @@
 
 use std::fmt::Write;
 
-use crate::bench::cache_study;
-use crate::bench::cpus::cpu_list;
-use crate::bench::workloads::Experiment;
+use crate::cache_study;
+use crate::cpus::cpu_list;
+use crate::workloads::Experiment;
 
 use super::Report;
 use super::figures::Figure;

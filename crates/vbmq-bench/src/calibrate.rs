@@ -185,7 +185,7 @@ fn read_eventfd(fd: &OwnedFd) -> io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::cpus::CpuPlan;
+    use crate::cpus::CpuPlan;
 
     #[test]
     fn measures_both_handovers() {

@@ -1,0 +1,161 @@
+//! Every `--disk` key, with its value, default and meaning: the one list the parser accepts and
+//! the help prints.
+
+/// One `--disk` key.
+#[derive(Clone, Copy, Debug)]
+pub struct DiskKey {
+    /// The key, e.g. `queues`.
+    pub name: &'static str,
+    /// The form of its value, e.g. `N`.
+    pub value: &'static str,
+    /// What applies when it is not given.
+    pub default: Option<&'static str>,
+    /// One line on what it does.
+    pub about: &'static str,
+}
+
+const fn key(
+    name: &'static str,
+    value: &'static str,
+    default: Option<&'static str>,
+    about: &'static str,
+) -> DiskKey {
+    DiskKey {
+        name,
+        value,
+        default,
+        about,
+    }
+}
+
+/// The keys `DiskSpec::parse` accepts; any other is refused.
+pub const DISK_KEYS: &[DiskKey] = &[
+    key("socket", "PATH", None, "the vhost-user socket (required)"),
+    key("path", "FILE", None, "a raw image file or a block device"),
+    key(
+        "null",
+        "SIZE",
+        None,
+        "instead of path: a null device (reads zeros, drops writes)",
+    ),
+    key(
+        "mem",
+        "SIZE",
+        None,
+        "instead of path: a volatile disk in host memory",
+    ),
+    key(
+        "image",
+        "FILE",
+        None,
+        "with mem: a raw image loaded at start",
+    ),
+    key(
+        "cache",
+        "SIZE",
+        Some("none"),
+        "with path: a DRAM read cache shared by disks on the file",
+    ),
+    key(
+        "cache-preload",
+        "on|off",
+        Some("off"),
+        "fill the cache from the file at start",
+    ),
+    key(
+        "queues",
+        "N",
+        Some("1"),
+        "virtqueues, 1..=64; the VM's num-queues must match",
+    ),
+    key(
+        "queue-size",
+        "N",
+        Some("256"),
+        "largest virtqueue size, a power of two <= 1024",
+    ),
+    key(
+        "mode",
+        "event|poll|adaptive",
+        Some("adaptive"),
+        "how the I/O threads wait",
+    ),
+    key(
+        "poll-us",
+        "N",
+        Some("50"),
+        "adaptive: microseconds of polling after the last request",
+    ),
+    key(
+        "cpus",
+        "LIST",
+        Some("not pinned"),
+        "CPUs of the I/O threads (2-5, 2,4); required for poll",
+    ),
+    key(
+        "readonly",
+        "on|off",
+        Some("off"),
+        "offer VIRTIO_BLK_F_RO and refuse every write",
+    ),
+    key(
+        "direct",
+        "on|off",
+        Some("on"),
+        "O_DIRECT; off uses the host page cache",
+    ),
+    key(
+        "serial",
+        "STR",
+        Some("the file name"),
+        "the GET_ID serial, at most 20 bytes",
+    ),
+    key(
+        "batch",
+        "on|off",
+        Some("on"),
+        "off: one system call per request (benchmark ablation)",
+    ),
+    key(
+        "io",
+        "auto|ring",
+        Some("auto"),
+        "ring: every read and write through io_uring, even on tmpfs",
+    ),
+    key(
+        "socket-mode",
+        "OCTAL",
+        Some("0600"),
+        "permission bits of the socket",
+    ),
+    key(
+        "socket-group",
+        "NAME|GID",
+        Some("the process's"),
+        "group owning the socket",
+    ),
+];
+
+/// Looks a key up.
+pub fn disk_key(name: &str) -> Option<&'static DiskKey> {
+    DISK_KEYS.iter().find(|key| key.name == name)
+}
+
+/// The keys as a help section, one per line.
+pub fn disk_keys_help() -> String {
+    let width = DISK_KEYS
+        .iter()
+        .map(|k| k.name.len() + k.value.len() + 1)
+        .max()
+        .unwrap_or(0);
+    let mut text = String::from("--disk keys (KEY=VALUE, separated by commas):\n");
+    for k in DISK_KEYS {
+        let form = format!("{}={}", k.name, k.value);
+        let default = k
+            .default
+            .map(|d| format!(" [default: {d}]"))
+            .unwrap_or_default();
+        text.push_str(&format!("  {form:<width$}  {}{default}\n", k.about));
+    }
+    text
+}

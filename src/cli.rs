@@ -1,0 +1,95 @@
+//! The declared command line: `vbmq serve`, `vbmq bench`.
+
+use std::path::PathBuf;
+
+use clap::{Arg, ArgAction, ArgMatches, Command, value_parser};
+use vbmq::config::{DiskSpec, disk_keys_help};
+use vbmq::serve::ServeOptions;
+use vbmq::worker::online_cpus;
+
+/// What the command line asks for.
+pub enum Job {
+    /// Serve disks until SIGTERM or SIGINT.
+    Serve(ServeOptions),
+    /// Run the benchmark.
+    Bench(vbmq_bench::Options),
+}
+
+/// The whole command line, with every flag and `--disk` key described.
+pub fn command() -> Command {
+    Command::new("vbmq")
+        .about("Serves disks to virtual machines over vhost-user-blk, one pinned I/O thread per virtqueue")
+        .version(env!("CARGO_PKG_VERSION"))
+        .subcommand_required(true)
+        .arg_required_else_help(true)
+        .subcommand(serve())
+        .subcommand(bench())
+}
+
+fn serve() -> Command {
+    Command::new("serve")
+        .about("Serve disks until SIGTERM or SIGINT (SIGUSR1 prints per-queue counters)")
+        .arg(
+            Arg::new("disk")
+                .long("disk")
+                .value_name("KEY=VALUE,...")
+                .action(ArgAction::Append)
+                .required(true)
+                .value_parser(parse_disk)
+                .help("A disk to serve, on its own socket; repeat for more (keys below)"),
+        )
+        .arg(
+            Arg::new("seccomp")
+                .long("seccomp")
+                .value_name("on|off")
+                .default_value("on")
+                .value_parser(["on", "off"])
+                .help("The system-call filter; off is for debugging only"),
+        )
+        .after_help(disk_keys_help())
+}
+
+fn bench() -> Command {
+    Command::new("bench")
+        .about(
+            "Measure vbmq beside bare metal and qemu-storage-daemon on a 1 GiB random-filled \
+             file on tmpfs, and write report.json, report.md and SVG charts",
+        )
+        .arg(
+            Arg::new("quick")
+                .long("quick")
+                .action(ArgAction::SetTrue)
+                .help("About a minute instead of a few minutes: shorter runs, fewer cases"),
+        )
+        .arg(
+            Arg::new("out")
+                .long("out")
+                .value_name("DIR")
+                .value_parser(value_parser!(PathBuf))
+                .help("Where the report goes [default: ./vbmq-bench-<date>/]"),
+        )
+        .arg(Arg::new("only").long("only").value_name("TEXT").help(
+            "Run only the cases and systems whose identifier contains TEXT \
+                     (e.g. matrix/randread-4k-qd32, qsd-vbdp, vbmq-poll)",
+        ))
+}
+
+fn parse_disk(text: &str) -> Result<DiskSpec, String> {
+    DiskSpec::parse(text, &online_cpus()).map_err(|e| e.to_string())
+}
+
+/// The job `matches` asks for.
+pub fn job(matches: &ArgMatches) -> Option<Job> {
+    match matches.subcommand()? {
+        ("serve", m) => Some(Job::Serve(ServeOptions {
+            disks: m.get_many::<DiskSpec>("disk")?.cloned().collect(),
+            seccomp: m.get_one::<String>("seccomp").is_none_or(|s| s == "on"),
+        })),
+        ("bench", m) => Some(Job::Bench(vbmq_bench::Options {
+            quick: m.get_flag("quick"),
+            out: m.get_one::<PathBuf>("out").cloned(),
+            only: m.get_one::<String>("only").cloned(),
+        })),
+        _ => None,
+    }
+}
