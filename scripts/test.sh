@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # Installs what the tests need, then runs them all: unit, integration (the real vbmq process
-# driven by libblkio), hostile-frontend battery, confinement, real Linux guests, and a bounded
-# run of every fuzz target.
+# driven by libblkio), hostile-frontend battery, confinement, loop devices, real Linux guests,
+# and a bounded run of every fuzz target. A test skipped for a missing prerequisite fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-test-deps.sh
-cargo test --release --workspace --all-targets
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+echo "== cargo test (every crate, guest and root tests included)"
+cargo test --release --workspace --all-targets --features vbmq-cli/guest-tests,vbmq-cli/root-tests \
+    2>&1 | tee "$log"
+if grep -q 'ignored, needs feature' "$log"; then
+    echo "test.sh: tests were skipped for a missing feature (see above)" >&2
+    exit 1
+fi
 bash scripts/fuzz-smoke.sh

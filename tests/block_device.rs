@@ -32,6 +32,10 @@ impl Drop for Loop {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs feature root-tests: root for loop devices (scripts/test.sh)"
+)]
 fn loop_device_reads_writes_discards_and_zeroes() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("backing.raw");

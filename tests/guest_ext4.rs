@@ -12,6 +12,10 @@ const DISCARD_MIB: u64 = 64;
 /// `e2fsck -fn`, remounts and checks every file's sha256. It powers off; a second VM on the same
 /// vbmq process checks the filesystem and the sums again. Afterwards the host's e2fsck agrees.
 #[test]
+#[cfg_attr(
+    not(feature = "guest-tests"),
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
+)]
 fn ext4_survives_fsck_remount_and_a_second_vm() {
     let dir = TestDir::new("ext4");
     let image = dir.disk("ext4.img", DISK_MIB);
@@ -70,6 +74,10 @@ fn ext4_survives_fsck_remount_and_a_second_vm() {
 /// `blkdiscard` (discard) and `blkdiscard -z` (write zeroes) over a disk full of 0xff bytes
 /// leave only zeros to read, and `fstrim` on ext4 gives the image's blocks back to the host.
 #[test]
+#[cfg_attr(
+    not(feature = "guest-tests"),
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
+)]
 fn discard_and_fstrim_read_back_zeros() {
     let dir = TestDir::new("discard");
     let image = dir.disk("discard.img", DISCARD_MIB);

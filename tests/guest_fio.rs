@@ -9,6 +9,10 @@ use guest::{TestDir, Vbmq, Vm, script, tagged};
 /// every block, first through libaio and then through io_uring. The poll disk has one queue:
 /// its thread spins on a core of its own, and CI hosts may have only two.
 #[test]
+#[cfg_attr(
+    not(feature = "guest-tests"),
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
+)]
 fn fio_verify_passes_in_every_mode() {
     let dir = TestDir::new("fio");
     let modes = [

@@ -8,6 +8,10 @@ use guest::{TestDir, Vbmq, Vm, script, tagged_one};
 /// guest powered off, to a 4-vCPU guest. The guest's virtio-blk driver makes one blk-mq hardware
 /// queue per virtqueue, but never more than it has CPUs.
 #[test]
+#[cfg_attr(
+    not(feature = "guest-tests"),
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
+)]
 fn guest_sees_size_and_hardware_queues() {
     let dir = TestDir::new("topology");
     let one = dir.join("one.sock");
@@ -60,6 +64,10 @@ fn guest_sees_size_and_hardware_queues() {
 /// A `readonly=on` disk is read-only in the guest, a write to it fails, and the image keeps its
 /// bytes.
 #[test]
+#[cfg_attr(
+    not(feature = "guest-tests"),
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
+)]
 fn readonly_disk_refuses_guest_writes() {
     let dir = TestDir::new("readonly");
     let image = dir.join("ro.img");

@@ -101,6 +101,20 @@ fn on_off(key: &str, value: &str) -> Result<bool, SpecError> {
 
 impl DiskSpec {
     /// Parses one `--disk` value. `online_cpus` are the CPUs this process may run on.
+    ///
+    /// ```
+    /// use vbmq::config::{DiskSpec, Storage};
+    /// use vbmq::worker::WaitMode;
+    ///
+    /// let spec = DiskSpec::parse("socket=/run/vm1.sock,null=8G,queues=2,mode=poll,cpus=2,3", &[0, 1, 2, 3])?;
+    /// assert_eq!(spec.storage, Storage::Null(8 << 30));
+    /// assert_eq!((spec.queues, spec.mode, spec.cpus), (2, WaitMode::Poll, vec![2, 3]));
+    ///
+    /// // An error names the key at fault.
+    /// let err = DiskSpec::parse("socket=/s,null=8G,queues=0", &[0]).unwrap_err();
+    /// assert_eq!(err.to_string(), "--disk queues: must be 1..=64");
+    /// # Ok::<(), vbmq::config::SpecError>(())
+    /// ```
     pub fn parse(text: &str, online_cpus: &[usize]) -> Result<Self, SpecError> {
         let mut socket = None;
         let mut storage = None;

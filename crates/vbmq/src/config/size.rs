@@ -1,4 +1,12 @@
 /// Parses a size such as `8G`, `512M`, `4096` or `1T` (powers of 1024) into bytes.
+///
+/// ```
+/// use vbmq::config::parse_size;
+/// assert_eq!(parse_size("8G"), Some(8 << 30));
+/// assert_eq!(parse_size("512M"), Some(512 << 20));
+/// assert_eq!(parse_size("4096"), Some(4096));
+/// assert_eq!(parse_size("12Q"), None);
+/// ```
 pub fn parse_size(text: &str) -> Option<u64> {
     let text = text.trim();
     let (digits, shift) = match text.char_indices().last()? {

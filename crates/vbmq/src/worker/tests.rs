@@ -131,7 +131,7 @@ fn first_request_after_the_memory_table_is_served_in_every_mode() {
     }
 }
 
-/// An avail index more than a ring ahead (found by the fuzzer: event mode spun on it forever).
+/// An avail index more than a ring ahead: event mode once spun on it forever.
 /// Event and adaptive workers must go back to sleep; nothing is taken from the broken ring.
 #[test]
 fn avail_index_past_the_ring_does_not_spin() {

@@ -1,7 +1,7 @@
 //! `cache=SIZE`: vbmq's own DRAM read cache in front of a file disk.
 //!
 //! A hit is one copy from the cache into the guest's buffer on the queue's thread: no system
-//! call, no wake-up (seed 003 measured a hypervisor-side cache hit at 3% of a guest page-cache
+//! call, no wake-up (studies of VM-side against hypervisor-side caches measure a hypervisor-side hit at 3% of a guest page-cache
 //! hit because every hit still travelled the virtual I/O path). Disks opened on the same file in
 //! one process share one cache, so VMs booted from one base image hit the same blocks.
 //!

@@ -1,4 +1,4 @@
-//! Per-queue sequential stream detection (seed 003: read-ahead is what makes a hypervisor-side
+//! Per-queue sequential stream detection (read-ahead is what makes a hypervisor-side
 //! cache pay off for streaming reads). Random access never triggers it.
 
 /// Sequential reads in a row before read-ahead starts.
