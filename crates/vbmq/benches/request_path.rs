@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use vbmq::backend::{Disk, NullDisk};
+use vbmq::test_utils::{Buffer, SplitRing, blk_header};
 use vbmq::virtio_blk::BlkDevice;
 use vbmq::worker::WaitMode;
 use vbmq::worker::{QueueSettings, QueueWorker};
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_bindings::virtio_blk::VIRTIO_BLK_T_IN;
-use virtio_bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 
 const QUEUE_SIZE: u16 = 256;
@@ -29,37 +29,24 @@ const DATA: u64 = 0x20_0000;
 struct Guest {
     mem: GuestMemoryAtomic<GuestMemoryMmap>,
     vring: VringRwLock,
-    avail_idx: u16,
+    ring: SplitRing,
 }
 
 impl Guest {
     fn new() -> Guest {
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 24)]).unwrap();
-        for chain in 0..u64::from(BATCH) {
-            let header = HEADERS + chain * 32;
-            let mut raw = [0u8; 16];
-            raw[0..4].copy_from_slice(&VIRTIO_BLK_T_IN.to_le_bytes());
-            raw[8..16].copy_from_slice(&(chain * 8).to_le_bytes());
-            mem.write_slice(&raw, GuestAddress(header)).unwrap();
-            let descs = [
-                (header, 16, VRING_DESC_F_NEXT),
-                (
-                    DATA + chain * 4096,
-                    4096,
-                    VRING_DESC_F_NEXT | VRING_DESC_F_WRITE,
-                ),
-                (header + 16, 1, VRING_DESC_F_WRITE),
+        let ring = SplitRing::new(QUEUE_SIZE, DESC, AVAIL, USED);
+        for chain in 0..BATCH {
+            let header = HEADERS + u64::from(chain) * 32;
+            let sector = u64::from(chain) * 8;
+            mem.write_slice(&blk_header(VIRTIO_BLK_T_IN, sector), GuestAddress(header))
+                .unwrap();
+            let buffers = [
+                Buffer::readable(header, 16),
+                Buffer::writable(DATA + u64::from(chain) * 4096, 4096),
+                Buffer::writable(header + 16, 1),
             ];
-            for (i, (addr, len, flags)) in descs.into_iter().enumerate() {
-                let index = chain * 3 + i as u64;
-                let mut raw = [0u8; 16];
-                raw[0..8].copy_from_slice(&addr.to_le_bytes());
-                raw[8..12].copy_from_slice(&(len as u32).to_le_bytes());
-                raw[12..14].copy_from_slice(&(flags as u16).to_le_bytes());
-                raw[14..16].copy_from_slice(&(index as u16 + 1).to_le_bytes());
-                mem.write_slice(&raw, GuestAddress(DESC + index * 16))
-                    .unwrap();
-            }
+            ring.write_chain(&mem, chain * 3, &buffers);
         }
         let mem = GuestMemoryAtomic::new(mem);
         let vring = VringRwLock::new(mem.clone(), QUEUE_SIZE).unwrap();
@@ -68,24 +55,13 @@ impl Guest {
         vring.set_queue_event_idx(true);
         vring.set_queue_ready(true);
         vring.set_enabled(true);
-        Guest {
-            mem,
-            vring,
-            avail_idx: 0,
-        }
+        Guest { mem, vring, ring }
     }
 
     /// Makes every chain available, as a driver does for a batch.
     fn offer_batch(&mut self) {
-        let mem = self.mem.memory();
-        for chain in 0..BATCH {
-            let slot = u64::from(self.avail_idx.wrapping_add(chain) % QUEUE_SIZE);
-            mem.write_obj((chain * 3).to_le(), GuestAddress(AVAIL + 4 + slot * 2))
-                .unwrap();
-        }
-        self.avail_idx = self.avail_idx.wrapping_add(BATCH);
-        mem.write_obj(self.avail_idx.to_le(), GuestAddress(AVAIL + 2))
-            .unwrap();
+        let heads: Vec<u16> = (0..BATCH).map(|chain| chain * 3).collect();
+        self.ring.publish(&*self.mem.memory(), &heads);
     }
 }
 
@@ -119,7 +95,7 @@ fn request_path(c: &mut Criterion) {
     });
     group.finish();
     let used: u16 = guest.mem.memory().read_obj(GuestAddress(USED + 2)).unwrap();
-    assert_eq!(used, guest.avail_idx, "every request offered was completed");
+    assert_eq!(used, guest.ring.avail_idx(), "every request offered was completed");
 }
 
 criterion_group!(benches, request_path);

@@ -13,6 +13,8 @@ pub mod backend;
 pub mod config;
 pub mod confine;
 pub mod serve;
+#[cfg(any(test, feature = "test-utils"))]
+pub mod test_utils;
 pub mod vhost_user;
 pub mod virtio_blk;
 pub mod worker;

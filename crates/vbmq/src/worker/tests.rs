@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_bindings::virtio_blk::VIRTIO_BLK_T_IN;
-use virtio_bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 
 use super::{QueueSettings, QueueWorker};
 use crate::backend::{Disk, NullDisk};
+use crate::test_utils::{Buffer, SplitRing, blk_header};
 use crate::virtio_blk::BlkDevice;
 use crate::worker::WaitMode;
 
@@ -25,32 +25,17 @@ fn guest_memory() -> GuestMemoryMmap {
 
 /// Writes a 4 KiB read at descriptor 0 and makes it available.
 fn offer_read(mem: &GuestMemoryMmap) {
-    let mut header = [0u8; 16];
-    header[0..4].copy_from_slice(&VIRTIO_BLK_T_IN.to_le_bytes());
-    mem.write_slice(&header, GuestAddress(0x8000)).unwrap();
-    mem.write_obj(0xffu8, GuestAddress(0x8010)).unwrap();
-    let descs = [
-        (0x8000u64, 16u32, VRING_DESC_F_NEXT as u16, 1u16),
-        (
-            0x10000,
-            4096,
-            (VRING_DESC_F_NEXT | VRING_DESC_F_WRITE) as u16,
-            2,
-        ),
-        (0x8010, 1, VRING_DESC_F_WRITE as u16, 0),
-    ];
-    for (i, (addr, len, flags, next)) in descs.into_iter().enumerate() {
-        let at = GuestAddress(DESC + i as u64 * 16);
-        mem.write_obj(addr.to_le(), at).unwrap();
-        mem.write_obj(len.to_le(), GuestAddress(at.0 + 8)).unwrap();
-        mem.write_obj(flags.to_le(), GuestAddress(at.0 + 12))
-            .unwrap();
-        mem.write_obj(next.to_le(), GuestAddress(at.0 + 14))
-            .unwrap();
-    }
-    mem.write_obj(0u16, GuestAddress(AVAIL + 4)).unwrap();
-    mem.write_obj(1u16.to_le(), GuestAddress(AVAIL + 2))
+    mem.write_slice(&blk_header(VIRTIO_BLK_T_IN, 0), GuestAddress(0x8000))
         .unwrap();
+    mem.write_obj(0xffu8, GuestAddress(0x8010)).unwrap();
+    let mut ring = SplitRing::new(SIZE, DESC, AVAIL, USED);
+    let buffers = [
+        Buffer::readable(0x8000, 16),
+        Buffer::writable(0x10000, 4096),
+        Buffer::writable(0x8010, 1),
+    ];
+    let head = ring.write_chain(mem, 0, &buffers);
+    ring.publish(mem, &[head]);
 }
 
 fn worker(mode: WaitMode, atomic: &GuestMemoryAtomic<GuestMemoryMmap>) -> QueueWorker {
