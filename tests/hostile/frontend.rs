@@ -4,7 +4,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use std::sync::atomic::Ordering;
 use vhost::vhost_user::message::{VhostUserConfigFlags, VhostUserHeaderFlag};
 use vhost::vhost_user::{
     Frontend, VhostUserFrontend, VhostUserProtocolFeatures, VhostUserVirtioFeatures,
@@ -13,10 +12,9 @@ use vhost::{VhostBackend, VringConfigData};
 use virtio_bindings::virtio_blk::*;
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::VIRTIO_RING_F_INDIRECT_DESC;
-use virtio_queue::desc::RawDescriptor;
 
-use virtio_queue::desc::split::{Descriptor, VirtqUsedElem};
-use vm_memory::{Bytes, GuestAddress};
+use vbmq::test_utils::SplitRing;
+use virtio_queue::desc::split::Descriptor;
 use vmm_sys_util::eventfd::EventFd;
 
 use super::memory::GuestRam;
@@ -50,15 +48,10 @@ pub struct Guest {
     call: EventFd,
     pub queue_size: u16,
     pub queue_index: usize,
-    /// Our shadow of avail.idx.
-    pub avail_idx: u16,
-    /// used.idx we have consumed up to.
-    pub used_seen: u16,
+    /// The driver's side of the queue: table, avail and used ring, indices.
+    pub ring: SplitRing,
     pub config: BlkConfig,
     protocol: VhostUserProtocolFeatures,
-    /// Ring addresses, laid out by virtio-queue's mock driver when the queue started.
-    pub avail_addr: u64,
-    pub used_addr: u64,
     /// The last used entries seen, (used index, id, len), for failure reports.
     pub history: std::collections::VecDeque<(u16, u32, u32)>,
 }
@@ -106,15 +99,12 @@ impl Guest {
             call: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
             queue_size: 0,
             queue_index: 0,
-            avail_idx: 0,
-            used_seen: 0,
+            ring: SplitRing::at(RING_BASE, 1),
             config: BlkConfig {
                 features: offered,
                 ..Default::default()
             },
             protocol,
-            avail_addr: 0,
-            used_addr: 0,
             history: Default::default(),
         };
         if protocol.contains(VhostUserProtocolFeatures::CONFIG) {
@@ -170,16 +160,14 @@ impl Guest {
     /// descriptor table, then the avail ring (flags, idx, ring, used_event), then the used ring
     /// aligned to 4. (virtio-queue's MockSplitQueue overlaps avail and used above 64 entries.)
     pub fn vring_config(&mut self, size: u16) -> VringConfigData {
-        let desc = RING_BASE;
-        self.avail_addr = desc + 16 * u64::from(size);
-        self.used_addr = (self.avail_addr + 6 + 2 * u64::from(size)).next_multiple_of(4);
+        self.ring = SplitRing::at(RING_BASE, size);
         VringConfigData {
             queue_max_size: size,
             queue_size: size,
             flags: 0,
-            desc_table_addr: self.ram.host_addr(desc),
-            used_ring_addr: self.ram.host_addr(self.used_addr),
-            avail_ring_addr: self.ram.host_addr(self.avail_addr),
+            desc_table_addr: self.ram.host_addr(self.ring.desc),
+            used_ring_addr: self.ram.host_addr(self.ring.used),
+            avail_ring_addr: self.ram.host_addr(self.ring.avail),
             log_addr: None,
         }
     }
@@ -190,8 +178,6 @@ impl Guest {
         // Fresh rings: zero the ring area.
         self.ram
             .write(RING_BASE, &vec![0u8; SCRATCH_START as usize]);
-        self.avail_idx = 0;
-        self.used_seen = 0;
         let config = self.vring_config(size);
         let fe = &mut self.frontend;
         fe.set_vring_num(index, size)?;
@@ -207,30 +193,18 @@ impl Guest {
 
     /// Writes one descriptor into a table (the queue's or an indirect one).
     pub fn write_desc(&self, table: u64, index: u32, desc: Descriptor) {
-        let addr = GuestAddress(table + 16 * u64::from(index));
-        self.ram
-            .mem
-            .write_obj(RawDescriptor::from(desc), addr)
-            .unwrap();
+        self.ring.write_desc(&self.ram.mem, table, index, desc);
     }
 
     /// Places heads on the avail ring, publishes the index and kicks.
     pub fn publish(&mut self, heads: &[u16]) {
-        let mut idx = self.avail_idx;
-        for &head in heads {
-            let slot = u64::from(idx % self.queue_size);
-            self.store_u16(self.avail_addr + 4 + 2 * slot, head);
-            idx = idx.wrapping_add(1);
-        }
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        self.store_u16(self.avail_addr + 2, idx);
-        self.avail_idx = idx;
+        self.ring.publish(&self.ram.mem, heads);
         self.kick();
     }
 
     /// Publishes an arbitrary avail index (a lying guest).
     pub fn publish_avail_idx(&mut self, idx: u16) {
-        self.store_u16(self.avail_addr + 2, idx);
+        self.ring.publish_avail_idx(&self.ram.mem, idx);
         self.kick();
     }
 
@@ -238,28 +212,14 @@ impl Guest {
         self.kick.write(1).unwrap();
     }
 
-    fn store_u16(&self, gpa: u64, value: u16) {
-        self.ram
-            .mem
-            .store(value, GuestAddress(gpa), Ordering::Release)
-            .unwrap();
-    }
-
-    fn load_u16(&self, gpa: u64) -> u16 {
-        self.ram
-            .mem
-            .load(GuestAddress(gpa), Ordering::Acquire)
-            .unwrap()
-    }
-
     pub fn used_idx(&self) -> u16 {
-        self.load_u16(self.used_addr + 2)
+        self.ring.used_idx(&self.ram.mem)
     }
 
     /// Waits until `count` new used entries appear (or `timeout`), and returns what appeared.
     pub fn wait_used(&mut self, count: usize, timeout: Duration) -> Vec<UsedElem> {
         let deadline = Instant::now() + timeout;
-        while usize::from(self.used_idx().wrapping_sub(self.used_seen)) < count
+        while usize::from(self.used_idx().wrapping_sub(self.ring.used_seen())) < count
             && Instant::now() < deadline
         {
             std::thread::sleep(Duration::from_micros(200));
@@ -269,24 +229,17 @@ impl Guest {
 
     /// Consumes whatever new used entries there are.
     pub fn take_used(&mut self) -> Vec<UsedElem> {
-        let now = self.used_idx();
-        let mut seen = self.used_seen;
-        let mut out = Vec::new();
-        while seen != now {
-            let slot = u64::from(seen % self.queue_size);
-            let at = GuestAddress(self.used_addr + 4 + 8 * slot);
-            let elem: VirtqUsedElem = self.ram.mem.read_obj(at).unwrap();
-            out.push(UsedElem {
-                id: elem.id(),
-                len: elem.len(),
-            });
+        let first = self.ring.used_seen();
+        let used = self.ring.take_used(&self.ram.mem);
+        for (i, &(id, len)) in used.iter().enumerate() {
             if self.history.len() == 12 {
                 self.history.pop_front();
             }
-            self.history.push_back((seen, elem.id(), elem.len()));
-            seen = seen.wrapping_add(1);
+            self.history
+                .push_back((first.wrapping_add(i as u16), id, len));
         }
-        self.used_seen = seen;
-        out
+        used.into_iter()
+            .map(|(id, len)| UsedElem { id, len })
+            .collect()
     }
 }

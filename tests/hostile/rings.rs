@@ -279,7 +279,7 @@ fn heads(v: &mut Vec<Case>) {
             format!("avail index jumps by {jump}"),
             Disk::Target,
             move |c, _| {
-                c.avail_idx_override = Some(c.g.avail_idx.wrapping_add(jump));
+                c.avail_idx_override = Some(c.g.ring.avail_idx().wrapping_add(jump));
                 Expect::queue_may_stop()
             },
         ));

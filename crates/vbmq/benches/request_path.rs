@@ -95,7 +95,11 @@ fn request_path(c: &mut Criterion) {
     });
     group.finish();
     let used: u16 = guest.mem.memory().read_obj(GuestAddress(USED + 2)).unwrap();
-    assert_eq!(used, guest.ring.avail_idx(), "every request offered was completed");
+    assert_eq!(
+        used,
+        guest.ring.avail_idx(),
+        "every request offered was completed"
+    );
 }
 
 criterion_group!(benches, request_path);

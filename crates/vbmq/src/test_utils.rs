@@ -68,11 +68,11 @@ impl SplitRing {
         }
     }
 
-    /// A ring of `size` entries laid out from `base`: table, avail ring, then the used ring on
-    /// the next 4 KiB boundary.
+    /// A ring of `size` entries laid out from `base` as tightly as the spec allows: table,
+    /// avail ring (flags, idx, ring, used_event), then the used ring aligned to 4.
     pub fn at(base: u64, size: u16) -> Self {
         let avail = base + 16 * u64::from(size);
-        let used = (avail + 6 + 2 * u64::from(size)).next_multiple_of(4096);
+        let used = (avail + 6 + 2 * u64::from(size)).next_multiple_of(4);
         SplitRing::new(size, base, avail, used)
     }
 
@@ -132,6 +132,11 @@ impl SplitRing {
     /// The driver's avail index.
     pub fn avail_idx(&self) -> u16 {
         self.avail_idx
+    }
+
+    /// The used index up to which [`SplitRing::take_used`] has consumed.
+    pub fn used_seen(&self) -> u16 {
+        self.used_seen
     }
 
     /// The device's used index.
