@@ -4,6 +4,9 @@
 # run of every fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-test-deps.sh
+bash scripts/install-test-deps.sh || {
+    echo "test.sh: installing the test dependencies failed (see above); no tests ran" >&2
+    exit 1
+}
 cargo test --release --all-targets
 bash scripts/fuzz-smoke.sh
