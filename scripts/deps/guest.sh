@@ -56,7 +56,8 @@ fi
 say "downloading $image into $cache"
 rm -rf "$cache/debs"
 mkdir -p "$cache/debs"
-(cd "$cache/debs" && "${download[@]}" -q "$image")
+cd "$cache/debs"
+"${download[@]}" -q "$image" || die "'${download[*]} -q $image' failed with status $?"
 debs=("$cache/debs/${image}_"*.deb)
 [[ -f ${debs[0]} ]] || die "apt-get download $image left no ${image}_*.deb in $cache/debs"
 rm -rf "$cache/kernel"

@@ -42,7 +42,9 @@ if [[ $(id -u) -ne 0 ]]; then
     command -v sudo >/dev/null || die "not root and no sudo: run as root"
     sudo=(sudo)
 fi
-as_root() { "${sudo[@]}" "$@"; }
+# Runs a command as root; a failure names the command with its arguments expanded (the ERR
+# trap could only show "${sudo[@]}" "$@").
+as_root() { "${sudo[@]}" "$@" || die "'$*' failed with status $?"; }
 
 # Every enabled `deb` source as "URI SUITE" lines: deb822 stanzas of /etc/apt/sources.list.d/
 # *.sources, then `deb` lines of /etc/apt/sources.list and *.list. Comments (which in the stock
