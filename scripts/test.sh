@@ -4,7 +4,10 @@
 # and a bounded run of every fuzz target. A test skipped for a missing prerequisite fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-test-deps.sh
+bash scripts/install-test-deps.sh || {
+    echo "test.sh: installing the test dependencies failed (see above); no tests ran" >&2
+    exit 1
+}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 echo "== cargo test (every crate, guest and root tests included)"

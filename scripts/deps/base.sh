@@ -1,20 +1,15 @@
 #!/usr/bin/env bash
-# Debian's bookworm-backports (QEMU 10) next to bookworm, on the same mirror, and the tools
-# every test area shares.
-set -euo pipefail
-if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    mirror=$(grep -rhoE 'https?://[^ ]+/debian/?' /etc/apt/sources.list.d/ /etc/apt/sources.list 2>/dev/null | head -n1)
-    mirror=${mirror:-http://deb.debian.org/debian}
-    cat > /etc/apt/sources.list.d/backports.sources <<SRC
-Types: deb
-URIs: ${mirror%/}
-Suites: bookworm-backports
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-    rm -f /var/lib/apt/lists/.vbmq-updated
-fi
-if [ ! -e /var/lib/apt/lists/.vbmq-updated ]; then
-    apt-get update -qq
-    touch /var/lib/apt/lists/.vbmq-updated
+# What every test area shares, on a fresh Debian 12 machine: bookworm-backports (QEMU 10) on the
+# bookworm mirror, and a C/C++ toolchain: rustc links through `cc`, and libfuzzer-sys compiles
+# libFuzzer's C++. (The `blkio` crate is pure Rust: no meson, ninja, pkg-config or libclang.)
+# ca-certificates lets cargo fetch crates over HTTPS.
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "$0")/lib.sh"
+
+ensure_backports
+mapfile -t missing < <(missing_packages gcc g++ libc6-dev ca-certificates)
+if ((${#missing[@]})); then
+    apt_install "${missing[@]}"
+else
+    say "gcc, g++, libc6-dev, ca-certificates: installed"
 fi

@@ -1,71 +1,73 @@
 #!/usr/bin/env bash
-# Installs what the guest end-to-end tests (tests/guest_*.rs) need, idempotently:
-# QEMU 10 from bookworm-backports, the guest userland (busybox, fio, e2fsprogs, util-linux, cpio)
-# and a Debian guest kernel unpacked into a cache directory that later runs reuse.
+# What the guest end-to-end tests (tests/guest_*.rs) need: QEMU 10 from bookworm-backports, the
+# guest userland (busybox, fio, e2fsprogs, util-linux, cpio, kmod) and a Debian guest kernel
+# unpacked into a cache directory that later runs reuse.
 #
 #   VBMQ_GUEST_CACHE  where the kernel is unpacked (default ~/.cache/vbmq-guest)
-set -euo pipefail
-export PATH="$PATH:/usr/sbin:/sbin"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "$0")/lib.sh"
 
 cache="${VBMQ_GUEST_CACHE:-$HOME/.cache/vbmq-guest}"
-sudo=""
-[[ $(id -u) -eq 0 ]] || sudo="sudo"
 
-backports=/etc/apt/sources.list.d/backports.sources
-if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    $sudo tee "$backports" >/dev/null <<'SRC'
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: bookworm-backports
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-    $sudo apt-get update
+# The first line of `qemu-system-x86_64 --version`, empty if there is none.
+qemu_version() {
+    local v
+    v=$(qemu-system-x86_64 --version 2>/dev/null) || return 0
+    echo "${v%%$'\n'*}"
+}
+qemu_ok() { [[ $(qemu_version) =~ version\ (1[0-9]|[2-9][0-9])\. ]]; }
+
+ensure_backports
+
+mapfile -t missing < <(missing_packages fio busybox-static e2fsprogs cpio util-linux kmod)
+if ((${#missing[@]})); then
+    apt_install "${missing[@]}"
+else
+    say "fio, busybox-static, e2fsprogs, cpio, util-linux, kmod: installed"
 fi
 
-# Another apt user (a parallel installer) may hold the lock for a while: wait for it.
-apt_get() {
-    $sudo apt-get -o DPkg::Lock::Timeout=600 "$@"
-}
-
-qemu_ok() {
-    command -v qemu-system-x86_64 >/dev/null &&
-        qemu-system-x86_64 --version | grep -Eq 'version (1[0-9]|[2-9][0-9])\.'
-}
-host_pkgs=(fio busybox-static e2fsprogs cpio util-linux kmod)
-missing=()
-for p in "${host_pkgs[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
-done
-if ((${#missing[@]})) || ! qemu_ok; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt_get update
-    ((${#missing[@]})) && apt_get install -y --no-install-recommends "${missing[@]}"
-    qemu_ok || apt_get install -y --no-install-recommends -t bookworm-backports \
-        qemu-system-x86 qemu-system-common
+if qemu_ok; then
+    say "qemu-system-x86_64: $(qemu_version)"
+else
+    apt_install -t "$codename-backports" qemu-system-x86 qemu-system-common
+    if ! ((dry_run)); then
+        qemu_ok || die "QEMU 10 did not install: qemu-system-x86_64 says '$(qemu_version)'"
+        say "qemu-system-x86_64: $(qemu_version)"
+    fi
 fi
 
 # The guest kernel: linux-image-amd64 is a metapackage; the image is its dependency.
 stamp="$cache/kernel/.complete"
-if [[ ! -f $stamp ]]; then
-    mkdir -p "$cache/debs"
-    meta=linux-image-amd64
-    resolve() { apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }'; }
-    image=$(resolve)
-    [[ -n $image ]] || { apt_get update && image=$(resolve); }
-    [[ -n $image ]] || { echo "guest.sh: cannot resolve the package behind $meta" >&2; exit 1; }
-    # apt-get download writes into the current directory; as root it warns about the _apt sandbox.
-    (cd "$cache/debs" && apt-get download "$meta" "$image" 2>&1 | grep -v 'sandbox' || true)
-    deb=$(ls "$cache/debs/${image}_"*.deb 2>/dev/null | head -n1)
-    [[ -n $deb ]] || { echo "guest.sh: download of $image failed" >&2; exit 1; }
-    rm -rf "$cache/kernel"
-    mkdir -p "$cache/kernel"
-    dpkg -x "$deb" "$cache/kernel"
-    version=$(basename "$(ls -d "$cache/kernel/lib/modules/"*)")
-    # The package ships no modules.dep (its postinst makes it): build it for the initramfs.
-    depmod -b "$cache/kernel" "$version"
-    ls "$cache/kernel/boot/vmlinuz-$version" >/dev/null
-    rm -rf "$cache/debs"
-    touch "$stamp"
+if [[ -f $stamp ]]; then
+    say "guest kernel: $(basename "$(ls "$cache/kernel/boot/"vmlinuz-*)") in $cache/kernel"
+    exit 0
 fi
-echo "guest.sh: kernel $(basename "$(ls "$cache/kernel/boot/"vmlinuz-*)") in $cache/kernel"
+meta=linux-image-amd64
+image=$(apt-cache depends "$meta" | awk '/Depends: linux-image-[0-9]/ && !m { m = $2 } END { print m }')
+[[ -n $image ]] || die "cannot resolve the package behind $meta (apt-cache depends $meta)"
+# As root apt-get download would warn that its _apt sandbox cannot write to the cache.
+download=(apt-get download)
+[[ $(id -u) -ne 0 ]] || download+=(-o APT::Sandbox::User=root)
+if ((dry_run)); then
+    say "(dry run) would download $image and unpack it into $cache/kernel:"
+    "${download[@]}" --print-uris "$image"
+    exit 0
+fi
+say "downloading $image into $cache"
+rm -rf "$cache/debs"
+mkdir -p "$cache/debs"
+cd "$cache/debs"
+"${download[@]}" -q "$image" || die "'${download[*]} -q $image' failed with status $?"
+debs=("$cache/debs/${image}_"*.deb)
+[[ -f ${debs[0]} ]] || die "apt-get download $image left no ${image}_*.deb in $cache/debs"
+rm -rf "$cache/kernel"
+mkdir -p "$cache/kernel"
+dpkg -x "${debs[0]}" "$cache/kernel"
+modules=("$cache/kernel/lib/modules/"*)
+version=$(basename "${modules[0]}")
+[[ -f $cache/kernel/boot/vmlinuz-$version ]] || die "${debs[0]} holds no boot/vmlinuz-$version"
+# The package ships no modules.dep (its postinst makes it): build it for the initramfs.
+depmod -b "$cache/kernel" "$version"
+rm -rf "$cache/debs"
+touch "$stamp"
+say "guest kernel: vmlinuz-$version in $cache/kernel"
