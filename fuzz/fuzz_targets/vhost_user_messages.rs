@@ -1,5 +1,5 @@
 //! A frontend's vhost-user messages, as raw bytes on the socket, against the real backend
-//! (vbmq's `BlkBackend` inside rust-vmm's `VhostUserDaemon`): lying sizes, unknown requests,
+//! (vbmq's `VhostUserBlk` inside rust-vmm's `VhostUserDaemon`): lying sizes, unknown requests,
 //! vring indexes past the queues, config reads at any offset. vbmq must answer or close the
 //! connection, never panic, and the next frontend must be served.
 
@@ -13,7 +13,7 @@ use std::time::Duration;
 use libfuzzer_sys::fuzz_target;
 use vbmq::backend::{Disk, NullDisk};
 use vbmq::worker::WaitMode;
-use vbmq::vhost_user::BlkBackend;
+use vbmq::vhost_user::VhostUserBlk;
 use vbmq::virtio_blk::BlkDevice;
 use vbmq::worker::QueueSettings;
 use vhost::vhost_user::Listener;
@@ -39,7 +39,7 @@ fn serve_one(bytes: &[u8]) {
         .collect();
     let stats: Vec<_> = settings.iter().map(|_| Arc::default()).collect();
     let atomic = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-    let backend = Arc::new(BlkBackend::new(device, disk, &settings, &stats));
+    let backend = Arc::new(VhostUserBlk::new(device, disk, &settings, &stats));
     let mut daemon =
         VhostUserDaemon::new("vbmq-fuzz".into(), backend.clone(), atomic).expect("daemon");
     backend.attach(daemon.get_epoll_handlers());

@@ -1,9 +1,9 @@
 //! The vhost-user glue: the `vhost-user-backend` trait implementation and the socket that
 //! accepts one frontend after another.
 
-mod blk_backend;
 mod memory_table;
 mod socket;
+mod vhost_user_blk;
 
-pub use blk_backend::BlkBackend;
 pub use socket::{DiskServer, SocketError};
+pub use vhost_user_blk::VhostUserBlk;

@@ -13,7 +13,7 @@ use vhost::vhost_user::Listener;
 use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
-use super::BlkBackend;
+use super::VhostUserBlk;
 use crate::backend::Disk;
 use crate::virtio_blk::BlkDevice;
 use crate::worker::{QueueSettings, QueueStats};
@@ -45,7 +45,7 @@ pub struct DiskServer {
     /// Counters of each queue, kept across connections.
     stats: Vec<Arc<QueueStats>>,
     /// The connection being served, to be quiesced on shutdown.
-    current: Arc<Mutex<Option<Arc<BlkBackend>>>>,
+    current: Arc<Mutex<Option<Arc<VhostUserBlk>>>>,
 }
 
 fn take_lock(path: &Path) -> Result<File, SocketError> {
@@ -107,7 +107,7 @@ impl DiskServer {
     }
 
     /// A handle to the connection being served, for shutdown.
-    pub fn current(&self) -> Arc<Mutex<Option<Arc<BlkBackend>>>> {
+    pub fn current(&self) -> Arc<Mutex<Option<Arc<VhostUserBlk>>>> {
         self.current.clone()
     }
 
@@ -144,7 +144,7 @@ impl DiskServer {
 
     fn serve_one(&mut self) -> Result<(), String> {
         let atomic_mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-        let backend = Arc::new(BlkBackend::new(
+        let backend = Arc::new(VhostUserBlk::new(
             self.device.clone(),
             self.disk.clone(),
             &self.settings,

@@ -32,10 +32,10 @@ struct QueueHandle {
 }
 
 /// The epoll handlers of the connection, to register completion eventfds with.
-type Handlers = Vec<Arc<VringEpollHandler<Arc<BlkBackend>>>>;
+type Handlers = Vec<Arc<VringEpollHandler<Arc<VhostUserBlk>>>>;
 
 /// A virtio-blk device served over one vhost-user connection.
-pub struct BlkBackend {
+pub struct VhostUserBlk {
     device: Arc<BlkDevice>,
     config: Vec<u8>,
     max_queue_size: u16,
@@ -67,7 +67,7 @@ fn lock_atomic(
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl BlkBackend {
+impl VhostUserBlk {
     /// A device over `disk` with one worker per entry of `settings`.
     pub fn new(
         device: Arc<BlkDevice>,
@@ -92,7 +92,7 @@ impl BlkBackend {
                 )),
             })
             .collect();
-        BlkBackend {
+        VhostUserBlk {
             config: config_space(&device),
             max_queue_size: settings.first().map_or(256, |s| s.max_size),
             device,
@@ -133,7 +133,7 @@ impl BlkBackend {
 
     /// Ends the connection: completes what is in flight, stops the queues, drops the daemon
     /// (which joins its threads) and only then closes the exit eventfds they polled.
-    pub fn end(&self, daemon: VhostUserDaemon<Arc<BlkBackend>>) {
+    pub fn end(&self, daemon: VhostUserDaemon<Arc<VhostUserBlk>>) {
         self.quiesce();
         drop(daemon);
         lock(&self.exit_fds).clear();
@@ -145,7 +145,7 @@ impl BlkBackend {
     }
 }
 
-impl VhostUserBackend for BlkBackend {
+impl VhostUserBackend for VhostUserBlk {
     type Bitmap = ();
     type Vring = VringRwLock;
 
