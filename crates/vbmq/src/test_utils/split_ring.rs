@@ -1,7 +1,5 @@
-//! Test support (feature `test-utils`): a driver's side of a split virtqueue in guest memory,
-//! for the worker tests, the criterion benchmark, the fuzz targets and the hostile frontend.
-//!
-//! Test code: a write outside guest memory is a bug in the test and panics.
+//! A driver's side of a split virtqueue in guest memory. Test code: a write outside guest
+//! memory is a bug in the test and panics.
 
 use std::sync::atomic::{Ordering, fence};
 

@@ -1,0 +1,9 @@
+//! The fuzz targets' bodies: each takes libFuzzer's raw bytes and panics if an oracle fails.
+//! `fuzz/fuzz_targets/` calls them under libFuzzer; tests/fuzz_replay.rs calls them over a
+//! fixed-seed input stream and the saved inputs in `fuzz/regressions/`.
+
+mod queue_requests;
+mod vhost_user_messages;
+
+pub use queue_requests::queue_requests;
+pub use vhost_user_messages::vhost_user_messages;
