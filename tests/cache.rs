@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::{Client, Daemon, image, pattern, wait_for};
 use vbmq::backend::{
-    CachedDisk, Disk, Engine, EngineOptions, FileDisk, Geometry, IoOp, cache::CacheStats,
+    CachedDisk, Disk, Engine, EngineOptions, FileDisk, Geometry, IoOp, IovList, cache::CacheStats,
 };
 
 const BLOCK: usize = 4096;
@@ -60,8 +60,8 @@ fn read(engine: &mut dyn Engine, offset: u64, len: usize) -> Vec<u8> {
         engine,
         IoOp::Read {
             offset,
-            iov: &iov,
-            count: 1,
+            // SAFETY: `iov` and `buf` outlive the operation, which `run` completes.
+            iov: unsafe { IovList::new(&iov, 1) },
         },
     );
     assert_eq!(result, len as i32, "read at {offset}");
@@ -77,8 +77,8 @@ fn write(engine: &mut dyn Engine, offset: u64, data: &[u8]) -> i32 {
         engine,
         IoOp::Write {
             offset,
-            iov: &iov,
-            count: 1,
+            // SAFETY: `iov` and `data` outlive the operation, which `run` completes.
+            iov: unsafe { IovList::new(&iov, 1) },
         },
     )
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{Client, Daemon, image, pattern};
 use vbmq::backend::{
-    CachedDisk, Disk, Engine, EngineOptions, FileDisk, IoOp, MemoryDisk, NullDisk,
+    CachedDisk, Disk, Engine, EngineOptions, FileDisk, IoOp, IovList, MemoryDisk, NullDisk,
 };
 
 const CAPACITY: u64 = 8 << 20;
@@ -103,7 +103,7 @@ impl Buffers {
     }
 
     /// A buffer holding `data`, split into up to three iovecs; returns (iov, count).
-    fn add(&mut self, data: Vec<u8>) -> (*const libc::iovec, u32) {
+    fn add(&mut self, data: Vec<u8>) -> IovList {
         let len = data.len();
         // One spare byte in front so the buffer is not aligned.
         let mut buf = vec![0u8; len + 1];
@@ -122,7 +122,9 @@ impl Buffers {
         self.bufs.push(buf);
         self.iovecs.push(iovecs);
         let last = self.iovecs.last().unwrap();
-        (last.as_ptr(), last.len() as u32)
+        // SAFETY: the iovecs and their buffers live in `self` until the test drops it, after
+        // every operation on them has completed.
+        unsafe { IovList::new(last.as_ptr(), last.len() as u32) }
     }
 
     fn data(&self, i: usize) -> &[u8] {
@@ -154,14 +156,14 @@ fn execute(engine: &mut dyn Engine, ops: &[(u64, IoOp)]) -> HashMap<u64, i32> {
 
 fn write(engine: &mut dyn Engine, offset: u64, data: &[u8]) -> i32 {
     let mut bufs = Buffers::new();
-    let (iov, count) = bufs.add(data.to_vec());
-    execute(engine, &[(1, IoOp::Write { offset, iov, count })])[&1]
+    let iov = bufs.add(data.to_vec());
+    execute(engine, &[(1, IoOp::Write { offset, iov })])[&1]
 }
 
 fn read(engine: &mut dyn Engine, offset: u64, len: usize) -> Vec<u8> {
     let mut bufs = Buffers::new();
-    let (iov, count) = bufs.add(vec![0xee; len]);
-    let results = execute(engine, &[(9, IoOp::Read { offset, iov, count })]);
+    let iov = bufs.add(vec![0xee; len]);
+    let results = execute(engine, &[(9, IoOp::Read { offset, iov })]);
     assert_eq!(results[&9], len as i32, "read result");
     bufs.data(0).to_vec()
 }
@@ -219,13 +221,12 @@ fn batched_writes_read_back() {
             .iter()
             .enumerate()
             .map(|(i, (offset, len))| {
-                let (iov, count) = bufs.add(vec![0xee; *len]);
+                let iov = bufs.add(vec![0xee; *len]);
                 (
                     i as u64,
                     IoOp::Read {
                         offset: *offset,
                         iov,
-                        count,
                     },
                 )
             })
@@ -335,8 +336,8 @@ fn many_in_flight_complete_once_by_tag() {
         let ops: Vec<(u64, IoOp)> = (0..100u64)
             .map(|i| {
                 let offset = (i * 37 % 2000) * 4096;
-                let (iov, count) = bufs.add(vec![0xee; 4096]);
-                (1000 + i, IoOp::Read { offset, iov, count })
+                let iov = bufs.add(vec![0xee; 4096]);
+                (1000 + i, IoOp::Read { offset, iov })
             })
             .chain([(5000, IoOp::Flush)])
             .collect();

@@ -22,11 +22,13 @@ impl IovList {
         self.iov
     }
 
+    /// Number of iovecs.
     pub fn count(&self) -> u32 {
         self.count
     }
 
-    fn iovecs(&self) -> &[libc::iovec] {
+    /// The iovecs.
+    pub fn iovecs(&self) -> &[libc::iovec] {
         if self.count == 0 {
             return &[];
         }

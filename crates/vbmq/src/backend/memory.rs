@@ -12,7 +12,6 @@ use tracing::info;
 
 use super::host_memory::HostMemory;
 use super::immediate::{Execute, Immediate};
-use super::iovec::IovList;
 use super::{Disk, Engine, EngineOptions, Geometry, IoOp};
 
 /// A disk held in host memory, shared by its queues.
@@ -94,9 +93,7 @@ impl MemoryEngine {
 
     fn run(&self, op: IoOp) -> i32 {
         match op {
-            IoOp::Read { offset, iov, count } | IoOp::Write { offset, iov, count } => {
-                // SAFETY: the worker's iovecs are valid until reaped (the `Engine::push` contract).
-                let list = unsafe { IovList::new(iov, count) };
+            IoOp::Read { offset, iov: list } | IoOp::Write { offset, iov: list } => {
                 let len = list.len();
                 let (Some(start), Ok(result)) = (self.span(offset, len), i32::try_from(len)) else {
                     return -libc::EIO;

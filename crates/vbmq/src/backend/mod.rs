@@ -17,6 +17,7 @@ use std::os::fd::RawFd;
 
 pub use cache::CachedDisk;
 pub use file::FileDisk;
+pub use iovec::IovList;
 pub use memory::MemoryDisk;
 pub use null::NullDisk;
 
@@ -24,23 +25,19 @@ pub use null::NullDisk;
 /// against the disk's capacity.
 #[derive(Clone, Copy, Debug)]
 pub enum IoOp {
-    /// Read into `count` iovecs at `iov`.
+    /// Read into the buffers of `iov`.
     Read {
         /// Byte offset on the disk.
         offset: u64,
         /// The guest buffers.
-        iov: *const libc::iovec,
-        /// Number of iovecs.
-        count: u32,
+        iov: IovList,
     },
-    /// Write `count` iovecs at `iov`.
+    /// Write the buffers of `iov`.
     Write {
         /// Byte offset on the disk.
         offset: u64,
         /// The guest buffers.
-        iov: *const libc::iovec,
-        /// Number of iovecs.
-        count: u32,
+        iov: IovList,
     },
     /// Make every completed write durable.
     Flush,

@@ -4,7 +4,7 @@
 use std::io;
 
 use super::immediate::{Execute, Immediate};
-use super::{Disk, Engine, EngineOptions, Geometry, IoOp};
+use super::{Disk, Engine, EngineOptions, Geometry, IoOp, IovList};
 
 /// A disk of `capacity` bytes that stores nothing.
 pub struct NullDisk {
@@ -39,26 +39,21 @@ impl Disk for NullDisk {
 /// Completes every operation at once.
 struct NullEngine;
 
-fn iov_bytes(iov: *const libc::iovec, count: u32) -> i32 {
-    // SAFETY: the worker guarantees `iov` points to `count` initialised iovecs that outlive the
-    // operation (see `Engine::push`).
-    let iovecs = unsafe { std::slice::from_raw_parts(iov, count as usize) };
-    iovecs.iter().map(|v| v.iov_len).sum::<usize>() as i32
+fn iov_bytes(iov: IovList) -> i32 {
+    i32::try_from(iov.len()).unwrap_or(i32::MAX)
 }
 
 impl Execute for NullEngine {
     fn execute(&mut self, op: IoOp) -> i32 {
         match op {
-            IoOp::Read { iov, count, .. } => {
-                // SAFETY: as in `iov_bytes`; each iovec is a guest buffer validated writable.
-                let iovecs = unsafe { std::slice::from_raw_parts(iov, count as usize) };
-                for v in iovecs {
+            IoOp::Read { iov, .. } => {
+                for v in iov.iovecs() {
                     // SAFETY: the buffer is mapped guest memory of `iov_len` bytes.
                     unsafe { std::ptr::write_bytes(v.iov_base.cast::<u8>(), 0, v.iov_len) };
                 }
-                iov_bytes(iov, count)
+                iov_bytes(iov)
             }
-            IoOp::Write { iov, count, .. } => iov_bytes(iov, count),
+            IoOp::Write { iov, .. } => iov_bytes(iov),
             IoOp::Flush | IoOp::Discard { .. } | IoOp::WriteZeroes { .. } => 0,
         }
     }

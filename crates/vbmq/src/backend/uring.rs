@@ -7,7 +7,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use io_uring::{IoUring, opcode, squeue, types};
 use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
-use super::{Engine, EngineOptions, IoOp};
+use super::{Engine, EngineOptions, IoOp, IovList};
 use crate::confine::{RingPolicy, restrict_ring};
 
 /// Registered-file index of the `O_DIRECT` descriptor.
@@ -98,12 +98,13 @@ impl UringEngine {
 
     /// Reads or writes at once with `preadv`/`pwritev`; `None` for other operations.
     fn inline_rw(&self, op: IoOp) -> Option<i32> {
-        let (write, offset, iov, count) = match op {
-            IoOp::Read { offset, iov, count } => (false, offset, iov, count),
-            IoOp::Write { offset, iov, count } => (true, offset, iov, count),
+        let (write, offset, list) = match op {
+            IoOp::Read { offset, iov } => (false, offset, iov),
+            IoOp::Write { offset, iov } => (true, offset, iov),
             IoOp::Flush | IoOp::Discard { .. } | IoOp::WriteZeroes { .. } => return None,
         };
-        let fd = self.files[self.file_for(offset, iov, count).0 as usize].as_raw_fd();
+        let fd = self.files[self.file_for(offset, list).0 as usize].as_raw_fd();
+        let (iov, count) = (list.as_ptr(), list.count());
         let offset = offset as libc::off_t;
         // SAFETY: the worker guarantees `iov` points to `count` iovecs over mapped guest memory
         // (device-writable for reads), valid for the duration of the call.
@@ -124,12 +125,11 @@ impl UringEngine {
     }
 
     /// The registered file an access through `iov` at `offset` must use.
-    fn file_for(&self, offset: u64, iov: *const libc::iovec, count: u32) -> types::Fixed {
+    fn file_for(&self, offset: u64, iov: IovList) -> types::Fixed {
         let mask = self.align - 1;
-        // SAFETY: the worker guarantees `iov` points to `count` initialised iovecs (Engine::push).
-        let iovecs = unsafe { std::slice::from_raw_parts(iov, count as usize) };
         let aligned = offset as usize & mask == 0
-            && iovecs
+            && iov
+                .iovecs()
                 .iter()
                 .all(|v| (v.iov_base as usize | v.iov_len) & mask == 0);
         if aligned { DIRECT } else { BUFFERED }
@@ -138,43 +138,33 @@ impl UringEngine {
     fn entry(&self, op: IoOp) -> squeue::Entry {
         match op {
             // One segment (most requests) skips the kernel's iovec import.
-            IoOp::Read {
-                offset,
-                iov,
-                count: 1,
-            } => {
-                // SAFETY: `count` is 1, so `iov` points to one initialised iovec.
-                let one = unsafe { *iov };
+            IoOp::Read { offset, iov } if iov.count() == 1 => {
+                let one = iov.iovecs()[0];
                 opcode::Read::new(
-                    self.file_for(offset, iov, 1),
+                    self.file_for(offset, iov),
                     one.iov_base.cast(),
                     one.iov_len as u32,
                 )
                 .offset(offset)
                 .build()
             }
-            IoOp::Write {
-                offset,
-                iov,
-                count: 1,
-            } => {
-                // SAFETY: `count` is 1, so `iov` points to one initialised iovec.
-                let one = unsafe { *iov };
+            IoOp::Write { offset, iov } if iov.count() == 1 => {
+                let one = iov.iovecs()[0];
                 opcode::Write::new(
-                    self.file_for(offset, iov, 1),
+                    self.file_for(offset, iov),
                     one.iov_base.cast(),
                     one.iov_len as u32,
                 )
                 .offset(offset)
                 .build()
             }
-            IoOp::Read { offset, iov, count } => {
-                opcode::Readv::new(self.file_for(offset, iov, count), iov, count)
+            IoOp::Read { offset, iov } => {
+                opcode::Readv::new(self.file_for(offset, iov), iov.as_ptr(), iov.count())
                     .offset(offset)
                     .build()
             }
-            IoOp::Write { offset, iov, count } => {
-                opcode::Writev::new(self.file_for(offset, iov, count), iov, count)
+            IoOp::Write { offset, iov } => {
+                opcode::Writev::new(self.file_for(offset, iov), iov.as_ptr(), iov.count())
                     .offset(offset)
                     .build()
             }

@@ -3,6 +3,7 @@
 
 use vm_memory::GuestAddress;
 
+use crate::backend::IovList;
 use crate::virtio_blk::{DISCARD_SEG_MAX, Range, SEG_MAX};
 
 /// A request that has been handed to the engine.
@@ -59,8 +60,16 @@ impl InFlight {
         )
     }
 
-    pub fn iovecs(&self, head: usize) -> *const libc::iovec {
-        self.iovecs[head * SEG_MAX as usize..].as_ptr()
+    /// The first `count` iovecs of slot `head`, as the engine receives them: the one place an
+    /// [`IovList`] is made for guest buffers.
+    pub fn iovecs(&self, head: usize, count: u32) -> IovList {
+        let seg = SEG_MAX as usize;
+        let slot = &self.iovecs[head * seg..(head + 1) * seg];
+        let count = count.min(SEG_MAX);
+        // SAFETY: the parser filled the slot's first `count` iovecs with validated guest buffers,
+        // and the worker keeps that memory mapped and the slot untouched until the request's
+        // completions are reaped; the slot lives as long as the table.
+        unsafe { IovList::new(slot.as_ptr(), count) }
     }
 
     pub fn range(&self, head: usize, i: usize) -> Range {

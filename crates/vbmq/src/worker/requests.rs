@@ -102,13 +102,11 @@ impl Ctx<'_> {
             let op = match request.kind {
                 RequestType::In => IoOp::Read {
                     offset: request.offset,
-                    iov: self.inflight.iovecs(h),
-                    count: request.iov_count,
+                    iov: self.inflight.iovecs(h, request.iov_count),
                 },
                 RequestType::Out => IoOp::Write {
                     offset: request.offset,
-                    iov: self.inflight.iovecs(h),
-                    count: request.iov_count,
+                    iov: self.inflight.iovecs(h, request.iov_count),
                 },
                 RequestType::Flush => IoOp::Flush,
                 RequestType::Discard => {

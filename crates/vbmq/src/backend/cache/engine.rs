@@ -51,9 +51,11 @@ impl Staging {
     }
 
     /// The iovec for reading `len` bytes (at most the buffer's size) into the buffer.
-    fn iovec(&mut self, len: usize) -> *const libc::iovec {
+    fn iovec(&mut self, len: usize) -> IovList {
         self.iov.iov_len = len.min(self.layout.size());
-        &*self.iov
+        // SAFETY: one iovec over this buffer, both boxed and kept (with the staging buffer in its
+        // `Pending`) until the read is reaped.
+        unsafe { IovList::new(&*self.iov, 1) }
     }
 }
 
@@ -188,7 +190,6 @@ impl CachedEngine {
         let op = IoOp::Read {
             offset: start,
             iov: staging.iovec(read_len),
-            count: 1,
         };
         let pending = Pending {
             kind,
@@ -217,11 +218,7 @@ impl CachedEngine {
         let prefetch = self.readahead.observe(offset, len as u64, self.capacity);
         if len > MAX_CACHED_READ {
             self.counters.miss(0, len as u64);
-            let op = IoOp::Read {
-                offset,
-                iov: iov.as_ptr(),
-                count: iov.count(),
-            };
+            let op = IoOp::Read { offset, iov };
             return self.forward(op, pending(Kind::Bypass, tag));
         }
         let bs = self.cache.block_size() as u64;
@@ -412,15 +409,9 @@ fn recycle(spare: &mut Vec<Staging>, generations: &mut Vec<Vec<u64>>, pending: P
 impl Engine for CachedEngine {
     fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()> {
         match op {
-            IoOp::Read { offset, iov, count } => {
-                // SAFETY: the worker's iovecs stay valid until reaped (the `Engine::push`
-                // contract).
-                let iov = unsafe { IovList::new(iov, count) };
-                self.read(offset, iov, tag)
-            }
-            IoOp::Write { offset, iov, count } => {
-                // SAFETY: as above.
-                let len = unsafe { IovList::new(iov, count) }.len() as u64;
+            IoOp::Read { offset, iov } => self.read(offset, iov, tag),
+            IoOp::Write { offset, iov } => {
+                let len = iov.len() as u64;
                 self.forward(op, pending(Kind::Change { offset, len }, tag))
             }
             IoOp::Discard { offset, len } | IoOp::WriteZeroes { offset, len, .. } => {
