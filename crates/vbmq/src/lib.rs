@@ -14,7 +14,17 @@ pub mod config;
 pub mod confine;
 pub mod serve;
 #[cfg(any(test, feature = "test-utils"))]
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // Test inputs are cut to size.
 pub mod test_utils;
 pub mod vhost_user;
 pub mod virtio_blk;
 pub mod worker;
+
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!("vbmq needs a 64-bit host: disk offsets and guest sizes are used as host sizes");
+
+/// A disk offset or length as a host size: lossless on the 64-bit hosts vbmq builds for.
+#[allow(clippy::cast_possible_truncation)]
+pub(crate) const fn host_size(n: u64) -> usize {
+    n as usize
+}

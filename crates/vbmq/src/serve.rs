@@ -125,7 +125,7 @@ fn build_server(spec: &DiskSpec) -> Result<DiskServer, SpecError> {
     let device = Arc::new(BlkDevice::new(
         disk.as_ref(),
         spec.readonly,
-        spec.queues as u16,
+        u16::try_from(spec.queues).unwrap_or(u16::MAX),
         &serial,
     ));
     let settings = (0..spec.queues)

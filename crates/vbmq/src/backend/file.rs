@@ -42,7 +42,7 @@ impl FileDisk {
             let size: u64 = ioctl_value(&file, BLKGETSIZE64)?;
             let logical: libc::c_int = ioctl_value(&file, BLKSSZGET)?;
             let physical: libc::c_uint = ioctl_value(&file, BLKPBSZGET)?;
-            (size, logical.max(512) as u32, physical.max(512))
+            (size, logical.max(512).unsigned_abs(), physical.max(512))
         } else if metadata.is_file() {
             (metadata.len(), 512, 512)
         } else {
@@ -52,7 +52,9 @@ impl FileDisk {
             ));
         };
         let block_size = block_size.clamp(512, 65536);
-        let physical_block_exp = (physical / block_size).max(1).trailing_zeros() as u8;
+        // A power of two up to 2^31: its exponent fits a byte.
+        let physical_block_exp =
+            u8::try_from((physical / block_size).max(1).trailing_zeros()).unwrap_or(0);
         // The guest addresses whole logical blocks: a partial last block is not exposed.
         let capacity = capacity - capacity % u64::from(block_size);
         let kind = if metadata.file_type().is_block_device() {

@@ -104,7 +104,7 @@ impl HostMemory {
             PageKind::HugeTlb => HUGE_PAGE,
             // SAFETY: sysconf has no memory effects.
             PageKind::Transparent | PageKind::Normal => unsafe {
-                libc::sysconf(libc::_SC_PAGESIZE) as usize
+                usize::try_from(libc::sysconf(libc::_SC_PAGESIZE)).unwrap_or(4096)
             },
         };
         let first = offset.next_multiple_of(page);

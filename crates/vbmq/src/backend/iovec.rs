@@ -36,6 +36,11 @@ impl IovList {
         unsafe { std::slice::from_raw_parts(self.iov, self.count as usize) }
     }
 
+    /// Whether the list has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Total bytes.
     pub fn len(&self) -> usize {
         self.iovecs().iter().map(|v| v.iov_len).sum()

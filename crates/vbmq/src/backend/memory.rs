@@ -13,6 +13,7 @@ use tracing::info;
 use super::host_memory::HostMemory;
 use super::immediate::{Execute, Immediate};
 use super::{Disk, Engine, EngineOptions, Geometry, IoOp};
+use crate::host_size;
 
 /// A disk held in host memory, shared by its queues.
 pub struct MemoryDisk {
@@ -52,7 +53,7 @@ impl MemoryDisk {
             ));
         }
         // SAFETY: the region has `capacity >= len` bytes and no engine exists yet to race with.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(disk.memory.as_ptr(), len as usize) };
+        let bytes = unsafe { std::slice::from_raw_parts_mut(disk.memory.as_ptr(), host_size(len)) };
         file.read_exact_at(bytes, 0)?;
         Ok(disk)
     }

@@ -9,6 +9,7 @@ use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
 use super::{Engine, EngineOptions, IoOp, IovList};
 use crate::confine::{RingPolicy, restrict_ring};
+use crate::host_size;
 
 /// Registered-file index of the `O_DIRECT` descriptor.
 const DIRECT: types::Fixed = types::Fixed(0);
@@ -120,14 +121,15 @@ impl UringEngine {
                 .raw_os_error()
                 .unwrap_or(libc::EIO)
         } else {
-            ret as i32
+            // At most the request's length, which the parser bounds to a u32 of sectors.
+            i32::try_from(ret).unwrap_or(-libc::EIO)
         })
     }
 
     /// The registered file an access through `iov` at `offset` must use.
     fn file_for(&self, offset: u64, iov: IovList) -> types::Fixed {
         let mask = self.align - 1;
-        let aligned = offset as usize & mask == 0
+        let aligned = host_size(offset) & mask == 0
             && iov
                 .iovecs()
                 .iter()
@@ -143,7 +145,7 @@ impl UringEngine {
                 opcode::Read::new(
                     self.file_for(offset, iov),
                     one.iov_base.cast(),
-                    one.iov_len as u32,
+                    u32::try_from(one.iov_len).unwrap_or(u32::MAX),
                 )
                 .offset(offset)
                 .build()
@@ -153,7 +155,7 @@ impl UringEngine {
                 opcode::Write::new(
                     self.file_for(offset, iov),
                     one.iov_base.cast(),
-                    one.iov_len as u32,
+                    u32::try_from(one.iov_len).unwrap_or(u32::MAX),
                 )
                 .offset(offset)
                 .build()
@@ -254,7 +256,7 @@ impl Engine for UringEngine {
                 Err(e) => return Err(e),
             }
         }
-        self.queued = self.ring.submission().len() as u32;
+        self.queued = u32::try_from(self.ring.submission().len()).unwrap_or(u32::MAX);
         Ok(())
     }
 
@@ -267,7 +269,7 @@ impl Engine for UringEngine {
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
             Err(e) => return Err(e),
         }
-        self.queued = self.ring.submission().len() as u32;
+        self.queued = u32::try_from(self.ring.submission().len()).unwrap_or(u32::MAX);
         Ok(())
     }
 

@@ -6,6 +6,7 @@
 //! back all of it; the table may hold at most [`MAX_REGIONS`] regions (what the crate advertises
 //! in `GET_MAX_MEM_SLOTS`, and does not enforce).
 
+use crate::host_size;
 use std::io;
 use std::os::fd::AsRawFd;
 
@@ -47,8 +48,8 @@ pub fn check(map: &GuestMemoryMmap) -> io::Result<()> {
         // been given this map yet.
         let replaced = unsafe {
             libc::mmap(
-                region.as_ptr().add(backed as usize).cast(),
-                (len - backed) as usize,
+                region.as_ptr().add(host_size(backed)).cast(),
+                host_size(len - backed),
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
                 -1,

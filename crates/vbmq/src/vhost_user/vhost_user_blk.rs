@@ -141,7 +141,7 @@ impl VhostUserBlk {
 
     /// The event id of queue completions on each thread's epoll (above the crate's own ids).
     fn completion_event(&self) -> u16 {
-        self.queues.len() as u16 + 1
+        u16::try_from(self.queues.len()).unwrap_or(u16::MAX - 1) + 1
     }
 }
 

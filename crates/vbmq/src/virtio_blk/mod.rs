@@ -12,4 +12,5 @@ pub use request::{Range, Rejection, Request, RequestError, RequestType, parse};
 pub use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation)] // Test inputs are cut to size.
 mod request_tests;

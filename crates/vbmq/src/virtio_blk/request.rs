@@ -130,7 +130,8 @@ impl RequestError {
             | RequestError::ReadOnly
             | RequestError::BadRanges => VIRTIO_BLK_S_IOERR,
         };
-        status as u8
+        // The status codes are 0, 1 and 2.
+        u8::try_from(status).unwrap_or(1)
     }
 }
 
@@ -375,7 +376,7 @@ where
         kind,
         offset: 0,
         data_len: body.data_len,
-        iov_count: body.iov_count as u32,
+        iov_count: u32::try_from(body.iov_count).unwrap_or(u32::MAX),
         range_count: 0,
         id_addr: GuestAddress(0),
         status,

@@ -21,7 +21,7 @@ pub(super) struct Ctx<'a> {
 
 fn write_status(mem: &GuestMemoryMmap, addr: vm_memory::GuestAddress, status: u32) {
     // The address was checked when the request was parsed; a failure here is the guest's loss.
-    let _ = mem.write_obj(status as u8, addr);
+    let _ = mem.write_obj(u8::try_from(status).unwrap_or(1), addr);
 }
 
 fn add_used(queue: &mut Queue, mem: &GuestMemoryMmap, head: u16, len: u32) -> usize {
@@ -84,7 +84,7 @@ impl Ctx<'_> {
                     Ok(()) => VIRTIO_BLK_S_OK,
                     Err(_) => VIRTIO_BLK_S_IOERR,
                 };
-                return complete_now(status, n as u32 + 1, queue);
+                return complete_now(status, u32::try_from(n).unwrap_or(0) + 1, queue);
             }
             RequestType::In | RequestType::Out if request.data_len == 0 => {
                 return complete_now(VIRTIO_BLK_S_OK, 1, queue);
@@ -153,7 +153,10 @@ impl Ctx<'_> {
 
     /// Records one engine completion; returns the used entries added.
     pub fn complete(&mut self, queue: &mut Queue, tag: u64, result: i32) -> usize {
-        let Some(slot) = self.inflight.slots.get_mut(tag as usize) else {
+        let Some(slot) = usize::try_from(tag)
+            .ok()
+            .and_then(|i| self.inflight.slots.get_mut(i))
+        else {
             return 0;
         };
         if !slot.busy {
@@ -178,6 +181,7 @@ impl Ctx<'_> {
             .record(!slot.failed, u64::from(slot.read), u64::from(slot.written));
         self.inflight.count -= 1;
         write_status(self.mem, addr, status);
-        add_used(queue, self.mem, tag as u16, len)
+        // The slot exists, so the tag is a head index below the queue size.
+        add_used(queue, self.mem, u16::try_from(tag).unwrap_or(0), len)
     }
 }

@@ -20,6 +20,7 @@ use super::stats::{DiskStats, QueueCounters};
 use super::store::{BlockCache, Filled};
 use crate::backend::iovec::IovList;
 use crate::backend::{Engine, IoOp};
+use crate::host_size;
 
 /// Reads larger than this bypass the cache: they would flush it for little gain.
 const MAX_CACHED_READ: usize = 1 << 20;
@@ -181,7 +182,7 @@ impl CachedEngine {
     fn read_blocks(&mut self, first: u64, blocks: usize, kind: Kind, tag: u64) -> io::Result<()> {
         let bs = self.cache.block_size();
         let start = first * bs as u64;
-        let read_len = ((start + (blocks * bs) as u64).min(self.capacity) - start) as usize;
+        let read_len = host_size((start + (blocks * bs) as u64).min(self.capacity) - start);
         let mut generations = self.spare_generations.pop().unwrap_or_default();
         generations.clear();
         // Taken before the read is issued: see the module's comment.
@@ -228,8 +229,8 @@ impl CachedEngine {
         while block < end_block {
             let block_start = block * bs;
             let from = offset.max(block_start);
-            let n = (end.min(block_start + bs) - from) as usize;
-            let within = (from - block_start) as usize;
+            let n = host_size(end.min(block_start + bs) - from);
+            let within = host_size(from - block_start);
             match self.cache.read(block, within, n, &iov, copied) {
                 Some(prefetched) => {
                     if prefetched {
@@ -249,11 +250,11 @@ impl CachedEngine {
             let kind = Kind::Read {
                 iov,
                 at: copied,
-                skip: offset.saturating_sub(block * bs) as usize,
+                skip: host_size(offset.saturating_sub(block * bs)),
                 copy_len: len - copied,
                 total,
             };
-            self.read_blocks(block, (end_block - block) as usize, kind, tag)?;
+            self.read_blocks(block, host_size(end_block - block), kind, tag)?;
         }
         if let Some((start, len)) = prefetch {
             self.prefetch(start, len);
@@ -275,7 +276,7 @@ impl CachedEngine {
         if first == end_block {
             return;
         }
-        let blocks = (end_block - first) as usize;
+        let blocks = host_size(end_block - first);
         match self.read_blocks(first, blocks, Kind::Prefetch, 0) {
             Ok(()) => {
                 self.prefetching += 1;
@@ -288,8 +289,9 @@ impl CachedEngine {
 
     /// Completes one operation of the file's engine; returns the guest's completion, if any.
     fn complete(&mut self, inner_tag: u64, result: i32) -> Option<(u64, i32)> {
-        let pending = self.pending.get_mut(inner_tag as usize)?.take()?;
-        self.free_tags.push(inner_tag as usize);
+        let slot = usize::try_from(inner_tag).ok()?;
+        let pending = self.pending.get_mut(slot)?.take()?;
+        self.free_tags.push(slot);
         let guest = match &pending.kind {
             Kind::Read { .. } | Kind::Prefetch => self.finish_read(&pending, result),
             Kind::Bypass | Kind::Plain => Some((pending.tag, result)),
@@ -363,17 +365,16 @@ impl CachedEngine {
     /// Forgets an operation that completed after its worker went away: its guest memory may
     /// be gone, so nothing is copied there; a change still invalidates what it touched.
     fn abandon(&mut self, inner_tag: u64) {
-        let Some(pending) = self
-            .pending
-            .get_mut(inner_tag as usize)
-            .and_then(Option::take)
-        else {
+        let Ok(slot) = usize::try_from(inner_tag) else {
+            return;
+        };
+        let Some(pending) = self.pending.get_mut(slot).and_then(Option::take) else {
             return;
         };
         if let Kind::Change { offset, len } = pending.kind {
             self.cache.invalidate(offset, len);
         }
-        self.free_tags.push(inner_tag as usize);
+        self.free_tags.push(slot);
     }
 
     fn in_flight(&self) -> bool {

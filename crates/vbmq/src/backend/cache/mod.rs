@@ -25,6 +25,7 @@ use self::engine::{CachedEngine, MAX_PREFETCH};
 pub use self::stats::{CacheStats, DiskStats, report};
 use self::store::BlockCache;
 use super::{Disk, Engine, EngineOptions, Geometry};
+use crate::host_size;
 
 /// The cache block: the unit of lookup, fill and eviction.
 const BLOCK_SIZE: usize = 4096;
@@ -111,7 +112,7 @@ impl CachedDisk {
         let mut buf = vec![0u8; CHUNK];
         let mut offset = 0u64;
         while offset < end && self.cache.resident() < self.cache.slots() {
-            let len = (end - offset).min(CHUNK as u64) as usize;
+            let len = host_size((end - offset).min(CHUNK as u64));
             let blocks = len.div_ceil(bs);
             buf[..blocks * bs].fill(0);
             file.read_exact_at(&mut buf[..len], offset)?;

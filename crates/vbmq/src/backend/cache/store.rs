@@ -8,6 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 use super::shard::{META_BYTES_PER_SLOT, Shard, mix};
 use crate::backend::host_memory::HostMemory;
 use crate::backend::iovec::IovList;
+use crate::host_size;
 
 /// Shards, at most: enough that two queue threads rarely meet on one.
 const MAX_SHARDS: usize = 256;
@@ -59,7 +60,11 @@ impl BlockCache {
         };
         let slots_per_shard = slots / shard_count;
         let shards = (0..shard_count)
-            .map(|_| Padded(Mutex::new(Shard::new(slots_per_shard as u32))))
+            .map(|_| {
+                Padded(Mutex::new(Shard::new(
+                    u32::try_from(slots_per_shard).unwrap_or(u32::MAX),
+                )))
+            })
             .collect();
         let arena = HostMemory::new(shard_count * slots_per_shard * block_size)?;
         Ok(BlockCache {
@@ -90,7 +95,7 @@ impl BlockCache {
     }
 
     fn shard_of(&self, block: u64) -> usize {
-        mix(block) as usize & (self.shards.len() - 1)
+        host_size(mix(block)) & (self.shards.len() - 1)
     }
 
     fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
