@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use vbmq::test_utils::fuzz::{queue_requests, vhost_user_messages};
+use vbmq::test_utils::fuzz::{queue_requests, request_parse, vhost_user_messages};
 
 /// xorshift64*: the same stream on every run.
 struct Stream(u64);
@@ -62,4 +62,9 @@ fn vhost_user_messages_oracle() {
         100,
         2048,
     );
+}
+
+#[test]
+fn request_parse_oracle() {
+    replay("request_parse", request_parse, 0x5eed_0003, 5000, 2048);
 }

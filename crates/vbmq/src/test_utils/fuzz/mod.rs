@@ -3,7 +3,9 @@
 //! fixed-seed input stream and the saved inputs in `fuzz/regressions/`.
 
 mod queue_requests;
+mod request_parse;
 mod vhost_user_messages;
 
 pub use queue_requests::queue_requests;
+pub use request_parse::request_parse;
 pub use vhost_user_messages::vhost_user_messages;
