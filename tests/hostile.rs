@@ -122,3 +122,55 @@ fn good_requests_wrap_the_rings() {
     }
     assert_eq!(std::fs::read(daemon.path("target.img")).unwrap(), model);
 }
+
+/// Requests of 16 discard ranges each, a full ring of them at a time, on the io_uring path:
+/// every range is one completion, many more than the completion queue holds at once. Every
+/// request must still complete (completions that overflowed the CQ must not be stranded).
+#[test]
+fn sixteen_range_discards_overflowing_the_completion_queue_all_complete() {
+    use hostile::chain::{Ctx, Seg};
+    use hostile::daemon::{Daemon, QUEUE_SIZE};
+    use hostile::frontend::Guest;
+    use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_OK, VIRTIO_BLK_T_DISCARD};
+
+    let daemon = Daemon::start_with("cq-overflow", ",io=ring");
+    let mut guest = Guest::connect(&daemon.path("target.sock"), QUEUE_SIZE).unwrap();
+    let per_round = usize::from(QUEUE_SIZE / 3);
+    let mut completed = 0;
+    for round in 0..12u64 {
+        let mut c = Ctx::new(&mut guest);
+        let mut statuses = Vec::new();
+        for r in 0..per_round as u64 {
+            let ranges: Vec<(u64, u32, u32)> = (0..16)
+                .map(|i| ((round * 7 + r * 16 + i) % 2048, 1, 0))
+                .collect();
+            let table = c.ranges(&ranges);
+            let hdr = c.header(VIRTIO_BLK_T_DISCARD, 0);
+            let st = c.status();
+            let head = c.direct(&[Seg::r(hdr, 16), Seg::r(table, 16 * 16), Seg::w(st, 1)]);
+            c.submit(head);
+            statuses.push(st);
+        }
+        let heads = std::mem::take(&mut c.heads);
+        drop(c);
+        guest.publish(&heads);
+        let used = guest.wait_used(per_round, std::time::Duration::from_secs(10));
+        assert_eq!(
+            used.len(),
+            per_round,
+            "round {round}: {} of {per_round} requests completed",
+            used.len()
+        );
+        for st in statuses {
+            assert_eq!(
+                guest.ram.read(st, 1)[0],
+                VIRTIO_BLK_S_OK as u8,
+                "round {round}"
+            );
+        }
+        completed += used.len();
+    }
+    assert_eq!(completed, 12 * per_round);
+    drop(guest);
+    assert!(daemon.stop().success());
+}

@@ -10,6 +10,7 @@ use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 use super::{Engine, EngineOptions, IoOp, IovList};
 use crate::confine::{RingPolicy, restrict_ring};
 use crate::host_size;
+use crate::virtio_blk::DISCARD_SEG_MAX;
 
 /// Registered-file index of the `O_DIRECT` descriptor.
 const DIRECT: types::Fixed = types::Fixed(0);
@@ -63,10 +64,14 @@ impl UringEngine {
         options: EngineOptions,
     ) -> io::Result<Self> {
         let entries = options.depth.max(8).next_power_of_two();
+        // Room for every completion that can be outstanding: a request is at most
+        // `DISCARD_SEG_MAX` operations (a multi-range discard). Completions past the CQ would
+        // wait in the kernel's overflow list until an enter with GETEVENTS (see `submit`).
+        let cq_entries = entries.saturating_mul(DISCARD_SEG_MAX);
         // Created disabled so that, once the files and the eventfd are registered, the ring is
         // restricted to vbmq's opcodes on registered files before it accepts any SQE.
         let ring = IoUring::builder()
-            .setup_cqsize(entries * 2)
+            .setup_cqsize(cq_entries)
             .setup_clamp()
             .setup_r_disabled()
             .build(entries)?;
@@ -244,7 +249,9 @@ impl Engine for UringEngine {
     }
 
     fn submit(&mut self) -> io::Result<()> {
-        if self.queued == 0 {
+        // With nothing to submit, enter only to flush completions that overflowed the CQ
+        // (`submit` then asks the kernel for them with GETEVENTS).
+        if self.queued == 0 && !self.ring.submission().cq_overflow() {
             return Ok(());
         }
         loop {
