@@ -100,6 +100,8 @@ pub trait Disk: Send + Sync {
 /// [`Engine::reap`].
 pub trait Engine: Send {
     /// Queues an operation. The iovecs it points to stay valid until its completion is reaped.
+    /// An error means the operation was not queued and will never complete; once queued, it
+    /// completes only through [`Engine::reap`].
     fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()>;
     /// Hands every queued operation to the device, in one system call at most.
     fn submit(&mut self) -> io::Result<()>;

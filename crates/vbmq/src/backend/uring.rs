@@ -242,8 +242,12 @@ impl Engine for UringEngine {
                 .map_err(|_| io::Error::from(io::ErrorKind::WouldBlock))?;
         }
         self.queued += 1;
-        if !self.batch {
-            self.submit()?;
+        // From here the operation is in flight whatever `submit` says: it completes only with
+        // its CQE. A failed submit leaves the entry queued for the worker's next submit.
+        if !self.batch
+            && let Err(e) = self.submit()
+        {
+            tracing::debug!("submit after a queued operation: {e}; retried at the next submit");
         }
         Ok(())
     }
