@@ -65,3 +65,35 @@ fn loop_device_reads_writes_discards_and_zeroes() {
     drop(client);
     assert!(daemon.terminate().success());
 }
+
+/// A block device without discard (its queue's discard_max_bytes set to 0): a discard is
+/// advisory and succeeds, and write-zeroes, with or without UNMAP, zeroes the range in software.
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs feature root-tests: root for loop devices (scripts/test.sh)"
+)]
+fn device_without_discard_still_discards_and_zeroes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("backing.raw");
+    std::fs::write(&file, pattern(9, 16 << 20)).unwrap();
+    let device = Loop::attach(&file);
+    let name = device.0.trim_start_matches("/dev/");
+    std::fs::write(format!("/sys/block/{name}/queue/discard_max_bytes"), "0").unwrap();
+    let socket = dir.path().join("blk.sock");
+    let daemon = Daemon::start(&[format!("socket={},path={}", socket.display(), device.0)]);
+    let mut client = Client::connect(&socket, 1, false).unwrap();
+    assert_eq!(client.discard(0, 4 << 20, 1 << 20), 0, "discard");
+    for (offset, unmap) in [(2 << 20, false), (6 << 20, true)] {
+        assert_eq!(
+            client.write_zeroes(0, offset, 1 << 20, unmap),
+            0,
+            "unmap {unmap}"
+        );
+        let (ret, zeros) = client.read(0, offset, 1 << 20);
+        assert_eq!(ret, 0);
+        assert!(zeros.iter().all(|b| *b == 0), "unmap {unmap}: not zeroed");
+    }
+    drop(client);
+    assert!(daemon.terminate().success());
+}

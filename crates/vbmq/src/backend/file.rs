@@ -64,7 +64,8 @@ impl FileDisk {
         } else {
             let tmpfs = Self::is_tmpfs(&file);
             FileKind::Regular {
-                zero_range: !tmpfs,
+                zero_range: !tmpfs && fallocate_works(&file, libc::FALLOC_FL_ZERO_RANGE),
+                punch_hole: fallocate_works(&file, libc::FALLOC_FL_PUNCH_HOLE),
                 inline_rw: tmpfs,
             }
         };
@@ -97,11 +98,8 @@ impl FileDisk {
     /// Sends every read and write through io_uring, even where they would be done on the queue's
     /// thread (files whose reads the kernel hands to workers: see `UringEngine`).
     pub fn ring_only(mut self) -> Self {
-        if let FileKind::Regular { zero_range, .. } = self.kind {
-            self.kind = FileKind::Regular {
-                zero_range,
-                inline_rw: false,
-            };
+        if let FileKind::Regular { inline_rw, .. } = &mut self.kind {
+            *inline_rw = false;
         }
         self
     }
@@ -152,4 +150,25 @@ impl Disk for FileDisk {
     fn supports_discard(&self) -> bool {
         !self.readonly
     }
+}
+
+/// Whether `fallocate` with `mode` works on this file: tried on a block past its end with
+/// `KEEP_SIZE`, where it changes nothing (a read-only file says no).
+fn fallocate_works(file: &File, mode: libc::c_int) -> bool {
+    let Ok(metadata) = file.metadata() else {
+        return false;
+    };
+    let Ok(end) = libc::off_t::try_from(metadata.len().next_multiple_of(4096)) else {
+        return false;
+    };
+    // SAFETY: fallocate on an open descriptor; no memory is passed.
+    let ret = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            mode | libc::FALLOC_FL_KEEP_SIZE,
+            end,
+            4096,
+        )
+    };
+    ret == 0
 }

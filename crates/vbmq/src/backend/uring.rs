@@ -23,12 +23,15 @@ const BLOCK_URING_CMD_DISCARD: u32 = 0x1200;
 /// What the engine's file is, which decides how discard and write-zeroes are carried out.
 #[derive(Clone, Copy, Debug)]
 pub enum FileKind {
-    /// A regular file. `zero_range`: `FALLOC_FL_ZERO_RANGE` works (tmpfs lacks it: it punches
-    /// a hole instead, which reads back as zeros too). `inline_rw`: reads and writes are done
-    /// on the queue's thread, not through the ring (see [`UringEngine`]).
-    Regular { zero_range: bool, inline_rw: bool },
-    /// A block device. `discard`: the device accepts discards (else they are no-ops, which
-    /// virtio-blk allows: a discarded range need not read back as zeros).
+    /// A regular file. `zero_range` and `punch_hole`: those `fallocate` modes work (tmpfs lacks
+    /// zero-range, NFSv3 and many FUSE file systems both). `inline_rw`: reads and writes are
+    /// done on the queue's thread, not through the ring (see [`UringEngine`]).
+    Regular {
+        zero_range: bool,
+        punch_hole: bool,
+        inline_rw: bool,
+    },
+    /// A block device. `discard`: the device accepts discards.
     BlockDevice { discard: bool },
 }
 
@@ -100,6 +103,64 @@ impl UringEngine {
             notifier,
             files: [direct, buffered],
         })
+    }
+
+    /// The result of an operation done at once on this thread, or `None` for the ring: reads and
+    /// writes of files the ring would hand to kernel workers, discards the storage cannot do
+    /// (advisory: they succeed), and write-zeroes where no `fallocate` mode can zero.
+    fn immediate(&self, op: IoOp) -> Option<i32> {
+        match (self.kind, op) {
+            (
+                FileKind::Regular {
+                    inline_rw: true, ..
+                },
+                IoOp::Read { .. } | IoOp::Write { .. },
+            ) => self.inline_rw(op),
+            (
+                FileKind::Regular {
+                    punch_hole: false, ..
+                }
+                | FileKind::BlockDevice { discard: false },
+                IoOp::Discard { .. },
+            ) => Some(0),
+            (
+                FileKind::Regular {
+                    zero_range: false,
+                    punch_hole: false,
+                    ..
+                },
+                IoOp::WriteZeroes { offset, len, .. },
+            ) => Some(self.write_zeroes_by_hand(offset, len)),
+            _ => None,
+        }
+    }
+
+    /// Zeroes `[offset, offset + len)` with writes of a zero buffer through the buffered file.
+    fn write_zeroes_by_hand(&self, mut offset: u64, len: u64) -> i32 {
+        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+        let fd = self.files[BUFFERED.0 as usize].as_raw_fd();
+        let end = offset.saturating_add(len);
+        while offset < end {
+            let n = host_size(end - offset).min(ZEROS.len());
+            let Ok(at) = libc::off_t::try_from(offset) else {
+                return -libc::EINVAL;
+            };
+            // SAFETY: writes `n <= ZEROS.len()` bytes from a static buffer.
+            let ret = unsafe { libc::pwrite(fd, ZEROS.as_ptr().cast(), n, at) };
+            match ret {
+                r if r > 0 => offset += r.unsigned_abs() as u64,
+                0 => return -libc::EIO,
+                _ => {
+                    let errno = io::Error::last_os_error()
+                        .raw_os_error()
+                        .unwrap_or(libc::EIO);
+                    if errno != libc::EINTR {
+                        return -errno;
+                    }
+                }
+            }
+        }
+        0
     }
 
     /// Reads or writes at once with `preadv`/`pwritev`; `None` for other operations.
@@ -179,13 +240,14 @@ impl UringEngine {
                 .flags(types::FsyncFlags::DATASYNC)
                 .build(),
             IoOp::Discard { offset, len } => match self.kind {
+                // Storage that cannot discard never gets here (see `immediate`).
                 FileKind::Regular { .. } => opcode::Fallocate::new(DIRECT, len)
                     .offset(offset)
                     .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
                     .build(),
                 // BLKDISCARD through the ring: start in `addr`, length in `addr3` (the first
                 // eight bytes of the command area).
-                FileKind::BlockDevice { discard: true } => {
+                FileKind::BlockDevice { .. } => {
                     let mut cmd = [0u8; 16];
                     cmd[..8].copy_from_slice(&len.to_ne_bytes());
                     opcode::UringCmd16::new(DIRECT, BLOCK_URING_CMD_DISCARD)
@@ -193,20 +255,23 @@ impl UringEngine {
                         .cmd(cmd)
                         .build()
                 }
-                FileKind::BlockDevice { discard: false } => opcode::Nop::new().build(),
             },
             IoOp::WriteZeroes { offset, len, unmap } => {
-                let zero_range = !matches!(
-                    self.kind,
+                let mode = match self.kind {
                     FileKind::Regular {
-                        zero_range: false,
+                        zero_range,
+                        punch_hole,
                         ..
+                    } => {
+                        if punch_hole && (unmap || !zero_range) {
+                            libc::FALLOC_FL_PUNCH_HOLE
+                        } else {
+                            libc::FALLOC_FL_ZERO_RANGE
+                        }
                     }
-                );
-                let mode = if unmap || !zero_range {
-                    libc::FALLOC_FL_PUNCH_HOLE
-                } else {
-                    libc::FALLOC_FL_ZERO_RANGE
+                    // The block layer zeroes in software where the device cannot; punching
+                    // would need hardware write-zeroes and fail without it.
+                    FileKind::BlockDevice { .. } => libc::FALLOC_FL_ZERO_RANGE,
                 };
                 opcode::Fallocate::new(DIRECT, len)
                     .offset(offset)
@@ -219,13 +284,7 @@ impl UringEngine {
 
 impl Engine for UringEngine {
     fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()> {
-        if let (
-            FileKind::Regular {
-                inline_rw: true, ..
-            },
-            Some(result),
-        ) = (self.kind, self.inline_rw(op))
-        {
+        if let Some(result) = self.immediate(op) {
             self.inline_done.push((tag, result));
             return Ok(());
         }
