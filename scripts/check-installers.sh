@@ -257,8 +257,8 @@ inside_chroot() {
 
     # What the installers are for: the tests and the fuzz targets build.
     start=$SECONDS
-    if in_root 'cargo test --release --locked --no-run'; then
-        ok "chroot: cargo test --release --no-run ($((SECONDS - start)) s)"
+    if in_root 'cargo test --release --locked --workspace --all-targets --no-run'; then
+        ok "chroot: cargo test --release --workspace --all-targets --no-run ($((SECONDS - start)) s)"
     else
         fail "chroot: the tests do not build"
     fi
