@@ -219,12 +219,19 @@ inside_chroot() {
     tar -C "$repo" --exclude=./target --exclude=./fuzz/target --exclude=./fuzz/corpus \
         --exclude=./fuzz/artifacts -c . | tar -C "$root/src" -x
     mount -t proc proc "$root/proc"
-    mount --bind /dev "$root/dev"
+    mount --rbind /dev "$root/dev"
     mount --bind /sys "$root/sys"
     mount -o remount,bind,ro "$root/sys"
 
+    # This machine may reach crates.io through a TLS-intercepting proxy whose CA only its own
+    # trust store holds: cargo in the root trusts this machine's bundle too (apt uses http).
+    local cainfo=()
+    if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
+        cp /etc/ssl/certs/ca-certificates.crt "$root/etc/vbmq-check-host-ca.crt"
+        cainfo=(CARGO_HTTP_CAINFO=/etc/vbmq-check-host-ca.crt)
+    fi
     in_root() {
-        chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LC_ALL=C.UTF-8 \
+        chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LC_ALL=C.UTF-8 "${cainfo[@]}" \
             PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
             bash -c "cd /src && $1"
     }
@@ -245,13 +252,13 @@ inside_chroot() {
     if [[ $v == *"version 10."* ]]; then ok "chroot: $v"; else fail "chroot: qemu-system-x86_64: '$v'"; fi
     v=$(in_root 'qemu-storage-daemon --version' | head -n1)
     if [[ $v == *"version 10."* ]]; then ok "chroot: $v"; else fail "chroot: qemu-storage-daemon: '$v'"; fi
-    v=$(in_root 'ls /root/.cache/vbmq-guest/kernel/boot')
+    v=$(in_root 'cd /root/.cache/vbmq-guest/kernel/boot && echo vmlinuz-*')
     if [[ $v == vmlinuz-* ]]; then ok "chroot: guest kernel $v"; else fail "chroot: no guest kernel"; fi
 
     # What the installers are for: the tests and the fuzz targets build.
     start=$SECONDS
-    if in_root 'cargo test --release --locked --no-run'; then
-        ok "chroot: cargo test --release --no-run ($((SECONDS - start)) s)"
+    if in_root 'cargo test --release --locked --workspace --all-targets --no-run'; then
+        ok "chroot: cargo test --release --workspace --all-targets --no-run ($((SECONDS - start)) s)"
     else
         fail "chroot: the tests do not build"
     fi

@@ -135,15 +135,19 @@ SRC
     apt_update_if_needed
 }
 
-# Whether apt's lists hold the given suite (a release line "n=SUITE," of apt-cache policy).
+# Whether apt's lists hold each given suite (a release line "n=SUITE," of apt-cache policy).
 # (A here-string, not a pipe: grep -q would stop early and pipefail report apt-cache's SIGPIPE.)
-apt_knows() { grep -q "[ ,]n=$1," <<<"$(apt-cache policy)"; }
+apt_knows() {
+    local policy suite
+    policy=$(apt-cache policy)
+    for suite; do grep -q "[ ,]n=$suite," <<<"$policy" || return 1; done
+}
 
 apt_update_if_needed() {
     local why=""
     if ((sources_changed)); then
         why="the sources changed"
-    elif ! apt_knows "$codename" || ! apt_knows "$codename-backports"; then
+    elif ! apt_knows "$codename" "$codename-backports"; then
         why="apt's lists lack $codename or $codename-backports"
     elif [[ -z $(find "$apt_stamp" -mmin -1440 2>/dev/null) ]]; then
         why="no update by these installers in the last day"
