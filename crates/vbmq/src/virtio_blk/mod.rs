@@ -14,3 +14,7 @@ pub use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTI
 #[cfg(test)]
 #[allow(clippy::cast_possible_truncation)] // Test inputs are cut to size.
 mod request_tests;
+
+#[cfg(test)]
+#[allow(clippy::cast_possible_truncation)] // Test inputs are cut to size.
+mod request_layout_tests;

@@ -1,7 +1,8 @@
 //! Turning a descriptor chain into a validated [`Request`], before anything executes.
 //!
-//! Layout (virtio 1.2, 5.2.6): a 16-byte device-readable header, data descriptors, and a
-//! device-writable status byte in the last descriptor. Every guest-controlled number is checked
+//! Layout (virtio 1.2, 5.2.6): a 16-byte device-readable header, the data, and a device-writable
+//! status byte at the end; by byte, not by descriptor (2.7.4, message framing: any descriptor may
+//! hold any part, split anywhere). Every guest-controlled number is checked
 //! here; a chain that fails comes back as a [`Rejection`] telling where (if anywhere) its status
 //! byte may be written.
 
@@ -55,12 +56,10 @@ pub struct Request {
     pub offset: u64,
     /// Data bytes (IN, OUT) or the GET_ID buffer length.
     pub data_len: u32,
-    /// iovecs filled in the caller's buffer (IN, OUT).
+    /// iovecs filled in the caller's buffer (IN, OUT, and GET_ID's buffer).
     pub iov_count: u32,
     /// Ranges filled in the caller's buffer (DISCARD, WRITE_ZEROES).
     pub range_count: u32,
-    /// The GET_ID buffer.
-    pub id_addr: GuestAddress,
     /// Where the status byte goes.
     pub status: GuestAddress,
 }
@@ -74,14 +73,11 @@ pub enum RequestError {
     /// Descriptor chain cut short: a loop, or a link past its table.
     #[error("descriptor chain cut short: a loop, or a link past its table")]
     BrokenChain,
-    /// Status descriptor longer than one byte.
-    #[error("status descriptor longer than one byte")]
-    LongStatus,
     /// No device-writable status byte at the end of the chain.
     #[error("no device-writable status byte at the end of the chain")]
     NoStatus,
-    /// Header descriptor is not 16 device-readable bytes.
-    #[error("header descriptor is not 16 device-readable bytes")]
+    /// The chain does not start with 16 device-readable header bytes.
+    #[error("the chain does not start with 16 device-readable header bytes")]
     BadHeader,
     /// Unsupported request type given.
     #[error("unsupported request type {0}")]
@@ -120,7 +116,6 @@ impl RequestError {
             RequestError::EmptyChain
             | RequestError::NoStatus
             | RequestError::BrokenChain
-            | RequestError::LongStatus
             | RequestError::BadHeader
             | RequestError::WrongDirection
             | RequestError::BadAddress
@@ -156,53 +151,104 @@ fn request_type(code: u32) -> Result<RequestType, RequestError> {
     }
 }
 
-fn read_header<M: GuestMemoryBackend>(
-    mem: &M,
-    desc: &Descriptor,
-) -> Result<virtio_blk_outhdr, RequestError> {
-    if desc.is_write_only() || desc.len() != HEADER_SIZE {
-        return Err(RequestError::BadHeader);
-    }
-    let raw: [u8; 16] = mem
-        .read_obj(desc.addr())
-        .map_err(|_| RequestError::BadAddress)?;
+/// Bytes of the longest discard or write-zeroes range list.
+const RANGES_MAX: usize = (RANGE_SIZE * DISCARD_SEG_MAX) as usize;
+
+fn decode_header(raw: &[u8; 16]) -> virtio_blk_outhdr {
     let word = |at: usize| u32::from_le_bytes([raw[at], raw[at + 1], raw[at + 2], raw[at + 3]]);
-    Ok(virtio_blk_outhdr {
+    virtio_blk_outhdr {
         type_: word(0),
         ioprio: word(4),
         sector: u64::from(word(8)) | u64::from(word(12)) << 32,
-    })
+    }
 }
 
-/// Collects data descriptors as the chain is walked.
+/// Walks the chain as one run of bytes (virtio 1.x message framing: any descriptor may hold any
+/// part of the request): the first 16 driver-readable bytes are the header, then the data or
+/// range list; device-writable bytes follow, the last one being the status. The header, the
+/// ranges and the data are gathered by byte range into the caller's buffers, never allocating.
 struct Body<'a, M> {
     mem: &'a M,
-    kind: RequestType,
+    /// Header bytes gathered so far.
+    header: [u8; 16],
+    header_len: u32,
+    /// The request type, once the header is complete.
+    kind: Option<RequestType>,
+    /// A device-writable descriptor has been seen: readable bytes may no longer follow.
+    writable_seen: bool,
     iov: &'a mut [libc::iovec],
     iov_count: usize,
     data_len: u32,
-    /// The only data descriptor of GET_ID, DISCARD and WRITE_ZEROES.
-    single: Option<Descriptor>,
+    /// The discard or write-zeroes range list, gathered by byte.
+    ranges: [u8; RANGES_MAX],
+    ranges_len: usize,
+    ranges_overflow: bool,
     error: Option<RequestError>,
 }
 
 impl<M: GuestMemoryBackend> Body<'_, M> {
-    fn add(&mut self, desc: Descriptor) {
+    fn add(&mut self, addr: GuestAddress, len: u32, writable: bool) {
         if self.error.is_none()
-            && let Err(e) = self.try_add(desc)
+            && let Err(e) = self.try_add(addr, len, writable)
         {
             self.error = Some(e);
         }
     }
 
-    fn try_add(&mut self, desc: Descriptor) -> Result<(), RequestError> {
-        let device_writes = matches!(self.kind, RequestType::In | RequestType::GetId);
-        if desc.is_write_only() != device_writes {
+    fn try_add(
+        &mut self,
+        addr: GuestAddress,
+        len: u32,
+        writable: bool,
+    ) -> Result<(), RequestError> {
+        let (mut addr, mut len) = (addr, len);
+        if self.header_len < HEADER_SIZE {
+            if writable {
+                return Err(RequestError::BadHeader);
+            }
+            let take = len.min(HEADER_SIZE - self.header_len);
+            let at = self.header_len as usize;
+            if take == HEADER_SIZE {
+                // The common layout: one 16-byte header descriptor.
+                self.header = self
+                    .mem
+                    .read_obj(addr)
+                    .map_err(|_| RequestError::BadAddress)?;
+            } else {
+                self.mem
+                    .read_slice(&mut self.header[at..at + take as usize], addr)
+                    .map_err(|_| RequestError::BadAddress)?;
+            }
+            self.header_len += take;
+            if self.header_len == HEADER_SIZE {
+                self.kind = Some(request_type(decode_header(&self.header).type_)?);
+            }
+            len -= take;
+            if len == 0 {
+                return Ok(());
+            }
+            addr = addr
+                .checked_add(u64::from(take))
+                .ok_or(RequestError::BadAddress)?;
+        }
+        let kind = self.kind.ok_or(RequestError::BadHeader)?;
+        // FLUSH carries no data; a driver that sends some is ignored, as QEMU does.
+        if kind == RequestType::Flush {
+            return Ok(());
+        }
+        // Driver-readable bytes all come before device-writable ones.
+        if writable {
+            self.writable_seen = true;
+        } else if self.writable_seen {
             return Err(RequestError::WrongDirection);
         }
-        match self.kind {
-            RequestType::In | RequestType::Out => {
-                if desc.len() == 0 {
+        let device_writes = matches!(kind, RequestType::In | RequestType::GetId);
+        if writable != device_writes {
+            return Err(RequestError::WrongDirection);
+        }
+        match kind {
+            RequestType::In | RequestType::Out | RequestType::GetId => {
+                if len == 0 {
                     return Ok(());
                 }
                 let slot = self
@@ -211,49 +257,50 @@ impl<M: GuestMemoryBackend> Body<'_, M> {
                     .ok_or(RequestError::TooManySegments)?;
                 let slice = self
                     .mem
-                    .get_slice(desc.addr(), desc.len() as usize)
+                    .get_slice(addr, len as usize)
                     .map_err(|_| RequestError::BadAddress)?;
                 *slot = libc::iovec {
                     iov_base: slice.ptr_guard_mut().as_ptr().cast(),
-                    iov_len: desc.len() as usize,
+                    iov_len: len as usize,
                 };
                 self.iov_count += 1;
                 // A chain's total length fits in u32 (the queue iterator stops it otherwise).
-                self.data_len = self.data_len.saturating_add(desc.len());
+                self.data_len = self.data_len.saturating_add(len);
                 Ok(())
             }
-            RequestType::GetId | RequestType::Discard | RequestType::WriteZeroes => {
-                if self.single.replace(desc).is_some() {
-                    return Err(RequestError::TooManySegments);
+            RequestType::Discard | RequestType::WriteZeroes => {
+                let room = RANGES_MAX - self.ranges_len;
+                if len as usize > room {
+                    self.ranges_overflow = true;
+                    return Ok(());
                 }
-                self.data_len = desc.len();
+                let at = self.ranges_len;
+                self.mem
+                    .read_slice(&mut self.ranges[at..at + len as usize], addr)
+                    .map_err(|_| RequestError::BadAddress)?;
+                self.ranges_len += len as usize;
                 Ok(())
             }
-            // FLUSH carries no data; a driver that sends some is ignored, as QEMU does.
             RequestType::Flush => Ok(()),
         }
     }
 }
 
-fn read_ranges<M: GuestMemoryBackend>(
-    mem: &M,
+fn read_ranges(
     device: &BlkDevice,
     kind: RequestType,
-    desc: Option<Descriptor>,
+    raw: &[u8],
     ranges: &mut [Range],
 ) -> Result<u32, RequestError> {
-    let desc = desc.ok_or(RequestError::BadRanges)?;
-    let count = desc.len() / RANGE_SIZE;
-    if desc.len() % RANGE_SIZE != 0 || count == 0 || count > DISCARD_SEG_MAX {
+    let count = raw.len() / RANGE_SIZE as usize;
+    if raw.len() % RANGE_SIZE as usize != 0 || count == 0 || count > DISCARD_SEG_MAX as usize {
+        return Err(RequestError::BadRanges);
+    }
+    if ranges.len() < count {
         return Err(RequestError::BadRanges);
     }
     let sectors = device.sectors();
-    for (i, out) in ranges.iter_mut().take(count as usize).enumerate() {
-        let addr = desc
-            .addr()
-            .checked_add(i as u64 * u64::from(RANGE_SIZE))
-            .ok_or(RequestError::BadAddress)?;
-        let raw: [u8; 16] = mem.read_obj(addr).map_err(|_| RequestError::BadAddress)?;
+    for (raw, out) in raw.chunks_exact(RANGE_SIZE as usize).zip(ranges.iter_mut()) {
         let sector = u64::from_le_bytes(raw[0..8].try_into().map_err(|_| RequestError::BadRanges)?);
         let num = u32::from_le_bytes(raw[8..12].try_into().map_err(|_| RequestError::BadRanges)?);
         let flags = u32::from_le_bytes(
@@ -282,10 +329,7 @@ fn read_ranges<M: GuestMemoryBackend>(
             unmap,
         };
     }
-    if ranges.len() < count as usize {
-        return Err(RequestError::BadRanges);
-    }
-    Ok(count)
+    Ok(count as u32)
 }
 
 /// Parses and validates one chain. IN/OUT data goes to `iov` (at most [`SEG_MAX`] entries are
@@ -301,30 +345,29 @@ where
     D: Deref<Target = M>,
     M: GuestMemoryBackend,
 {
-    let mut descs = chain;
-    let Some(first) = descs.next() else {
-        return Err(Rejection {
-            error: RequestError::EmptyChain,
-            status: None,
-        });
-    };
-    let header = read_header(mem, &first);
-    let kind = header.and_then(|h| request_type(h.type_));
     let iov_limit = iov.len().min(SEG_MAX as usize);
     let mut body = Body {
         mem,
-        kind: *kind.as_ref().unwrap_or(&RequestType::Flush),
+        header: [0; 16],
+        header_len: 0,
+        kind: None,
+        writable_seen: false,
         iov: &mut iov[..iov_limit],
         iov_count: 0,
         data_len: 0,
-        single: None,
-        error: kind.err(),
+        ranges: [0; RANGES_MAX],
+        ranges_len: 0,
+        ranges_overflow: false,
+        error: None,
     };
-    // The status byte is the last descriptor: hold each one back until the next arrives.
-    let mut last = None;
-    for desc in descs {
+    // The status byte is the chain's last byte: hold each descriptor back until the next
+    // arrives, so the last one is known when the chain ends.
+    let mut count = 0usize;
+    let mut last: Option<Descriptor> = None;
+    for desc in chain {
+        count += 1;
         if let Some(data) = last.replace(desc) {
-            body.add(data);
+            body.add(data.addr(), data.len(), data.is_write_only());
         }
     }
     let broken = |error| {
@@ -334,8 +377,12 @@ where
         })
     };
     let Some(last) = last else {
-        return broken(RequestError::NoStatus);
+        return broken(RequestError::EmptyChain);
     };
+    // A lone descriptor cannot hold both a readable header and a writable status.
+    if count < 2 {
+        return broken(RequestError::NoStatus);
+    }
     // virtio-queue ends a chain silently where it cannot follow it (a loop, a link past its
     // table): a last descriptor that still links on means the chain was cut, not complete.
     if last.has_next() {
@@ -355,16 +402,18 @@ where
         error,
         status: Some(status),
     };
+    // The last descriptor's bytes before the status: data for requests the device writes data
+    // into (IN, GET_ID), padding otherwise (as QEMU reads it).
+    if last.len() > 1 && matches!(body.kind, Some(RequestType::In | RequestType::GetId)) {
+        body.add(last.addr(), last.len() - 1, true);
+    }
     if let Some(error) = body.error {
         return Err(reject(error));
     }
-    // A longer last descriptor holds data before its status byte (virtio's any-layout, as
-    // QEMU reads it). For requests the device writes data into, no driver does that and the
-    // data length would be odd: refused. Otherwise the bytes before the status are padding.
-    if last.len() > 1 && matches!(body.kind, RequestType::In | RequestType::GetId) {
-        return Err(reject(RequestError::LongStatus));
-    }
-    let kind = body.kind;
+    let Some(kind) = body.kind else {
+        return Err(reject(RequestError::BadHeader));
+    };
+    let header = decode_header(&body.header);
     let writes = matches!(
         kind,
         RequestType::Out | RequestType::Discard | RequestType::WriteZeroes
@@ -378,12 +427,11 @@ where
         data_len: body.data_len,
         iov_count: u32::try_from(body.iov_count).unwrap_or(u32::MAX),
         range_count: 0,
-        id_addr: GuestAddress(0),
         status,
     };
     match kind {
         RequestType::In | RequestType::Out => {
-            let sector = header.map(|h| h.sector).map_err(reject)?;
+            let sector = header.sector;
             if u64::from(request.data_len) % SECTOR_SIZE != 0 {
                 return Err(reject(RequestError::Unaligned));
             }
@@ -396,10 +444,7 @@ where
             }
             request.offset = sector * SECTOR_SIZE;
         }
-        RequestType::GetId => {
-            let desc = body.single.ok_or(reject(RequestError::BadAddress))?;
-            request.id_addr = desc.addr();
-        }
+        RequestType::GetId => {}
         RequestType::Discard | RequestType::WriteZeroes => {
             if !device.discard {
                 return Err(reject(RequestError::Unsupported(match kind {
@@ -407,8 +452,11 @@ where
                     _ => VIRTIO_BLK_T_WRITE_ZEROES,
                 })));
             }
-            request.range_count =
-                read_ranges(mem, device, kind, body.single, ranges).map_err(reject)?;
+            if body.ranges_overflow {
+                return Err(reject(RequestError::BadRanges));
+            }
+            let raw = &body.ranges[..body.ranges_len];
+            request.range_count = read_ranges(device, kind, raw, ranges).map_err(reject)?;
         }
         RequestType::Flush => {}
     }

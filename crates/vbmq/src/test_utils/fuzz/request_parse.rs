@@ -6,7 +6,7 @@
 
 use crate::backend::Geometry;
 use crate::virtio_blk::{
-    BlkDevice, DISCARD_SEG_MAX, Range, RequestType, SECTOR_SIZE, SEG_MAX, parse,
+    BlkDevice, DISCARD_SEG_MAX, Range, Request, RequestType, SECTOR_SIZE, SEG_MAX, parse,
 };
 use arbitrary::{Arbitrary, Unstructured};
 use virtio_bindings::virtio_ring::{VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
@@ -258,19 +258,7 @@ fn check(input: &Input) {
                             .is_some_and(|end| end <= capacity),
                         "{req:?}"
                     );
-                    assert!(req.iov_count <= SEG_MAX, "{req:?}");
-                    let used = &iov[..req.iov_count as usize];
-                    let total: u64 = used.iter().map(|v| v.iov_len as u64).sum();
-                    assert_eq!(
-                        total, len,
-                        "iovecs do not add up to the data length: {req:?}"
-                    );
-                    for v in used {
-                        assert!(
-                            host_range_mapped(&mem, v.iov_base as usize, v.iov_len),
-                            "iovec outside guest memory: {req:?}"
-                        );
-                    }
+                    check_iovecs(input, &mem, &iov, &req);
                 }
                 RequestType::Discard | RequestType::WriteZeroes => {
                     assert!(input.discard, "{req:?} on a disk without discard");
@@ -285,23 +273,47 @@ fn check(input: &Input) {
                         assert!(!(r.unmap && req.kind == RequestType::Discard), "{r:?}");
                     }
                 }
-                RequestType::GetId => {
-                    // The executor writes min(data_len, 20) bytes of the serial there.
-                    let n = u64::from(req.data_len.min(20));
-                    let id_ok = n == 0
-                        || all_descs(input).any(|d| {
-                            let start = desc_addr(d);
-                            d.write
-                                && req.id_addr.0 >= start
-                                && req.id_addr.0 - start + n <= u64::from(d.len.bytes())
-                        });
-                    assert!(
-                        id_ok,
-                        "GET_ID into a descriptor that is not device-writable: {req:?}"
-                    );
-                }
+                RequestType::GetId => check_iovecs(input, &mem, &iov, &req),
                 RequestType::Flush => {}
             }
         }
+    }
+}
+
+/// The guest address of host pointer `ptr`, if it lies in a region's mapping.
+fn guest_address(mem: &GuestMemoryMmap, ptr: usize) -> Option<u64> {
+    mem.iter().find_map(|region| {
+        let base = mem.get_host_address(region.start_addr()).ok()? as usize;
+        (ptr >= base && ptr < base + region.len() as usize)
+            .then(|| region.start_addr().0 + (ptr - base) as u64)
+    })
+}
+
+/// The iovecs of an accepted IN, OUT or GET_ID: within the limit, adding up to the data length,
+/// each inside guest memory and inside one descriptor of the direction the request needs (the
+/// device writes only into device-writable buffers, and reads OUT data only from readable ones).
+fn check_iovecs(input: &Input, mem: &GuestMemoryMmap, iov: &[libc::iovec], req: &Request) {
+    assert!(req.iov_count <= SEG_MAX, "{req:?}");
+    let used = &iov[..req.iov_count as usize];
+    let total: u64 = used.iter().map(|v| v.iov_len as u64).sum();
+    assert_eq!(
+        total,
+        u64::from(req.data_len),
+        "iovecs do not add up to the data length: {req:?}"
+    );
+    let device_writes = req.kind != RequestType::Out;
+    for v in used {
+        assert!(
+            host_range_mapped(mem, v.iov_base as usize, v.iov_len),
+            "iovec outside guest memory: {req:?}"
+        );
+        let gpa = guest_address(mem, v.iov_base as usize).unwrap_or(u64::MAX);
+        let inside = all_descs(input).any(|d| {
+            let start = desc_addr(d);
+            d.write == device_writes
+                && gpa >= start
+                && gpa - start + v.iov_len as u64 <= u64::from(d.len.bytes())
+        });
+        assert!(inside, "iovec outside a buffer of its direction: {req:?}");
     }
 }
