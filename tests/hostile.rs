@@ -10,6 +10,7 @@ mod hostile {
     pub mod chain;
     pub mod daemon;
     pub mod expect;
+    pub mod framing;
     pub mod frontend;
     pub mod known_bugs;
     pub mod layouts;

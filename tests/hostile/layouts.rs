@@ -14,6 +14,7 @@ const T_OUT: u32 = VIRTIO_BLK_T_OUT;
 
 pub fn cases(v: &mut Vec<Case>) {
     layout(v);
+    super::framing::cases(v);
     addresses(v);
     types(v);
     segments(v);
@@ -55,7 +56,7 @@ fn layout(v: &mut Vec<Case>) {
                         Seg::w(st, 1),
                     ],
                 );
-                Expect::ok_or_ioerr(st).with_read(vec![(buf, 512)], 2 * 512)
+                Expect::ok(st).with_read(vec![(buf, 512)], 2 * 512)
             },
         ));
         v.push(case(

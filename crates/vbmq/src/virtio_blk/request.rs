@@ -293,7 +293,10 @@ fn read_ranges(
     ranges: &mut [Range],
 ) -> Result<u32, RequestError> {
     let count = raw.len() / RANGE_SIZE as usize;
-    if raw.len() % RANGE_SIZE as usize != 0 || count == 0 || count > DISCARD_SEG_MAX as usize {
+    if !raw.len().is_multiple_of(RANGE_SIZE as usize)
+        || count == 0
+        || count > DISCARD_SEG_MAX as usize
+    {
         return Err(RequestError::BadRanges);
     }
     if ranges.len() < count {
@@ -329,7 +332,7 @@ fn read_ranges(
             unmap,
         };
     }
-    Ok(count as u32)
+    u32::try_from(count).map_err(|_| RequestError::BadRanges)
 }
 
 /// Parses and validates one chain. IN/OUT data goes to `iov` (at most [`SEG_MAX`] entries are
