@@ -22,6 +22,12 @@ pub struct Slot {
     /// Bytes written by the guest on success.
     pub written: u32,
     pub status: GuestAddress,
+    /// A read or write: where it goes on, for the rest after a short transfer.
+    pub offset: u64,
+    pub is_write: bool,
+    /// The slot's iovecs not yet transferred: `iov_count` from `iov_start`.
+    pub iov_start: u32,
+    pub iov_count: u32,
 }
 
 /// Slots indexed by head index.
@@ -31,6 +37,8 @@ pub struct InFlight {
     ranges: Vec<Range>,
     /// Busy slots.
     pub count: usize,
+    /// Heads whose read or write came back short, to be pushed again for the rest.
+    pub retries: Vec<u16>,
 }
 
 // SAFETY: the iovecs point into guest memory that the owning worker keeps mapped while they are
@@ -48,6 +56,7 @@ impl InFlight {
             iovecs: vec![empty; size * SEG_MAX as usize],
             ranges: vec![Range::default(); size * DISCARD_SEG_MAX as usize],
             count: 0,
+            retries: Vec::with_capacity(size),
         }
     }
 
@@ -60,16 +69,41 @@ impl InFlight {
         )
     }
 
-    /// The first `count` iovecs of slot `head`, as the engine receives them: the one place an
+    /// `count` iovecs of slot `head` from `start`, as the engine receives them: the one place an
     /// [`IovList`] is made for guest buffers.
-    pub fn iovecs(&self, head: usize, count: u32) -> IovList {
+    pub fn iovecs(&self, head: usize, start: u32, count: u32) -> IovList {
         let seg = SEG_MAX as usize;
         let slot = &self.iovecs[head * seg..(head + 1) * seg];
-        let count = count.min(SEG_MAX);
-        // SAFETY: the parser filled the slot's first `count` iovecs with validated guest buffers,
-        // and the worker keeps that memory mapped and the slot untouched until the request's
-        // completions are reaped; the slot lives as long as the table.
-        unsafe { IovList::new(slot.as_ptr(), count) }
+        let start = start.min(SEG_MAX);
+        let count = count.min(SEG_MAX - start);
+        // SAFETY: the parser filled the slot's first iovecs with validated guest buffers (and
+        // `advance` only shortens them), the worker keeps that memory mapped and the slot
+        // untouched until the request's completions are reaped; the slot lives as long as the
+        // table.
+        unsafe { IovList::new(slot[start as usize..].as_ptr(), count) }
+    }
+
+    /// Drops the first `bytes` of slot `head`'s remaining iovecs, after a short transfer.
+    pub fn advance(&mut self, head: usize, mut bytes: usize) {
+        let seg = SEG_MAX as usize;
+        let Some(slot) = self.slots.get_mut(head) else {
+            return;
+        };
+        let iovecs = &mut self.iovecs[head * seg..(head + 1) * seg];
+        while bytes > 0 && slot.iov_count > 0 {
+            let Some(v) = iovecs.get_mut(slot.iov_start as usize) else {
+                return;
+            };
+            if bytes < v.iov_len {
+                // SAFETY: `bytes < iov_len`: the pointer stays inside this iovec's buffer.
+                v.iov_base = unsafe { v.iov_base.cast::<u8>().add(bytes) }.cast();
+                v.iov_len -= bytes;
+                return;
+            }
+            bytes -= v.iov_len;
+            slot.iov_start += 1;
+            slot.iov_count -= 1;
+        }
     }
 
     pub fn range(&self, head: usize, i: usize) -> Range {

@@ -15,3 +15,7 @@ pub use wait_mode::WaitMode;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+#[allow(clippy::cast_possible_truncation)] // Test inputs are cut to size.
+mod short_transfer_tests;

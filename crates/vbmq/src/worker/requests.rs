@@ -77,7 +77,7 @@ impl Ctx<'_> {
         let (ops, expect, used_len) = match request.kind {
             RequestType::GetId => {
                 let n = (request.data_len as usize).min(self.device.serial.len());
-                let iov = self.inflight.iovecs(h, request.iov_count);
+                let iov = self.inflight.iovecs(h, 0, request.iov_count);
                 // SAFETY: the serial is host memory, apart from the guest buffers of `iov`.
                 unsafe { iov.copy_in(0, self.device.serial.as_ptr(), n) };
                 return complete_now(VIRTIO_BLK_S_OK, u32::try_from(n).unwrap_or(0) + 1, queue);
@@ -98,11 +98,11 @@ impl Ctx<'_> {
             let op = match request.kind {
                 RequestType::In => IoOp::Read {
                     offset: request.offset,
-                    iov: self.inflight.iovecs(h, request.iov_count),
+                    iov: self.inflight.iovecs(h, 0, request.iov_count),
                 },
                 RequestType::Out => IoOp::Write {
                     offset: request.offset,
-                    iov: self.inflight.iovecs(h, request.iov_count),
+                    iov: self.inflight.iovecs(h, 0, request.iov_count),
                 },
                 RequestType::Flush => IoOp::Flush,
                 RequestType::Discard => {
@@ -138,6 +138,10 @@ impl Ctx<'_> {
         slot.failed = failed;
         slot.used_len = used_len;
         slot.status = request.status;
+        slot.offset = request.offset;
+        slot.is_write = request.kind == RequestType::Out;
+        slot.iov_start = 0;
+        slot.iov_count = request.iov_count;
         (slot.read, slot.written) = match request.kind {
             RequestType::In => (request.data_len, 0),
             RequestType::Out => (0, request.data_len),
@@ -159,6 +163,18 @@ impl Ctx<'_> {
             return 0;
         }
         if result != slot.expect {
+            // A read or write that moved some bytes but not all (a file that shrank, NFS,
+            // FUSE): the rest is asked again, as QEMU does; only no progress is an error.
+            if result > 0 && result < slot.expect && !slot.failed {
+                slot.expect -= result;
+                slot.offset += u64::from(result.unsigned_abs());
+                let h = usize::from(u16::try_from(tag).unwrap_or(u16::MAX));
+                self.inflight.advance(h, result.unsigned_abs() as usize);
+                self.inflight
+                    .retries
+                    .push(u16::try_from(tag).unwrap_or(u16::MAX));
+                return 0;
+            }
             debug!("request {tag}: result {result}, expected {}", slot.expect);
             slot.failed = true;
         }
@@ -166,6 +182,46 @@ impl Ctx<'_> {
         if slot.pending > 0 {
             return 0;
         }
+        self.finish(queue, tag)
+    }
+
+    /// Pushes again the rest of every read or write that came back short; returns the used
+    /// entries added (requests the engine refused).
+    pub fn resubmit(&mut self, queue: &mut Queue, engine: &mut dyn Engine) -> usize {
+        let mut used = 0;
+        while let Some(head) = self.inflight.retries.pop() {
+            let h = usize::from(head);
+            let Some(slot) = self.inflight.slots.get(h) else {
+                continue;
+            };
+            let (offset, is_write) = (slot.offset, slot.is_write);
+            let iov = self.inflight.iovecs(h, slot.iov_start, slot.iov_count);
+            let op = if is_write {
+                IoOp::Write { offset, iov }
+            } else {
+                IoOp::Read { offset, iov }
+            };
+            if let Err(e) = engine.push(op, u64::from(head)) {
+                error!("queue engine refused the rest of a short transfer: {e}");
+                let slot = &mut self.inflight.slots[h];
+                slot.failed = true;
+                slot.pending -= 1;
+                if slot.pending == 0 {
+                    used += self.finish(queue, u64::from(head));
+                }
+            }
+        }
+        used
+    }
+
+    /// Completes the request in slot `tag` whose operations are all done.
+    fn finish(&mut self, queue: &mut Queue, tag: u64) -> usize {
+        let Some(slot) = usize::try_from(tag)
+            .ok()
+            .and_then(|i| self.inflight.slots.get_mut(i))
+        else {
+            return 0;
+        };
         slot.busy = false;
         let (status, len) = if slot.failed {
             (VIRTIO_BLK_S_IOERR, 1)

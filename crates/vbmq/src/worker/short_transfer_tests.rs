@@ -1,0 +1,254 @@
+//! Reads and writes that the storage carries out in pieces (as NFS, FUSE or a file that shrank
+//! do): the worker asks again for the rest until it is done, and fails a request only when a
+//! piece moves nothing. The engine here is a test engine: it really copies between guest memory
+//! and its disk bytes, but at most `piece` bytes per operation.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use vhost_user_backend::{VringRwLock, VringT};
+use virtio_bindings::virtio_blk::{VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT};
+use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+
+use super::{QueueSettings, QueueWorker, WaitMode};
+use crate::backend::{Disk, Engine, EngineOptions, Geometry, IoOp};
+use crate::test_utils::{Buffer, SplitRing, blk_header};
+use crate::virtio_blk::BlkDevice;
+
+const SIZE: u16 = 16;
+const DESC: u64 = 0x1000;
+const AVAIL: u64 = 0x2000;
+const USED: u64 = 0x3000;
+const CAPACITY: u64 = 1 << 20;
+const STATUS: u64 = 0x8010;
+
+/// A disk in host memory whose engine moves at most `piece` bytes per operation and nothing
+/// at or past `end` (a file that shrank to `end` bytes).
+struct PiecewiseDisk {
+    bytes: Arc<Mutex<Vec<u8>>>,
+    piece: usize,
+    end: usize,
+    /// Results come back at the reap after the one following their push, as from a ring.
+    deferred: bool,
+}
+
+struct PiecewiseEngine {
+    bytes: Arc<Mutex<Vec<u8>>>,
+    piece: usize,
+    end: usize,
+    deferred: bool,
+    waiting: Vec<(u64, i32)>,
+    done: Vec<(u64, i32)>,
+    /// Operations pushed, to show the request went in pieces.
+    pushes: Arc<Mutex<usize>>,
+}
+
+impl Disk for PiecewiseDisk {
+    fn geometry(&self) -> Geometry {
+        Geometry {
+            capacity: CAPACITY,
+            block_size: 512,
+            physical_block_exp: 0,
+        }
+    }
+
+    fn engine(&self, _: EngineOptions) -> io::Result<Box<dyn Engine>> {
+        Ok(Box::new(PiecewiseEngine {
+            bytes: self.bytes.clone(),
+            piece: self.piece,
+            end: self.end,
+            deferred: self.deferred,
+            waiting: Vec::new(),
+            done: Vec::new(),
+            pushes: PUSHES.with(|p| p.clone()),
+        }))
+    }
+
+    fn supports_discard(&self) -> bool {
+        false
+    }
+}
+
+thread_local! {
+    static PUSHES: Arc<Mutex<usize>> = Arc::new(Mutex::new(0));
+}
+
+impl Engine for PiecewiseEngine {
+    fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()> {
+        *self.pushes.lock().unwrap() += 1;
+        let mut bytes = self.bytes.lock().unwrap();
+        let result = match op {
+            IoOp::Read { offset, iov } | IoOp::Write { offset, iov } => {
+                let at = offset as usize;
+                let n = iov.len().min(self.piece).min(self.end.saturating_sub(at));
+                let disk = bytes[at..at + n].as_mut_ptr();
+                // SAFETY: `disk` has `n` bytes, separate from the guest buffers of `iov`.
+                unsafe {
+                    if matches!(op, IoOp::Read { .. }) {
+                        iov.copy_in(0, disk, n);
+                    } else {
+                        iov.copy_out(0, disk, n);
+                    }
+                }
+                n as i32
+            }
+            IoOp::Flush | IoOp::Discard { .. } | IoOp::WriteZeroes { .. } => 0,
+        };
+        if self.deferred {
+            self.waiting.push((tag, result));
+        } else {
+            self.done.push((tag, result));
+        }
+        Ok(())
+    }
+
+    fn submit(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn wait(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
+        for (tag, result) in self.done.drain(..) {
+            done(tag, result);
+        }
+        self.done.append(&mut self.waiting);
+    }
+
+    fn completion_fd(&self) -> Option<RawFd> {
+        None
+    }
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 + i / 509) as u8).collect()
+}
+
+/// Runs one request (`kind` at `sector`, data into/from two buffers of 1536 and 2560 bytes) on
+/// a worker over `disk`; returns the status byte, the guest data and the operations pushed.
+fn one_request(disk: PiecewiseDisk, kind: u32, sector: u64, data: &[u8]) -> (u8, Vec<u8>, usize) {
+    PUSHES.with(|p| *p.lock().unwrap() = 0);
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
+    mem.write_slice(&blk_header(kind, sector), GuestAddress(0x8000))
+        .unwrap();
+    mem.write_obj(0xffu8, GuestAddress(STATUS)).unwrap();
+    mem.write_slice(data, GuestAddress(0x10000)).unwrap();
+    let write = kind == VIRTIO_BLK_T_OUT;
+    let data_buf = |addr, len| {
+        if write {
+            Buffer::readable(addr, len)
+        } else {
+            Buffer::writable(addr, len)
+        }
+    };
+    let mut ring = SplitRing::new(SIZE, DESC, AVAIL, USED);
+    let buffers = [
+        Buffer::readable(0x8000, 16),
+        data_buf(0x10000, 1536),
+        data_buf(0x10000 + 1536, 2560),
+        Buffer::writable(STATUS, 1),
+    ];
+    let head = ring.write_chain(&mem, 0, &buffers);
+    ring.publish(&mem, &[head]);
+    let atomic = GuestMemoryAtomic::new(mem);
+    let disk: Arc<dyn Disk> = Arc::new(disk);
+    let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, ""));
+    let settings = QueueSettings {
+        mode: WaitMode::Event,
+        poll: Duration::ZERO,
+        cpu: None,
+        batch: true,
+        max_size: SIZE,
+    };
+    let mut worker = QueueWorker::new(
+        0,
+        settings,
+        device,
+        disk,
+        atomic.clone(),
+        Default::default(),
+    );
+    let vring = VringRwLock::new(atomic.clone(), SIZE).unwrap();
+    vring.set_queue_size(SIZE);
+    vring.set_queue_info(DESC, AVAIL, USED).unwrap();
+    vring.set_queue_ready(true);
+    vring.set_enabled(true);
+    worker.set_up(&vring);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    // Each event-mode run is one pass, as after one wake-up.
+    for _ in 0..64 {
+        worker.run(&vring, &stop);
+        if atomic
+            .memory()
+            .read_obj::<u16>(GuestAddress(USED + 2))
+            .unwrap()
+            == 1
+        {
+            break;
+        }
+    }
+    let mem = atomic.memory();
+    assert_eq!(
+        mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(),
+        1,
+        "not completed"
+    );
+    let mut got = vec![0u8; 4096];
+    mem.read_slice(&mut got, GuestAddress(0x10000)).unwrap();
+    let status = mem.read_obj::<u8>(GuestAddress(STATUS)).unwrap();
+    (status, got, PUSHES.with(|p| *p.lock().unwrap()))
+}
+
+fn piecewise(piece: usize, end: usize, deferred: bool) -> (PiecewiseDisk, Arc<Mutex<Vec<u8>>>) {
+    let bytes = Arc::new(Mutex::new(pattern(CAPACITY as usize)));
+    let disk = PiecewiseDisk {
+        bytes: bytes.clone(),
+        piece,
+        end,
+        deferred,
+    };
+    (disk, bytes)
+}
+
+#[test]
+fn a_read_done_in_pieces_completes_with_every_byte() {
+    for deferred in [false, true] {
+        // 1000 bytes a time: pieces end inside sectors and inside iovecs.
+        let (disk, bytes) = piecewise(1000, CAPACITY as usize, deferred);
+        let (status, got, pushes) = one_request(disk, VIRTIO_BLK_T_IN, 3, &[0u8; 4096]);
+        assert_eq!(status, 0, "deferred: {deferred}");
+        assert_eq!(pushes, 5, "deferred: {deferred}");
+        assert!(
+            got == bytes.lock().unwrap()[3 * 512..3 * 512 + 4096],
+            "deferred: {deferred}"
+        );
+    }
+}
+
+#[test]
+fn a_write_done_in_pieces_completes_with_every_byte() {
+    for deferred in [false, true] {
+        let (disk, bytes) = piecewise(700, CAPACITY as usize, deferred);
+        let data: Vec<u8> = (0..4096).map(|i| (i % 251) as u8 ^ 0x5a).collect();
+        let (status, _, pushes) = one_request(disk, VIRTIO_BLK_T_OUT, 8, &data);
+        assert_eq!(status, 0, "deferred: {deferred}");
+        assert_eq!(pushes, 6, "deferred: {deferred}");
+        assert!(bytes.lock().unwrap()[8 * 512..8 * 512 + 4096] == data[..]);
+    }
+}
+
+#[test]
+fn a_read_that_stops_moving_bytes_is_an_error() {
+    // The file ends 1000 bytes into the request: the first piece moves bytes, the next none.
+    let (disk, _) = piecewise(1 << 20, 3 * 512 + 1000, false);
+    let (status, _, pushes) = one_request(disk, VIRTIO_BLK_T_IN, 3, &[0u8; 4096]);
+    assert_eq!((status, pushes), (1, 2));
+    // Entirely past the end: no progress at all.
+    let (disk, _) = piecewise(1 << 20, 512, true);
+    let (status, _, pushes) = one_request(disk, VIRTIO_BLK_T_IN, 3, &[0u8; 4096]);
+    assert_eq!((status, pushes), (1, 1));
+}
