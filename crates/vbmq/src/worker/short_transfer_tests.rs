@@ -233,7 +233,7 @@ fn a_read_done_in_pieces_completes_with_every_byte() {
 fn a_write_done_in_pieces_completes_with_every_byte() {
     for deferred in [false, true] {
         let (disk, bytes) = piecewise(700, CAPACITY as usize, deferred);
-        let data: Vec<u8> = (0..4096).map(|i| (i % 251) as u8 ^ 0x5a).collect();
+        let data: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8 ^ 0x5a).collect();
         let (status, _, pushes) = one_request(disk, VIRTIO_BLK_T_OUT, 8, &data);
         assert_eq!(status, 0, "deferred: {deferred}");
         assert_eq!(pushes, 6, "deferred: {deferred}");
