@@ -4,6 +4,8 @@
 //! worker would complete the request early and credit its late completion to the next request
 //! on that descriptor head).
 
+#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // Test sizes are small.
+
 use std::collections::BTreeMap;
 use std::io::Write;
 
