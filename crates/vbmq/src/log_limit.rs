@@ -95,7 +95,7 @@ mod tests {
     fn a_call_site_prints_a_burst_per_second_then_counts() {
         let limit = LogLimit::new();
         let printed = (0..1000).filter(|_| limit.admit_at(7).is_some()).count();
-        assert_eq!(printed, BURST as usize);
+        assert_eq!(printed as u64, BURST);
         // The next second: one line that says how many were held back.
         assert_eq!(limit.admit_at(8), Some(1000 - BURST));
         assert_eq!(limit.admit_at(8), Some(0));
