@@ -22,6 +22,7 @@ mod hostile {
     pub mod vhost_lifecycle;
     pub mod vhost_memory;
     pub mod vhost_raw;
+    pub mod vhost_values;
     pub mod victim;
 }
 

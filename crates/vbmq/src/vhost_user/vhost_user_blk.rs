@@ -11,6 +11,7 @@ use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatu
 use vhost_user_backend::{
     ShutdownHandle, VhostUserBackend, VhostUserDaemon, VringEpollHandler, VringRwLock,
 };
+use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
@@ -165,6 +166,29 @@ impl VhostUserBackend for VhostUserBlk {
             | VhostUserProtocolFeatures::CONFIG
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+    }
+
+    fn acked_features(&self, features: u64) {
+        // vbmq is a VIRTIO 1.x device only: a driver without VERSION_1 would frame requests in
+        // the legacy ways. The crate has already acknowledged the message; end the connection.
+        if features & (1 << VIRTIO_F_VERSION_1) == 0 {
+            crate::limited!(
+                warn,
+                "the frontend acked features {features:#x} without VIRTIO_F_VERSION_1: closing"
+            );
+            if let Some(connection) = lock(&self.connection).as_ref() {
+                connection.shutdown();
+            }
+        }
+    }
+
+    fn set_config(&self, offset: u32, buf: &[u8]) -> io::Result<()> {
+        // Every field vbmq offers is read-only (`writeback` is writable only with
+        // VIRTIO_BLK_F_CONFIG_WCE, which it does not offer): refused, and NACKed with REPLY_ACK.
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("SET_CONFIG of {} bytes at {offset}: read-only", buf.len()),
+        ))
     }
 
     fn set_event_idx(&self, _enabled: bool) {
