@@ -69,6 +69,7 @@ fn open_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
     match &spec.storage {
         Storage::File(path) => {
             let disk: Arc<dyn Disk> = FileDisk::open(path, spec.readonly, spec.direct)
+                .and_then(|disk| if spec.lock { disk.lock() } else { Ok(disk) })
                 .map(|disk| {
                     if spec.ring_only {
                         disk.ring_only()

@@ -6,6 +6,7 @@
 pub mod cache;
 mod file;
 mod host_memory;
+mod image_lock;
 mod immediate;
 mod iovec;
 mod memory;

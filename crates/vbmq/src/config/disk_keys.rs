@@ -105,6 +105,12 @@ pub const DISK_KEYS: &[DiskKey] = &[
         "O_DIRECT; off uses the host page cache",
     ),
     key(
+        "lock",
+        "on|off",
+        Some("on"),
+        "lock the image against other processes (shared if read-only, exclusive if writable)",
+    ),
+    key(
         "serial",
         "STR",
         Some("the file name"),

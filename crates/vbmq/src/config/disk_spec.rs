@@ -47,6 +47,8 @@ pub struct DiskSpec {
     pub readonly: bool,
     /// Open files with `O_DIRECT`.
     pub direct: bool,
+    /// Lock the image against other processes (`lock=`).
+    pub lock: bool,
     /// The GET_ID serial.
     pub serial: Option<String>,
     /// Submit each request with its own system call (an ablation for the benchmark only).
@@ -128,6 +130,7 @@ impl DiskSpec {
             cpus: Vec::new(),
             readonly: false,
             direct: true,
+            lock: true,
             serial: None,
             batch: true,
             ring_only: false,
@@ -213,6 +216,7 @@ impl DiskSpec {
                 }
                 "readonly" => spec.readonly = on_off(key, value)?,
                 "direct" => spec.direct = on_off(key, value)?,
+                "lock" => spec.lock = on_off(key, value)?,
                 "batch" => spec.batch = on_off(key, value)?,
                 "io" => {
                     spec.ring_only = match value {

@@ -23,8 +23,8 @@ pub enum FilesystemStatus {
     Unsupported,
 }
 
-/// Denies every filesystem access except the disks (read, and write when writable) and socket
-/// creation/removal in the sockets' directories; denies TCP, abstract sockets and signals to
+/// Denies every filesystem access except the disks (read, and write when writable) and file
+/// removal in the sockets' directories; denies TCP, abstract sockets and signals to
 /// processes outside the sandbox where the kernel can.
 pub(super) fn restrict(opts: &ConfineOptions) -> Result<FilesystemStatus, ConfineError> {
     let mut ruleset = Ruleset::default()
@@ -44,7 +44,11 @@ pub(super) fn restrict(opts: &ConfineOptions) -> Result<FilesystemStatus, Confin
             Some(parent) if !parent.as_os_str().is_empty() => parent,
             _ => std::path::Path::new("."),
         };
-        let access = AccessFs::MakeSock | AccessFs::RemoveFile;
+        // The listening sockets are bound before confinement and kept across connections:
+        // no socket is made after it. Removal stays, for the socket and lock files at exit;
+        // Landlock grants it per directory only, so a dedicated socket directory
+        // (`/run/vbmq`) keeps it to vbmq's own files.
+        let access = AccessFs::RemoveFile;
         ruleset = ruleset.add_rule(PathBeneath::new(open_path(dir)?, access))?;
     }
     let status = ruleset.all_threads(true)?.restrict_self()?;

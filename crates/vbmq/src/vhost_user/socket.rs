@@ -13,7 +13,7 @@ use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
 use super::VhostUserBlk;
-use crate::backend::Disk;
+use crate::backend::{Disk, Engine};
 use crate::virtio_blk::BlkDevice;
 use crate::worker::{QueueSettings, QueueStats};
 
@@ -29,6 +29,9 @@ pub enum SocketError {
     /// The socket cannot be bound.
     #[error("cannot listen on {0}: {1}")]
     Listen(PathBuf, String),
+    /// A queue's I/O engine cannot be created.
+    #[error("cannot create the I/O engine of queue {0}: {1}")]
+    Engine(usize, io::Error),
 }
 
 /// One disk on one socket.
@@ -43,6 +46,9 @@ pub struct DiskServer {
     settings: Vec<QueueSettings>,
     /// Counters of each queue, kept across connections.
     stats: Vec<Arc<QueueStats>>,
+    /// Each queue's engine, created here, before confinement (no ring can be created after),
+    /// lent to each connection's workers and taken back when it ends.
+    engines: Vec<Option<Box<dyn Engine>>>,
     /// The connection being served, to be quiesced on shutdown.
     current: Arc<Mutex<Option<Arc<VhostUserBlk>>>>,
 }
@@ -78,6 +84,15 @@ impl DiskServer {
             SocketError::InUse(_) => SocketError::InUse(socket.to_path_buf()),
             other => other,
         })?;
+        let engines = settings
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                disk.engine(s.engine_options())
+                    .map(Some)
+                    .map_err(|e| SocketError::Engine(i, e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         // Bound and given its mode under a temporary name, then renamed: the socket appears
         // at its path already listening, with its final permissions.
         let listen_error = |e: String| SocketError::Listen(socket.to_path_buf(), e);
@@ -100,6 +115,7 @@ impl DiskServer {
             device,
             disk,
             stats: settings.iter().map(|_| Arc::default()).collect(),
+            engines,
             settings,
             current: Arc::new(Mutex::new(None)),
         })
@@ -152,6 +168,7 @@ impl DiskServer {
         let mut daemon = VhostUserDaemon::new("vbmq".to_string(), backend.clone(), atomic_mem)
             .map_err(|e| format!("cannot create the vhost-user daemon: {e}"))?;
         backend.attach(daemon.get_epoll_handlers());
+        backend.lend_engines(std::mem::take(&mut self.engines));
         let result = daemon
             .start(&mut self.listener)
             .map_err(|e| format!("cannot accept a frontend: {e}"));
@@ -166,6 +183,7 @@ impl DiskServer {
         }
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
         backend.end(daemon);
+        self.engines = backend.take_engines();
         result
     }
 }

@@ -19,7 +19,7 @@ use vmm_sys_util::event::{
 };
 
 use super::memory_table;
-use crate::backend::Disk;
+use crate::backend::{Disk, Engine};
 use crate::virtio_blk::{BlkDevice, config_space};
 use crate::worker::{QueueSettings, QueueStats, QueueWorker};
 
@@ -103,6 +103,21 @@ impl VhostUserBlk {
             guest_memory,
             connection: Mutex::new(None),
         }
+    }
+
+    /// Lends each queue's worker its engine, created before the process was confined.
+    pub fn lend_engines(&self, engines: Vec<Option<Box<dyn Engine>>>) {
+        for (queue, engine) in self.queues.iter().zip(engines) {
+            lock(&queue.worker).lend_engine(engine);
+        }
+    }
+
+    /// Takes the engines back once the connection has ended (after [`Self::end`]).
+    pub fn take_engines(&self) -> Vec<Option<Box<dyn Engine>>> {
+        self.queues
+            .iter()
+            .map(|queue| lock(&queue.worker).take_engine())
+            .collect()
     }
 
     /// Gives the backend the epoll handlers of its daemon.

@@ -35,6 +35,17 @@ pub struct QueueSettings {
     pub max_size: u16,
 }
 
+impl QueueSettings {
+    /// What this queue asks of its engine.
+    pub fn engine_options(&self) -> EngineOptions {
+        EngineOptions {
+            depth: u32::from(self.max_size) * 2,
+            batch: self.batch,
+            notify: self.mode != WaitMode::Poll,
+        }
+    }
+}
+
 /// What one pass over the queue found.
 #[derive(Clone, Copy, Debug, Default)]
 struct Pass {
@@ -53,6 +64,9 @@ pub struct QueueWorker {
     /// The guest memory every in-flight request points into: replaced only once they completed.
     mem: Arc<GuestMemoryMmap>,
     engine: Option<Box<dyn Engine>>,
+    /// Whether [`Self::set_up`] may open an engine (no: a confined process, whose engines were
+    /// created before confinement and are lent to each connection's workers).
+    may_open_engine: bool,
     inflight: InFlight,
     vring: Option<VringRwLock>,
     set_up: bool,
@@ -82,6 +96,7 @@ impl QueueWorker {
             atomic_mem,
             mem,
             engine: None,
+            may_open_engine: true,
             vring: None,
             set_up: false,
             broken: false,
@@ -103,18 +118,24 @@ impl QueueWorker {
         {
             crate::limited!(warn, "queue {}: cannot pin to CPU {cpu}: {e}", self.index);
         }
-        let options = EngineOptions {
-            depth: u32::from(self.settings.max_size) * 2,
-            batch: self.settings.batch,
-            notify: self.settings.mode != WaitMode::Poll,
-        };
-        match self.disk.engine(options) {
-            Ok(engine) => self.engine = Some(engine),
-            Err(e) => crate::limited!(
+        if self.engine.is_none() && self.may_open_engine {
+            match self.disk.engine(self.settings.engine_options()) {
+                Ok(engine) => self.engine = Some(engine),
+                Err(e) => {
+                    crate::limited!(
+                        error,
+                        "queue {}: cannot open its I/O engine: {e}",
+                        self.index
+                    )
+                }
+            }
+        }
+        if self.engine.is_none() {
+            crate::limited!(
                 error,
-                "queue {}: cannot open its I/O engine: {e}",
+                "queue {}: no I/O engine: its requests fail",
                 self.index
-            ),
+            );
         }
         self.engine
             .as_ref()
@@ -372,6 +393,28 @@ impl QueueWorker {
                 Self::notify_guest(&mut state, ctx.mem);
             }
         }
+    }
+
+    /// Gives the worker an engine created earlier (before confinement); it will open none.
+    pub fn lend_engine(&mut self, engine: Option<Box<dyn Engine>>) {
+        self.engine = engine;
+        self.may_open_engine = false;
+    }
+
+    /// Takes the engine back once the worker has drained it: an engine with operations still
+    /// in flight would complete them into the next connection's requests, so it is dropped.
+    pub fn take_engine(&mut self) -> Option<Box<dyn Engine>> {
+        let engine = self.engine.take();
+        if self.inflight.count > 0 {
+            crate::limited!(
+                error,
+                "queue {}: {} requests never completed; its engine is dropped",
+                self.index,
+                self.inflight.count
+            );
+            return None;
+        }
+        engine
     }
 
     /// The frontend stopped the ring (`GET_VRING_BASE`): whatever the driver broke is gone
