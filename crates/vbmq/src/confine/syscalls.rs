@@ -88,15 +88,55 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_unlink,
 ];
 
+/// Calls added when an RBD disk is served, made by librados' and librbd's own threads.
+const CEPH: &[libc::c_long] = &[
+    // TCP connections to monitors and OSDs, opened and reopened on demand while serving
+    // (a new OSD in the map, a connection reset); `socket` is limited to TCP below
+    libc::SYS_connect,
+    libc::SYS_getsockopt,
+    libc::SYS_setsockopt,
+    libc::SYS_getsockname,
+    libc::SYS_getpeername,
+    // the messenger's send(2) and recv(2)
+    libc::SYS_sendto,
+    libc::SYS_recvfrom,
+    // the messenger's event loop wake-ups and timers
+    libc::SYS_pipe2,
+    // the host name, which librados puts in its client metadata when a session opens
+    libc::SYS_uname,
+];
+
 /// `ioctl` requests allowed (argument 1): std's non-blocking and close-on-exec switches. Block
 /// device sizes and terminal probing happen before confinement.
 /// (`c_ulong` is `u64` on both architectures seccompiler supports.)
 const IOCTLS: &[u64] = &[libc::FIONBIO, libc::FIOCLEX];
 
 /// Compiles the allowlist; anything else raises SIGSYS (reported, then the process exits).
-pub(super) fn filter() -> Result<BpfProgram, BackendError> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
-        ALLOWED.iter().map(|&nr| (nr, Vec::new())).collect();
+pub(super) fn filter(ceph: bool) -> Result<BpfProgram, BackendError> {
+    let extra: &[libc::c_long] = if ceph { CEPH } else { &[] };
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = ALLOWED
+        .iter()
+        .chain(extra)
+        .map(|&nr| (nr, Vec::new()))
+        .collect();
+    if ceph {
+        // IPv4 and IPv6 sockets only: no Unix, netlink or raw sockets.
+        let domain = |family: u64| {
+            SeccompRule::new(vec![SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Eq,
+                family,
+            )?])
+        };
+        rules.insert(
+            libc::SYS_socket,
+            vec![
+                domain(libc::AF_INET.unsigned_abs().into())?,
+                domain(libc::AF_INET6.unsigned_abs().into())?,
+            ],
+        );
+    }
     let ioctl_rules = IOCTLS
         .iter()
         .map(|&request| {
