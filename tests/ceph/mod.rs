@@ -7,6 +7,8 @@
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A running cluster.
@@ -308,6 +310,34 @@ impl Cluster {
         }
         text
     }
+}
+
+/// The cluster shared by the tests of one test binary, started on first use and torn down when
+/// the binary exits.
+static SHARED: OnceLock<Mutex<Option<Cluster>>> = OnceLock::new();
+
+extern "C" fn stop_shared() {
+    if let Some(shared) = SHARED.get() {
+        drop(shared.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+}
+
+/// Runs `f` with the binary's shared cluster.
+pub fn with_shared<T>(f: impl FnOnce(&Cluster) -> T) -> T {
+    let shared = SHARED.get_or_init(|| {
+        let cluster = Cluster::start();
+        // SAFETY: registers a plain function, run by exit() after the tests.
+        unsafe { libc::atexit(stop_shared) };
+        Mutex::new(Some(cluster))
+    });
+    let guard = shared.lock().unwrap_or_else(|p| p.into_inner());
+    f(guard.as_ref().expect("the shared cluster is running"))
+}
+
+/// A name no other image of this process has.
+pub fn unique_image_name(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!("{prefix}{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 impl Drop for Cluster {

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
 use super::Image;
-use super::ffi::Completion;
+use super::ffi::{self, Completion};
 use crate::backend::{Engine, EngineOptions, IoOp};
 
 /// `RBD_WRITE_ZEROES_FLAG_THICK_PROVISION`: zero without deallocating.
@@ -109,16 +109,33 @@ impl RbdEngine {
                     (api.rbd_aio_writev)(image, iov.as_ptr(), count, offset, c)
                 }
                 IoOp::Flush => (api.rbd_aio_flush)(image, c),
-                IoOp::Discard { offset, len } => (api.rbd_aio_discard)(image, offset, len, c),
+                // A discard must read back as zeros; rbd_aio_discard skips the parts of a range
+                // not aligned to `rbd_discard_granularity_bytes` (64 KiB), while write-zeroes
+                // without THICK deallocates what it can and zeroes the rest.
+                IoOp::Discard { offset, len } => self.write_zeroes(image, offset, len, 0, c),
                 IoOp::WriteZeroes { offset, len, unmap } => {
                     let flags = if unmap { 0 } else { WRITE_ZEROES_THICK };
-                    match usize::try_from(len) {
-                        Ok(len) => (api.rbd_aio_write_zeroes)(image, offset, len, c, flags, 0),
-                        Err(_) => -libc::EINVAL,
-                    }
+                    self.write_zeroes(image, offset, len, flags, c)
                 }
             }
         }
+    }
+}
+
+impl RbdEngine {
+    fn write_zeroes(
+        &self,
+        image: ffi::Image,
+        offset: u64,
+        len: u64,
+        flags: c_int,
+        c: Completion,
+    ) -> c_int {
+        let Ok(len) = usize::try_from(len) else {
+            return -libc::EINVAL;
+        };
+        // SAFETY: as in `start`; no buffer is passed.
+        unsafe { (self.image.api.rbd_aio_write_zeroes)(image, offset, len, c, flags, 0) }
     }
 }
 

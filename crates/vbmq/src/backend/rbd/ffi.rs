@@ -81,7 +81,6 @@ api! {
     rbd_aio_readv: fn(image: Image, iov: *const libc::iovec, iovcnt: c_int, off: u64, c: Completion) -> c_int;
     rbd_aio_writev: fn(image: Image, iov: *const libc::iovec, iovcnt: c_int, off: u64, c: Completion) -> c_int;
     rbd_aio_flush: fn(image: Image, c: Completion) -> c_int;
-    rbd_aio_discard: fn(image: Image, off: u64, len: u64, c: Completion) -> c_int;
     rbd_aio_write_zeroes: fn(image: Image, off: u64, len: usize, c: Completion, zero_flags: c_int, op_flags: c_int) -> c_int;
 }
 
