@@ -356,6 +356,34 @@ fn discard_and_write_zeroes_read_back_zeros() {
     });
 }
 
+/// A read or write with no data buffer moves nothing and completes with 0 bytes.
+#[test]
+fn empty_read_and_write_complete_with_zero_bytes() {
+    for_each_case(|case| {
+        let mut e = engine(&case.disk);
+        let mut bufs = Buffers::new();
+        let (r, w) = (bufs.add(Vec::new()), bufs.add(Vec::new()));
+        let ops = [
+            (
+                1,
+                IoOp::Read {
+                    offset: 4096,
+                    iov: r,
+                },
+            ),
+            (
+                2,
+                IoOp::Write {
+                    offset: 4096,
+                    iov: w,
+                },
+            ),
+        ];
+        let results = execute(e.as_mut(), &ops);
+        assert_eq!((results[&1], results[&2]), (0, 0), "{}", case.name);
+    });
+}
+
 #[test]
 fn many_in_flight_complete_once_by_tag() {
     for_each_case(|case| {

@@ -67,8 +67,9 @@ pub struct RbdEngine {
     image: Arc<Image>,
     inbox: Arc<Inbox>,
     in_flight: HashMap<usize, InFlight>,
-    /// Results of operations librbd refused at submission, for the next reap.
-    refused: Vec<(u64, i32)>,
+    /// Results known at push time (librbd refused the operation, or it moves no data), for
+    /// the next reap.
+    immediate: Vec<(u64, i32)>,
     /// The inbox's previous contents, kept to swap with it without allocating.
     spare: Vec<usize>,
     notify: bool,
@@ -84,7 +85,7 @@ impl RbdEngine {
                 event: EventFd::new(EFD_NONBLOCK)?,
             }),
             in_flight: HashMap::with_capacity(depth),
-            refused: Vec::new(),
+            immediate: Vec::new(),
             spare: Vec::with_capacity(depth),
             notify: options.notify,
         })
@@ -141,6 +142,13 @@ impl RbdEngine {
 
 impl Engine for RbdEngine {
     fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()> {
+        // librbd refuses an empty vector (EINVAL); with no buffer there is nothing to move.
+        if let IoOp::Read { iov, .. } | IoOp::Write { iov, .. } = op
+            && iov.is_empty()
+        {
+            self.immediate.push((tag, 0));
+            return Ok(());
+        }
         let api = self.image.api;
         let arg = Arc::into_raw(Arc::clone(&self.inbox))
             .cast_mut()
@@ -162,7 +170,7 @@ impl Engine for RbdEngine {
                 drop(Arc::from_raw(arg.cast_const().cast::<Inbox>()));
             }
             self.image.log_failure(ret);
-            self.refused.push((tag, ret));
+            self.immediate.push((tag, ret));
             return Ok(());
         }
         let success = match op {
@@ -183,7 +191,7 @@ impl Engine for RbdEngine {
 
     fn wait(&mut self) -> io::Result<()> {
         loop {
-            if !self.refused.is_empty() || !self.inbox.done().is_empty() {
+            if !self.immediate.is_empty() || !self.inbox.done().is_empty() {
                 return Ok(());
             }
             let mut fd = libc::pollfd {
@@ -204,7 +212,7 @@ impl Engine for RbdEngine {
     }
 
     fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
-        for (tag, result) in self.refused.drain(..) {
+        for (tag, result) in self.immediate.drain(..) {
             done(tag, result);
         }
         std::mem::swap(&mut *self.inbox.done(), &mut self.spare);
