@@ -8,7 +8,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use tracing::{error, info};
 use vhost::vhost_user::Listener;
 use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
@@ -135,7 +134,7 @@ impl DiskServer {
     pub fn run(mut self) {
         loop {
             if let Err(e) = self.serve_one() {
-                error!("{}: {e}", self.socket.display());
+                crate::limited!(error, "{}: {e}", self.socket.display());
                 // Do not spin if accepting keeps failing.
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
@@ -158,12 +157,12 @@ impl DiskServer {
             .map_err(|e| format!("cannot accept a frontend: {e}"));
         if result.is_ok() {
             backend.connected(daemon.shutdown_handle());
-            info!("{}: frontend connected", self.socket.display());
+            crate::limited!(info, "{}: frontend connected", self.socket.display());
             *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(backend.clone());
             if let Err(e) = daemon.wait() {
-                info!("{}: connection ended: {e}", self.socket.display());
+                crate::limited!(info, "{}: connection ended: {e}", self.socket.display());
             }
-            info!("{}: frontend disconnected", self.socket.display());
+            crate::limited!(info, "{}: frontend disconnected", self.socket.display());
         }
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
         backend.end(daemon);

@@ -7,7 +7,6 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tracing::{debug, warn};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::{
     ShutdownHandle, VhostUserBackend, VhostUserDaemon, VringEpollHandler, VringRwLock,
@@ -124,7 +123,7 @@ impl VhostUserBlk {
             if let Some(vring) = worker.vring().cloned() {
                 worker.drain(&vring);
             }
-            debug!("queue {index} stopped");
+            crate::limited!(debug, "queue {index} stopped");
         }
         for handler in lock(&self.handlers).drain(..) {
             handler.send_exit_event();
@@ -183,7 +182,7 @@ impl VhostUserBackend for VhostUserBlk {
     fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {
         let map = mem.memory();
         if let Err(e) = memory_table::check(&map) {
-            warn!("memory table refused, closing the connection: {e}");
+            crate::limited!(warn, "memory table refused, closing the connection: {e}");
             if let Some(connection) = lock(&self.connection).as_ref() {
                 connection.shutdown();
             }
@@ -219,6 +218,7 @@ impl VhostUserBackend for VhostUserBlk {
         if let Some(vring) = worker.vring().cloned() {
             worker.drain(&vring);
         }
+        worker.ring_stopped();
         queue.stop.store(false, Ordering::Release);
         Ok(())
     }
@@ -235,7 +235,7 @@ impl VhostUserBackend for VhostUserBlk {
             return Ok(());
         }
         let (Some(queue), Some(vring)) = (self.queues.get(thread_id), vrings.first()) else {
-            warn!("event {device_event} for unknown thread {thread_id}");
+            crate::limited!(warn, "event {device_event} for unknown thread {thread_id}");
             return Ok(());
         };
         let mut worker = lock(&queue.worker);
@@ -245,7 +245,7 @@ impl VhostUserBackend for VhostUserBlk {
                 && let Err(e) =
                     handler.register_listener(fd, EventSet::IN, u64::from(self.completion_event()))
             {
-                warn!("queue {thread_id}: cannot wait for completions: {e}");
+                crate::limited!(warn, "queue {thread_id}: cannot wait for completions: {e}");
             }
         }
         if device_event == self.completion_event() {

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use tracing::{debug, error, warn};
 use vhost_user_backend::{VringRwLock, VringState, VringT};
 use virtio_queue::QueueT;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
@@ -57,6 +56,9 @@ pub struct QueueWorker {
     inflight: InFlight,
     vring: Option<VringRwLock>,
     set_up: bool,
+    /// The driver broke the ring (an avail index further ahead than the ring holds): the queue
+    /// is not served until the frontend sets it up again (virtio's NEEDS_RESET).
+    broken: bool,
     stats: Arc<QueueStats>,
 }
 
@@ -82,6 +84,7 @@ impl QueueWorker {
             engine: None,
             vring: None,
             set_up: false,
+            broken: false,
             stats,
         }
     }
@@ -98,7 +101,7 @@ impl QueueWorker {
         if let Some(cpu) = self.settings.cpu
             && let Err(e) = pin_current_thread(cpu)
         {
-            warn!("queue {}: cannot pin to CPU {cpu}: {e}", self.index);
+            crate::limited!(warn, "queue {}: cannot pin to CPU {cpu}: {e}", self.index);
         }
         let options = EngineOptions {
             depth: u32::from(self.settings.max_size) * 2,
@@ -107,7 +110,11 @@ impl QueueWorker {
         };
         match self.disk.engine(options) {
             Ok(engine) => self.engine = Some(engine),
-            Err(e) => error!("queue {}: cannot open its I/O engine: {e}", self.index),
+            Err(e) => crate::limited!(
+                error,
+                "queue {}: cannot open its I/O engine: {e}",
+                self.index
+            ),
         }
         self.engine
             .as_ref()
@@ -162,7 +169,11 @@ impl QueueWorker {
     fn suppress_kicks(&mut self, vring: &VringRwLock) {
         let mut state = vring.get_mut();
         if let Err(e) = state.get_queue_mut().disable_notification(&*self.mem) {
-            debug!("queue {}: cannot disable notifications: {e}", self.index);
+            crate::limited!(
+                debug,
+                "queue {}: cannot disable notifications: {e}",
+                self.index
+            );
         }
     }
 
@@ -217,7 +228,7 @@ impl QueueWorker {
             stats: &self.stats,
         };
         let mut pass = Pass {
-            ready: state.get_queue().ready() && state.is_enabled(),
+            ready: state.get_queue().ready() && state.is_enabled() && !self.broken,
             ..Pass::default()
         };
         let mut stale = false;
@@ -235,6 +246,21 @@ impl QueueWorker {
                 let mut waiting = avail
                     .as_ref()
                     .map_or(0, |idx| idx.0.wrapping_sub(queue.next_avail()));
+                if waiting > queue.size() {
+                    // No driver can make more entries available than the ring holds. Stop at
+                    // once, and say so once: retrying would log (or spin) once per pass.
+                    crate::limited!(
+                        warn,
+                        "queue {}: avail index {} is {waiting} entries ahead of a {}-entry ring; \
+                         queue stopped until the frontend sets it up again",
+                        self.index,
+                        queue.next_avail().wrapping_add(waiting),
+                        queue.size()
+                    );
+                    self.broken = true;
+                    pass.ready = false;
+                    break;
+                }
                 // Only when there is work (or the ring is not mapped at all) is the snapshot
                 // compared with the current map: an idle poll stays cheap.
                 if (waiting > 0 || avail.is_err()) && !std::ptr::eq(&*atomic_mem.memory(), ctx.mem)
@@ -279,7 +305,7 @@ impl QueueWorker {
             return 0;
         };
         if submit && let Err(e) = engine.submit() {
-            error!("I/O submission failed: {e}");
+            crate::limited!(error, "I/O submission failed: {e}");
         }
         let queue = state.get_queue_mut();
         let mut used = 0;
@@ -302,7 +328,7 @@ impl QueueWorker {
             .needs_notification(mem)
             .unwrap_or(true);
         if needed && let Err(e) = state.signal_used_queue() {
-            debug!("cannot notify the guest: {e}");
+            crate::limited!(debug, "cannot notify the guest: {e}");
         }
     }
 
@@ -326,7 +352,8 @@ impl QueueWorker {
                 return;
             };
             if let Err(e) = engine.wait() {
-                error!(
+                crate::limited!(
+                    error,
                     "queue {}: waiting for in-flight I/O failed: {e}",
                     self.index
                 );
@@ -345,6 +372,12 @@ impl QueueWorker {
                 Self::notify_guest(&mut state, ctx.mem);
             }
         }
+    }
+
+    /// The frontend stopped the ring (`GET_VRING_BASE`): whatever the driver broke is gone
+    /// with it, and the ring may be served again once started.
+    pub fn ring_stopped(&mut self) {
+        self.broken = false;
     }
 
     /// The vring this worker serves, once it has been set up.
