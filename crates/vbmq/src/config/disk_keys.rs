@@ -45,6 +45,30 @@ pub const DISK_KEYS: &[DiskKey] = &[
         "instead of path: a volatile disk in host memory",
     ),
     key(
+        "rbd",
+        "POOL/[NS/]IMAGE",
+        None,
+        "instead of path: a Ceph RBD image, through librbd",
+    ),
+    key(
+        "ceph-conf",
+        "FILE",
+        Some("/etc/ceph/ceph.conf"),
+        "with rbd: the Ceph configuration (monitors, keyring)",
+    ),
+    key(
+        "ceph-user",
+        "NAME",
+        Some("admin"),
+        "with rbd: the Ceph user, without client.",
+    ),
+    key(
+        "ceph-timeout",
+        "SECONDS",
+        Some("30"),
+        "with rbd: an operation the cluster leaves unanswered fails",
+    ),
+    key(
         "image",
         "FILE",
         None,

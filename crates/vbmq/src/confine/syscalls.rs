@@ -93,15 +93,57 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_unlink,
 ];
 
+/// Calls added when an RBD disk is served, made by librados' and librbd's own threads while
+/// serving (seen under `strace -f` through tests/rbd.rs, the OSD stopped and killed included).
+const CEPH: &[libc::c_long] = &[
+    // TCP connections to monitors and OSDs, opened and reopened on demand (a new OSD in the
+    // map, a reset connection); `socket` itself is limited to TCP below
+    libc::SYS_connect,
+    libc::SYS_setsockopt,
+    libc::SYS_getsockname,
+    // the messenger's check of a non-blocking connect's outcome (SO_ERROR)
+    libc::SYS_getsockopt,
+    // a new connection's wake-up pipe
+    libc::SYS_pipe2,
+    // the host name, which librados sends in its session metadata
+    libc::SYS_uname,
+];
+
 /// `ioctl` requests allowed (argument 1): std's non-blocking and close-on-exec switches. Block
 /// device sizes and terminal probing happen before confinement.
 /// (`c_ulong` is `u64` on both architectures seccompiler supports.)
 const IOCTLS: &[u64] = &[libc::FIONBIO, libc::FIOCLEX];
 
 /// Compiles the allowlist; anything else raises SIGSYS (reported, then the process exits).
-pub(super) fn filter() -> Result<BpfProgram, BackendError> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
-        ALLOWED.iter().map(|&nr| (nr, Vec::new())).collect();
+pub(super) fn filter(ceph: bool) -> Result<BpfProgram, BackendError> {
+    let extra: &[libc::c_long] = if ceph { CEPH } else { &[] };
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = ALLOWED
+        .iter()
+        .chain(extra)
+        .map(|&nr| (nr, Vec::new()))
+        .collect();
+    if ceph {
+        // TCP over IPv4 or IPv6 only: no Unix, netlink, UDP or raw sockets. (The type's low
+        // bits; SOCK_CLOEXEC and SOCK_NONBLOCK are flags above them.)
+        let domain = |family: u64| {
+            SeccompRule::new(vec![
+                SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, family)?,
+                SeccompCondition::new(
+                    1,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::MaskedEq(0xf),
+                    libc::SOCK_STREAM.unsigned_abs().into(),
+                )?,
+            ])
+        };
+        rules.insert(
+            libc::SYS_socket,
+            vec![
+                domain(libc::AF_INET.unsigned_abs().into())?,
+                domain(libc::AF_INET6.unsigned_abs().into())?,
+            ],
+        );
+    }
     let ioctl_rules = IOCTLS
         .iter()
         .map(|&request| {
