@@ -188,7 +188,7 @@ mod tests {
 
     /// Runs `body` in a child process under the allowlist; returns how the child ended.
     fn under_filter(body: fn()) -> libc::c_int {
-        let filter = filter().expect("filter");
+        let filter = filter(false).expect("filter");
         // SAFETY: the child only installs a filter, runs `body` and exits; glibc's fork leaves
         // malloc usable in the child.
         let pid = unsafe { libc::fork() };
