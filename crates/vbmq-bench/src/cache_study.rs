@@ -22,8 +22,7 @@ use super::client::{LoadSpec, run_load};
 use super::cpus::CpuPlan;
 use super::disk::BackingFile;
 use super::error::Result;
-use super::report::table::{case_text, case_title};
-use super::runner::{Runner, Settings};
+use super::runner::{Runner, Settings, Shown};
 use super::stats::CaseResult;
 use super::systems::{Launcher, Mode, Storage, System};
 use super::workloads::{Case, ClientMode, Experiment, Workload, filter};
@@ -136,6 +135,7 @@ pub fn run(
     quick: bool,
     only: Option<&str>,
     stop: &AtomicBool,
+    show: &mut dyn FnMut(Shown<'_>),
 ) -> Result<StudyResult> {
     let mut plan = cases(quick);
     if let Some(text) = only {
@@ -168,21 +168,10 @@ pub fn run(
             "qemu-storage-daemon is not installed".into(),
         );
     }
-    let mut result = StudyResult::default();
-    let mut last = None;
-    for case in &plan {
-        if runner.stopped() {
-            break;
-        }
-        if last != Some(case.experiment) {
-            println!("== {}", case.experiment.title());
-            last = Some(case.experiment);
-        }
-        let measured = runner.run_case(case);
-        println!("-- {}", case_title(&measured));
-        println!("{}", case_text(&measured));
-        result.cases.push(measured);
-    }
+    let mut result = StudyResult {
+        cases: runner.run_cases(&plan, show),
+        ..StudyResult::default()
+    };
     let stopped = runner.stopped();
     result.skipped = runner.skipped();
     drop(runner);
