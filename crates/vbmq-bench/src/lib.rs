@@ -13,6 +13,7 @@ mod disk;
 mod error;
 mod goals;
 mod histogram;
+mod launcher;
 mod options;
 mod report;
 mod rng;
@@ -29,10 +30,11 @@ use std::time::Duration;
 use cpus::{CpuPlan, pin_to};
 use disk::BackingFile;
 use error::{BenchError, Result};
+use launcher::{Launcher, find_in_path};
 pub use options::Options;
 use report::Report;
 use runner::{Runner, Settings};
-use systems::{Launcher, System, find_in_path};
+use systems::System;
 
 /// Size of the backing file and of the null devices.
 const DISK_BYTES: u64 = 1 << 30;

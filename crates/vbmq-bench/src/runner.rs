@@ -11,8 +11,9 @@ use serde::Serialize;
 use super::client::{LoadSpec, run_load};
 use super::cpus::CpuPlan;
 use super::error::{BenchError, Result};
+use super::launcher::Launcher;
 use super::stats::{CaseResult, PointResult, RunSample, Summary};
-use super::systems::{Launcher, System};
+use super::systems::System;
 use super::workloads::{Case, Experiment};
 
 /// Time a run may take beyond warm-up and measurement (connecting, draining, a slow request)
@@ -281,7 +282,8 @@ impl Progress {
 mod tests {
     use super::*;
     use crate::disk::BackingFile;
-    use crate::systems::{Mode, find_in_path};
+    use crate::launcher::find_in_path;
+    use crate::systems::WaitMode;
     use crate::workloads::{ClientMode, Experiment, Workload};
 
     /// Runs bare metal for real, and a "vbmq" that cannot start.
@@ -317,8 +319,8 @@ mod tests {
             jobs: 2,
             systems: vec![
                 System::BareMetal,
-                System::vbmq(Mode::Event),
-                System::vbmq(Mode::Poll),
+                System::vbmq(WaitMode::Event),
+                System::vbmq(WaitMode::Poll),
             ],
         };
         let result = runner.run_case(&case);
