@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # base first: the sources and the compiler the others rely on.
-for name in base bench guest fuzz; do
+for name in base bench guest fuzz ceph; do
     start=$SECONDS
     echo "== scripts/deps/$name.sh"
     status=0

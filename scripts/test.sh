@@ -10,8 +10,8 @@ bash scripts/install-test-deps.sh || {
 }
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-echo "== cargo test (every crate, guest and root tests included)"
-cargo test --release --workspace --all-targets --features vbmq-cli/guest-tests,vbmq-cli/root-tests \
+echo "== cargo test (every crate, guest, root and Ceph tests included)"
+cargo test --release --workspace --all-targets --features vbmq-cli/guest-tests,vbmq-cli/root-tests,vbmq-cli/ceph-tests \
     2>&1 | tee "$log"
 if grep -q 'ignored, needs feature' "$log"; then
     echo "test.sh: tests were skipped for a missing feature (see above)" >&2

@@ -59,6 +59,7 @@ fn options(dir: &Path, seccomp: bool) -> ConfineOptions {
             },
         ],
         sockets: vec![dir.join("sock/vbmq.sock")],
+        ceph: None,
         seccomp,
     }
 }
@@ -165,10 +166,12 @@ fn filesystem(dir: &Path) {
         .write(true)
         .open(dir.join("disk.img"))
         .unwrap();
+    std::fs::write(dir.join("sock/stale.sock"), b"").unwrap();
     let status = confine(&options(dir, false)).unwrap();
     assert_ne!(status.filesystem, FilesystemStatus::Unsupported);
 
-    // Allowed: the disks (read-only one read-only), and a socket in the socket directory.
+    // Allowed: the disks (read-only one read-only), and removing a file (the socket, at exit)
+    // in the socket directory.
     disk_before.write_all(b"ok").unwrap();
     OpenOptions::new()
         .read(true)
@@ -180,9 +183,10 @@ fn filesystem(dir: &Path) {
         .unwrap()
         .read_to_end(&mut buf)
         .unwrap();
-    let listener = UnixListener::bind(dir.join("sock/vbmq.sock")).unwrap();
-    drop(listener);
-    std::fs::remove_file(dir.join("sock/vbmq.sock")).unwrap();
+    std::fs::remove_file(dir.join("sock/stale.sock")).unwrap();
+    // Refused: a new socket, even in the socket directory (listeners are bound before).
+    let err = UnixListener::bind(dir.join("sock/vbmq.sock")).expect_err("no socket after start");
+    assert_eq!(err.raw_os_error(), Some(libc::EACCES), "{err}");
 
     // Refused: everything else.
     let denied = |r: std::io::Result<File>| {
@@ -231,6 +235,8 @@ fn allowed_under_seccomp(dir: &Path) {
         .write(true)
         .open(dir.join("disk.img"))
         .unwrap();
+    // Rings are created before confinement, as `serve` creates each queue's.
+    let mut ring = io_uring::IoUring::new(8).unwrap();
     let status = confine(&options(dir, true)).unwrap();
     assert!(status.seccomp);
     // What a queue worker does: a thread, an eventfd, epoll, io_uring, positional I/O, sync.
@@ -248,7 +254,6 @@ fn allowed_under_seccomp(dir: &Path) {
             .unwrap();
         let mut events = [vmm_sys_util::epoll::EpollEvent::default(); 1];
         assert_eq!(epoll.wait(0, &mut events).unwrap(), 1);
-        let mut ring = io_uring::IoUring::new(8).unwrap();
         let nop = io_uring::opcode::Nop::new().build().user_data(7);
         // SAFETY: a NOP references no memory.
         unsafe { ring.submission().push(&nop).unwrap() };

@@ -2,6 +2,8 @@
 //! and run against every engine (null, file with and without O_DIRECT, mem, cached file), then the
 //! same checks through the real daemon driven by libblkio.
 
+#[cfg(feature = "ceph-tests")]
+mod ceph;
 mod common;
 
 use std::collections::HashMap;
@@ -76,7 +78,33 @@ fn cases(dir: &Path) -> Vec<Case> {
             stores: true,
             seeded: true,
         },
+        #[cfg(feature = "ceph-tests")]
+        Case {
+            name: "rbd",
+            disk: rbd_disk(),
+            stores: true,
+            seeded: false,
+        },
     ]
+}
+
+/// A new image on the binary's shared single-node Ceph cluster.
+#[cfg(feature = "ceph-tests")]
+fn rbd_disk() -> Arc<dyn Disk> {
+    let name = ceph::unique_image_name("conformance");
+    let conf = ceph::with_shared(|cluster| {
+        cluster.create_image(&name, CAPACITY);
+        cluster.conf().to_path_buf()
+    });
+    let target = vbmq::backend::RbdTarget {
+        pool: "rbd".into(),
+        namespace: String::new(),
+        image: name,
+        conf,
+        user: "admin".into(),
+        timeout: Duration::from_secs(30),
+    };
+    Arc::new(vbmq::backend::RbdDisk::open(&target, false).unwrap())
 }
 
 fn engine(disk: &Arc<dyn Disk>) -> Box<dyn Engine> {
@@ -328,6 +356,34 @@ fn discard_and_write_zeroes_read_back_zeros() {
     });
 }
 
+/// A read or write with no data buffer moves nothing and completes with 0 bytes.
+#[test]
+fn empty_read_and_write_complete_with_zero_bytes() {
+    for_each_case(|case| {
+        let mut e = engine(&case.disk);
+        let mut bufs = Buffers::new();
+        let (r, w) = (bufs.add(Vec::new()), bufs.add(Vec::new()));
+        let ops = [
+            (
+                1,
+                IoOp::Read {
+                    offset: 4096,
+                    iov: r,
+                },
+            ),
+            (
+                2,
+                IoOp::Write {
+                    offset: 4096,
+                    iov: w,
+                },
+            ),
+        ];
+        let results = execute(e.as_mut(), &ops);
+        assert_eq!((results[&1], results[&2]), (0, 0), "{}", case.name);
+    });
+}
+
 #[test]
 fn many_in_flight_complete_once_by_tag() {
     for_each_case(|case| {
@@ -405,6 +461,17 @@ fn daemon_conformance() {
             true,
         ),
     ];
+    #[cfg(feature = "ceph-tests")]
+    let storages = {
+        let image = ceph::unique_image_name("daemon");
+        let rbd = ceph::with_shared(|cluster| {
+            cluster.create_image(&image, CAPACITY);
+            cluster.disk(&image)
+        });
+        let mut all = storages.to_vec();
+        all.push(("rbd", rbd, true, false));
+        all
+    };
     for (name, storage, stores, seeded) in storages {
         eprintln!("case: {name}");
         let socket = dir.path().join(format!("{}.sock", name.replace(' ', "-")));

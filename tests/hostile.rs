@@ -23,6 +23,7 @@ mod hostile {
     pub mod vhost_lifecycle;
     pub mod vhost_memory;
     pub mod vhost_raw;
+    pub mod vhost_values;
     pub mod victim;
 }
 
@@ -174,4 +175,96 @@ fn sixteen_range_discards_overflowing_the_completion_queue_all_complete() {
     assert_eq!(completed, 12 * per_round);
     drop(guest);
     assert!(daemon.stop().success());
+}
+
+/// With every message on (`RUST_LOG=debug`), a guest that repeats bad input cannot grow the log
+/// past the per-call-site rate limits, in any mode. An avail index further ahead than the ring
+/// holds stops the queue at once, said once; the other disks go on, and the queue serves again
+/// once the frontend has stopped and set it up anew (what a device reset does).
+#[test]
+fn repeated_guest_errors_cannot_flood_the_log_in_any_mode() {
+    use hostile::chain::{Ctx, Seg};
+    use hostile::daemon::{Daemon, QUEUE_SIZE, VICTIM_SIZE, pattern};
+    use hostile::frontend::Guest;
+    use std::time::{Duration, Instant};
+    use vhost::VhostBackend as _;
+
+    const LOG_LIMIT: usize = 64 << 10;
+    for (mode, opts) in [
+        ("event", ",mode=event"),
+        ("poll", ",mode=poll,cpus=0-1"),
+        ("adaptive", ",mode=adaptive,poll-us=50"),
+    ] {
+        let daemon = Daemon::start_logging(&format!("flood-{mode}"), opts, "debug");
+        let mut victim =
+            hostile::victim::Victim::connect(&daemon.path("victim.sock"), pattern(VICTIM_SIZE, 3));
+        let mut guest = Guest::connect(&daemon.path("target.sock"), QUEUE_SIZE).unwrap();
+        // Thousands of requests of an unknown type: each is refused (and was logged).
+        let start = Instant::now();
+        let mut refused = 0;
+        while refused < 3000 && start.elapsed() < Duration::from_secs(20) {
+            let mut c = Ctx::new(&mut guest);
+            let mut heads = Vec::new();
+            for _ in 0..64 {
+                let hdr = c.header(0xbad, 0);
+                let st = c.status();
+                heads.push(c.direct(&[Seg::r(hdr, 16), Seg::w(st, 1)]));
+            }
+            drop(c);
+            guest.publish(&heads);
+            let used = guest.wait_used(heads.len(), Duration::from_secs(10));
+            assert_eq!(
+                used.len(),
+                heads.len(),
+                "{mode}: refused requests must complete"
+            );
+            refused += used.len();
+        }
+        assert!(refused >= 3000, "{mode}: only {refused} requests in 20 s");
+        // One more, a second later: its line says how many the limit held back.
+        std::thread::sleep(Duration::from_millis(1100));
+        let mut c = Ctx::new(&mut guest);
+        let hdr = c.header(0xbad, 0);
+        let st = c.status();
+        let head = c.direct(&[Seg::r(hdr, 16), Seg::w(st, 1)]);
+        drop(c);
+        guest.publish(&[head]);
+        assert_eq!(guest.wait_used(1, Duration::from_secs(10)).len(), 1);
+        // An avail index past the ring, held while the worker runs (a poller spins meanwhile).
+        let bad = guest.ring.avail_idx().wrapping_add(QUEUE_SIZE + 1);
+        guest.publish_avail_idx(bad);
+        std::thread::sleep(Duration::from_secs(2));
+        guest.kick();
+        std::thread::sleep(Duration::from_millis(200));
+        victim
+            .check()
+            .unwrap_or_else(|e| panic!("{mode}: other disk: {e}"));
+        let log = daemon.log();
+        assert!(
+            log.len() < LOG_LIMIT,
+            "{mode}: {} bytes of log ({} lines) from one guest:\n{}",
+            log.len(),
+            log.lines().count(),
+            &log[..log.len().min(2000)]
+        );
+        assert!(
+            log.contains("held back"),
+            "{mode}: the rate limit must say how much it held back"
+        );
+        let stopped = log
+            .matches("queue stopped until the frontend sets it up again")
+            .count();
+        assert_eq!(
+            stopped, 1,
+            "{mode}: the broken ring must be reported once:\n{log}"
+        );
+        // A reset: the frontend stops the ring (GET_VRING_BASE) and sets it up again.
+        guest.frontend.get_vring_base(0).unwrap();
+        guest.start_queue(0, QUEUE_SIZE).unwrap();
+        let mut model = std::fs::read(daemon.path("target.img")).unwrap();
+        hostile::battery::good_request(&mut guest, &mut model, 1)
+            .unwrap_or_else(|e| panic!("{mode}: after the reset: {e}"));
+        drop(guest);
+        assert!(daemon.stop().success(), "{mode}: vbmq must exit 0");
+    }
 }

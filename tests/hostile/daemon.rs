@@ -30,6 +30,12 @@ impl Daemon {
 
     /// `target_opts` are appended to the attacked disk's `--disk` (e.g. ",mode=adaptive").
     pub fn start_with(name: &str, target_opts: &str) -> Self {
+        let level = std::env::var("HOSTILE_LOG").unwrap_or_else(|_| "warn".into());
+        Self::start_logging(name, target_opts, &level)
+    }
+
+    /// As [`Self::start_with`], logging at `level` (`RUST_LOG`).
+    pub fn start_logging(name: &str, target_opts: &str, level: &str) -> Self {
         let dir = std::env::temp_dir().join(format!("vbmq-hostile-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -82,10 +88,7 @@ impl Daemon {
                 &disk("readonly.sock", "readonly.img", ",queues=1,readonly=on"),
             ])
             .args(["--disk", &disk("victim.sock", "victim.img", ",queues=1")])
-            .env(
-                "RUST_LOG",
-                std::env::var("HOSTILE_LOG").unwrap_or_else(|_| "warn".into()),
-            )
+            .env("RUST_LOG", level)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -2,14 +2,11 @@
 //! the next frontend must be served, with the checks of every request case.
 
 use std::path::Path;
-use std::time::Duration;
 
 use vhost::VhostBackend;
 use vhost::vhost_user::VhostUserFrontend;
-use virtio_bindings::virtio_blk::VIRTIO_BLK_T_IN;
 use vmm_sys_util::eventfd::EventFd;
 
-use super::chain::{Ctx, Seg};
 use super::daemon::{QUEUE_SIZE, TARGET_QUEUES};
 use super::frontend::Guest;
 use super::memory::GuestRam;
@@ -71,6 +68,7 @@ pub fn cases() -> Vec<VhostCase> {
     super::vhost_memory::cases(&mut v);
     super::vhost_raw::cases(&mut v);
     super::vhost_lifecycle::cases(&mut v);
+    super::vhost_values::cases(&mut v);
     v
 }
 
@@ -160,30 +158,6 @@ fn vring_num(v: &mut Vec<VhostCase>) {
             format!("SET_VRING_NUM {num}"),
             Must::BeRefused,
             move |s| refused(acked(s)?.frontend.set_vring_num(0, num)),
-        ));
-    }
-    // Not a power of two: refused, or the queue never runs; either way nothing breaks.
-    for num in [3u16, 100, 255] {
-        v.push(vcase(
-            format!("SET_VRING_NUM {num} then I/O"),
-            Must::Survive,
-            move |s| {
-                let mut g = acked(s)?;
-                g.frontend
-                    .set_mem_table(&g.ram.regions())
-                    .map_err(|e| e.to_string())?;
-                if g.start_queue(0, num).is_err() {
-                    return Ok(true);
-                }
-                let mut ctx = Ctx::new(&mut g);
-                let hdr = ctx.header(VIRTIO_BLK_T_IN, 0);
-                let buf = ctx.buffer(512, None);
-                let st = ctx.status();
-                let head = ctx.direct(&[Seg::r(hdr, 16), Seg::w(buf, 512), Seg::w(st, 1)]);
-                g.publish(&[head]);
-                g.wait_used(1, Duration::from_millis(300));
-                Ok(false)
-            },
         ));
     }
 }

@@ -22,10 +22,10 @@ use super::client::{LoadSpec, run_load};
 use super::cpus::CpuPlan;
 use super::disk::BackingFile;
 use super::error::Result;
-use super::report::table::{case_text, case_title};
-use super::runner::{Runner, Settings};
+use super::launcher::Launcher;
+use super::runner::{Runner, Settings, Shown};
 use super::stats::CaseResult;
-use super::systems::{Launcher, Mode, Storage, System};
+use super::systems::{DiskSetup, System, WaitMode};
 use super::workloads::{Case, ClientMode, Experiment, Workload, filter};
 
 /// Size of the study's disk.
@@ -37,8 +37,8 @@ pub const FITS_PERCENT: u16 = 200;
 pub const SPILL_PERCENT: u16 = 25;
 
 /// vbmq with a cache of `percent` of the disk, its I/O thread in `mode`.
-pub const fn cached(percent: u16, mode: Mode) -> System {
-    System::vbmq_on(Storage::Cache { percent }, mode)
+pub const fn cached(percent: u16, mode: WaitMode) -> System {
+    System::vbmq_on(DiskSetup::Cache { percent }, mode)
 }
 
 /// The study's cases: every read a hit ([`Experiment::Cache`]), and a working set four times
@@ -49,22 +49,22 @@ fn cases(quick: bool) -> Vec<Case> {
     } else {
         &[Workload::randread(1), Workload::randread(32)]
     };
-    let mem = System::vbmq_on(Storage::Memory, Mode::Poll);
-    let page_cache = System::vbmq_on(Storage::PageCache, Mode::Poll);
+    let mem = System::vbmq_on(DiskSetup::Memory, WaitMode::Poll);
+    let page_cache = System::vbmq_on(DiskSetup::PageCache, WaitMode::Poll);
     let fits: Vec<System> = if quick {
         vec![
             System::BareMetalPageCache,
-            cached(FITS_PERCENT, Mode::Adaptive),
-            cached(FITS_PERCENT, Mode::Poll),
+            cached(FITS_PERCENT, WaitMode::Adaptive),
+            cached(FITS_PERCENT, WaitMode::Poll),
             mem,
         ]
     } else {
         vec![
             System::BareMetalPageCache,
-            cached(FITS_PERCENT, Mode::Adaptive),
-            cached(FITS_PERCENT, Mode::Poll),
+            cached(FITS_PERCENT, WaitMode::Adaptive),
+            cached(FITS_PERCENT, WaitMode::Poll),
             mem,
-            System::vbmq_on(Storage::Memory, Mode::Adaptive),
+            System::vbmq_on(DiskSetup::Memory, WaitMode::Adaptive),
             page_cache,
             System::QsdPageCache,
         ]
@@ -72,13 +72,13 @@ fn cases(quick: bool) -> Vec<Case> {
     let spill: Vec<System> = if quick {
         vec![
             System::BareMetalPageCache,
-            cached(SPILL_PERCENT, Mode::Adaptive),
+            cached(SPILL_PERCENT, WaitMode::Adaptive),
         ]
     } else {
         vec![
             System::BareMetalPageCache,
-            cached(SPILL_PERCENT, Mode::Adaptive),
-            cached(SPILL_PERCENT, Mode::Poll),
+            cached(SPILL_PERCENT, WaitMode::Adaptive),
+            cached(SPILL_PERCENT, WaitMode::Poll),
             page_cache,
             System::QsdPageCache,
         ]
@@ -136,6 +136,7 @@ pub fn run(
     quick: bool,
     only: Option<&str>,
     stop: &AtomicBool,
+    show: &mut dyn FnMut(Shown<'_>),
 ) -> Result<StudyResult> {
     let mut plan = cases(quick);
     if let Some(text) = only {
@@ -168,21 +169,10 @@ pub fn run(
             "qemu-storage-daemon is not installed".into(),
         );
     }
-    let mut result = StudyResult::default();
-    let mut last = None;
-    for case in &plan {
-        if runner.stopped() {
-            break;
-        }
-        if last != Some(case.experiment) {
-            println!("== {}", case.experiment.title());
-            last = Some(case.experiment);
-        }
-        let measured = runner.run_case(case);
-        println!("-- {}", case_title(&measured));
-        println!("{}", case_text(&measured));
-        result.cases.push(measured);
-    }
+    let mut result = StudyResult {
+        cases: runner.run_cases(&plan, show),
+        ..StudyResult::default()
+    };
     let stopped = runner.stopped();
     result.skipped = runner.skipped();
     drop(runner);
@@ -227,7 +217,7 @@ fn hit_ratios(
             matches!(
                 s,
                 System::Vbmq {
-                    storage: Storage::Cache { .. },
+                    storage: DiskSetup::Cache { .. },
                     ..
                 }
             )

@@ -5,7 +5,7 @@ use serde::Serialize;
 use super::cache_study;
 use super::calibrate::Handover;
 use super::stats::{CaseResult, Summary};
-use super::systems::{Mode, Storage, System};
+use super::systems::{DiskSetup, System, WaitMode};
 use super::workloads::{ClientMode, Experiment, Workload};
 
 /// Which figure a goal compares.
@@ -81,7 +81,7 @@ fn goals() -> [Goal; 9] {
         threshold,
         at_least,
     };
-    let poll = System::vbmq(Mode::Poll);
+    let poll = System::vbmq(WaitMode::Poll);
     [
         matrix(
             "randread 4K QD32, polling client, mode=poll",
@@ -115,7 +115,7 @@ fn goals() -> [Goal; 9] {
             experiment: Experiment::InterruptClient,
             workload: Workload::randread(1),
             client: ClientMode::Interrupt,
-            system: System::vbmq(Mode::Adaptive),
+            system: System::vbmq(WaitMode::Adaptive),
             reference: System::QsdVbdp,
             metric: Metric::P50Us,
             threshold: 0.5,
@@ -126,7 +126,7 @@ fn goals() -> [Goal; 9] {
             Workload::randread(32),
             Metric::BackendCpuSPerMio,
             System::QsdVbdp,
-            System::vbmq(Mode::Adaptive),
+            System::vbmq(WaitMode::Adaptive),
             0.5,
             false,
         ),
@@ -135,7 +135,7 @@ fn goals() -> [Goal; 9] {
             experiment: Experiment::Null,
             workload: Workload::randread(32),
             client: ClientMode::Polling,
-            system: System::vbmq_null(Mode::Poll),
+            system: System::vbmq_null(WaitMode::Poll),
             reference: System::QsdNull,
             metric: Metric::Iops,
             threshold: 2.0,
@@ -146,7 +146,7 @@ fn goals() -> [Goal; 9] {
             experiment: Experiment::Cache,
             workload: Workload::randread(32),
             client: ClientMode::Polling,
-            system: System::vbmq_on(Storage::Memory, Mode::Poll),
+            system: System::vbmq_on(DiskSetup::Memory, WaitMode::Poll),
             reference: System::BareMetalPageCache,
             metric: Metric::Iops,
             threshold: 1.0,
@@ -157,7 +157,7 @@ fn goals() -> [Goal; 9] {
             experiment: Experiment::Cache,
             workload: Workload::randread(32),
             client: ClientMode::Polling,
-            system: cache_study::cached(cache_study::FITS_PERCENT, Mode::Adaptive),
+            system: cache_study::cached(cache_study::FITS_PERCENT, WaitMode::Adaptive),
             reference: System::BareMetalPageCache,
             metric: Metric::Iops,
             threshold: 1.0,
@@ -168,7 +168,7 @@ fn goals() -> [Goal; 9] {
             experiment: Experiment::Cache,
             workload: Workload::randread(1),
             client: ClientMode::Polling,
-            system: cache_study::cached(cache_study::FITS_PERCENT, Mode::Adaptive),
+            system: cache_study::cached(cache_study::FITS_PERCENT, WaitMode::Adaptive),
             reference: System::BareMetalPageCache,
             metric: Metric::P50Us,
             threshold: 1.0,
@@ -296,8 +296,8 @@ mod tests {
                 Workload::randread(32),
                 vec![
                     point(System::BareMetal, 100.0, 1.0, 0.0),
-                    point(System::vbmq(Mode::Poll), 95.0, 1.0, 3.0),
-                    point(System::vbmq(Mode::Adaptive), 90.0, 1.0, 4.0),
+                    point(System::vbmq(WaitMode::Poll), 95.0, 1.0, 3.0),
+                    point(System::vbmq(WaitMode::Adaptive), 90.0, 1.0, 4.0),
                     point(System::QsdVbdp, 50.0, 1.0, 6.0),
                 ],
             ),
@@ -305,7 +305,7 @@ mod tests {
                 Workload::randread(1),
                 vec![
                     point(System::BareMetal, 1.0, 4.0, 0.0),
-                    point(System::vbmq(Mode::Poll), 1.0, 6.0, 0.0),
+                    point(System::vbmq(WaitMode::Poll), 1.0, 6.0, 0.0),
                 ],
             ),
         ];
@@ -333,7 +333,7 @@ mod tests {
             Workload::randread(1),
             vec![
                 point(System::BareMetal, 1.0, 7.0, 0.0),
-                point(System::vbmq(Mode::Adaptive), 1.0, 25.0, 0.0),
+                point(System::vbmq(WaitMode::Adaptive), 1.0, 25.0, 0.0),
                 point(System::QsdVbdp, 1.0, 40.0, 0.0),
             ],
         );

@@ -13,6 +13,7 @@ mod disk;
 mod error;
 mod goals;
 mod histogram;
+mod launcher;
 mod options;
 mod report;
 mod rng;
@@ -29,10 +30,11 @@ use std::time::Duration;
 use cpus::{CpuPlan, pin_to};
 use disk::BackingFile;
 use error::{BenchError, Result};
+use launcher::{Launcher, find_in_path};
 pub use options::Options;
 use report::Report;
 use runner::{Runner, Settings};
-use systems::{Launcher, System, find_in_path};
+use systems::System;
 
 /// Size of the backing file and of the null devices.
 const DISK_BYTES: u64 = 1 << 30;
@@ -138,7 +140,7 @@ fn bench(opts: &Options) -> Result<bool> {
             cpus.total()
         );
     }
-    let mut cases = run_cases(&mut runner, &plan);
+    let mut cases = runner.run_cases(&plan, &mut show);
     let complete = !runner.stopped();
     let skipped = runner.skipped();
     drop(runner);
@@ -150,6 +152,7 @@ fn bench(opts: &Options) -> Result<bool> {
             opts.quick,
             opts.only.as_deref(),
             &STOP,
+            &mut show,
         )?
     } else {
         cache_study::StudyResult::default()
@@ -231,24 +234,15 @@ fn measure_handover(cpus: &CpuPlan, settings: &Settings) -> Option<calibrate::Ha
     }
 }
 
-/// Runs the cases in order, printing each one's table as it completes.
-fn run_cases(runner: &mut Runner<'_>, plan: &[workloads::Case]) -> Vec<stats::CaseResult> {
-    let mut cases = Vec::new();
-    let mut last_experiment = None;
-    for case in plan {
-        if runner.stopped() {
-            break;
+/// Prints what the runner measures as it goes: a heading per experiment, a table per case.
+fn show(shown: runner::Shown<'_>) {
+    match shown {
+        runner::Shown::Experiment(experiment) => println!("== {}", experiment.title()),
+        runner::Shown::Case(result) => {
+            println!("-- {}", report::table::case_title(result));
+            println!("{}", report::table::case_text(result));
         }
-        if last_experiment != Some(case.experiment) {
-            println!("== {}", case.experiment.title());
-            last_experiment = Some(case.experiment);
-        }
-        let result = runner.run_case(case);
-        println!("-- {}", report::table::case_title(&result));
-        println!("{}", report::table::case_text(&result));
-        cases.push(result);
     }
-    cases
 }
 
 /// The command as the user would type it again (without `--out`, which does not change what

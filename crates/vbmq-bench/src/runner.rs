@@ -11,13 +11,22 @@ use serde::Serialize;
 use super::client::{LoadSpec, run_load};
 use super::cpus::CpuPlan;
 use super::error::{BenchError, Result};
+use super::launcher::Launcher;
 use super::stats::{CaseResult, PointResult, RunSample, Summary};
-use super::systems::{Launcher, System};
-use super::workloads::Case;
+use super::systems::System;
+use super::workloads::{Case, Experiment};
 
 /// Time a run may take beyond warm-up and measurement (connecting, draining, a slow request)
 /// before its backend is killed.
 const RUN_SLACK: Duration = Duration::from_secs(20);
+
+/// What [`Runner::run_cases`] reports as it goes.
+pub enum Shown<'a> {
+    /// The cases of this experiment begin.
+    Experiment(Experiment),
+    /// A case has been measured.
+    Case(&'a CaseResult),
+}
 
 /// How long and how often each point runs.
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -116,6 +125,26 @@ impl<'a> Runner<'a> {
     /// Whether the user asked to stop.
     pub fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Runs the cases in order until the user stops; `show` sees each experiment as it begins
+    /// and each case as it completes (the caller presents them).
+    pub fn run_cases(&mut self, plan: &[Case], show: &mut dyn FnMut(Shown<'_>)) -> Vec<CaseResult> {
+        let mut cases = Vec::new();
+        let mut last_experiment = None;
+        for case in plan {
+            if self.stopped() {
+                break;
+            }
+            if last_experiment != Some(case.experiment) {
+                show(Shown::Experiment(case.experiment));
+                last_experiment = Some(case.experiment);
+            }
+            let result = self.run_case(case);
+            show(Shown::Case(&result));
+            cases.push(result);
+        }
+        cases
     }
 
     /// Runs every system of `case` `settings.runs` times, interleaved.
@@ -253,7 +282,8 @@ impl Progress {
 mod tests {
     use super::*;
     use crate::disk::BackingFile;
-    use crate::systems::{Mode, find_in_path};
+    use crate::launcher::find_in_path;
+    use crate::systems::WaitMode;
     use crate::workloads::{ClientMode, Experiment, Workload};
 
     /// Runs bare metal for real, and a "vbmq" that cannot start.
@@ -289,8 +319,8 @@ mod tests {
             jobs: 2,
             systems: vec![
                 System::BareMetal,
-                System::vbmq(Mode::Event),
-                System::vbmq(Mode::Poll),
+                System::vbmq(WaitMode::Event),
+                System::vbmq(WaitMode::Poll),
             ],
         };
         let result = runner.run_case(&case);

@@ -1,28 +1,14 @@
-//! The systems compared and how each is started: bare metal needs nothing, the others are
-//! vhost-user-blk backend processes pinned to the backend CPUs.
+//! The catalogue of the systems compared: what each is, its name in reports, and what its
+//! client connects to. `launcher` starts them.
 
 use std::fmt;
-use std::fs::{self, File};
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
 
 use serde::{Serialize, Serializer};
 
-use super::cpus::{cpu_list, pin_to};
-use super::error::{BenchError, Result};
-
-/// How long a backend may take to create its socket.
-const READY_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a backend may take to exit after SIGTERM before it is killed.
-const STOP_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// vbmq's I/O thread mode (`mode=` of `--disk`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Mode {
+pub enum WaitMode {
     /// Sleep on the kick eventfd.
     Event,
     /// Spin on the available ring.
@@ -31,19 +17,20 @@ pub enum Mode {
     Adaptive,
 }
 
-impl Mode {
-    fn as_str(self) -> &'static str {
+impl WaitMode {
+    /// The `mode=` value.
+    pub fn as_str(self) -> &'static str {
         match self {
-            Mode::Event => "event",
-            Mode::Poll => "poll",
-            Mode::Adaptive => "adaptive",
+            WaitMode::Event => "event",
+            WaitMode::Poll => "poll",
+            WaitMode::Adaptive => "adaptive",
         }
     }
 }
 
 /// What a vbmq disk serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Storage {
+pub enum DiskSetup {
     /// `path=` the backing file, O_DIRECT.
     File,
     /// `path=` the backing file with `direct=off`: through the host page cache.
@@ -73,11 +60,11 @@ pub enum System {
     /// `vbmq serve` (this executable).
     Vbmq {
         /// The I/O thread mode.
-        mode: Mode,
+        mode: WaitMode,
         /// False runs the `batch=off` ablation: one request per system call.
         batch: bool,
         /// What the disk serves.
-        storage: Storage,
+        storage: DiskSetup,
     },
     /// qemu-storage-daemon's vhost-user-blk export in its main loop (the paper's Baseline).
     QsdBaseline,
@@ -93,17 +80,17 @@ pub enum System {
 
 impl System {
     /// vbmq on the file in `mode`, batching on.
-    pub const fn vbmq(mode: Mode) -> Self {
-        Self::vbmq_on(Storage::File, mode)
+    pub const fn vbmq(mode: WaitMode) -> Self {
+        Self::vbmq_on(DiskSetup::File, mode)
     }
 
     /// vbmq's null device in `mode`.
-    pub const fn vbmq_null(mode: Mode) -> Self {
-        Self::vbmq_on(Storage::Null, mode)
+    pub const fn vbmq_null(mode: WaitMode) -> Self {
+        Self::vbmq_on(DiskSetup::Null, mode)
     }
 
     /// vbmq serving `storage` in `mode`, batching on.
-    pub const fn vbmq_on(storage: Storage, mode: Mode) -> Self {
+    pub const fn vbmq_on(storage: DiskSetup, mode: WaitMode) -> Self {
         System::Vbmq {
             mode,
             batch: true,
@@ -134,12 +121,12 @@ impl System {
                 storage,
             } => {
                 let storage = match storage {
-                    Storage::File => String::new(),
-                    Storage::PageCache => "pagecache-".into(),
-                    Storage::Memory => "mem-".into(),
-                    Storage::Cache { percent } => format!("cache{percent}-"),
-                    Storage::Null => "null-".into(),
-                    Storage::FileRing => "ring-".into(),
+                    DiskSetup::File => String::new(),
+                    DiskSetup::PageCache => "pagecache-".into(),
+                    DiskSetup::Memory => "mem-".into(),
+                    DiskSetup::Cache { percent } => format!("cache{percent}-"),
+                    DiskSetup::Null => "null-".into(),
+                    DiskSetup::FileRing => "ring-".into(),
                 };
                 let batch = if *batch { "" } else { "-nobatch" };
                 format!("vbmq-{storage}{}{batch}", mode.as_str())
@@ -164,12 +151,12 @@ impl fmt::Display for System {
             } => {
                 f.write_str("vbmq ")?;
                 match storage {
-                    Storage::File => {}
-                    Storage::PageCache => f.write_str("direct=off ")?,
-                    Storage::Memory => f.write_str("mem= ")?,
-                    Storage::Cache { percent } => write!(f, "cache={percent}% ")?,
-                    Storage::Null => f.write_str("null ")?,
-                    Storage::FileRing => f.write_str("io=ring ")?,
+                    DiskSetup::File => {}
+                    DiskSetup::PageCache => f.write_str("direct=off ")?,
+                    DiskSetup::Memory => f.write_str("mem= ")?,
+                    DiskSetup::Cache { percent } => write!(f, "cache={percent}% ")?,
+                    DiskSetup::Null => f.write_str("null ")?,
+                    DiskSetup::FileRing => f.write_str("io=ring ")?,
                 }
                 f.write_str(mode.as_str())?;
                 if !batch {
@@ -205,367 +192,21 @@ pub enum Target {
     VhostUser(PathBuf),
 }
 
-/// Starts the systems with a fixed disk, CPU set and scratch directory.
-#[derive(Debug)]
-pub struct Launcher {
-    /// The vbmq executable (this one).
-    pub vbmq: PathBuf,
-    /// qemu-storage-daemon, if installed.
-    pub qsd: Option<PathBuf>,
-    /// The backing file.
-    pub disk: PathBuf,
-    /// Its size, also the size of the null devices.
-    pub disk_size: u64,
-    /// Where sockets and backend logs go.
-    pub run_dir: PathBuf,
-    /// CPUs the backend processes are confined to.
-    pub backend_cpus: Vec<usize>,
-}
-
-impl Launcher {
-    /// Why `system` cannot run with `queues` queues here, if it cannot.
-    pub fn not_applicable(&self, system: System, queues: usize) -> Option<String> {
-        match system {
-            System::Vbmq {
-                mode: Mode::Poll, ..
-            } if queues > self.backend_cpus.len() => Some(format!(
-                "mode=poll needs one backend CPU per queue ({queues} queues, {} backend CPU)",
-                self.backend_cpus.len()
-            )),
-            _ => None,
-        }
-    }
-
-    /// Starts `system` with `queues` queues and waits until it accepts a frontend. `seq` makes
-    /// socket and log names unique.
-    pub fn launch(&self, system: System, queues: usize, seq: usize) -> Result<Running> {
-        if let System::BareMetal | System::BareMetalPageCache = system {
-            return Ok(Running {
-                child: None,
-                target: Target::File {
-                    path: self.disk.clone(),
-                    direct: system == System::BareMetal,
-                },
-                socket: None,
-                log: None,
-            });
-        }
-        let socket = self.run_dir.join(format!("{}-{seq}.sock", system.id()));
-        let log = self.run_dir.join(format!("{}-{seq}.log", system.id()));
-        let mut cmd = self.command(system, queues, &socket)?;
-        let log_file = File::create(&log)
-            .map_err(|e| BenchError::io(format!("creating {}", log.display()), e))?;
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log_file));
-        let cpus = self.backend_cpus.clone();
-        // SAFETY: the closure only makes two system calls (setsid, and sched_setaffinity on a
-        // stack-built set in pin_to), both async-signal-safe, so it may run between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                // Own session, as a VM's backend is. The terminal's Ctrl-C reaches the harness
-                // only, which stops its backends itself after the current run; and with
-                // scheduler autogroups the backend gets its own CPU share instead of splitting
-                // the harness' share with the client threads on the other CPU.
-                if libc::setsid() < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                pin_to(&cpus)
-            });
-        }
-        let child = cmd
-            .spawn()
-            .map_err(|e| BenchError::io(format!("starting {}", system.id()), e))?;
-        let mut running = Running {
-            child: Some(child),
-            target: Target::VhostUser(socket.clone()),
-            socket: Some(socket),
-            log: Some(log),
-        };
-        running.wait_ready(system)?;
-        Ok(running)
-    }
-
-    fn command(&self, system: System, queues: usize, socket: &Path) -> Result<Command> {
-        let disk = self.disk.display();
-        let sock = socket.display();
-        match system {
-            System::BareMetal | System::BareMetalPageCache => {
-                Err(BenchError::Backend("bare metal has no process".into()))
-            }
-            System::Vbmq {
-                mode,
-                batch,
-                storage,
-            } => {
-                let size = self.disk_size;
-                let storage = match storage {
-                    Storage::File => format!("path={disk}"),
-                    Storage::PageCache => format!("path={disk},direct=off"),
-                    Storage::Memory => format!("mem={size},image={disk}"),
-                    Storage::Cache { percent } => format!(
-                        "path={disk},cache={},cache-preload=on",
-                        size * u64::from(percent) / 100
-                    ),
-                    Storage::Null => format!("null={size}"),
-                    Storage::FileRing => format!("path={disk},io=ring"),
-                };
-                // Queue i's thread on backend CPU i, round robin when queues outnumber them.
-                let cpus: Vec<usize> = (0..queues)
-                    .map(|i| self.backend_cpus[i % self.backend_cpus.len().max(1)])
-                    .collect();
-                let mut spec = format!(
-                    "socket={sock},{storage},queues={queues},mode={},cpus={}",
-                    mode.as_str(),
-                    cpu_list(&cpus)
-                );
-                if !batch {
-                    spec.push_str(",batch=off");
-                }
-                let mut cmd = Command::new(&self.vbmq);
-                cmd.args(["serve", "--disk", &spec]);
-                Ok(cmd)
-            }
-            System::QsdBaseline | System::QsdVbdp | System::QsdNull | System::QsdPageCache => {
-                let qsd = self.qsd.as_ref().ok_or_else(|| {
-                    BenchError::Backend("qemu-storage-daemon is not installed".into())
-                })?;
-                let blockdev = if system == System::QsdNull {
-                    format!(
-                        "driver=null-co,node-name=disk0,size={},read-zeroes=on",
-                        self.disk_size
-                    )
-                } else {
-                    let direct = if system == System::QsdPageCache {
-                        "off"
-                    } else {
-                        "on"
-                    };
-                    format!(
-                        "driver=file,node-name=disk0,filename={disk},cache.direct={direct},\
-                         aio=io_uring"
-                    )
-                };
-                let mut export = format!(
-                    "type=vhost-user-blk,id=exp0,node-name=disk0,addr.type=unix,\
-                     addr.path={sock},writable=on,num-queues={queues}"
-                );
-                let mut cmd = Command::new(qsd);
-                cmd.args(["--blockdev", &blockdev]);
-                if system != System::QsdBaseline {
-                    cmd.args(["--object", "iothread,id=iot0"]);
-                    export.push_str(",iothread=iot0");
-                }
-                cmd.args(["--export", &export]);
-                Ok(cmd)
-            }
-        }
-    }
-}
-
-/// A started system; dropping it stops the process and removes its socket.
-#[derive(Debug)]
-pub struct Running {
-    child: Option<Child>,
-    target: Target,
-    socket: Option<PathBuf>,
-    log: Option<PathBuf>,
-}
-
-impl Running {
-    /// What the client connects to.
-    pub fn target(&self) -> &Target {
-        &self.target
-    }
-
-    /// The backend process, if there is one.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    fn wait_ready(&mut self, system: System) -> Result<()> {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if self.socket.as_ref().is_some_and(|s| s.exists()) {
-                return Ok(());
-            }
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                return Err(BenchError::Backend(format!(
-                    "{} exited before it was ready ({status}): {}",
-                    system.id(),
-                    self.log_tail()
-                )));
-            }
-            if Instant::now() >= deadline {
-                return Err(BenchError::Backend(format!(
-                    "{} did not create its socket within {READY_TIMEOUT:?}: {}",
-                    system.id(),
-                    self.log_tail()
-                )));
-            }
-            thread::sleep(Duration::from_millis(2));
-        }
-    }
-
-    /// Arms a timer that SIGKILLs the backend after `budget`: a backend that hangs mid-handshake
-    /// then fails the run (the client sees the socket close) instead of hanging the benchmark.
-    /// Disarm it before `stop`, which reaps the process.
-    pub fn watchdog(&self, budget: Duration) -> Watchdog {
-        let (cancel, cancelled) = mpsc::channel::<()>();
-        let pid = self.pid().and_then(|p| libc::pid_t::try_from(p).ok());
-        let thread = thread::spawn(move || match (cancelled.recv_timeout(budget), pid) {
-            (Err(RecvTimeoutError::Timeout), Some(pid)) => {
-                // SAFETY: kill has no memory-safety preconditions; the child is not reaped
-                // while the watchdog is armed (see above), so the pid is still ours.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                true
-            }
-            _ => false,
-        });
-        Watchdog {
-            cancel: Some(cancel),
-            thread: Some(thread),
-        }
-    }
-
-    /// The last lines the backend wrote to stderr, on one line.
-    pub fn log_tail(&self) -> String {
-        let Some(text) = self.log.as_ref().and_then(|l| fs::read_to_string(l).ok()) else {
-            return "no output".into();
-        };
-        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-        if lines.is_empty() {
-            return "no output".into();
-        }
-        lines[lines.len().saturating_sub(3)..].join(" / ")
-    }
-
-    /// Asks the backend to exit (SIGTERM) and waits; kills it if it does not. Returns a warning
-    /// if it did not exit cleanly.
-    pub fn stop(&mut self) -> Option<String> {
-        let mut child = self.child.take()?;
-        let warning = terminate(&mut child);
-        self.remove_files();
-        warning
-    }
-
-    fn remove_files(&mut self) {
-        if let Some(socket) = self.socket.take() {
-            let _ = fs::remove_file(socket);
-        }
-        if let Some(log) = self.log.take() {
-            let _ = fs::remove_file(log);
-        }
-    }
-}
-
-/// See [`Running::watchdog`].
-pub struct Watchdog {
-    cancel: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<bool>>,
-}
-
-impl Watchdog {
-    /// Disarms it; true if it had already killed the backend.
-    pub fn disarm(mut self) -> bool {
-        self.stop()
-    }
-
-    fn stop(&mut self) -> bool {
-        drop(self.cancel.take());
-        self.thread
-            .take()
-            .is_some_and(|t| t.join().unwrap_or(false))
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.remove_files();
-    }
-}
-
-fn terminate(child: &mut Child) -> Option<String> {
-    let Ok(pid) = libc::pid_t::try_from(child.id()) else {
-        let _ = child.kill();
-        let _ = child.wait();
-        return Some("pid out of range".into());
-    };
-    // SAFETY: kill has no memory-safety preconditions; `pid` is our own unreaped child, so the
-    // number cannot have been reused by another process.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    let deadline = Instant::now() + STOP_TIMEOUT;
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) if status.success() => return None,
-            Ok(Some(status)) => return Some(format!("exited with {status} after SIGTERM")),
-            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(2)),
-            Ok(None) | Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Some(format!("did not exit within {STOP_TIMEOUT:?} of SIGTERM"));
-            }
-        }
-    }
-}
-
-/// Finds `name` in `PATH`.
-pub fn find_in_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| is_executable(p))
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn launcher() -> Launcher {
-        Launcher {
-            vbmq: "/bin/vbmq".into(),
-            qsd: Some("/usr/bin/qemu-storage-daemon".into()),
-            disk: "/dev/shm/d.raw".into(),
-            disk_size: 1 << 30,
-            run_dir: "/tmp/r".into(),
-            backend_cpus: vec![1],
-        }
-    }
-
-    fn args(cmd: &Command) -> Vec<String> {
-        cmd.get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect()
-    }
 
     #[test]
     fn ids_are_distinct() {
         let systems = [
             System::BareMetal,
-            System::vbmq(Mode::Poll),
-            System::vbmq(Mode::Poll).unbatched(),
-            System::vbmq(Mode::Event),
-            System::vbmq(Mode::Adaptive),
-            System::vbmq_null(Mode::Poll),
-            System::vbmq_on(Storage::Memory, Mode::Poll),
-            System::vbmq_on(Storage::PageCache, Mode::Poll),
+            System::vbmq(WaitMode::Poll),
+            System::vbmq(WaitMode::Poll).unbatched(),
+            System::vbmq(WaitMode::Event),
+            System::vbmq(WaitMode::Adaptive),
+            System::vbmq_null(WaitMode::Poll),
+            System::vbmq_on(DiskSetup::Memory, WaitMode::Poll),
+            System::vbmq_on(DiskSetup::PageCache, WaitMode::Poll),
             System::BareMetalPageCache,
             System::QsdBaseline,
             System::QsdVbdp,
@@ -576,108 +217,9 @@ mod tests {
         ids.dedup();
         assert_eq!(ids.len(), systems.len());
         assert_eq!(
-            System::vbmq(Mode::Event).unbatched().id(),
+            System::vbmq(WaitMode::Event).unbatched().id(),
             "vbmq-event-nobatch"
         );
         assert_eq!(System::QsdVbdp.unbatched(), System::QsdVbdp);
-    }
-
-    #[test]
-    fn vbmq_command_follows_the_cli_contract() {
-        let sock = Path::new("/tmp/r/s.sock");
-        let cmd = launcher()
-            .command(System::vbmq(Mode::Poll).unbatched(), 1, sock)
-            .unwrap();
-        assert_eq!(
-            args(&cmd),
-            [
-                "serve",
-                "--disk",
-                "socket=/tmp/r/s.sock,path=/dev/shm/d.raw,queues=1,mode=poll,cpus=1,batch=off"
-            ]
-        );
-        let cmd = launcher()
-            .command(System::vbmq_null(Mode::Adaptive), 3, sock)
-            .unwrap();
-        assert!(args(&cmd)[2].contains(",null=1073741824,"));
-        assert!(args(&cmd)[2].ends_with(",queues=3,mode=adaptive,cpus=1,1,1"));
-        let mem = System::vbmq_on(Storage::Memory, Mode::Event);
-        let cmd = launcher().command(mem, 1, sock).unwrap();
-        assert!(args(&cmd)[2].contains(",mem=1073741824,image=/dev/shm/d.raw,"));
-        let cached = System::vbmq_on(Storage::PageCache, Mode::Event);
-        let cmd = launcher().command(cached, 1, sock).unwrap();
-        assert!(args(&cmd)[2].contains(",path=/dev/shm/d.raw,direct=off,"));
-        let l = launcher();
-        assert!(l.not_applicable(System::vbmq(Mode::Poll), 1).is_none());
-        assert!(l.not_applicable(System::vbmq(Mode::Poll), 2).is_some());
-        assert!(l.not_applicable(System::vbmq(Mode::Adaptive), 2).is_none());
-    }
-
-    #[test]
-    fn qsd_commands_differ_only_where_the_systems_do() {
-        let sock = Path::new("/s.sock");
-        let l = launcher();
-        let base = args(&l.command(System::QsdBaseline, 1, sock).unwrap()).join(" ");
-        let vbdp = args(&l.command(System::QsdVbdp, 4, sock).unwrap()).join(" ");
-        let null = args(&l.command(System::QsdNull, 1, sock).unwrap()).join(" ");
-        assert!(!base.contains("iothread"));
-        assert!(base.contains("cache.direct=on,aio=io_uring"));
-        assert!(vbdp.contains("--object iothread,id=iot0"));
-        assert!(vbdp.contains("num-queues=4,iothread=iot0"));
-        assert!(null.contains("driver=null-co"));
-        assert!(null.contains("iothread=iot0"));
-        let mut no_qsd = launcher();
-        no_qsd.qsd = None;
-        assert!(no_qsd.command(System::QsdVbdp, 1, sock).is_err());
-    }
-
-    #[test]
-    fn bare_metal_targets_the_file() {
-        let running = launcher().launch(System::BareMetal, 1, 0).unwrap();
-        assert!(matches!(running.target(),
-            Target::File { path, direct: true } if path == Path::new("/dev/shm/d.raw")));
-        let running = launcher().launch(System::BareMetalPageCache, 1, 0).unwrap();
-        assert!(matches!(
-            running.target(),
-            Target::File { direct: false, .. }
-        ));
-        assert_eq!(running.pid(), None);
-    }
-
-    #[test]
-    fn watchdog_kills_a_hung_backend_and_not_a_finished_one() {
-        let spawn = || Running {
-            child: Some(Command::new("sleep").arg("30").spawn().unwrap()),
-            target: Target::VhostUser("/nonexistent".into()),
-            socket: None,
-            log: None,
-        };
-        let mut hung = spawn();
-        let dog = hung.watchdog(Duration::from_millis(20));
-        thread::sleep(Duration::from_millis(100));
-        assert!(dog.disarm());
-        let status = hung.child.as_mut().unwrap().wait().unwrap();
-        assert!(!status.success());
-
-        let mut fine = spawn();
-        assert!(!fine.watchdog(Duration::from_secs(30)).disarm());
-        assert!(fine.child.as_mut().unwrap().try_wait().unwrap().is_none());
-    }
-
-    #[test]
-    fn failing_backend_is_reported_with_its_output() {
-        let dir = std::env::temp_dir().join(format!("vbmq-sys-test-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let mut l = launcher();
-        l.run_dir = dir.clone();
-        l.backend_cpus = super::super::cpus::CpuPlan::detect().unwrap().backend;
-        // `false` ignores its arguments and exits 1 without creating a socket.
-        l.vbmq = find_in_path("false").unwrap();
-        let err = l.launch(System::vbmq(Mode::Poll), 1, 0).unwrap_err();
-        assert!(
-            err.to_string().contains("exited before it was ready"),
-            "{err}"
-        );
-        fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::systems::{Mode, Storage, System};
+use super::systems::{DiskSetup, System, WaitMode};
 
 /// Read or write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -173,9 +173,9 @@ impl Case {
 /// The cases for a full (`quick` false) or quick run on a machine with `ncpu` CPUs.
 pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
     let bare = System::BareMetal;
-    let poll = System::vbmq(Mode::Poll);
-    let event = System::vbmq(Mode::Event);
-    let adaptive = System::vbmq(Mode::Adaptive);
+    let poll = System::vbmq(WaitMode::Poll);
+    let event = System::vbmq(WaitMode::Event);
+    let adaptive = System::vbmq(WaitMode::Adaptive);
     let (baseline, vbdp) = (System::QsdBaseline, System::QsdVbdp);
     let case = |experiment, workload, client, jobs, systems: &[System]| Case {
         experiment,
@@ -253,9 +253,9 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
     let ring = |mode| System::Vbmq {
         mode,
         batch: true,
-        storage: Storage::FileRing,
+        storage: DiskSetup::FileRing,
     };
-    let (poll_ring, event_ring) = (ring(Mode::Poll), ring(Mode::Event));
+    let (poll_ring, event_ring) = (ring(WaitMode::Poll), ring(WaitMode::Event));
     let batching: Vec<System> = if quick {
         vec![poll_ring, poll_ring.unbatched()]
     } else {
@@ -282,11 +282,11 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
     };
     for &w in null {
         let systems: &[System] = if quick {
-            &[System::vbmq_null(Mode::Poll), System::QsdNull]
+            &[System::vbmq_null(WaitMode::Poll), System::QsdNull]
         } else {
             &[
-                System::vbmq_null(Mode::Poll),
-                System::vbmq_null(Mode::Adaptive),
+                System::vbmq_null(WaitMode::Poll),
+                System::vbmq_null(WaitMode::Adaptive),
                 System::QsdNull,
             ]
         };

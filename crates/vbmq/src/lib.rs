@@ -12,6 +12,7 @@
 pub mod backend;
 pub mod config;
 pub mod confine;
+pub mod log_limit;
 pub mod serve;
 #[cfg(any(test, feature = "test-utils"))]
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // Test inputs are cut to size.

@@ -1,14 +1,14 @@
 //! `vbmq serve`: open the disks, bind their sockets, serve until SIGTERM or SIGINT.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::info;
 
-use crate::backend::{CachedDisk, Disk, FileDisk, MemoryDisk, NullDisk};
+use crate::backend::{CachedDisk, Disk, FileDisk, MemoryDisk, NullDisk, RbdDisk};
 use crate::config::{DiskSpec, SpecError, Storage};
-use crate::confine::{ConfineOptions, DiskAccess, confine};
+use crate::confine::{CephAccess, ConfineOptions, DiskAccess, confine};
 use crate::vhost_user::DiskServer;
 use crate::virtio_blk::BlkDevice;
 use crate::worker::QueueSettings;
@@ -62,13 +62,35 @@ fn default_serial(spec: &DiskSpec) -> String {
         }
         Storage::Null(_) => "vbmq-null".into(),
         Storage::Memory { .. } => "vbmq-mem".into(),
+        Storage::Rbd(target) => {
+            let name = &target.image;
+            let mut start = name.len().saturating_sub(20);
+            while !name.is_char_boundary(start) {
+                start += 1;
+            }
+            name[start..].to_string()
+        }
     }
 }
 
-fn open_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
+/// An open disk and the files it keeps reading (a Ceph configuration and keyring).
+fn open_disk(spec: &DiskSpec) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
+    if let Storage::Rbd(target) = &spec.storage {
+        let disk = RbdDisk::open(target, spec.readonly).map_err(|e| SpecError {
+            key: "rbd".into(),
+            reason: format!("{}/{}: {e}", target.pool, target.image),
+        })?;
+        let files = disk.files().to_vec();
+        return Ok((Arc::new(disk), files));
+    }
+    open_local_disk(spec).map(|disk| (disk, Vec::new()))
+}
+
+fn open_local_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
     match &spec.storage {
         Storage::File(path) => {
             let disk: Arc<dyn Disk> = FileDisk::open(path, spec.readonly, spec.direct)
+                .and_then(|disk| if spec.lock { disk.lock() } else { Ok(disk) })
                 .map(|disk| {
                     if spec.ring_only {
                         disk.ring_only()
@@ -116,11 +138,19 @@ fn open_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
                     },
                 })
         }
+        Storage::Rbd(_) => Err(SpecError {
+            key: "rbd".into(),
+            reason: "opened by open_disk: a defect".into(),
+        }),
     }
 }
 
-fn build_server(spec: &DiskSpec) -> Result<DiskServer, SpecError> {
-    let disk = open_disk(spec)?;
+/// The server of one disk, the disk (to close at exit) and the files it keeps reading.
+type Built = (DiskServer, Arc<dyn Disk>, Vec<PathBuf>);
+
+fn build_server(spec: &DiskSpec) -> Result<Built, SpecError> {
+    let (disk, files) = open_disk(spec)?;
+    let kept = Arc::clone(&disk);
     let serial = spec.serial.clone().unwrap_or_else(|| default_serial(spec));
     let device = Arc::new(BlkDevice::new(
         disk.as_ref(),
@@ -138,14 +168,16 @@ fn build_server(spec: &DiskSpec) -> Result<DiskServer, SpecError> {
         })
         .collect();
     let (mode, group) = (spec.socket_mode, spec.socket_group);
-    DiskServer::bind(&spec.socket, mode, group, device, disk, settings).map_err(|e| SpecError {
-        key: "socket".into(),
-        reason: e.to_string(),
-    })
+    DiskServer::bind(&spec.socket, mode, group, device, disk, settings)
+        .map(|server| (server, kept, files))
+        .map_err(|e| SpecError {
+            key: "socket".into(),
+            reason: e.to_string(),
+        })
 }
 
 /// What the process may still reach once serving: its disks and its sockets.
-fn confine_options(specs: &[DiskSpec], seccomp: bool) -> ConfineOptions {
+fn confine_options(specs: &[DiskSpec], ceph_files: Vec<PathBuf>, seccomp: bool) -> ConfineOptions {
     ConfineOptions {
         disks: specs
             .iter()
@@ -154,10 +186,15 @@ fn confine_options(specs: &[DiskSpec], seccomp: bool) -> ConfineOptions {
                     path: path.clone(),
                     writable: !spec.readonly,
                 }),
-                // Null and memory disks touch no file once loaded.
-                Storage::Null(_) | Storage::Memory { .. } => None,
+                // Null and memory disks touch no file once loaded; RBD disks reach their
+                // cluster over TCP.
+                Storage::Null(_) | Storage::Memory { .. } | Storage::Rbd(_) => None,
             })
             .collect(),
+        ceph: specs
+            .iter()
+            .any(|spec| matches!(spec.storage, Storage::Rbd(_)))
+            .then_some(CephAccess { files: ceph_files }),
         sockets: specs.iter().map(|spec| spec.socket.clone()).collect(),
         seccomp,
     }
@@ -187,16 +224,22 @@ pub fn run(options: &ServeOptions) -> i32 {
     }
     let signals = block_stop_signals();
     let mut servers = Vec::new();
+    let mut ceph_files = Vec::new();
+    let mut disks = Vec::new();
     for spec in specs {
         match build_server(spec) {
-            Ok(server) => servers.push(server),
+            Ok((server, disk, files)) => {
+                servers.push(server);
+                disks.push(disk);
+                ceph_files.extend(files);
+            }
             Err(e) => {
                 eprintln!("vbmq: {e}");
                 return 2;
             }
         }
     }
-    if let Err(e) = confine(&confine_options(specs, options.seccomp)) {
+    if let Err(e) = confine(&confine_options(specs, ceph_files, options.seccomp)) {
         eprintln!("vbmq: cannot confine the process: {e}");
         return 1;
     }
@@ -234,6 +277,9 @@ pub fn run(options: &ServeOptions) -> i32 {
         if let Some(backend) = backend {
             backend.quiesce();
         }
+    }
+    for disk in &disks {
+        disk.close();
     }
     for file in files {
         let _ = std::fs::remove_file(file);

@@ -446,6 +446,11 @@ where
             );
             return Err(VhostUserError::InvalidParam);
         }
+        // A split virtqueue's size is a power of two (virtio 1.x, 2.7).
+        if !num.is_power_of_two() {
+            log::error!("vring {index} requested queue size {num}, not a power of two");
+            return Err(VhostUserError::InvalidParam);
+        }
         vring.set_queue_size(num as u16);
         Ok(())
     }
@@ -474,6 +479,21 @@ where
             let used_ring = self
                 .vmm_va_to_gpa(used)
                 .map_err(|e| VhostUserError::ReqHandlerError(io::Error::other(e)))?;
+            // Each ring must lie wholly inside guest memory (virtio 1.x, 2.7: a split queue of
+            // `size` entries has a 16 * size byte descriptor table, a 6 + 2 * size byte avail
+            // ring and a 6 + 8 * size byte used ring).
+            let size = u64::from(vring.get_ref().get_queue().size());
+            let mem = self.atomic_mem.memory();
+            let inside = |addr: u64, len: u64| {
+                usize::try_from(len)
+                    .is_ok_and(|len| mem.check_range(GuestAddress(addr), len))
+            };
+            if !inside(desc_table, 16 * size)
+                || !inside(avail_ring, 6 + 2 * size)
+                || !inside(used_ring, 6 + 8 * size)
+            {
+                return Err(VhostUserError::InvalidParam);
+            }
             vring
                 .set_queue_info(desc_table, avail_ring, used_ring)
                 .map_err(|_| VhostUserError::InvalidParam)?;
@@ -505,7 +525,9 @@ where
             .get(index as usize)
             .ok_or(VhostUserError::InvalidParam)?;
 
-        vring.set_queue_next_avail(base as u16);
+        // A split ring's index is 16 bits wide.
+        let base = u16::try_from(base).map_err(|_| VhostUserError::InvalidParam)?;
+        vring.set_queue_next_avail(base);
 
         Ok(())
     }

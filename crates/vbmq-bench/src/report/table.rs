@@ -201,7 +201,7 @@ fn markdown_table(header: &[&str], rows: &[Vec<String>]) -> String {
 mod tests {
     use super::*;
     use crate::stats::{RunSample, Summary};
-    use crate::systems::Mode;
+    use crate::systems::WaitMode;
     use crate::workloads::{Case, ClientMode, Experiment, Workload};
 
     fn sample_case() -> CaseResult {
@@ -238,7 +238,7 @@ mod tests {
             case,
             points: vec![
                 point(System::BareMetal, Some(300_000.0)),
-                point(System::vbmq(Mode::Poll), Some(270_000.0)),
+                point(System::vbmq(WaitMode::Poll), Some(270_000.0)),
                 point(System::QsdVbdp, None),
             ],
         }

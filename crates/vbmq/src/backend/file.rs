@@ -4,8 +4,9 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use super::image_lock::ImageLock;
 use super::uring::{FileKind, UringEngine};
 use super::{Disk, Engine, EngineOptions, Geometry};
 
@@ -14,13 +15,18 @@ const BLKSSZGET: libc::c_ulong = 0x1268;
 const BLKPBSZGET: libc::c_ulong = 0x127b;
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
 
-/// A raw image file or a block device, served through io_uring.
+/// A raw image file or a block device, served through io_uring. The image is opened once, when
+/// the disk is: every queue's engine of every connection works on those same open files, so a
+/// rename or replacement of the path later changes nothing.
 pub struct FileDisk {
-    path: PathBuf,
     readonly: bool,
-    direct: bool,
     geometry: Geometry,
     kind: FileKind,
+    /// The image, through the page cache.
+    buffered: OwnedFd,
+    /// The image with `O_DIRECT`, unless `direct=off`.
+    direct: Option<OwnedFd>,
+    lock: Option<ImageLock>,
 }
 
 fn ioctl_value<T: Default>(file: &File, request: libc::c_ulong) -> io::Result<T> {
@@ -34,7 +40,7 @@ fn ioctl_value<T: Default>(file: &File, request: libc::c_ulong) -> io::Result<T>
 }
 
 impl FileDisk {
-    /// Opens `path` once to learn its size and block size.
+    /// Opens the image at `path` (once: see the type) and learns its size and block size.
     pub fn open(path: &Path, readonly: bool, direct: bool) -> io::Result<Self> {
         let file = Self::open_file(path, readonly, false)?;
         let metadata = file.metadata()?;
@@ -69,14 +75,21 @@ impl FileDisk {
                 inline_rw: tmpfs,
             }
         };
-        if direct {
+        let direct = if direct {
             // Fail now, not on the first request, where O_DIRECT is refused.
-            Self::open_file(path, readonly, true)?;
-        }
+            let direct = Self::open_file(path, readonly, true)?;
+            if !same_file(&direct, &file)? {
+                return Err(io::Error::other("replaced while it was being opened"));
+            }
+            Some(direct.into())
+        } else {
+            None
+        };
         Ok(FileDisk {
-            path: path.to_path_buf(),
             readonly,
+            buffered: file.into(),
             direct,
+            lock: None,
             geometry: Geometry {
                 capacity,
                 block_size,
@@ -93,6 +106,14 @@ impl FileDisk {
             options.custom_flags(libc::O_DIRECT);
         }
         options.open(path)
+    }
+
+    /// Locks the image against other processes: shared if the disk is read-only, exclusive if
+    /// it is writable (see [`ImageLock`]).
+    pub fn lock(mut self) -> io::Result<Self> {
+        let file = File::from(self.buffered.try_clone()?);
+        self.lock = Some(ImageLock::take(&file, !self.readonly)?);
+        Ok(self)
     }
 
     /// Sends every read and write through io_uring, even where they would be done on the queue's
@@ -130,14 +151,13 @@ impl Disk for FileDisk {
     }
 
     fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
-        // Each queue opens its own descriptors: no file position or lock is shared.
-        let buffered: OwnedFd = Self::open_file(&self.path, self.readonly, false)?.into();
-        let direct: OwnedFd = if self.direct {
-            Self::open_file(&self.path, self.readonly, true)?.into()
-        } else {
-            buffered.try_clone()?
+        // The image opened at start, never the path again; positional I/O shares no offset.
+        let buffered = self.buffered.try_clone()?;
+        let direct = match &self.direct {
+            Some(direct) => direct.try_clone()?,
+            None => buffered.try_clone()?,
         };
-        let align = if self.direct {
+        let align = if self.direct.is_some() {
             self.geometry.block_size as usize
         } else {
             1
@@ -150,6 +170,12 @@ impl Disk for FileDisk {
     fn supports_discard(&self) -> bool {
         !self.readonly
     }
+}
+
+/// Whether two open files are the same file.
+fn same_file(a: &File, b: &File) -> io::Result<bool> {
+    let (a, b) = (a.metadata()?, b.metadata()?);
+    Ok(a.dev() == b.dev() && a.ino() == b.ino())
 }
 
 /// Whether `fallocate` with `mode` works on this file: tried on a block past its end with

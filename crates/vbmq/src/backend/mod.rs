@@ -6,10 +6,12 @@
 pub mod cache;
 mod file;
 mod host_memory;
+mod image_lock;
 mod immediate;
 mod iovec;
 mod memory;
 mod null;
+mod rbd;
 mod uring;
 
 use std::io;
@@ -20,6 +22,7 @@ pub use file::FileDisk;
 pub use iovec::IovList;
 pub use memory::MemoryDisk;
 pub use null::NullDisk;
+pub use rbd::{RbdDisk, RbdTarget};
 
 /// One operation handed to an engine. Offsets and lengths are in bytes and already checked
 /// against the disk's capacity.
@@ -93,6 +96,10 @@ pub trait Disk: Send + Sync {
     fn stats(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// Releases what would outlive the process, once every queue is quiesced at exit (an RBD
+    /// image's exclusive lock, which a killed client holds until the cluster times it out).
+    /// No engine may submit afterwards.
+    fn close(&self) {}
 }
 
 /// A queue's private I/O engine. Operations are queued with [`Engine::push`], handed to the

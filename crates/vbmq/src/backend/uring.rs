@@ -306,7 +306,10 @@ impl Engine for UringEngine {
         if !self.batch
             && let Err(e) = self.submit()
         {
-            tracing::debug!("submit after a queued operation: {e}; retried at the next submit");
+            crate::limited!(
+                debug,
+                "submit after a queued operation: {e}; retried at the next submit"
+            );
         }
         Ok(())
     }

@@ -45,6 +45,30 @@ pub const DISK_KEYS: &[DiskKey] = &[
         "instead of path: a volatile disk in host memory",
     ),
     key(
+        "rbd",
+        "POOL/[NS/]IMAGE",
+        None,
+        "instead of path: a Ceph RBD image, through librbd",
+    ),
+    key(
+        "ceph-conf",
+        "FILE",
+        Some("/etc/ceph/ceph.conf"),
+        "with rbd: the Ceph configuration (monitors, keyring)",
+    ),
+    key(
+        "ceph-user",
+        "NAME",
+        Some("admin"),
+        "with rbd: the Ceph user, without client.",
+    ),
+    key(
+        "ceph-timeout",
+        "SECONDS",
+        Some("30"),
+        "with rbd: an operation the cluster leaves unanswered fails",
+    ),
+    key(
         "image",
         "FILE",
         None,
@@ -103,6 +127,12 @@ pub const DISK_KEYS: &[DiskKey] = &[
         "on|off",
         Some("on"),
         "O_DIRECT; off uses the host page cache",
+    ),
+    key(
+        "lock",
+        "on|off",
+        Some("on"),
+        "lock the image against other processes (shared if read-only, exclusive if writable)",
     ),
     key(
         "serial",

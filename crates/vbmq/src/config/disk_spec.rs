@@ -1,8 +1,10 @@
 //! One `--disk` argument: `socket=PATH,path=FILE,queues=4,mode=poll,cpus=2-5,...`.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use super::{disk_key, parse_cpu_list, parse_size};
+use crate::backend::RbdTarget;
 use crate::worker::WaitMode;
 
 /// Largest number of virtqueues a disk may have.
@@ -24,6 +26,8 @@ pub enum Storage {
         /// A raw image loaded at start.
         image: Option<PathBuf>,
     },
+    /// A Ceph RBD image.
+    Rbd(RbdTarget),
 }
 
 /// A parsed and validated `--disk` argument.
@@ -47,6 +51,8 @@ pub struct DiskSpec {
     pub readonly: bool,
     /// Open files with `O_DIRECT`.
     pub direct: bool,
+    /// Lock the image against other processes (`lock=`).
+    pub lock: bool,
     /// The GET_ID serial.
     pub serial: Option<String>,
     /// Submit each request with its own system call (an ablation for the benchmark only).
@@ -128,6 +134,7 @@ impl DiskSpec {
             cpus: Vec::new(),
             readonly: false,
             direct: true,
+            lock: true,
             serial: None,
             batch: true,
             ring_only: false,
@@ -137,6 +144,9 @@ impl DiskSpec {
             cache_preload: false,
         };
         let mut image = None;
+        let mut ceph_conf = None;
+        let mut ceph_user = None;
+        let mut ceph_timeout = None;
         for (key, value) in Self::pairs(text)? {
             let value = value.as_str();
             if disk_key(key).is_none() {
@@ -144,8 +154,8 @@ impl DiskSpec {
             }
             match key {
                 "socket" => socket = Some(PathBuf::from(value)),
-                "path" | "null" | "mem" if storage.is_some() => {
-                    return Err(bad(key, "give only one of path=, null= and mem="));
+                "path" | "null" | "mem" | "rbd" if storage.is_some() => {
+                    return Err(bad(key, "give only one of path=, null=, mem= and rbd="));
                 }
                 "path" => storage = Some(Storage::File(PathBuf::from(value))),
                 "null" => {
@@ -161,6 +171,29 @@ impl DiskSpec {
                         bad(key, format!("{value:?} is not a size such as 4G or 512M"))
                     })?;
                     storage = Some(Storage::Memory { size, image: None });
+                }
+                "rbd" => {
+                    let (pool, namespace, image) = RbdTarget::parse_name(value)
+                        .ok_or_else(|| bad(key, "expected POOL/IMAGE or POOL/NAMESPACE/IMAGE"))?;
+                    storage = Some(Storage::Rbd(RbdTarget {
+                        pool,
+                        namespace,
+                        image,
+                        conf: PathBuf::from("/etc/ceph/ceph.conf"),
+                        user: "admin".into(),
+                        timeout: Duration::from_secs(30),
+                    }));
+                }
+                "ceph-conf" => ceph_conf = Some(PathBuf::from(value)),
+                "ceph-user" => {
+                    if value.is_empty() || value.contains('\0') {
+                        return Err(bad(key, "a Ceph user name such as admin"));
+                    }
+                    ceph_user = Some(value.to_string());
+                }
+                "ceph-timeout" => {
+                    let secs = value.parse::<u64>().ok().filter(|s| (1..=3600).contains(s));
+                    ceph_timeout = Some(secs.ok_or_else(|| bad(key, "must be 1..=3600 seconds"))?);
                 }
                 "image" => image = Some(PathBuf::from(value)),
                 "cache" => {
@@ -213,6 +246,7 @@ impl DiskSpec {
                 }
                 "readonly" => spec.readonly = on_off(key, value)?,
                 "direct" => spec.direct = on_off(key, value)?,
+                "lock" => spec.lock = on_off(key, value)?,
                 "batch" => spec.batch = on_off(key, value)?,
                 "io" => {
                     spec.ring_only = match value {
@@ -247,7 +281,24 @@ impl DiskSpec {
         }
         spec.socket = socket.ok_or_else(|| bad("socket", "required"))?;
         spec.storage =
-            storage.ok_or_else(|| bad("path", "one of path=, null= or mem= is required"))?;
+            storage.ok_or_else(|| bad("path", "one of path=, null=, mem= or rbd= is required"))?;
+        match &mut spec.storage {
+            Storage::Rbd(target) => {
+                if let Some(conf) = ceph_conf {
+                    target.conf = conf;
+                }
+                if let Some(user) = ceph_user {
+                    target.user = user;
+                }
+                if let Some(secs) = ceph_timeout {
+                    target.timeout = Duration::from_secs(secs);
+                }
+            }
+            _ if ceph_conf.is_some() => return Err(bad("ceph-conf", "only with rbd=")),
+            _ if ceph_user.is_some() => return Err(bad("ceph-user", "only with rbd=")),
+            _ if ceph_timeout.is_some() => return Err(bad("ceph-timeout", "only with rbd=")),
+            _ => {}
+        }
         match (&mut spec.storage, image) {
             (Storage::Memory { image: slot, .. }, image) => *slot = image,
             (_, Some(_)) => return Err(bad("image", "only with mem=")),
@@ -420,5 +471,42 @@ mod tests {
         let spec = DiskSpec::parse("socket=/s,path=/x,cache=1G,cache-preload=on", CPUS).unwrap();
         assert!(spec.cache_preload);
         assert_eq!(DiskSpec::parse("socket=/s,null=1G", CPUS).unwrap().cache, 0);
+    }
+
+    #[test]
+    fn rbd_image_and_its_cluster() {
+        let spec = DiskSpec::parse("socket=/s,rbd=volumes/vm1,queues=2", CPUS).unwrap();
+        let Storage::Rbd(target) = &spec.storage else {
+            panic!("not rbd: {:?}", spec.storage);
+        };
+        assert_eq!((&*target.pool, &*target.namespace), ("volumes", ""));
+        assert_eq!(&*target.image, "vm1");
+        assert_eq!(target.conf, PathBuf::from("/etc/ceph/ceph.conf"));
+        assert_eq!(target.user, "admin");
+        assert_eq!(target.timeout, Duration::from_secs(30));
+        let spec = DiskSpec::parse(
+            "socket=/s,rbd=p/ns/img,ceph-conf=/c.conf,ceph-user=cinder,ceph-timeout=5",
+            CPUS,
+        )
+        .unwrap();
+        let Storage::Rbd(target) = &spec.storage else {
+            panic!("not rbd");
+        };
+        assert_eq!(
+            (&*target.pool, &*target.namespace, &*target.image),
+            ("p", "ns", "img")
+        );
+        assert_eq!(
+            (&*target.user, target.timeout),
+            ("cinder", Duration::from_secs(5))
+        );
+        assert_eq!(target.conf, PathBuf::from("/c.conf"));
+        for bad in ["rbd=img", "rbd=/img", "rbd=p//img", "rbd=a/b/c/d", "rbd=p/"] {
+            assert_eq!(key_of(&format!("socket=/s,{bad}")), "rbd", "{bad}");
+        }
+        assert_eq!(key_of("socket=/s,rbd=p/i,path=/x"), "path");
+        assert_eq!(key_of("socket=/s,null=1G,ceph-user=x"), "ceph-user");
+        assert_eq!(key_of("socket=/s,rbd=p/i,ceph-timeout=0"), "ceph-timeout");
+        assert_eq!(key_of("socket=/s,rbd=p/i,cache=1G"), "cache");
     }
 }

@@ -23,13 +23,19 @@ pub enum FilesystemStatus {
     Unsupported,
 }
 
-/// Denies every filesystem access except the disks (read, and write when writable) and socket
-/// creation/removal in the sockets' directories; denies TCP, abstract sockets and signals to
-/// processes outside the sandbox where the kernel can.
+/// Denies every filesystem access except the disks (read, and write when writable) and file
+/// removal in the sockets' directories; denies TCP, abstract sockets and signals to
+/// processes outside the sandbox where the kernel can. With an RBD disk: read access to the
+/// Ceph configuration and keyring, and TCP connections to any port (monitors and OSDs listen
+/// on ports the cluster chooses, and move); binding TCP ports stays denied.
 pub(super) fn restrict(opts: &ConfineOptions) -> Result<FilesystemStatus, ConfineError> {
+    let mut net = AccessNet::from_all(ABI_TARGET);
+    if opts.ceph.is_some() {
+        net.remove(AccessNet::ConnectTcp);
+    }
     let mut ruleset = Ruleset::default()
         .handle_access(AccessFs::from_all(ABI_TARGET))?
-        .handle_access(AccessNet::from_all(ABI_TARGET))?
+        .handle_access(net)?
         .scope(Scope::from_all(ABI_TARGET))?
         .create()?;
     for disk in &opts.disks {
@@ -39,12 +45,20 @@ pub(super) fn restrict(opts: &ConfineOptions) -> Result<FilesystemStatus, Confin
         }
         ruleset = ruleset.add_rule(PathBeneath::new(open_path(&disk.path)?, access))?;
     }
+    for file in opts.ceph.iter().flat_map(|ceph| &ceph.files) {
+        let access = AccessFs::ReadFile;
+        ruleset = ruleset.add_rule(PathBeneath::new(open_path(file)?, access))?;
+    }
     for socket in &opts.sockets {
         let dir = match socket.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => parent,
             _ => std::path::Path::new("."),
         };
-        let access = AccessFs::MakeSock | AccessFs::RemoveFile;
+        // The listening sockets are bound before confinement and kept across connections:
+        // no socket is made after it. Removal stays, for the socket and lock files at exit;
+        // Landlock grants it per directory only, so a dedicated socket directory
+        // (`/run/vbmq`) keeps it to vbmq's own files.
+        let access = AccessFs::RemoveFile;
         ruleset = ruleset.add_rule(PathBeneath::new(open_path(dir)?, access))?;
     }
     let status = ruleset.all_threads(true)?.restrict_self()?;

@@ -26,6 +26,13 @@ pub struct DiskAccess {
     pub writable: bool,
 }
 
+/// What an RBD disk's librados and librbd keep needing once serving.
+#[derive(Clone, Debug, Default)]
+pub struct CephAccess {
+    /// The Ceph configuration and keyring files: read access only.
+    pub files: Vec<PathBuf>,
+}
+
 /// What the confined process may still reach.
 #[derive(Clone, Debug, Default)]
 pub struct ConfineOptions {
@@ -34,6 +41,9 @@ pub struct ConfineOptions {
     /// vhost-user listening socket paths; their directories keep the right to create and remove
     /// a socket so the listener can be bound again.
     pub sockets: Vec<PathBuf>,
+    /// Present when an RBD disk is served: TCP connections to the cluster, librados' reads of
+    /// its configuration and keyring, and the system calls of librados' threads.
+    pub ceph: Option<CephAccess>,
     /// Install the seccomp filter (turned off only for debugging, e.g. under strace or gdb).
     pub seccomp: bool,
 }
@@ -93,7 +103,7 @@ pub fn confine(opts: &ConfineOptions) -> Result<Confinement, ConfineError> {
     }
     if opts.seccomp {
         sigsys::install().map_err(ConfineError::Sigsys)?;
-        let allowlist = syscalls::filter()?;
+        let allowlist = syscalls::filter(opts.ceph.is_some())?;
         let clone3 = syscalls::clone3_fallback()?;
         // The allowlist forbids seccomp(2) itself, so it goes last.
         seccompiler::apply_filter_all_threads(&clone3)?;

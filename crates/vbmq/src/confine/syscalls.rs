@@ -3,7 +3,8 @@
 //! adaptive mode, reconnects, SIGTERM). Sockets are bound before confinement, so a compromised
 //! vbmq cannot open new ones. Kept though rarely seen: fallbacks of std and the C library
 //! (`clone` when `clone3` is refused, `tgkill` for `abort`) and positional I/O and sync calls
-//! for engines that do not go through io_uring.
+//! for engines that do not go through io_uring. The allocator's calls are listed from what glibc's
+//! malloc, realloc and free make, not only from what a run happened to show.
 
 use std::collections::BTreeMap;
 
@@ -14,10 +15,10 @@ use seccompiler::{
 
 /// Calls allowed with any arguments.
 const ALLOWED: &[libc::c_long] = &[
-    // storage engine and guest memory
-    libc::SYS_io_uring_setup,
+    // storage engine and guest memory. Rings are created and registered before confinement:
+    // `io_uring_setup` and `io_uring_register` are refused after it, so no code in vbmq can
+    // build a ring without the restrictions (a ring's SOCKET or OPENAT would bypass this filter).
     libc::SYS_io_uring_enter,
-    libc::SYS_io_uring_register,
     libc::SYS_read,
     libc::SYS_write,
     libc::SYS_readv,
@@ -35,7 +36,11 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_fstat,
     libc::SYS_newfstatat,
     libc::SYS_statx,
+    // The allocator: brk and mmap for new memory, mremap when realloc grows a chunk that
+    // lives in its own mapping (above malloc's mmap threshold), munmap and madvise when memory
+    // is returned, mprotect when a thread arena's heap grows and for thread stack guards.
     libc::SYS_mmap,
+    libc::SYS_mremap,
     libc::SYS_munmap,
     libc::SYS_mprotect,
     libc::SYS_madvise,
@@ -88,15 +93,57 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_unlink,
 ];
 
+/// Calls added when an RBD disk is served, made by librados' and librbd's own threads while
+/// serving (seen under `strace -f` through tests/rbd.rs, the OSD stopped and killed included).
+const CEPH: &[libc::c_long] = &[
+    // TCP connections to monitors and OSDs, opened and reopened on demand (a new OSD in the
+    // map, a reset connection); `socket` itself is limited to TCP below
+    libc::SYS_connect,
+    libc::SYS_setsockopt,
+    libc::SYS_getsockname,
+    // the messenger's check of a non-blocking connect's outcome (SO_ERROR)
+    libc::SYS_getsockopt,
+    // a new connection's wake-up pipe
+    libc::SYS_pipe2,
+    // the host name, which librados sends in its session metadata
+    libc::SYS_uname,
+];
+
 /// `ioctl` requests allowed (argument 1): std's non-blocking and close-on-exec switches. Block
 /// device sizes and terminal probing happen before confinement.
 /// (`c_ulong` is `u64` on both architectures seccompiler supports.)
 const IOCTLS: &[u64] = &[libc::FIONBIO, libc::FIOCLEX];
 
 /// Compiles the allowlist; anything else raises SIGSYS (reported, then the process exits).
-pub(super) fn filter() -> Result<BpfProgram, BackendError> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
-        ALLOWED.iter().map(|&nr| (nr, Vec::new())).collect();
+pub(super) fn filter(ceph: bool) -> Result<BpfProgram, BackendError> {
+    let extra: &[libc::c_long] = if ceph { CEPH } else { &[] };
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = ALLOWED
+        .iter()
+        .chain(extra)
+        .map(|&nr| (nr, Vec::new()))
+        .collect();
+    if ceph {
+        // TCP over IPv4 or IPv6 only: no Unix, netlink, UDP or raw sockets. (The type's low
+        // bits; SOCK_CLOEXEC and SOCK_NONBLOCK are flags above them.)
+        let domain = |family: u64| {
+            SeccompRule::new(vec![
+                SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, family)?,
+                SeccompCondition::new(
+                    1,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::MaskedEq(0xf),
+                    libc::SOCK_STREAM.unsigned_abs().into(),
+                )?,
+            ])
+        };
+        rules.insert(
+            libc::SYS_socket,
+            vec![
+                domain(libc::AF_INET.unsigned_abs().into())?,
+                domain(libc::AF_INET6.unsigned_abs().into())?,
+            ],
+        );
+    }
     let ioctl_rules = IOCTLS
         .iter()
         .map(|&request| {
@@ -133,4 +180,61 @@ pub(super) fn clone3_fallback() -> Result<BpfProgram, BackendError> {
 
 fn arch() -> Result<seccompiler::TargetArch, BackendError> {
     std::env::consts::ARCH.try_into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `body` in a child process under the allowlist; returns how the child ended.
+    fn under_filter(body: fn()) -> libc::c_int {
+        let filter = filter(false).expect("filter");
+        // SAFETY: the child only installs a filter, runs `body` and exits; glibc's fork leaves
+        // malloc usable in the child.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            let status = match seccompiler::apply_filter(&filter) {
+                Ok(()) => {
+                    body();
+                    0
+                }
+                Err(_) => 3,
+            };
+            // SAFETY: ends the child without running the parent's exit handlers.
+            unsafe { libc::_exit(status) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        status
+    }
+
+    #[test]
+    fn a_vec_growing_in_its_own_mapping_survives_the_filter() {
+        // Above glibc's largest mmap threshold (32 MiB): the buffer is a mapping of its own,
+        // and growing it is mremap.
+        let status = under_filter(|| {
+            let mut v: Vec<u8> = vec![1; 40 << 20];
+            v.reserve(80 << 20);
+            v.resize(100 << 20, 2);
+            std::hint::black_box(&v);
+        });
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child ended with status {status:#x} (signal {})",
+            libc::WTERMSIG(status)
+        );
+    }
+
+    #[test]
+    fn no_ring_can_be_created_under_the_filter() {
+        let status = under_filter(|| {
+            let _ = io_uring::IoUring::new(8);
+        });
+        assert!(
+            libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSYS,
+            "io_uring_setup must be refused: status {status:#x}"
+        );
+    }
 }

@@ -8,13 +8,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use tracing::{error, info};
 use vhost::vhost_user::Listener;
 use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
 use super::VhostUserBlk;
-use crate::backend::Disk;
+use crate::backend::{Disk, Engine};
 use crate::virtio_blk::BlkDevice;
 use crate::worker::{QueueSettings, QueueStats};
 
@@ -30,6 +29,9 @@ pub enum SocketError {
     /// The socket cannot be bound.
     #[error("cannot listen on {0}: {1}")]
     Listen(PathBuf, String),
+    /// A queue's I/O engine cannot be created.
+    #[error("cannot create the I/O engine of queue {0}: {1}")]
+    Engine(usize, io::Error),
 }
 
 /// One disk on one socket.
@@ -44,6 +46,9 @@ pub struct DiskServer {
     settings: Vec<QueueSettings>,
     /// Counters of each queue, kept across connections.
     stats: Vec<Arc<QueueStats>>,
+    /// Each queue's engine, created here, before confinement (no ring can be created after),
+    /// lent to each connection's workers and taken back when it ends.
+    engines: Vec<Option<Box<dyn Engine>>>,
     /// The connection being served, to be quiesced on shutdown.
     current: Arc<Mutex<Option<Arc<VhostUserBlk>>>>,
 }
@@ -79,6 +84,15 @@ impl DiskServer {
             SocketError::InUse(_) => SocketError::InUse(socket.to_path_buf()),
             other => other,
         })?;
+        let engines = settings
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                disk.engine(s.engine_options())
+                    .map(Some)
+                    .map_err(|e| SocketError::Engine(i, e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         // Bound and given its mode under a temporary name, then renamed: the socket appears
         // at its path already listening, with its final permissions.
         let listen_error = |e: String| SocketError::Listen(socket.to_path_buf(), e);
@@ -101,6 +115,7 @@ impl DiskServer {
             device,
             disk,
             stats: settings.iter().map(|_| Arc::default()).collect(),
+            engines,
             settings,
             current: Arc::new(Mutex::new(None)),
         })
@@ -135,7 +150,7 @@ impl DiskServer {
     pub fn run(mut self) {
         loop {
             if let Err(e) = self.serve_one() {
-                error!("{}: {e}", self.socket.display());
+                crate::limited!(error, "{}: {e}", self.socket.display());
                 // Do not spin if accepting keeps failing.
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
@@ -153,20 +168,22 @@ impl DiskServer {
         let mut daemon = VhostUserDaemon::new("vbmq".to_string(), backend.clone(), atomic_mem)
             .map_err(|e| format!("cannot create the vhost-user daemon: {e}"))?;
         backend.attach(daemon.get_epoll_handlers());
+        backend.lend_engines(std::mem::take(&mut self.engines));
         let result = daemon
             .start(&mut self.listener)
             .map_err(|e| format!("cannot accept a frontend: {e}"));
         if result.is_ok() {
             backend.connected(daemon.shutdown_handle());
-            info!("{}: frontend connected", self.socket.display());
+            crate::limited!(info, "{}: frontend connected", self.socket.display());
             *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(backend.clone());
             if let Err(e) = daemon.wait() {
-                info!("{}: connection ended: {e}", self.socket.display());
+                crate::limited!(info, "{}: connection ended: {e}", self.socket.display());
             }
-            info!("{}: frontend disconnected", self.socket.display());
+            crate::limited!(info, "{}: frontend disconnected", self.socket.display());
         }
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
         backend.end(daemon);
+        self.engines = backend.take_engines();
         result
     }
 }

@@ -7,11 +7,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tracing::{debug, warn};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::{
     ShutdownHandle, VhostUserBackend, VhostUserDaemon, VringEpollHandler, VringRwLock,
 };
+use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
@@ -19,7 +19,7 @@ use vmm_sys_util::event::{
 };
 
 use super::memory_table;
-use crate::backend::Disk;
+use crate::backend::{Disk, Engine};
 use crate::virtio_blk::{BlkDevice, config_space};
 use crate::worker::{QueueSettings, QueueStats, QueueWorker};
 
@@ -105,6 +105,21 @@ impl VhostUserBlk {
         }
     }
 
+    /// Lends each queue's worker its engine, created before the process was confined.
+    pub fn lend_engines(&self, engines: Vec<Option<Box<dyn Engine>>>) {
+        for (queue, engine) in self.queues.iter().zip(engines) {
+            lock(&queue.worker).lend_engine(engine);
+        }
+    }
+
+    /// Takes the engines back once the connection has ended (after [`Self::end`]).
+    pub fn take_engines(&self) -> Vec<Option<Box<dyn Engine>>> {
+        self.queues
+            .iter()
+            .map(|queue| lock(&queue.worker).take_engine())
+            .collect()
+    }
+
     /// Gives the backend the epoll handlers of its daemon.
     pub fn attach(&self, handlers: Handlers) {
         *lock(&self.handlers) = handlers;
@@ -124,7 +139,7 @@ impl VhostUserBlk {
             if let Some(vring) = worker.vring().cloned() {
                 worker.drain(&vring);
             }
-            debug!("queue {index} stopped");
+            crate::limited!(debug, "queue {index} stopped");
         }
         for handler in lock(&self.handlers).drain(..) {
             handler.send_exit_event();
@@ -168,6 +183,29 @@ impl VhostUserBackend for VhostUserBlk {
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
     }
 
+    fn acked_features(&self, features: u64) {
+        // vbmq is a VIRTIO 1.x device only: a driver without VERSION_1 would frame requests in
+        // the legacy ways. The crate has already acknowledged the message; end the connection.
+        if features & (1 << VIRTIO_F_VERSION_1) == 0 {
+            crate::limited!(
+                warn,
+                "the frontend acked features {features:#x} without VIRTIO_F_VERSION_1: closing"
+            );
+            if let Some(connection) = lock(&self.connection).as_ref() {
+                connection.shutdown();
+            }
+        }
+    }
+
+    fn set_config(&self, offset: u32, buf: &[u8]) -> io::Result<()> {
+        // Every field vbmq offers is read-only (`writeback` is writable only with
+        // VIRTIO_BLK_F_CONFIG_WCE, which it does not offer): refused, and NACKed with REPLY_ACK.
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("SET_CONFIG of {} bytes at {offset}: read-only", buf.len()),
+        ))
+    }
+
     fn set_event_idx(&self, _enabled: bool) {
         // The crate sets it on each vring; the workers read it from there.
     }
@@ -183,7 +221,7 @@ impl VhostUserBackend for VhostUserBlk {
     fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {
         let map = mem.memory();
         if let Err(e) = memory_table::check(&map) {
-            warn!("memory table refused, closing the connection: {e}");
+            crate::limited!(warn, "memory table refused, closing the connection: {e}");
             if let Some(connection) = lock(&self.connection).as_ref() {
                 connection.shutdown();
             }
@@ -219,6 +257,7 @@ impl VhostUserBackend for VhostUserBlk {
         if let Some(vring) = worker.vring().cloned() {
             worker.drain(&vring);
         }
+        worker.ring_stopped();
         queue.stop.store(false, Ordering::Release);
         Ok(())
     }
@@ -235,7 +274,7 @@ impl VhostUserBackend for VhostUserBlk {
             return Ok(());
         }
         let (Some(queue), Some(vring)) = (self.queues.get(thread_id), vrings.first()) else {
-            warn!("event {device_event} for unknown thread {thread_id}");
+            crate::limited!(warn, "event {device_event} for unknown thread {thread_id}");
             return Ok(());
         };
         let mut worker = lock(&queue.worker);
@@ -245,7 +284,7 @@ impl VhostUserBackend for VhostUserBlk {
                 && let Err(e) =
                     handler.register_listener(fd, EventSet::IN, u64::from(self.completion_event()))
             {
-                warn!("queue {thread_id}: cannot wait for completions: {e}");
+                crate::limited!(warn, "queue {thread_id}: cannot wait for completions: {e}");
             }
         }
         if device_event == self.completion_event() {

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use tracing::{debug, error, warn};
 use vhost_user_backend::{VringRwLock, VringState, VringT};
 use virtio_queue::QueueT;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
@@ -36,6 +35,17 @@ pub struct QueueSettings {
     pub max_size: u16,
 }
 
+impl QueueSettings {
+    /// What this queue asks of its engine.
+    pub fn engine_options(&self) -> EngineOptions {
+        EngineOptions {
+            depth: u32::from(self.max_size) * 2,
+            batch: self.batch,
+            notify: self.mode != WaitMode::Poll,
+        }
+    }
+}
+
 /// What one pass over the queue found.
 #[derive(Clone, Copy, Debug, Default)]
 struct Pass {
@@ -54,9 +64,15 @@ pub struct QueueWorker {
     /// The guest memory every in-flight request points into: replaced only once they completed.
     mem: Arc<GuestMemoryMmap>,
     engine: Option<Box<dyn Engine>>,
+    /// Whether [`Self::set_up`] may open an engine (no: a confined process, whose engines were
+    /// created before confinement and are lent to each connection's workers).
+    may_open_engine: bool,
     inflight: InFlight,
     vring: Option<VringRwLock>,
     set_up: bool,
+    /// The driver broke the ring (an avail index further ahead than the ring holds): the queue
+    /// is not served until the frontend sets it up again (virtio's NEEDS_RESET).
+    broken: bool,
     stats: Arc<QueueStats>,
 }
 
@@ -80,8 +96,10 @@ impl QueueWorker {
             atomic_mem,
             mem,
             engine: None,
+            may_open_engine: true,
             vring: None,
             set_up: false,
+            broken: false,
             stats,
         }
     }
@@ -98,16 +116,26 @@ impl QueueWorker {
         if let Some(cpu) = self.settings.cpu
             && let Err(e) = pin_current_thread(cpu)
         {
-            warn!("queue {}: cannot pin to CPU {cpu}: {e}", self.index);
+            crate::limited!(warn, "queue {}: cannot pin to CPU {cpu}: {e}", self.index);
         }
-        let options = EngineOptions {
-            depth: u32::from(self.settings.max_size) * 2,
-            batch: self.settings.batch,
-            notify: self.settings.mode != WaitMode::Poll,
-        };
-        match self.disk.engine(options) {
-            Ok(engine) => self.engine = Some(engine),
-            Err(e) => error!("queue {}: cannot open its I/O engine: {e}", self.index),
+        if self.engine.is_none() && self.may_open_engine {
+            match self.disk.engine(self.settings.engine_options()) {
+                Ok(engine) => self.engine = Some(engine),
+                Err(e) => {
+                    crate::limited!(
+                        error,
+                        "queue {}: cannot open its I/O engine: {e}",
+                        self.index
+                    )
+                }
+            }
+        }
+        if self.engine.is_none() {
+            crate::limited!(
+                error,
+                "queue {}: no I/O engine: its requests fail",
+                self.index
+            );
         }
         self.engine
             .as_ref()
@@ -162,7 +190,11 @@ impl QueueWorker {
     fn suppress_kicks(&mut self, vring: &VringRwLock) {
         let mut state = vring.get_mut();
         if let Err(e) = state.get_queue_mut().disable_notification(&*self.mem) {
-            debug!("queue {}: cannot disable notifications: {e}", self.index);
+            crate::limited!(
+                debug,
+                "queue {}: cannot disable notifications: {e}",
+                self.index
+            );
         }
     }
 
@@ -217,7 +249,7 @@ impl QueueWorker {
             stats: &self.stats,
         };
         let mut pass = Pass {
-            ready: state.get_queue().ready() && state.is_enabled(),
+            ready: state.get_queue().ready() && state.is_enabled() && !self.broken,
             ..Pass::default()
         };
         let mut stale = false;
@@ -235,6 +267,21 @@ impl QueueWorker {
                 let mut waiting = avail
                     .as_ref()
                     .map_or(0, |idx| idx.0.wrapping_sub(queue.next_avail()));
+                if waiting > queue.size() {
+                    // No driver can make more entries available than the ring holds. Stop at
+                    // once, and say so once: retrying would log (or spin) once per pass.
+                    crate::limited!(
+                        warn,
+                        "queue {}: avail index {} is {waiting} entries ahead of a {}-entry ring; \
+                         queue stopped until the frontend sets it up again",
+                        self.index,
+                        queue.next_avail().wrapping_add(waiting),
+                        queue.size()
+                    );
+                    self.broken = true;
+                    pass.ready = false;
+                    break;
+                }
                 // Only when there is work (or the ring is not mapped at all) is the snapshot
                 // compared with the current map: an idle poll stays cheap.
                 if (waiting > 0 || avail.is_err()) && !std::ptr::eq(&*atomic_mem.memory(), ctx.mem)
@@ -279,7 +326,7 @@ impl QueueWorker {
             return 0;
         };
         if submit && let Err(e) = engine.submit() {
-            error!("I/O submission failed: {e}");
+            crate::limited!(error, "I/O submission failed: {e}");
         }
         let queue = state.get_queue_mut();
         let mut used = 0;
@@ -296,7 +343,7 @@ impl QueueWorker {
             // results for the next round. Each round moves bytes or ends a request, so it ends.
             used += ctx.resubmit(queue, engine.as_mut());
             if let Err(e) = engine.submit() {
-                error!("I/O submission failed: {e}");
+                crate::limited!(error, "I/O submission failed: {e}");
             }
         }
         ctx.engine = Some(engine);
@@ -313,7 +360,7 @@ impl QueueWorker {
             .needs_notification(mem)
             .unwrap_or(true);
         if needed && let Err(e) = state.signal_used_queue() {
-            debug!("cannot notify the guest: {e}");
+            crate::limited!(debug, "cannot notify the guest: {e}");
         }
     }
 
@@ -337,7 +384,8 @@ impl QueueWorker {
                 return;
             };
             if let Err(e) = engine.wait() {
-                error!(
+                crate::limited!(
+                    error,
                     "queue {}: waiting for in-flight I/O failed: {e}",
                     self.index
                 );
@@ -356,6 +404,34 @@ impl QueueWorker {
                 Self::notify_guest(&mut state, ctx.mem);
             }
         }
+    }
+
+    /// Gives the worker an engine created earlier (before confinement); it will open none.
+    pub fn lend_engine(&mut self, engine: Option<Box<dyn Engine>>) {
+        self.engine = engine;
+        self.may_open_engine = false;
+    }
+
+    /// Takes the engine back once the worker has drained it: an engine with operations still
+    /// in flight would complete them into the next connection's requests, so it is dropped.
+    pub fn take_engine(&mut self) -> Option<Box<dyn Engine>> {
+        let engine = self.engine.take();
+        if self.inflight.count > 0 {
+            crate::limited!(
+                error,
+                "queue {}: {} requests never completed; its engine is dropped",
+                self.index,
+                self.inflight.count
+            );
+            return None;
+        }
+        engine
+    }
+
+    /// The frontend stopped the ring (`GET_VRING_BASE`): whatever the driver broke is gone
+    /// with it, and the ring may be served again once started.
+    pub fn ring_stopped(&mut self) {
+        self.broken = false;
     }
 
     /// The vring this worker serves, once it has been set up.

@@ -1,7 +1,6 @@
 //! One request's way through a worker: parsed and handed to the engine (or completed at once),
 //! then completed into the used ring when the engine returns it.
 
-use tracing::{debug, error};
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{Bytes, GuestMemoryMmap};
 
@@ -28,7 +27,7 @@ fn add_used(queue: &mut Queue, mem: &GuestMemoryMmap, head: u16, len: u32) -> us
     match queue.add_used(mem, head, len) {
         Ok(()) => 1,
         Err(e) => {
-            debug!("cannot return descriptor {head}: {e}");
+            crate::limited!(debug, "cannot return descriptor {head}: {e}");
             0
         }
     }
@@ -45,18 +44,18 @@ impl Ctx<'_> {
         let head = chain.head_index();
         let h = usize::from(head);
         if head >= queue.size() || h >= self.inflight.slots.len() {
-            debug!("descriptor head {head} outside the queue: dropped");
+            crate::limited!(debug, "descriptor head {head} outside the queue: dropped");
             return 0;
         }
         if self.inflight.slots[h].busy {
-            debug!("descriptor head {head} reused while in flight");
+            crate::limited!(debug, "descriptor head {head} reused while in flight");
             return add_used(queue, self.mem, head, 0);
         }
         let (iov, ranges) = self.inflight.buffers(h);
         let request = match parse(chain, self.mem, self.device, iov, ranges) {
             Ok(request) => request,
             Err(rejection) => {
-                debug!("request {head} rejected: {}", rejection.error);
+                crate::limited!(debug, "request {head} rejected: {}", rejection.error);
                 self.stats.record(false, 0, 0);
                 let len = match rejection.status {
                     Some(addr) => {
@@ -122,7 +121,7 @@ impl Ctx<'_> {
                 }
             };
             if let Err(e) = engine.push(op, u64::from(head)) {
-                error!("queue engine refused a request: {e}");
+                crate::limited!(error, "queue engine refused a request: {e}");
                 failed = true;
                 break;
             }
@@ -175,7 +174,11 @@ impl Ctx<'_> {
                     .push(u16::try_from(tag).unwrap_or(u16::MAX));
                 return 0;
             }
-            debug!("request {tag}: result {result}, expected {}", slot.expect);
+            crate::limited!(
+                debug,
+                "request {tag}: result {result}, expected {}",
+                slot.expect
+            );
             slot.failed = true;
         }
         slot.pending -= 1;
@@ -202,7 +205,10 @@ impl Ctx<'_> {
                 IoOp::Read { offset, iov }
             };
             if let Err(e) = engine.push(op, u64::from(head)) {
-                error!("queue engine refused the rest of a short transfer: {e}");
+                crate::limited!(
+                    error,
+                    "queue engine refused the rest of a short transfer: {e}"
+                );
                 let slot = &mut self.inflight.slots[h];
                 slot.failed = true;
                 slot.pending -= 1;

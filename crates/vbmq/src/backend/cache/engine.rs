@@ -13,8 +13,6 @@ use std::os::fd::RawFd;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use tracing::error;
-
 use super::readahead::Readahead;
 use super::stats::{DiskStats, QueueCounters};
 use super::store::{BlockCache, Filled};
@@ -283,7 +281,7 @@ impl CachedEngine {
                 self.counters.read_ahead(blocks as u64 * bs);
             }
             // Read-ahead is an optimisation: a refusal only costs the misses it would have saved.
-            Err(e) => error!("read-ahead refused: {e}"),
+            Err(e) => crate::limited!(error, "read-ahead refused: {e}"),
         }
     }
 
@@ -461,7 +459,7 @@ impl Drop for CachedEngine {
         // until then.
         while self.in_flight() {
             if let Err(e) = self.inner.wait() {
-                error!("cache: cannot wait for read-ahead to finish: {e}");
+                crate::limited!(error, "cache: cannot wait for read-ahead to finish: {e}");
                 // Leak the buffers rather than free memory the kernel may still write to.
                 for pending in self.pending.iter_mut().filter_map(Option::take) {
                     std::mem::forget(pending);

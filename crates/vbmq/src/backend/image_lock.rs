@@ -1,0 +1,142 @@
+//! Image locking, as QEMU locks its images: an open file description lock (`F_OFD_SETLK`) over
+//! the whole file, shared for a read-only disk, exclusive for a writable one. Another process
+//! that opens the image with a conflicting lock gets a clear error instead of a second writer.
+//! Disks of one process on the same image share one lock: the first holder's, upgraded to
+//! exclusive when a writable disk joins read-only ones.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// An image is the same under any name: a block device by its device number, a file by inode.
+type ImageId = (u64, u64);
+
+struct Held {
+    id: ImageId,
+    /// The open file description that holds the lock (a duplicate, so it outlives the disk
+    /// that took it).
+    fd: OwnedFd,
+    exclusive: bool,
+    users: usize,
+}
+
+static HELD: Mutex<Vec<Held>> = Mutex::new(Vec::new());
+
+/// One disk's share of its image's lock; released with the last share.
+#[derive(Debug)]
+pub struct ImageLock {
+    id: ImageId,
+}
+
+fn image_id(file: &File) -> io::Result<ImageId> {
+    let metadata = file.metadata()?;
+    Ok(if metadata.file_type().is_block_device() {
+        (u64::MAX, metadata.rdev())
+    } else {
+        (metadata.dev(), metadata.ino())
+    })
+}
+
+/// How long a conflicting lock is waited for: a process that has just exited keeps its lock
+/// until the kernel has torn down its io_uring rings, which hold the image's file (a restart
+/// right after a stop would otherwise fail).
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// [`set_lock`], retried while another holder is in the way, for up to [`LOCK_WAIT`].
+fn set_lock_waiting(fd: &impl AsRawFd, kind: libc::c_int) -> io::Result<()> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        match set_lock(fd, kind) {
+            Err(e)
+                if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES))
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            result => return result,
+        }
+    }
+}
+
+fn set_lock(fd: &impl AsRawFd, kind: libc::c_int) -> io::Result<()> {
+    // SAFETY: an all-zero flock is a valid value; the fields that matter are set below.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    #[allow(clippy::cast_possible_truncation)] // F_RDLCK, F_WRLCK, F_UNLCK, SEEK_SET: 0..=2
+    {
+        lock.l_type = kind as i16;
+        lock.l_whence = libc::SEEK_SET as i16;
+    }
+    // l_start = l_len = 0: the whole file, however it grows.
+    // SAFETY: F_OFD_SETLK reads the flock we pass; the descriptor is open.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &lock) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn conflict(error: io::Error, exclusive: bool) -> io::Error {
+    match error.raw_os_error() {
+        Some(libc::EAGAIN | libc::EACCES) => io::Error::new(
+            io::ErrorKind::ResourceBusy,
+            if exclusive {
+                "in use by another process (lock=off to share it anyway)"
+            } else {
+                "written by another process (lock=off to share it anyway)"
+            },
+        ),
+        _ => error,
+    }
+}
+
+impl ImageLock {
+    /// Locks the image open as `file` (opened for writing if `exclusive`): shared for a
+    /// read-only disk, exclusive for a writable one.
+    pub fn take(file: &File, exclusive: bool) -> io::Result<Self> {
+        let id = image_id(file)?;
+        let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = held.iter_mut().find(|h| h.id == id) {
+            if exclusive && !entry.exclusive {
+                // Upgrade through this disk's writable description: the shared lock of our
+                // own other description would conflict with it, so it goes first.
+                set_lock(&entry.fd, libc::F_UNLCK)?;
+                if let Err(e) = set_lock_waiting(file, libc::F_WRLCK) {
+                    let _ = set_lock(&entry.fd, libc::F_RDLCK);
+                    return Err(conflict(e, true));
+                }
+                entry.fd = file.as_fd().try_clone_to_owned()?;
+                entry.exclusive = true;
+            }
+            entry.users += 1;
+            return Ok(ImageLock { id });
+        }
+        let kind = if exclusive {
+            libc::F_WRLCK
+        } else {
+            libc::F_RDLCK
+        };
+        set_lock_waiting(file, kind).map_err(|e| conflict(e, exclusive))?;
+        held.push(Held {
+            id,
+            fd: file.as_fd().try_clone_to_owned()?,
+            exclusive,
+            users: 1,
+        });
+        Ok(ImageLock { id })
+    }
+}
+
+impl Drop for ImageLock {
+    fn drop(&mut self) {
+        let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(index) = held.iter().position(|h| h.id == self.id) {
+            held[index].users -= 1;
+            if held[index].users == 0 {
+                // Closing the last descriptor of the description releases the lock.
+                held.swap_remove(index);
+            }
+        }
+    }
+}

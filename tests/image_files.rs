@@ -1,0 +1,126 @@
+//! The image is opened once and locked: a path renamed or replaced after start reaches no VM,
+//! and a second process cannot write the same image unless told to share it.
+
+mod common;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Client, Daemon, image, pattern};
+
+const SIZE: usize = 1 << 20;
+
+fn socket_spec(dir: &std::path::Path, name: &str, path: &std::path::Path, extra: &str) -> String {
+    format!(
+        "socket={},path={}{extra}",
+        dir.join(name).display(),
+        path.display()
+    )
+}
+
+/// Runs `vbmq serve` expecting it to refuse to start; returns its exit status (`None`: it was
+/// still serving after 10 s, and was killed) and its stderr.
+fn refused_start(disk: &str) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .args(["serve", "--disk", disk])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vbmq");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let code = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status.code();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    let _ = child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr);
+    (code, stderr)
+}
+
+#[test]
+fn a_renamed_and_replaced_image_reaches_no_new_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "vm.raw", SIZE, 1);
+    let daemon = Daemon::start(&[socket_spec(dir.path(), "vm.sock", &path, "")]);
+    let socket = dir.path().join("vm.sock");
+    {
+        let mut client = Client::connect(&socket, 1, false).unwrap();
+        assert_eq!(client.write(0, 0, &[7u8; 4096]), 0);
+    }
+    // The operator (or an attacker with access to the directory) moves the image away and
+    // puts another, larger file in its place.
+    std::fs::rename(&path, dir.path().join("moved.raw")).unwrap();
+    std::fs::write(&path, pattern(2, SIZE * 2)).unwrap();
+    let mut client = Client::connect(&socket, 1, false).unwrap();
+    assert_eq!(
+        client.capacity(),
+        SIZE as u64,
+        "the capacity of the image opened at start"
+    );
+    let (ret, data) = client.read(0, 0, 8192);
+    assert_eq!(ret, 0);
+    assert_eq!(data[..4096], [7u8; 4096], "what the first VM wrote");
+    assert_eq!(data[4096..], pattern(1, SIZE)[4096..8192]);
+    drop(client);
+    assert!(daemon.terminate().success());
+}
+
+#[test]
+fn a_second_process_cannot_take_a_writable_image_unless_lock_is_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "vm.raw", SIZE, 3);
+    let first = Daemon::start(&[socket_spec(dir.path(), "a.sock", &path, "")]);
+    for extra in ["", ",readonly=on"] {
+        let (code, stderr) = refused_start(&socket_spec(dir.path(), "b.sock", &path, extra));
+        assert_eq!(code, Some(2), "second vbmq{extra}: {stderr}");
+        assert!(
+            stderr.contains("vm.raw") && stderr.contains("in use by another process")
+                || stderr.contains("written by another process"),
+            "the error names the image and the lock: {stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    }
+    // lock=off: the operator shares it knowingly.
+    let second = Daemon::start(&[socket_spec(dir.path(), "c.sock", &path, ",lock=off")]);
+    assert!(second.terminate().success());
+    assert!(first.terminate().success());
+}
+
+#[test]
+fn read_only_disks_share_an_image_across_processes_and_disks_of_one_process_share_its_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "base.raw", SIZE, 4);
+    let ro = ",readonly=on";
+    let first = Daemon::start(&[socket_spec(dir.path(), "a.sock", &path, ro)]);
+    let second = Daemon::start(&[socket_spec(dir.path(), "b.sock", &path, ro)]);
+    // A writable disk cannot join read-only disks of another process...
+    let (code, stderr) = refused_start(&socket_spec(dir.path(), "c.sock", &path, ""));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(second.terminate().success());
+    assert!(first.terminate().success());
+    // ...but within one process a read-only and a writable disk on one image share its lock.
+    let both = Daemon::start(&[
+        socket_spec(dir.path(), "d.sock", &path, ro),
+        socket_spec(dir.path(), "e.sock", &path, ""),
+    ]);
+    let mut writer = Client::connect(&dir.path().join("e.sock"), 1, false).unwrap();
+    assert_eq!(writer.write(0, 0, &[9u8; 4096]), 0);
+    assert_eq!(writer.flush(0), 0);
+    drop(writer);
+    // And the upgraded lock keeps other writers out.
+    let (code, stderr) = refused_start(&socket_spec(dir.path(), "f.sock", &path, ""));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(both.terminate().success());
+}
