@@ -447,6 +447,10 @@ where
             }
             request.offset = sector * SECTOR_SIZE;
         }
+        // A GET_ID with no room for the ID is refused.
+        RequestType::GetId if request.data_len == 0 => {
+            return Err(reject(RequestError::BadAddress));
+        }
         RequestType::GetId => {}
         RequestType::Discard | RequestType::WriteZeroes => {
             if !device.discard {
