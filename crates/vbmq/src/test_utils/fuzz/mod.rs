@@ -4,6 +4,7 @@
 
 mod queue_requests;
 mod request_parse;
+mod split_layout;
 mod vhost_user_messages;
 
 pub use queue_requests::queue_requests;

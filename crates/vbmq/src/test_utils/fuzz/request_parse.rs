@@ -3,6 +3,7 @@
 //! `vbmq::virtio_blk::parse`, and whatever it accepts must be safe to execute:
 //! data inside the disk and inside guest memory, in the right direction, within the limits, and a
 //! status byte only in a device-writable descriptor. A crash here is a validation bug.
+//! Legal layouts cut at any byte must be accepted, and found to be the same request.
 
 use crate::backend::Geometry;
 use crate::virtio_blk::{
@@ -141,10 +142,12 @@ fn host_range_mapped(mem: &GuestMemoryMmap, ptr: usize, len: usize) -> bool {
 }
 
 /// One input: a chain through the parser, whose every accepted request is checked.
+/// The same bytes also make a legal request cut at arbitrary bytes (see `split_layout`).
 pub fn request_parse(data: &[u8]) {
     if let Ok(input) = Input::arbitrary_take_rest(Unstructured::new(data)) {
         check(&input);
     }
+    super::split_layout::split_layout(data);
 }
 
 fn check(input: &Input) {
