@@ -7,6 +7,7 @@
 
 mod hostile {
     pub mod battery;
+    pub mod broken_ring;
     pub mod chain;
     pub mod daemon;
     pub mod expect;
@@ -267,4 +268,24 @@ fn repeated_guest_errors_cannot_flood_the_log_in_any_mode() {
         drop(guest);
         assert!(daemon.stop().success(), "{mode}: vbmq must exit 0");
     }
+}
+
+/// A ring broken by its guest (an avail index past the ring) or its frontend (a memory table
+/// that no longer holds the ring), held broken for seconds in every mode: said once, no thread
+/// spinning on it, other disks served, and served again once the frontend sets it up anew.
+#[test]
+fn a_broken_ring_is_stopped_without_spinning_until_reset_in_every_mode() {
+    use hostile::broken_ring::{Breakage, hold_then_reset};
+    let mut failures = Vec::new();
+    for mode in ["event", "poll", "adaptive"] {
+        for breakage in [
+            Breakage::AvailPastTheRing,
+            Breakage::MemoryShrunkUnderTheRing,
+        ] {
+            if let Err(e) = hold_then_reset(mode, breakage) {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

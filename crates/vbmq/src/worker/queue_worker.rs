@@ -70,9 +70,12 @@ pub struct QueueWorker {
     inflight: InFlight,
     vring: Option<VringRwLock>,
     set_up: bool,
-    /// The driver broke the ring (an avail index further ahead than the ring holds): the queue
-    /// is not served until the frontend sets it up again (virtio's NEEDS_RESET).
-    broken: bool,
+    /// The ring set-up the driver or frontend broke (an avail index further ahead than the ring
+    /// holds, or a ring not wholly inside guest memory): not served until the frontend sets the
+    /// ring up again (virtio's NEEDS_RESET).
+    broken: Option<RingSetup>,
+    /// The ring placement last found wholly inside guest memory.
+    checked: Option<RingSetup>,
     stats: Arc<QueueStats>,
 }
 
@@ -99,7 +102,8 @@ impl QueueWorker {
             may_open_engine: true,
             vring: None,
             set_up: false,
-            broken: false,
+            broken: None,
+            checked: None,
             stats,
         }
     }
@@ -248,8 +252,13 @@ impl QueueWorker {
             inflight: &mut self.inflight,
             stats: &self.stats,
         };
+        let setup = RingSetup::of(state.get_queue(), ctx.mem);
+        if self.broken.is_some_and(|broken| broken != setup) {
+            // A new ring address, size, base index or memory table: the ring was set up anew.
+            self.broken = None;
+        }
         let mut pass = Pass {
-            ready: state.get_queue().ready() && state.is_enabled() && !self.broken,
+            ready: state.get_queue().ready() && state.is_enabled() && self.broken.is_none(),
             ..Pass::default()
         };
         let mut stale = false;
@@ -261,6 +270,10 @@ impl QueueWorker {
                     // The ring is not in this snapshot: the frontend may have sent its memory
                     // table since (the first request of a VM's BIOS comes right after).
                     stale = !std::ptr::eq(&*atomic_mem.memory(), ctx.mem);
+                    if !stale && !setup.fits(ctx.mem) {
+                        stop_outside_memory(self.index, &mut self.broken, setup);
+                        pass.ready = false;
+                    }
                     break;
                 }
                 let avail = queue.avail_idx(ctx.mem, Ordering::Acquire);
@@ -278,7 +291,7 @@ impl QueueWorker {
                         queue.next_avail().wrapping_add(waiting),
                         queue.size()
                     );
-                    self.broken = true;
+                    self.broken = Some(setup);
                     pass.ready = false;
                     break;
                 }
@@ -288,6 +301,16 @@ impl QueueWorker {
                 {
                     stale = true;
                     break;
+                }
+                // The memory table may have changed since SET_VRING_ADDR checked the ring.
+                if (waiting > 0 || avail.is_err()) && self.checked != Some(setup.placement()) {
+                    if avail.is_ok() && setup.fits(ctx.mem) {
+                        self.checked = Some(setup.placement());
+                    } else {
+                        stop_outside_memory(self.index, &mut self.broken, setup);
+                        pass.ready = false;
+                        break;
+                    }
                 }
                 let offered = waiting;
                 while waiting > 0 {
@@ -431,11 +454,75 @@ impl QueueWorker {
     /// The frontend stopped the ring (`GET_VRING_BASE`): whatever the driver broke is gone
     /// with it, and the ring may be served again once started.
     pub fn ring_stopped(&mut self) {
-        self.broken = false;
+        self.broken = None;
+        self.checked = None;
     }
 
     /// The vring this worker serves, once it has been set up.
     pub fn vring(&self) -> Option<&VringRwLock> {
         self.vring.as_ref()
+    }
+}
+
+/// Marks a ring that does not lie wholly inside guest memory broken, and says so.
+fn stop_outside_memory(index: usize, broken: &mut Option<RingSetup>, setup: RingSetup) {
+    crate::limited!(
+        warn,
+        "queue {index}: ring not wholly inside guest memory; \
+         queue stopped until the frontend sets it up again"
+    );
+    *broken = Some(setup);
+}
+
+/// What the frontend set up for a ring, and the memory map it was seen in: a queue is broken for
+/// one set-up only, and a placement found inside one memory map is checked again in the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RingSetup {
+    desc_table: u64,
+    avail_ring: u64,
+    used_ring: u64,
+    size: u16,
+    next_avail: u16,
+    /// The memory map's address, only compared.
+    memory: usize,
+}
+
+impl RingSetup {
+    fn of(queue: &virtio_queue::Queue, mem: &GuestMemoryMmap) -> Self {
+        RingSetup {
+            desc_table: queue.desc_table(),
+            avail_ring: queue.avail_ring(),
+            used_ring: queue.used_ring(),
+            size: queue.size(),
+            next_avail: queue.next_avail(),
+            memory: std::ptr::from_ref(mem) as usize,
+        }
+    }
+
+    /// Where the ring lies, whatever its position.
+    fn placement(self) -> Self {
+        RingSetup {
+            next_avail: 0,
+            ..self
+        }
+    }
+
+    /// Whether the descriptor table and both rings (with their event fields) lie wholly inside
+    /// guest memory (virtio 1.x, 2.7).
+    fn fits(&self, mem: &GuestMemoryMmap) -> bool {
+        let n = u64::from(self.size);
+        [
+            (self.desc_table, 16 * n),
+            (self.avail_ring, 6 + 2 * n),
+            (self.used_ring, 6 + 8 * n),
+        ]
+        .into_iter()
+        .all(|(start, len)| {
+            vm_memory::GuestMemoryBackend::check_range(
+                mem,
+                vm_memory::GuestAddress(start),
+                crate::host_size(len),
+            )
+        })
     }
 }
