@@ -130,6 +130,14 @@ impl VhostUserBlk {
         *lock(&self.connection) = connection;
     }
 
+    /// Completes what is in flight, then closes the connection: the disk is being removed.
+    pub fn disconnect(&self) {
+        self.quiesce();
+        if let Some(connection) = lock(&self.connection).as_ref() {
+            connection.shutdown();
+        }
+    }
+
     /// Stops every queue for good, completing what is in flight first.
     pub fn quiesce(&self) {
         self.shut_down.store(true, Ordering::Release);
