@@ -4,32 +4,8 @@ mod common;
 
 use std::process::Command;
 
+use common::loop_device::{FourKn, Loop};
 use common::{Client, Daemon, pattern};
-
-/// A loop device, detached on drop.
-struct Loop(String);
-
-impl Loop {
-    fn attach(file: &std::path::Path) -> Loop {
-        let out = Command::new("losetup")
-            .args(["--find", "--show", "--direct-io=on"])
-            .arg(file)
-            .output()
-            .expect("losetup (util-linux) is needed, as root");
-        assert!(
-            out.status.success(),
-            "losetup: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Loop(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.0]).status();
-    }
-}
 
 #[test]
 #[cfg_attr(
@@ -133,4 +109,50 @@ fn storage_without_discard_still_discards_and_zeroes() {
         assert!(daemon.terminate().success());
     }
     drop(device);
+}
+
+/// An image on a file system whose device has 4096-byte sectors, served with O_DIRECT (the
+/// default): 512-byte requests at any sector must work (the kernel refuses them with O_DIRECT,
+/// so they go through the page cache), and the guest is told the 4096-byte physical block.
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs feature root-tests: root for loop devices and mount (scripts/test.sh)"
+)]
+fn image_on_a_4096_byte_sector_file_system_serves_512_byte_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FourKn::new(&dir.path().join("4kn.raw"));
+    let image = fs.mount.path().join("vm.raw");
+    std::fs::write(&image, pattern(11, 4 << 20)).unwrap();
+    let socket = dir.path().join("4kn.sock");
+    let daemon = Daemon::start(&[format!(
+        "socket={},path={},queues=2",
+        socket.display(),
+        image.display()
+    )]);
+    let mut client = Client::connect(&socket, 2, false).unwrap();
+    assert_eq!(client.capacity(), 4 << 20);
+    // Every 512-byte sector of the first 8 KiB, one request each.
+    for sector in 0..16u64 {
+        let (ret, data) = client.read((sector % 2) as usize, sector * 512, 512);
+        assert_eq!(ret, 0, "read of sector {sector}");
+        let at = (sector * 512) as usize;
+        assert_eq!(data, pattern(11, 4 << 20)[at..at + 512], "sector {sector}");
+    }
+    let new = pattern(12, 1536);
+    assert_eq!(
+        client.write(0, 512 * 3, &new),
+        0,
+        "an unaligned 1536-byte write"
+    );
+    assert_eq!(client.read(1, 512 * 3, 1536), (0, new.clone()));
+    // Aligned 4 KiB requests keep to O_DIRECT, and see what the buffered write left.
+    let (ret, page) = client.read(0, 0, 4096);
+    assert_eq!(ret, 0);
+    assert_eq!(page[1536..3072], new[..]);
+    assert_eq!(client.flush(0), 0);
+    drop(client);
+    assert!(daemon.terminate().success());
+    let on_disk = std::fs::read(&image).unwrap();
+    assert_eq!(on_disk[1536..3072], new[..]);
 }

@@ -1,6 +1,8 @@
 //! Shared test helpers: start the real `vbmq serve` process and drive it with libblkio.
 #![allow(dead_code)]
 
+pub mod loop_device;
+
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};

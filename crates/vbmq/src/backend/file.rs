@@ -6,6 +6,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
+use super::direct_align::direct_alignment;
 use super::image_lock::ImageLock;
 use super::uring::{FileKind, UringEngine};
 use super::{Disk, Engine, EngineOptions, Geometry};
@@ -26,6 +27,9 @@ pub struct FileDisk {
     buffered: OwnedFd,
     /// The image with `O_DIRECT`, unless `direct=off`.
     direct: Option<OwnedFd>,
+    /// What `O_DIRECT` needs aligned (offsets, lengths, buffers); accesses that are not go
+    /// through the page cache instead.
+    direct_align: usize,
     lock: Option<ImageLock>,
 }
 
@@ -58,9 +62,6 @@ impl FileDisk {
             ));
         };
         let block_size = block_size.clamp(512, 65536);
-        // A power of two up to 2^31: its exponent fits a byte.
-        let physical_block_exp =
-            u8::try_from((physical / block_size).max(1).trailing_zeros()).unwrap_or(0);
         // The guest addresses whole logical blocks: a partial last block is not exposed.
         let capacity = capacity - capacity % u64::from(block_size);
         let kind = if metadata.file_type().is_block_device() {
@@ -75,20 +76,27 @@ impl FileDisk {
                 inline_rw: tmpfs,
             }
         };
-        let direct = if direct {
+        let (direct, direct_align) = if direct {
             // Fail now, not on the first request, where O_DIRECT is refused.
             let direct = Self::open_file(path, readonly, true)?;
             if !same_file(&direct, &file)? {
                 return Err(io::Error::other("replaced while it was being opened"));
             }
-            Some(direct.into())
+            let align = direct_alignment(&direct).max(block_size as usize);
+            (Some(direct.into()), align)
         } else {
-            None
+            (None, 1)
         };
+        // Guests that align to the physical block size keep to the direct path.
+        let physical = physical.max(u32::try_from(direct_align).unwrap_or(512));
+        // A power of two up to 2^31: its exponent fits a byte.
+        let physical_block_exp =
+            u8::try_from((physical / block_size).max(1).trailing_zeros()).unwrap_or(0);
         Ok(FileDisk {
             readonly,
             buffered: file.into(),
             direct,
+            direct_align,
             lock: None,
             geometry: Geometry {
                 capacity,
@@ -157,11 +165,7 @@ impl Disk for FileDisk {
             Some(direct) => direct.try_clone()?,
             None => buffered.try_clone()?,
         };
-        let align = if self.direct.is_some() {
-            self.geometry.block_size as usize
-        } else {
-            1
-        };
+        let align = self.direct_align;
         Ok(Box::new(UringEngine::new(
             direct, buffered, align, self.kind, options,
         )?))

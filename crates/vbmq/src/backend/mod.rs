@@ -4,6 +4,7 @@
 //! of its own, which it owns outright: no lock is shared between queues on the data path.
 
 pub mod cache;
+mod direct_align;
 mod file;
 mod host_memory;
 mod image_lock;

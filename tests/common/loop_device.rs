@@ -1,0 +1,77 @@
+//! Loop devices for the tests that need a block device (root only, as in CI).
+
+use std::process::Command;
+
+/// A loop device, detached on drop.
+pub struct Loop(pub String);
+
+impl Loop {
+    pub fn attach(file: &std::path::Path) -> Loop {
+        let out = Command::new("losetup")
+            .args(["--find", "--show", "--direct-io=on"])
+            .arg(file)
+            .output()
+            .expect("losetup (util-linux) is needed, as root");
+        assert!(
+            out.status.success(),
+            "losetup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Loop(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+/// A file system on a 4096-byte-sector device, mounted for the test; unmounted and detached on
+/// drop.
+pub struct FourKn {
+    pub mount: tempfile::TempDir,
+    _device: Loop,
+}
+
+impl FourKn {
+    pub fn new(backing: &std::path::Path) -> FourKn {
+        std::fs::File::create(backing)
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        let out = Command::new("losetup")
+            .args(["--find", "--show", "--sector-size", "4096"])
+            .arg(backing)
+            .output()
+            .expect("losetup");
+        assert!(
+            out.status.success(),
+            "losetup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let device = Loop(String::from_utf8_lossy(&out.stdout).trim().to_string());
+        let mkfs = Command::new("mkfs.ext4")
+            .args(["-q", "-F", &device.0])
+            .status()
+            .expect("mkfs.ext4 (e2fsprogs)");
+        assert!(mkfs.success());
+        let mount = tempfile::tempdir().unwrap();
+        let mounted = Command::new("mount")
+            .arg(&device.0)
+            .arg(mount.path())
+            .status()
+            .expect("mount");
+        assert!(mounted.success());
+        FourKn {
+            mount,
+            _device: device,
+        }
+    }
+}
+
+impl Drop for FourKn {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.mount.path()).status();
+    }
+}
