@@ -1,4 +1,4 @@
-//! The declared command line: `vbmq serve`, `vbmq bench`.
+//! The declared command line: `vbmq serve`, `vbmq bench`, `vbmq ctl`.
 
 use std::path::PathBuf;
 
@@ -10,9 +10,11 @@ use vbmq::worker::online_cpus;
 /// What the command line asks for.
 pub enum Job {
     /// Serve disks until SIGTERM or SIGINT.
-    Serve(ServeOptions),
+    Serve(ServeOptions, Option<PathBuf>),
     /// Run the benchmark.
     Bench(vbmq_bench::Options),
+    /// Send one request to a running `vbmq serve`.
+    Ctl(crate::ctl::Request),
 }
 
 /// The whole command line, with every flag and `--disk` key described.
@@ -24,6 +26,42 @@ pub fn command() -> Command {
         .arg_required_else_help(true)
         .subcommand(serve())
         .subcommand(bench())
+        .subcommand(ctl())
+}
+
+fn ctl() -> Command {
+    let socket = || {
+        Arg::new("socket")
+            .value_name("SOCKET")
+            .value_parser(value_parser!(PathBuf))
+    };
+    Command::new("ctl")
+        .about("Ask a running `vbmq serve --control PATH`: add, remove, list disks, read counters")
+        .arg(control_arg().required(true))
+        .subcommand_required(true)
+        .subcommand(
+            Command::new("add-disk")
+                .about("Serve one more disk; SPEC is exactly a --disk value")
+                .arg(Arg::new("spec").value_name("SPEC").required(true)),
+        )
+        .subcommand(
+            Command::new("remove-disk")
+                .about("Drain, disconnect and stop the disk on SOCKET")
+                .arg(socket().required(true)),
+        )
+        .subcommand(Command::new("list").about("Every disk: spec, size, queues, connection (JSON)"))
+        .subcommand(
+            Command::new("stats")
+                .about("Per-queue counters of every disk, or of the one on SOCKET (JSON)")
+                .arg(socket()),
+        )
+}
+
+fn control_arg() -> Arg {
+    Arg::new("control")
+        .long("control")
+        .value_name("PATH")
+        .value_parser(value_parser!(PathBuf))
 }
 
 fn serve() -> Command {
@@ -34,7 +72,7 @@ fn serve() -> Command {
                 .long("disk")
                 .value_name("KEY=VALUE,...")
                 .action(ArgAction::Append)
-                .required(true)
+                .required_unless_present("control")
                 .value_parser(parse_disk)
                 .help("A disk to serve, on its own socket; repeat for more (keys below)"),
         )
@@ -46,6 +84,9 @@ fn serve() -> Command {
                 .value_parser(["on", "off"])
                 .help("The system-call filter; off is for debugging only"),
         )
+        .arg(control_arg().help(
+            "A control socket (0600) for `vbmq ctl`; run-time disks' sockets go in its directory",
+        ))
         .after_help(disk_keys_help())
 }
 
@@ -81,10 +122,37 @@ fn parse_disk(text: &str) -> Result<DiskSpec, String> {
 /// The job `matches` asks for.
 pub fn job(matches: &ArgMatches) -> Option<Job> {
     match matches.subcommand()? {
-        ("serve", m) => Some(Job::Serve(ServeOptions {
-            disks: m.get_many::<DiskSpec>("disk")?.cloned().collect(),
-            seccomp: m.get_one::<String>("seccomp").is_none_or(|s| s == "on"),
-        })),
+        ("serve", m) => Some(Job::Serve(
+            ServeOptions {
+                disks: m
+                    .get_many::<DiskSpec>("disk")
+                    .map(|d| d.cloned().collect())
+                    .unwrap_or_default(),
+                texts: m
+                    .get_raw("disk")
+                    .map(|d| d.map(|t| t.to_string_lossy().into_owned()).collect())
+                    .unwrap_or_default(),
+                seccomp: m.get_one::<String>("seccomp").is_none_or(|s| s == "on"),
+                control_dir: m
+                    .get_one::<PathBuf>("control")
+                    .map(|p| crate::control::socket_dir(p)),
+            },
+            m.get_one::<PathBuf>("control").cloned(),
+        )),
+        ("ctl", m) => {
+            let control = m.get_one::<PathBuf>("control")?.clone();
+            let socket = |m: &ArgMatches| m.get_one::<PathBuf>("socket").cloned();
+            let command = match m.subcommand()? {
+                ("add-disk", a) => {
+                    crate::ctl::Command::AddDisk(a.get_one::<String>("spec")?.clone())
+                }
+                ("remove-disk", a) => crate::ctl::Command::RemoveDisk(socket(a)?),
+                ("list", _) => crate::ctl::Command::List,
+                ("stats", a) => crate::ctl::Command::Stats(socket(a)),
+                _ => return None,
+            };
+            Some(Job::Ctl(crate::ctl::Request { control, command }))
+        }
         ("bench", m) => Some(Job::Bench(vbmq_bench::Options {
             quick: m.get_flag("quick"),
             out: m.get_one::<PathBuf>("out").cloned(),

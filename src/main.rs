@@ -1,6 +1,8 @@
 //! `vbmq`: serve disks to VMs (`serve`) or measure how fast it does (`bench`).
 
 mod cli;
+mod control;
+mod ctl;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use tracing_subscriber::EnvFilter;
@@ -17,11 +19,31 @@ fn main() {
         Err(e) => std::process::exit(usage_error(&e)),
     };
     let status = match cli::job(&matches) {
-        Some(cli::Job::Serve(options)) => vbmq::serve::run(&options),
+        Some(cli::Job::Serve(options, control)) => serve(&options, control),
+        Some(cli::Job::Ctl(request)) => ctl::run(&request),
         Some(cli::Job::Bench(options)) => vbmq_bench::run(&options),
         None => 2,
     };
     std::process::exit(status);
+}
+
+/// `vbmq serve`, with its control socket bound before the process is confined.
+fn serve(options: &vbmq::serve::ServeOptions, control: Option<std::path::PathBuf>) -> i32 {
+    let start = match &control {
+        Some(path) => match control::Server::bind(path) {
+            Ok(server) => Some(server.starter()),
+            Err(e) => {
+                eprintln!("vbmq: --control {}: {e}", path.display());
+                return 2;
+            }
+        },
+        None => None,
+    };
+    let status = vbmq::serve::run(options, start);
+    if let Some(path) = control {
+        let _ = std::fs::remove_file(path);
+    }
+    status
 }
 
 /// Prints help and version as clap does; any other error as one line naming the flag or key

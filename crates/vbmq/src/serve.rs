@@ -9,6 +9,7 @@ use tracing::info;
 use crate::backend::{CachedDisk, Disk, FileDisk, MemoryDisk, NullDisk, RbdDisk};
 use crate::config::{DiskSpec, SpecError, Storage};
 use crate::confine::{CephAccess, ConfineOptions, DiskAccess, confine};
+use crate::host::{Host, RunTimePolicy};
 use crate::vhost_user::DiskServer;
 use crate::virtio_blk::BlkDevice;
 use crate::worker::QueueSettings;
@@ -18,9 +19,17 @@ use crate::worker::QueueSettings;
 pub struct ServeOptions {
     /// The disks, each already parsed with [`DiskSpec::parse`].
     pub disks: Vec<DiskSpec>,
+    /// Each disk's `--disk` text, as `list` shows it.
+    pub texts: Vec<String>,
     /// Confine the process with seccomp (Landlock applies either way).
     pub seccomp: bool,
+    /// The directory of the control socket, when there is one: run-time disks' sockets go
+    /// there, and the confinement lets the process make them.
+    pub control_dir: Option<PathBuf>,
 }
+
+/// Starts the control server once the process is confined (its socket bound before).
+pub type ControlStart = Box<dyn FnOnce(Arc<Host>)>;
 
 /// Checks what no single disk can see on its own: two polling threads on one CPU, one socket
 /// given to two disks.
@@ -146,9 +155,9 @@ fn open_local_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
 }
 
 /// The server of one disk, the disk (to close at exit) and the files it keeps reading.
-type Built = (DiskServer, Arc<dyn Disk>, Vec<PathBuf>);
+pub(crate) type Built = (DiskServer, Arc<dyn Disk>, Vec<PathBuf>);
 
-fn build_server(spec: &DiskSpec) -> Result<Built, SpecError> {
+pub(crate) fn build_server(spec: &DiskSpec) -> Result<Built, SpecError> {
     let (disk, files) = open_disk(spec)?;
     let kept = Arc::clone(&disk);
     let serial = spec.serial.clone().unwrap_or_else(|| default_serial(spec));
@@ -177,7 +186,11 @@ fn build_server(spec: &DiskSpec) -> Result<Built, SpecError> {
 }
 
 /// What the process may still reach once serving: its disks and its sockets.
-fn confine_options(specs: &[DiskSpec], ceph_files: Vec<PathBuf>, seccomp: bool) -> ConfineOptions {
+fn confine_options(
+    specs: &[DiskSpec],
+    ceph_files: Vec<PathBuf>,
+    options: &ServeOptions,
+) -> ConfineOptions {
     ConfineOptions {
         disks: specs
             .iter()
@@ -196,7 +209,8 @@ fn confine_options(specs: &[DiskSpec], ceph_files: Vec<PathBuf>, seccomp: bool) 
             .any(|spec| matches!(spec.storage, Storage::Rbd(_)))
             .then_some(CephAccess { files: ceph_files }),
         sockets: specs.iter().map(|spec| spec.socket.clone()).collect(),
-        seccomp,
+        run_time_socket_dirs: options.control_dir.iter().cloned().collect(),
+        seccomp: options.seccomp,
     }
 }
 
@@ -215,23 +229,23 @@ fn block_stop_signals() -> libc::sigset_t {
     }
 }
 
-/// Runs `vbmq serve`; returns the exit status.
-pub fn run(options: &ServeOptions) -> i32 {
+/// Runs `vbmq serve`; returns the exit status. `control` starts the control server.
+pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
     let specs = &options.disks;
     if let Err(e) = check_disks(specs) {
         eprintln!("vbmq: {e}");
         return 2;
     }
     let signals = block_stop_signals();
-    let mut servers = Vec::new();
+    let host = Arc::new(Host::new());
+    let mut prepared = Vec::new();
     let mut ceph_files = Vec::new();
-    let mut disks = Vec::new();
-    for spec in specs {
-        match build_server(spec) {
-            Ok((server, disk, files)) => {
-                servers.push(server);
-                disks.push(disk);
-                ceph_files.extend(files);
+    for (i, spec) in specs.iter().enumerate() {
+        let text = options.texts.get(i).cloned().unwrap_or_default();
+        match host.prepare(&text, spec.clone()) {
+            Ok(disk) => {
+                ceph_files.extend(disk.files().iter().cloned());
+                prepared.push(disk);
             }
             Err(e) => {
                 eprintln!("vbmq: {e}");
@@ -239,22 +253,23 @@ pub fn run(options: &ServeOptions) -> i32 {
             }
         }
     }
-    if let Err(e) = confine(&confine_options(specs, ceph_files, options.seccomp)) {
+    if let Err(e) = confine(&confine_options(specs, ceph_files, options)) {
         eprintln!("vbmq: cannot confine the process: {e}");
         return 1;
     }
-    let mut connections = Vec::new();
-    let mut files = Vec::new();
-    let mut reporters = Vec::new();
-    for server in servers {
-        connections.push(server.current());
-        reporters.push(server.stats_reporter());
-        files.extend(server.files());
-        std::thread::Builder::new()
-            .name("vbmq-socket".into())
-            .spawn(move || server.run())
-            .map_err(|e| eprintln!("vbmq: cannot start a thread: {e}"))
-            .ok();
+    host.set_policy(RunTimePolicy {
+        confined: true,
+        socket_dirs: options.control_dir.iter().cloned().collect(),
+    });
+    for disk in prepared {
+        if let Err(e) = host.start(disk) {
+            eprintln!("vbmq: {e}");
+            host.stop_all();
+            return 1;
+        }
+    }
+    if let Some(control) = control {
+        control(Arc::clone(&host));
     }
     info!("serving {} disk(s)", specs.len());
     loop {
@@ -268,24 +283,14 @@ pub fn run(options: &ServeOptions) -> i32 {
             break;
         }
         // Asked for by the operator: printed whatever the log level.
-        for report in &reporters {
-            eprintln!("vbmq: statistics {}", report());
+        for line in host.report() {
+            eprintln!("vbmq: statistics {line}");
         }
     }
-    for connection in &connections {
-        let backend = connection.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some(backend) = backend {
-            backend.quiesce();
-        }
-    }
-    for disk in &disks {
-        disk.close();
-    }
-    for file in files {
-        let _ = std::fs::remove_file(file);
-    }
-    for report in &reporters {
-        info!("statistics {}", report());
+    let report = host.report();
+    host.stop_all();
+    for line in report {
+        info!("statistics {line}");
     }
     0
 }

@@ -61,6 +61,12 @@ pub(super) fn restrict(opts: &ConfineOptions) -> Result<FilesystemStatus, Confin
         let access = AccessFs::RemoveFile;
         ruleset = ruleset.add_rule(PathBeneath::new(open_path(dir)?, access))?;
     }
+    for dir in &opts.run_time_socket_dirs {
+        // A run-time disk's socket (made under a temporary name, renamed) and lock file.
+        let access =
+            AccessFs::MakeSock | AccessFs::MakeReg | AccessFs::WriteFile | AccessFs::RemoveFile;
+        ruleset = ruleset.add_rule(PathBeneath::new(open_path(dir)?, access))?;
+    }
     let status = ruleset.all_threads(true)?.restrict_self()?;
     Ok(match status.ruleset {
         RulesetStatus::NotEnforced => FilesystemStatus::Unsupported,

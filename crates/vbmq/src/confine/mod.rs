@@ -41,6 +41,9 @@ pub struct ConfineOptions {
     /// vhost-user listening socket paths; their directories keep the right to create and remove
     /// a socket so the listener can be bound again.
     pub sockets: Vec<PathBuf>,
+    /// Directories where disks added at run time bind their sockets and lock files (the
+    /// control socket's): granted socket and file creation, and the calls that bind.
+    pub run_time_socket_dirs: Vec<PathBuf>,
     /// Present when an RBD disk is served: TCP connections to the cluster, librados' reads of
     /// its configuration and keyring, and the system calls of librados' threads.
     pub ceph: Option<CephAccess>,
@@ -103,7 +106,8 @@ pub fn confine(opts: &ConfineOptions) -> Result<Confinement, ConfineError> {
     }
     if opts.seccomp {
         sigsys::install().map_err(ConfineError::Sigsys)?;
-        let allowlist = syscalls::filter(opts.ceph.is_some())?;
+        let allowlist =
+            syscalls::filter(opts.ceph.is_some(), !opts.run_time_socket_dirs.is_empty())?;
         let clone3 = syscalls::clone3_fallback()?;
         // The allowlist forbids seccomp(2) itself, so it goes last.
         seccompiler::apply_filter_all_threads(&clone3)?;

@@ -109,40 +109,64 @@ const CEPH: &[libc::c_long] = &[
     libc::SYS_uname,
 ];
 
+/// Calls added with a control socket: its clients' requests and replies (std's socket reads
+/// and writes are recv and send), and disks added at run time: binding a new disk's socket
+/// (under a temporary name, given its mode and group, renamed into place) and taking its lock.
+const RUN_TIME_DISKS: &[libc::c_long] = &[
+    libc::SYS_recvfrom,
+    libc::SYS_sendto,
+    libc::SYS_bind,
+    libc::SYS_listen,
+    libc::SYS_flock,
+    libc::SYS_chmod,
+    libc::SYS_fchmodat,
+    libc::SYS_chown,
+    libc::SYS_fchownat,
+    libc::SYS_rename,
+    libc::SYS_renameat,
+    libc::SYS_renameat2,
+];
+
 /// `ioctl` requests allowed (argument 1): std's non-blocking and close-on-exec switches. Block
 /// device sizes and terminal probing happen before confinement.
 /// (`c_ulong` is `u64` on both architectures seccompiler supports.)
 const IOCTLS: &[u64] = &[libc::FIONBIO, libc::FIOCLEX];
 
 /// Compiles the allowlist; anything else raises SIGSYS (reported, then the process exits).
-pub(super) fn filter(ceph: bool) -> Result<BpfProgram, BackendError> {
+/// `run_time_disks`: the calls [`RUN_TIME_DISKS`] names, and Unix sockets beside TCP ones.
+pub(super) fn filter(ceph: bool, run_time_disks: bool) -> Result<BpfProgram, BackendError> {
     let extra: &[libc::c_long] = if ceph { CEPH } else { &[] };
+    let run_time: &[libc::c_long] = if run_time_disks { RUN_TIME_DISKS } else { &[] };
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = ALLOWED
         .iter()
         .chain(extra)
+        .chain(run_time)
         .map(|&nr| (nr, Vec::new()))
         .collect();
+    // TCP over IPv4 or IPv6 only for Ceph, Unix stream sockets only for run-time disks: no
+    // netlink, UDP or raw sockets. (The type's low bits; SOCK_CLOEXEC and SOCK_NONBLOCK are
+    // flags above them.)
+    let domain = |family: u64| {
+        SeccompRule::new(vec![
+            SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, family)?,
+            SeccompCondition::new(
+                1,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::MaskedEq(0xf),
+                libc::SOCK_STREAM.unsigned_abs().into(),
+            )?,
+        ])
+    };
+    let mut families = Vec::new();
     if ceph {
-        // TCP over IPv4 or IPv6 only: no Unix, netlink, UDP or raw sockets. (The type's low
-        // bits; SOCK_CLOEXEC and SOCK_NONBLOCK are flags above them.)
-        let domain = |family: u64| {
-            SeccompRule::new(vec![
-                SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, family)?,
-                SeccompCondition::new(
-                    1,
-                    SeccompCmpArgLen::Dword,
-                    SeccompCmpOp::MaskedEq(0xf),
-                    libc::SOCK_STREAM.unsigned_abs().into(),
-                )?,
-            ])
-        };
-        rules.insert(
-            libc::SYS_socket,
-            vec![
-                domain(libc::AF_INET.unsigned_abs().into())?,
-                domain(libc::AF_INET6.unsigned_abs().into())?,
-            ],
-        );
+        families.push(domain(libc::AF_INET.unsigned_abs().into())?);
+        families.push(domain(libc::AF_INET6.unsigned_abs().into())?);
+    }
+    if run_time_disks {
+        families.push(domain(libc::AF_UNIX.unsigned_abs().into())?);
+    }
+    if !families.is_empty() {
+        rules.insert(libc::SYS_socket, families);
     }
     let ioctl_rules = IOCTLS
         .iter()
@@ -188,7 +212,7 @@ mod tests {
 
     /// Runs `body` in a child process under the allowlist; returns how the child ended.
     fn under_filter(body: fn()) -> libc::c_int {
-        let filter = filter(false).expect("filter");
+        let filter = filter(false, false).expect("filter");
         // SAFETY: the child only installs a filter, runs `body` and exits; glibc's fork leaves
         // malloc usable in the child.
         let pid = unsafe { libc::fork() };

@@ -5,5 +5,5 @@ mod memory_table;
 mod socket;
 mod vhost_user_blk;
 
-pub use socket::{DiskServer, SocketError};
+pub use socket::{DiskServer, SocketError, Stopper};
 pub use vhost_user_blk::VhostUserBlk;

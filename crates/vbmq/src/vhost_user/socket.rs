@@ -1,11 +1,12 @@
 //! A disk's vhost-user socket: bound once, it serves one frontend after another until the
-//! process stops.
+//! process stops or its [`Stopper`] is used.
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use vhost::vhost_user::Listener;
@@ -51,6 +52,35 @@ pub struct DiskServer {
     engines: Vec<Option<Box<dyn Engine>>>,
     /// The connection being served, to be quiesced on shutdown.
     current: Arc<Mutex<Option<Arc<VhostUserBlk>>>>,
+    /// Set when the disk is removed: no frontend is accepted any more.
+    stopped: Arc<AtomicBool>,
+}
+
+/// Stops one [`DiskServer`] from another thread: no new frontend, the connected one drained
+/// and closed. The listening socket is shut down through a duplicate of its descriptor, so a
+/// late stop never reaches a descriptor number the process has reused.
+pub struct Stopper {
+    listener: OwnedFd,
+    current: Arc<Mutex<Option<Arc<VhostUserBlk>>>>,
+    stopped: Arc<AtomicBool>,
+}
+
+impl Stopper {
+    /// Completes the in-flight I/O of the connected frontend, closes its connection and wakes
+    /// the server's accept; the server's thread then returns.
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        // SAFETY: shutdown(2) on a descriptor this Stopper owns.
+        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        let backend = self
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(backend) = backend {
+            backend.disconnect();
+        }
+    }
 }
 
 fn take_lock(path: &Path) -> Result<File, SocketError> {
@@ -118,6 +148,7 @@ impl DiskServer {
             engines,
             settings,
             current: Arc::new(Mutex::new(None)),
+            stopped: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -141,15 +172,34 @@ impl DiskServer {
         }
     }
 
+    /// A way to stop this server from another thread.
+    pub fn stopper(&self) -> io::Result<Stopper> {
+        let fd = dup_descriptor(self.listener.as_raw_fd())?;
+        Ok(Stopper {
+            listener: fd,
+            current: self.current.clone(),
+            stopped: self.stopped.clone(),
+        })
+    }
+
+    /// The counters of each queue.
+    pub fn queue_stats(&self) -> Vec<Arc<QueueStats>> {
+        self.stats.clone()
+    }
+
     /// The socket file and its lock file, to remove at exit.
     pub fn files(&self) -> [PathBuf; 2] {
         [self.socket.clone(), self.lock_path.clone()]
     }
 
-    /// Serves frontends one after another, forever.
+    /// Serves frontends one after another, until stopped.
     pub fn run(mut self) {
-        loop {
-            if let Err(e) = self.serve_one() {
+        while !self.stopped.load(Ordering::Acquire) {
+            let result = self.serve_one();
+            if self.stopped.load(Ordering::Acquire) {
+                break;
+            }
+            if let Err(e) = result {
                 crate::limited!(error, "{}: {e}", self.socket.display());
                 // Do not spin if accepting keeps failing.
                 std::thread::sleep(std::time::Duration::from_millis(100));
@@ -176,6 +226,10 @@ impl DiskServer {
             backend.connected(daemon.shutdown_handle());
             crate::limited!(info, "{}: frontend connected", self.socket.display());
             *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(backend.clone());
+            // A stop between the accept and the line above found no connection to close.
+            if self.stopped.load(Ordering::Acquire) {
+                backend.disconnect();
+            }
             if let Err(e) = daemon.wait() {
                 crate::limited!(info, "{}: connection ended: {e}", self.socket.display());
             }
@@ -186,4 +240,15 @@ impl DiskServer {
         self.engines = backend.take_engines();
         result
     }
+}
+
+fn dup_descriptor(fd: std::os::fd::RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor the caller keeps open; the new descriptor is
+    // owned by the returned OwnedFd alone.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if new < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `new` is a fresh descriptor nothing else owns.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(new) })
 }

@@ -50,6 +50,10 @@ pub struct VhostUserBlk {
     guest_memory: GuestMemoryAtomic<GuestMemoryMmap>,
     /// Closes the connection when the frontend sends what cannot be served.
     connection: Mutex<Option<ShutdownHandle>>,
+    /// A close asked for before [`Self::connected`] gave the handle (the crate's thread may
+    /// handle the first messages before the accepting thread gets there); under `connection`'s
+    /// lock.
+    close_requested: AtomicBool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -102,6 +106,7 @@ impl VhostUserBlk {
             exit_fds: Mutex::new(Vec::new()),
             guest_memory,
             connection: Mutex::new(None),
+            close_requested: AtomicBool::new(false),
         }
     }
 
@@ -127,7 +132,28 @@ impl VhostUserBlk {
 
     /// Gives the backend a way to close its connection, once the daemon has accepted one.
     pub fn connected(&self, connection: Option<ShutdownHandle>) {
-        *lock(&self.connection) = connection;
+        let mut current = lock(&self.connection);
+        *current = connection;
+        if self.close_requested.load(Ordering::Acquire)
+            && let Some(connection) = current.as_ref()
+        {
+            connection.shutdown();
+        }
+    }
+
+    /// Closes the connection now, or as soon as [`Self::connected`] gives its handle.
+    fn close_connection(&self) {
+        let current = lock(&self.connection);
+        self.close_requested.store(true, Ordering::Release);
+        if let Some(connection) = current.as_ref() {
+            connection.shutdown();
+        }
+    }
+
+    /// Completes what is in flight, then closes the connection: the disk is being removed.
+    pub fn disconnect(&self) {
+        self.quiesce();
+        self.close_connection();
     }
 
     /// Stops every queue for good, completing what is in flight first.
@@ -191,9 +217,7 @@ impl VhostUserBackend for VhostUserBlk {
                 warn,
                 "the frontend acked features {features:#x} without VIRTIO_F_VERSION_1: closing"
             );
-            if let Some(connection) = lock(&self.connection).as_ref() {
-                connection.shutdown();
-            }
+            self.close_connection();
         }
     }
 
@@ -222,9 +246,7 @@ impl VhostUserBackend for VhostUserBlk {
         let map = mem.memory();
         if let Err(e) = memory_table::check(&map) {
             crate::limited!(warn, "memory table refused, closing the connection: {e}");
-            if let Some(connection) = lock(&self.connection).as_ref() {
-                connection.shutdown();
-            }
+            self.close_connection();
             return Err(e);
         }
         // The queues switch to it themselves, once their in-flight requests have completed.

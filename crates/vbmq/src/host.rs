@@ -1,0 +1,328 @@
+//! The running disks of one `vbmq serve`, added and removed while the others go on: the typed
+//! API the control socket speaks for (the JSON lives in the `vbmq` binary).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::backend::Disk;
+use crate::config::{DiskSpec, SpecError, Storage};
+use crate::serve::{Built, build_server, check_disks};
+use crate::vhost_user::{Stopper, VhostUserBlk};
+use crate::worker::{QueueStats, online_cpus};
+
+/// One disk as `list` shows it.
+#[derive(Clone, Debug)]
+pub struct DiskInfo {
+    /// The vhost-user socket: the disk's name.
+    pub socket: PathBuf,
+    /// The `--disk` text it was given.
+    pub spec: String,
+    /// Capacity in bytes.
+    pub size: u64,
+    /// Number of virtqueues.
+    pub queues: usize,
+    /// Whether a frontend is connected.
+    pub connected: bool,
+}
+
+/// One queue's counters, as `stats` shows them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QueueCounters {
+    /// Requests completed.
+    pub requests: u64,
+    /// Requests completed with an error status.
+    pub errors: u64,
+    /// Bytes read by the guest.
+    pub read_bytes: u64,
+    /// Bytes written by the guest.
+    pub write_bytes: u64,
+}
+
+/// One disk's counters.
+#[derive(Clone, Debug)]
+pub struct DiskCounters {
+    /// The disk's socket.
+    pub socket: PathBuf,
+    /// Each queue's counters, by queue index.
+    pub queues: Vec<QueueCounters>,
+    /// The engine's own counters (cache hits, ...).
+    pub engine: Vec<(&'static str, u64)>,
+}
+
+/// Why a control request failed: one line, as `--disk` errors are.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// The spec was refused or the disk could not be opened or bound.
+    #[error("{0}")]
+    Spec(#[from] SpecError),
+    /// No disk has this socket.
+    #[error("no disk on {0}")]
+    NoSuchDisk(PathBuf),
+    /// The disk could not be started.
+    #[error("{0}")]
+    Start(String),
+}
+
+struct Running {
+    spec: DiskSpec,
+    text: String,
+    disk: Arc<dyn Disk>,
+    current: Arc<Mutex<Option<Arc<VhostUserBlk>>>>,
+    stats: Vec<Arc<QueueStats>>,
+    files: [PathBuf; 2],
+    stopper: Stopper,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Where disks added at run time may be, once the process is confined.
+#[derive(Clone, Debug, Default)]
+pub struct RunTimePolicy {
+    /// Set once the process is confined: only disks that need no new file or ring are added.
+    pub confined: bool,
+    /// Directories the confinement lets the process make sockets and lock files in.
+    pub socket_dirs: Vec<PathBuf>,
+}
+
+/// The disks being served.
+#[derive(Default)]
+pub struct Host {
+    disks: Mutex<Vec<Running>>,
+    policy: Mutex<RunTimePolicy>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn spec_error(key: &str, reason: String) -> HostError {
+    HostError::Spec(SpecError {
+        key: key.into(),
+        reason,
+    })
+}
+
+impl Host {
+    /// An empty host.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// What run-time disks may be from now on.
+    pub fn set_policy(&self, policy: RunTimePolicy) {
+        *lock(&self.policy) = policy;
+    }
+
+    /// Opens and binds a disk without serving it yet (start-up disks: before confinement).
+    pub fn prepare(&self, text: &str, spec: DiskSpec) -> Result<Prepared, HostError> {
+        let mut all: Vec<DiskSpec> = lock(&self.disks).iter().map(|r| r.spec.clone()).collect();
+        all.push(spec.clone());
+        check_disks(&all)?;
+        let built = build_server(&spec)?;
+        Ok(Prepared {
+            text: text.to_string(),
+            spec,
+            built,
+        })
+    }
+
+    /// Serves a prepared disk on its own thread.
+    pub fn start(&self, prepared: Prepared) -> Result<DiskInfo, HostError> {
+        let Prepared { text, spec, built } = prepared;
+        let (server, disk, _files): Built = built;
+        let mut disks = lock(&self.disks);
+        // Checked again under the lock: two adds of one socket cannot both pass.
+        let mut all: Vec<DiskSpec> = disks.iter().map(|r| r.spec.clone()).collect();
+        all.push(spec.clone());
+        check_disks(&all)?;
+        let stopper = server
+            .stopper()
+            .map_err(|e| HostError::Start(format!("socket: {e}")))?;
+        let running = Running {
+            current: server.current(),
+            stats: server.queue_stats(),
+            files: server.files(),
+            text,
+            spec,
+            disk,
+            stopper,
+            thread: None,
+        };
+        let info = info_of(&running);
+        let thread = std::thread::Builder::new()
+            .name("vbmq-socket".into())
+            .spawn(move || server.run())
+            .map_err(|e| HostError::Start(format!("cannot start a thread: {e}")))?;
+        disks.push(Running {
+            thread: Some(thread),
+            ..running
+        });
+        Ok(info)
+    }
+
+    /// `add-disk`: parses `text` as `--disk` does, opens, binds and serves it.
+    pub fn add_disk(&self, text: &str) -> Result<DiskInfo, HostError> {
+        let spec = DiskSpec::parse(text, &online_cpus())?;
+        self.check_run_time(&spec)?;
+        let prepared = self.prepare(text, spec)?;
+        self.start(prepared)
+    }
+
+    /// What a confined process cannot open or bind, refused with the reason before trying.
+    fn check_run_time(&self, spec: &DiskSpec) -> Result<(), HostError> {
+        let policy = lock(&self.policy).clone();
+        if !policy.confined {
+            return Ok(());
+        }
+        match &spec.storage {
+            Storage::Null(_) | Storage::Memory { image: None, .. } => {}
+            Storage::File(_) | Storage::Rbd(_) => {
+                return Err(spec_error(
+                    "path",
+                    "a confined vbmq adds null= and mem= disks only at run time: \
+                     give file and RBD disks at start (see SECURITY.md)"
+                        .into(),
+                ));
+            }
+            Storage::Memory { image: Some(_), .. } => {
+                return Err(spec_error(
+                    "image",
+                    "a confined vbmq opens no file at run time (see SECURITY.md)".into(),
+                ));
+            }
+        }
+        let dir = match spec.socket.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        if !policy.socket_dirs.iter().any(|d| d == dir) {
+            let dirs: Vec<String> = policy
+                .socket_dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect();
+            return Err(spec_error(
+                "socket",
+                format!(
+                    "{}: a confined vbmq binds run-time sockets only in {}",
+                    spec.socket.display(),
+                    dirs.join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `remove-disk`: drains and closes its connection, stops its socket, removes its files.
+    pub fn remove_disk(&self, socket: &Path) -> Result<(), HostError> {
+        let mut running = {
+            let mut disks = lock(&self.disks);
+            let index = disks
+                .iter()
+                .position(|r| r.spec.socket == socket)
+                .ok_or_else(|| HostError::NoSuchDisk(socket.to_path_buf()))?;
+            disks.remove(index)
+        };
+        stop(&mut running);
+        Ok(())
+    }
+
+    /// `list`: every disk, in the order added.
+    pub fn list(&self) -> Vec<DiskInfo> {
+        lock(&self.disks).iter().map(info_of).collect()
+    }
+
+    /// `stats`: every disk's counters, or one disk's.
+    pub fn stats(&self, socket: Option<&Path>) -> Result<Vec<DiskCounters>, HostError> {
+        let disks = lock(&self.disks);
+        if let Some(socket) = socket
+            && !disks.iter().any(|r| r.spec.socket == socket)
+        {
+            return Err(HostError::NoSuchDisk(socket.to_path_buf()));
+        }
+        Ok(disks
+            .iter()
+            .filter(|r| socket.is_none_or(|s| r.spec.socket == s))
+            .map(|r| DiskCounters {
+                socket: r.spec.socket.clone(),
+                queues: r.stats.iter().map(|q| counters(q)).collect(),
+                engine: r.disk.stats(),
+            })
+            .collect())
+    }
+
+    /// One line per disk for the log (SIGUSR1 and exit).
+    pub fn report(&self) -> Vec<String> {
+        lock(&self.disks)
+            .iter()
+            .map(|r| {
+                let mut line = format!("{}:", r.spec.socket.display());
+                for (index, queue) in r.stats.iter().enumerate() {
+                    line.push_str(&format!(" [queue {index}: {}]", queue.summary()));
+                }
+                for (name, value) in r.disk.stats() {
+                    line.push_str(&format!(" {name}={value}"));
+                }
+                line
+            })
+            .collect()
+    }
+
+    /// Stops every disk (at exit): in-flight I/O completes, files are removed.
+    pub fn stop_all(&self) {
+        let disks = std::mem::take(&mut *lock(&self.disks));
+        for mut running in disks {
+            stop(&mut running);
+        }
+    }
+}
+
+/// A disk opened and bound, not yet served.
+pub struct Prepared {
+    text: String,
+    spec: DiskSpec,
+    built: Built,
+}
+
+impl Prepared {
+    /// The files the disk keeps reading (a Ceph configuration and keyring).
+    pub fn files(&self) -> &[PathBuf] {
+        &self.built.2
+    }
+
+    /// The parsed spec.
+    pub fn spec(&self) -> &DiskSpec {
+        &self.spec
+    }
+}
+
+fn stop(running: &mut Running) {
+    running.stopper.stop();
+    if let Some(thread) = running.thread.take() {
+        let _ = thread.join();
+    }
+    running.disk.close();
+    for file in &running.files {
+        let _ = std::fs::remove_file(file);
+    }
+}
+
+fn counters(q: &QueueStats) -> QueueCounters {
+    QueueCounters {
+        requests: q.requests.load(Ordering::Relaxed),
+        errors: q.errors.load(Ordering::Relaxed),
+        read_bytes: q.read_bytes.load(Ordering::Relaxed),
+        write_bytes: q.write_bytes.load(Ordering::Relaxed),
+    }
+}
+
+fn info_of(r: &Running) -> DiskInfo {
+    DiskInfo {
+        socket: r.spec.socket.clone(),
+        spec: r.text.clone(),
+        size: r.disk.geometry().capacity,
+        queues: r.spec.queues,
+        connected: lock(&r.current).is_some(),
+    }
+}

@@ -1,0 +1,193 @@
+//! The control socket: bound before confinement, served after it.
+
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use vbmq::host::Host;
+
+use super::protocol::{answer, error_reply};
+
+/// The longest request line; a longer one gets an error and the connection is closed.
+pub const MAX_REQUEST: usize = 64 * 1024;
+/// How long a client has to send a whole request line.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Clients served at once; more are answered with an error and closed.
+const MAX_CLIENTS: usize = 16;
+
+/// The directory of a control socket, where run-time disks' sockets go.
+pub fn socket_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// A bound control socket, not yet served.
+pub struct Server {
+    listener: UnixListener,
+}
+
+impl Server {
+    /// Creates the socket's directory (0755) if missing and binds the socket (0600), replacing
+    /// a stale socket file.
+    pub fn bind(path: &Path) -> io::Result<Self> {
+        let dir = socket_dir(path);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&dir)?;
+        if std::fs::symlink_metadata(path).is_ok_and(|m| {
+            use std::os::unix::fs::FileTypeExt;
+            m.file_type().is_socket()
+        }) {
+            if UnixStream::connect(path).is_ok() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    "a running vbmq serves this control socket",
+                ));
+            }
+            std::fs::remove_file(path)?;
+        }
+        let mut temp = path.as_os_str().to_owned();
+        temp.push(format!(".{}.tmp", std::process::id()));
+        let temp = PathBuf::from(temp);
+        let listener = UnixListener::bind(&temp)?;
+        std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(0o600))
+            .and_then(|()| std::fs::rename(&temp, path))
+            .inspect_err(|_| {
+                let _ = std::fs::remove_file(&temp);
+            })?;
+        Ok(Server { listener })
+    }
+
+    /// What `serve` calls once confined: serves the socket on its own thread.
+    pub fn starter(self) -> vbmq::serve::ControlStart {
+        Box::new(move |host: Arc<Host>| {
+            let spawned = std::thread::Builder::new()
+                .name("vbmq-control".into())
+                .spawn(move || self.run(&host));
+            if let Err(e) = spawned {
+                eprintln!("vbmq: cannot start the control thread: {e}");
+            }
+        })
+    }
+
+    fn run(self, host: &Arc<Host>) {
+        let clients = Arc::new(AtomicUsize::new(0));
+        for stream in self.listener.incoming() {
+            let Ok(mut stream) = stream else {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            };
+            if clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+                clients.fetch_sub(1, Ordering::AcqRel);
+                let _ = stream.set_nonblocking(true);
+                let _ = reply(&mut stream, &error_reply("too many control clients"));
+                continue;
+            }
+            let (host, count) = (Arc::clone(host), Arc::clone(&clients));
+            let spawned = std::thread::Builder::new()
+                .name("vbmq-ctl-client".into())
+                .spawn(move || {
+                    serve_client(&host, stream);
+                    count.fetch_sub(1, Ordering::AcqRel);
+                });
+            if spawned.is_err() {
+                clients.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+/// Answers request lines until the client closes, stalls past the deadline or oversteps.
+fn serve_client(host: &Host, mut stream: UnixStream) {
+    if stream.set_nonblocking(true).is_err() {
+        return;
+    }
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        let line = match read_line(&mut stream, &mut pending) {
+            Ok(Some(line)) => line,
+            Ok(None) => return,
+            Err(error) => {
+                let _ = reply(&mut stream, &error_reply(&error));
+                return;
+            }
+        };
+        if reply(&mut stream, &answer(host, &line)).is_err() {
+            return;
+        }
+    }
+}
+
+/// The next line (without its newline), `None` at a clean end, or why the client is dropped.
+fn read_line(stream: &mut UnixStream, pending: &mut Vec<u8>) -> Result<Option<Vec<u8>>, String> {
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(end) = pending.iter().position(|&b| b == b'\n') {
+            let line = pending.drain(..=end).take(end).collect();
+            return Ok(Some(line));
+        }
+        if pending.len() > MAX_REQUEST {
+            return Err(format!("request longer than {MAX_REQUEST} bytes"));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "no complete request within {} s",
+                REQUEST_TIMEOUT.as_secs()
+            ));
+        }
+        wait(stream, libc::POLLIN, left);
+        match stream.read(&mut buf) {
+            Ok(0) if pending.is_empty() => return Ok(None),
+            Ok(0) => return Err("request ended without a newline".into()),
+            Ok(n) => pending.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Ok(None),
+        }
+    }
+}
+
+/// Writes one reply line, giving a client that does not read a bounded time.
+fn reply(stream: &mut UnixStream, value: &serde_json::Value) -> io::Result<()> {
+    let mut text = value.to_string().into_bytes();
+    text.push(b'\n');
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
+    let mut written = 0;
+    while written < text.len() {
+        match stream.write(&text[written..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+                wait(stream, libc::POLLOUT, left);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn wait(stream: &UnixStream, events: libc::c_short, left: Duration) {
+    let mut fd = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+    // SAFETY: polls one descriptor this function borrows, through a local pollfd.
+    unsafe { libc::poll(&mut fd, 1, ms) };
+}
