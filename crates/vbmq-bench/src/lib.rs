@@ -18,6 +18,7 @@ mod options;
 mod report;
 mod rng;
 mod runner;
+mod running;
 mod stats;
 mod systems;
 mod workloads;
