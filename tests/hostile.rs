@@ -20,6 +20,7 @@ mod hostile {
     pub mod raw;
     pub mod requests;
     pub mod rings;
+    pub mod shrinking_memory;
     pub mod vhost;
     pub mod vhost_lifecycle;
     pub mod vhost_memory;
@@ -288,4 +289,33 @@ fn a_broken_ring_is_stopped_without_spinning_until_reset_in_every_mode() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Guest memory truncated by the frontend under requests, rings and buffers: vbmq survives every
+/// access class (its own ring and descriptor reads, io_uring and inline copies into and out of
+/// missing pages), closes that connection, and serves the next one.
+#[test]
+fn guest_memory_truncated_under_vbmq_takes_down_only_its_connection() {
+    use hostile::shrinking_memory::{Cut, case};
+    for (mode, opts) in [("event", ",mode=event"), ("adaptive", "")] {
+        case(&format!("shrink-all-{mode}"), opts, Cut::Everything, false);
+    }
+    for (name, opts) in [
+        ("inline", ""),
+        ("ring", ",io=ring"),
+        ("buffered", ",direct=off,io=ring"),
+    ] {
+        case(
+            &format!("shrink-read-{name}"),
+            opts,
+            Cut::DataBuffers,
+            false,
+        );
+        case(
+            &format!("shrink-write-{name}"),
+            opts,
+            Cut::DataBuffers,
+            true,
+        );
+    }
 }

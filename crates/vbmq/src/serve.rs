@@ -253,6 +253,11 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
             }
         }
     }
+    // Before any frontend can send a memory table.
+    if let Err(e) = crate::vhost_user::memory_faults::install_handler() {
+        eprintln!("vbmq: cannot install the SIGBUS handler: {e}");
+        return 1;
+    }
     if let Err(e) = confine(&confine_options(specs, ceph_files, options)) {
         eprintln!("vbmq: cannot confine the process: {e}");
         return 1;

@@ -18,7 +18,7 @@ use vmm_sys_util::event::{
     EventConsumer, EventFlag, EventNotifier, new_event_consumer_and_notifier,
 };
 
-use super::memory_table;
+use super::{memory_faults, memory_table};
 use crate::backend::{Disk, Engine};
 use crate::virtio_blk::{BlkDevice, config_space};
 use crate::worker::{QueueSettings, QueueStats, QueueWorker};
@@ -54,6 +54,10 @@ pub struct VhostUserBlk {
     /// handle the first messages before the accepting thread gets there); under `connection`'s
     /// lock.
     close_requested: AtomicBool,
+    /// Set by the SIGBUS handler when this connection's guest memory shrank under it.
+    memory_broken: Arc<AtomicBool>,
+    /// This connection's guest memory regions that could shrink (see [`memory_faults`]).
+    memory_faults: Mutex<Vec<memory_faults::Registration>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -80,20 +84,25 @@ impl VhostUserBlk {
         stats: &[Arc<QueueStats>],
     ) -> Self {
         let guest_memory = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        let memory_broken = Arc::new(AtomicBool::new(false));
         let queues = settings
             .iter()
             .zip(stats)
             .enumerate()
             .map(|(index, (settings, stats))| QueueHandle {
                 stop: AtomicBool::new(false),
-                worker: Mutex::new(QueueWorker::new(
-                    index,
-                    *settings,
-                    device.clone(),
-                    disk.clone(),
-                    guest_memory.clone(),
-                    stats.clone(),
-                )),
+                worker: Mutex::new({
+                    let mut worker = QueueWorker::new(
+                        index,
+                        *settings,
+                        device.clone(),
+                        disk.clone(),
+                        guest_memory.clone(),
+                        stats.clone(),
+                    );
+                    worker.stop_also_on(memory_broken.clone());
+                    worker
+                }),
             })
             .collect();
         VhostUserBlk {
@@ -107,6 +116,8 @@ impl VhostUserBlk {
             guest_memory,
             connection: Mutex::new(None),
             close_requested: AtomicBool::new(false),
+            memory_broken,
+            memory_faults: Mutex::new(Vec::new()),
         }
     }
 
@@ -244,10 +255,15 @@ impl VhostUserBackend for VhostUserBlk {
 
     fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {
         let map = mem.memory();
-        if let Err(e) = memory_table::check(&map) {
-            crate::limited!(warn, "memory table refused, closing the connection: {e}");
-            self.close_connection();
-            return Err(e);
+        let checked = memory_table::check(&map)
+            .and_then(|()| memory_faults::register(&map, &self.memory_broken));
+        match checked {
+            Ok(registration) => lock(&self.memory_faults).push(registration),
+            Err(e) => {
+                crate::limited!(warn, "memory table refused, closing the connection: {e}");
+                self.close_connection();
+                return Err(e);
+            }
         }
         // The queues switch to it themselves, once their in-flight requests have completed.
         lock_atomic(&self.guest_memory).replace((*map).clone());
@@ -313,6 +329,22 @@ impl VhostUserBackend for VhostUserBlk {
             worker.clear_completion_event();
         }
         worker.run(vring, &queue.stop);
+        if self.memory_broken.load(Ordering::Acquire) {
+            crate::limited!(
+                warn,
+                "guest memory shrank under queue {thread_id} (the frontend truncated its file): \
+                 closing the connection"
+            );
+            drop(worker);
+            self.close_connection();
+        }
         Ok(())
+    }
+}
+
+impl Drop for VhostUserBlk {
+    fn drop(&mut self) {
+        // Before the fields, whose guest memory maps are the last to unmap the regions.
+        lock(&self.memory_faults).clear();
     }
 }

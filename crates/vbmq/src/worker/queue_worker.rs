@@ -64,6 +64,8 @@ pub struct QueueWorker {
     /// The guest memory every in-flight request points into: replaced only once they completed.
     mem: Arc<GuestMemoryMmap>,
     engine: Option<Box<dyn Engine>>,
+    /// Ends the polling loop like `stop` (see [`Self::stop_also_on`]).
+    also_stop: Arc<AtomicBool>,
     /// Whether [`Self::set_up`] may open an engine (no: a confined process, whose engines were
     /// created before confinement and are lent to each connection's workers).
     may_open_engine: bool,
@@ -100,6 +102,7 @@ impl QueueWorker {
             mem,
             engine: None,
             may_open_engine: true,
+            also_stop: Arc::new(AtomicBool::new(false)),
             vring: None,
             set_up: false,
             broken: None,
@@ -163,7 +166,7 @@ impl QueueWorker {
         self.refresh_memory(vring);
         self.suppress_kicks(vring);
         let mut idle_since: Option<Instant> = None;
-        while !stop.load(Ordering::Relaxed) {
+        while !stop.load(Ordering::Relaxed) && !self.also_stop.load(Ordering::Relaxed) {
             let pass = self.pass(vring, false);
             if !pass.ready && self.inflight.count == 0 {
                 return;
@@ -427,6 +430,11 @@ impl QueueWorker {
                 Self::notify_guest(&mut state, ctx.mem);
             }
         }
+    }
+
+    /// A flag that stops the polling loop as `stop` does: the connection's guest memory broke.
+    pub fn stop_also_on(&mut self, flag: Arc<AtomicBool>) {
+        self.also_stop = flag;
     }
 
     /// Gives the worker an engine created earlier (before confinement); it will open none.
