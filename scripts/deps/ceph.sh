@@ -7,26 +7,23 @@
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
-bookworm=(ceph-mon ceph-osd ceph-common librbd1 uuid-runtime)
-backports=(qemu-block-extra)
+packages=(ceph-mon ceph-osd ceph-common librbd1 uuid-runtime qemu-block-extra)
 
 ensure_backports
-mapfile -t todo < <(missing_packages "${bookworm[@]}")
-if ((${#todo[@]})); then
-    apt_install "${todo[@]}"
-else
-    say "already installed: ${bookworm[*]}"
-fi
-mapfile -t todo < <(missing_packages "${backports[@]}")
+# With backports preferred: Ceph itself comes from bookworm (backports has none), qemu-block-extra
+# from backports to match QEMU 10, and shared libraries the other installers already took from
+# backports (libelf1 with QEMU) keep their siblings in step (libdw1 must equal libelf1's version;
+# from bookworm alone the install fails on a fresh image).
+mapfile -t todo < <(missing_packages "${packages[@]}")
 if ((${#todo[@]})); then
     apt_install -t "$codename-backports" "${todo[@]}"
 else
-    say "already installed: ${backports[*]}"
+    say "already installed: ${packages[*]}"
 fi
 if ((dry_run)); then exit 0; fi
 
 for tool in ceph-mon ceph-osd ceph rbd ceph-authtool monmaptool uuidgen; do
-    command -v "$tool" >/dev/null || die "$tool missing after installing ${bookworm[*]}"
+    command -v "$tool" >/dev/null || die "$tool missing after installing ${packages[*]}"
 done
 [[ -n $(find /usr/lib -name librbd.so.1 -print -quit) ]] ||
     die "librbd.so.1 missing after installing librbd1"
