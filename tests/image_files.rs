@@ -124,3 +124,39 @@ fn read_only_disks_share_an_image_across_processes_and_disks_of_one_process_shar
     assert_eq!(code, Some(2), "{stderr}");
     assert!(both.terminate().success());
 }
+
+/// Whether another process could lock the whole image for writing now (as QEMU would).
+fn lockable(path: &std::path::Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    // SAFETY: an all-zero flock is valid; F_WRLCK over the whole file, on our own descriptor.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_WRLCK as i16;
+    lock.l_whence = libc::SEEK_SET as i16;
+    // SAFETY: F_OFD_SETLK reads the flock we pass.
+    unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) == 0 }
+}
+
+#[test]
+fn the_image_is_free_the_moment_vbmq_has_exited() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "vm.raw", SIZE, 5);
+    for round in 0..5 {
+        let daemon = Daemon::start(&[socket_spec(dir.path(), "vm.sock", &path, ",queues=2")]);
+        {
+            let mut client = Client::connect(&dir.path().join("vm.sock"), 2, false).unwrap();
+            assert_eq!(client.write(1, 4096, &[round as u8; 4096]), 0);
+        }
+        assert!(!lockable(&path), "round {round}: locked while served");
+        assert!(daemon.terminate().success());
+        // What a VMM started right after (qemu-storage-daemon, say) does first.
+        assert!(
+            lockable(&path),
+            "round {round}: still locked after vbmq exited"
+        );
+    }
+}

@@ -294,6 +294,7 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
     }
     let report = host.report();
     host.stop_all();
+    crate::backend::release_image_locks();
     for line in report {
         info!("statistics {line}");
     }

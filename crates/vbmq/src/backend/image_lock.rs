@@ -128,13 +128,26 @@ impl ImageLock {
     }
 }
 
+/// Releases every image lock of the process at once, for a clean exit. Left to the kernel, a
+/// lock goes with the last descriptor of its open file description, and the io_uring rings that
+/// hold the image are torn down only some time after the process has exited: QEMU started right
+/// after vbmq stops would find the image still locked.
+pub fn release_all() {
+    let held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+    for entry in held.iter() {
+        let _ = set_lock(&entry.fd, libc::F_UNLCK);
+    }
+}
+
 impl Drop for ImageLock {
     fn drop(&mut self) {
         let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(index) = held.iter().position(|h| h.id == self.id) {
             held[index].users -= 1;
             if held[index].users == 0 {
-                // Closing the last descriptor of the description releases the lock.
+                // Unlocked now: closing this descriptor would not do it while the image's
+                // io_uring rings, torn down later by the kernel, still hold the description.
+                let _ = set_lock(&held[index].fd, libc::F_UNLCK);
                 held.swap_remove(index);
             }
         }

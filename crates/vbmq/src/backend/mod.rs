@@ -20,6 +20,7 @@ use std::os::fd::RawFd;
 
 pub use cache::CachedDisk;
 pub use file::FileDisk;
+pub use image_lock::release_all as release_image_locks;
 pub use iovec::IovList;
 pub use memory::MemoryDisk;
 pub use null::NullDisk;
