@@ -22,6 +22,7 @@ mod hostile {
     pub mod rings;
     pub mod shrinking_memory;
     pub mod vhost;
+    pub mod vhost_inflight;
     pub mod vhost_lifecycle;
     pub mod vhost_memory;
     pub mod vhost_raw;

@@ -38,8 +38,10 @@ impl Vbmq {
     /// Starts any vhost-user backend `cmd` and waits for `sockets` to exist.
     pub fn spawn(mut cmd: Command, sockets: Vec<PathBuf>, log: PathBuf) -> Self {
         let log_file = std::fs::File::create(&log).unwrap();
-        cmd.env("RUST_LOG", "warn")
-            .env("NO_COLOR", "1")
+        if !cmd.get_envs().any(|(key, _)| key == "RUST_LOG") {
+            cmd.env("RUST_LOG", "warn");
+        }
+        cmd.env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().unwrap())
             .stderr(log_file);
@@ -60,6 +62,20 @@ impl Vbmq {
             std::thread::sleep(Duration::from_millis(20));
         }
         daemon
+    }
+
+    /// Kills the daemon with SIGKILL, as a crash would, and waits for it.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Sends SIGTERM and returns how the daemon exited (None: not in time).
+    pub fn terminate(mut self) -> Option<ExitStatus> {
+        let pid = libc::pid_t::try_from(self.child.id()).unwrap();
+        // SAFETY: kill(2) on our own child's pid, not reaped yet.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        self.wait(STOP_TIMEOUT)
     }
 
     pub fn log_text(&self) -> String {

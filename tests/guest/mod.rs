@@ -18,7 +18,8 @@ mod qemu;
 mod scripts;
 
 pub use daemon::Vbmq;
-pub use qemu::Vm;
+#[allow(unused_imports)] // GuestRun: only tests that inspect a failed run name it.
+pub use qemu::{GuestRun, Vm};
 pub use scripts::script;
 
 use std::path::{Path, PathBuf};

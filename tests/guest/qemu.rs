@@ -20,6 +20,10 @@ pub struct Vm {
     pub disks: Vec<(PathBuf, u32)>,
     /// The guest is killed and the test fails after this long.
     pub timeout: Duration,
+    /// QEMU reconnects to a disk's socket this long after its backend went away.
+    pub reconnect_ms: Option<u32>,
+    /// Where the serial console is written as the guest runs (a scratch file if `None`).
+    pub console: Option<PathBuf>,
 }
 
 /// What a guest printed and how its script ended.
@@ -52,6 +56,8 @@ impl Vm {
             mem_mib: 512,
             disks: Vec::new(),
             timeout: Duration::from_secs(150),
+            reconnect_ms: None,
+            console: None,
         }
     }
 
@@ -63,12 +69,8 @@ impl Vm {
     /// Boots the guest, runs `script` with `sh` as its only job and returns once it powered off.
     /// Panics if the guest times out or never reports the script's status.
     pub fn run(&self, script: &str) -> GuestRun {
-        // Two cores are shared by every guest and daemon: one guest at a time keeps TCG timing sane.
-        static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let accel = accelerator();
-        let run = self.boot(accel, script);
-        match run {
+        match self.try_run(script) {
             Ok(run) => {
                 eprintln!(
                     "guest ({accel}, {} vCPUs) ran in {:.1}s",
@@ -81,13 +83,25 @@ impl Vm {
         }
     }
 
+    /// As [`Self::run`], but a guest that times out or reports no status is an `Err` with the
+    /// console, for tests that expect the guest to hang.
+    pub fn try_run(&self, script: &str) -> Result<GuestRun, String> {
+        // Two cores are shared by every guest and daemon: one guest at a time keeps TCG timing sane.
+        static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        self.boot(accelerator(), script)
+    }
+
     fn boot(&self, accel: &str, script: &str) -> Result<GuestRun, String> {
         let dir = TestDir::new("guest");
         let initrd = dir.join("initrd");
         let mut image = std::fs::read(base_initramfs()).map_err(|e| e.to_string())?;
         image.extend(cpio::archive(&[("test.sh", 0o755, script.as_bytes())]));
         std::fs::write(&initrd, image).map_err(|e| e.to_string())?;
-        let serial = dir.join("serial.log");
+        let serial = self
+            .console
+            .clone()
+            .unwrap_or_else(|| dir.join("serial.log"));
         let stderr = dir.join("qemu.log");
 
         let mut cmd = self.command(accel, &initrd, &serial);
@@ -144,7 +158,13 @@ impl Vm {
         for (i, (socket, queues)) in self.disks.iter().enumerate() {
             cmd.args([
                 "-chardev",
-                &format!("socket,id=disk{i},path={}", socket.display()),
+                &format!(
+                    "socket,id=disk{i},path={}{}",
+                    socket.display(),
+                    self.reconnect_ms
+                        .map(|ms| format!(",reconnect-ms={ms}"))
+                        .unwrap_or_default()
+                ),
                 "-device",
                 &format!("vhost-user-blk-pci,chardev=disk{i},num-queues={queues}"),
             ]);
@@ -223,6 +243,8 @@ fn accelerator() -> &'static str {
             mem_mib: 256,
             disks: Vec::new(),
             timeout: KVM_PROBE_TIMEOUT,
+            reconnect_ms: None,
+            console: None,
         };
         let (accel, conclusive) = match probe.boot("kvm", "echo probe") {
             Ok(run) if run.status == 0 => ("kvm", true),

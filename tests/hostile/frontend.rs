@@ -87,7 +87,8 @@ impl Guest {
             let wanted = VhostUserProtocolFeatures::CONFIG
                 | VhostUserProtocolFeatures::MQ
                 | VhostUserProtocolFeatures::REPLY_ACK
-                | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS;
+                | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+                | VhostUserProtocolFeatures::INFLIGHT_SHMFD;
             protocol = frontend.get_protocol_features()? & wanted;
             frontend.set_protocol_features(protocol)?;
         }

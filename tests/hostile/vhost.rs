@@ -69,6 +69,7 @@ pub fn cases() -> Vec<VhostCase> {
     super::vhost_raw::cases(&mut v);
     super::vhost_lifecycle::cases(&mut v);
     super::vhost_values::cases(&mut v);
+    super::vhost_inflight::cases(&mut v);
     v
 }
 

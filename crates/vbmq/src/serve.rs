@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tracing::info;
 
-use crate::backend::{CachedDisk, Disk, FileDisk, MemoryDisk, NullDisk, RbdDisk};
+use crate::backend::{CachedDisk, DelayedDisk, Disk, FileDisk, MemoryDisk, NullDisk, RbdDisk};
 use crate::config::{DiskSpec, SpecError, Storage};
 use crate::confine::{CephAccess, ConfineOptions, DiskAccess, confine};
 use crate::host::{Host, RunTimePolicy};
@@ -84,6 +84,16 @@ fn default_serial(spec: &DiskSpec) -> String {
 
 /// An open disk and the files it keeps reading (a Ceph configuration and keyring).
 fn open_disk(spec: &DiskSpec) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
+    let (disk, files) = open_storage(spec)?;
+    if spec.delay_us == 0 {
+        return Ok((disk, files));
+    }
+    let delay = Duration::from_micros(spec.delay_us);
+    let delayed: Arc<dyn Disk> = Arc::new(DelayedDisk::new(disk, delay, spec.delay_every));
+    Ok((delayed, files))
+}
+
+fn open_storage(spec: &DiskSpec) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
     if let Storage::Rbd(target) = &spec.storage {
         let disk = RbdDisk::open(target, spec.readonly).map_err(|e| SpecError {
             key: "rbd".into(),
@@ -178,7 +188,7 @@ pub(crate) fn build_server(spec: &DiskSpec) -> Result<Built, SpecError> {
         .collect();
     let (mode, group) = (spec.socket_mode, spec.socket_group);
     DiskServer::bind(&spec.socket, mode, group, device, disk, settings)
-        .map(|server| (server, kept, files))
+        .map(|server| (server.track_inflight(spec.inflight), kept, files))
         .map_err(|e| SpecError {
             key: "socket".into(),
             reason: e.to_string(),

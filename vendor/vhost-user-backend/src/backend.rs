@@ -24,8 +24,8 @@ use std::ops::Deref;
 use std::sync::{Arc, Mutex, RwLock};
 
 use vhost::vhost_user::message::{
-    VhostTransferStateDirection, VhostTransferStatePhase, VhostUserProtocolFeatures,
-    VhostUserShMemConfig, VhostUserSharedMsg,
+    VhostTransferStateDirection, VhostTransferStatePhase, VhostUserInflight,
+    VhostUserProtocolFeatures, VhostUserShMemConfig, VhostUserSharedMsg,
 };
 use vhost::vhost_user::Backend;
 use vm_memory::bitmap::Bitmap;
@@ -196,6 +196,28 @@ pub trait VhostUserBackend: Send + Sync {
             "back end does not support shared memory regions",
         ))
     }
+
+    /// Create the in-flight I/O tracking region for `inflight.num_queues` queues of
+    /// `inflight.queue_size` entries (`GET_INFLIGHT_FD`), returning its description and the file
+    /// the frontend keeps across backend restarts.
+    ///
+    /// A backend that offers `VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD` implements this and
+    /// [`set_inflight_fd`](Self::set_inflight_fd).
+    fn get_inflight_fd(&self, _inflight: &VhostUserInflight) -> Result<(VhostUserInflight, File)> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "back end does not support in-flight I/O tracking",
+        ))
+    }
+
+    /// Use the in-flight I/O tracking region in `file` (`SET_INFLIGHT_FD`): from a backend before
+    /// this one, its records tell which requests to submit again.
+    fn set_inflight_fd(&self, _inflight: &VhostUserInflight, _file: File) -> Result<()> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "back end does not support in-flight I/O tracking",
+        ))
+    }
 }
 
 /// Trait without interior mutability for vhost user backend servers to implement concrete services.
@@ -354,6 +376,28 @@ pub trait VhostUserBackendMut: Send + Sync {
             "back end does not support shared memory regions",
         ))
     }
+
+    /// Create the in-flight I/O tracking region for `inflight.num_queues` queues of
+    /// `inflight.queue_size` entries (`GET_INFLIGHT_FD`), returning its description and the file
+    /// the frontend keeps across backend restarts.
+    ///
+    /// A backend that offers `VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD` implements this and
+    /// [`set_inflight_fd`](Self::set_inflight_fd).
+    fn get_inflight_fd(&mut self, _inflight: &VhostUserInflight) -> Result<(VhostUserInflight, File)> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "back end does not support in-flight I/O tracking",
+        ))
+    }
+
+    /// Use the in-flight I/O tracking region in `file` (`SET_INFLIGHT_FD`): from a backend before
+    /// this one, its records tell which requests to submit again.
+    fn set_inflight_fd(&mut self, _inflight: &VhostUserInflight, _file: File) -> Result<()> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "back end does not support in-flight I/O tracking",
+        ))
+    }
 }
 
 impl<T: VhostUserBackend> VhostUserBackend for Arc<T> {
@@ -450,6 +494,14 @@ impl<T: VhostUserBackend> VhostUserBackend for Arc<T> {
 
     fn get_shmem_config(&self) -> Result<VhostUserShMemConfig> {
         self.deref().get_shmem_config()
+    }
+
+    fn get_inflight_fd(&self, inflight: &VhostUserInflight) -> Result<(VhostUserInflight, File)> {
+        self.deref().get_inflight_fd(inflight)
+    }
+
+    fn set_inflight_fd(&self, inflight: &VhostUserInflight, file: File) -> Result<()> {
+        self.deref().set_inflight_fd(inflight, file)
     }
 }
 
@@ -551,6 +603,14 @@ impl<T: VhostUserBackendMut> VhostUserBackend for Mutex<T> {
     fn get_shmem_config(&self) -> Result<VhostUserShMemConfig> {
         self.lock().unwrap().get_shmem_config()
     }
+
+    fn get_inflight_fd(&self, inflight: &VhostUserInflight) -> Result<(VhostUserInflight, File)> {
+        self.lock().unwrap().get_inflight_fd(inflight)
+    }
+
+    fn set_inflight_fd(&self, inflight: &VhostUserInflight, file: File) -> Result<()> {
+        self.lock().unwrap().set_inflight_fd(inflight, file)
+    }
 }
 
 impl<T: VhostUserBackendMut> VhostUserBackend for RwLock<T> {
@@ -650,6 +710,14 @@ impl<T: VhostUserBackendMut> VhostUserBackend for RwLock<T> {
 
     fn get_shmem_config(&self) -> Result<VhostUserShMemConfig> {
         self.read().unwrap().get_shmem_config()
+    }
+
+    fn get_inflight_fd(&self, inflight: &VhostUserInflight) -> Result<(VhostUserInflight, File)> {
+        self.write().unwrap().get_inflight_fd(inflight)
+    }
+
+    fn set_inflight_fd(&self, inflight: &VhostUserInflight, file: File) -> Result<()> {
+        self.write().unwrap().set_inflight_fd(inflight, file)
     }
 }
 

@@ -275,6 +275,16 @@ where
                                 // already enabled queue, don't fail in that case.
                                 return Err(VhostUserError::ReqHandlerError(e));
                             }
+                        } else if self.acked_protocol_features
+                            & VhostUserProtocolFeatures::INFLIGHT_SHMFD.bits()
+                            != 0
+                        {
+                            // Requests a backend before this one left in flight are resubmitted
+                            // by the queue's thread, which must not wait for a guest kick that
+                            // may never come (the guest is waiting for those very requests).
+                            let one = 1u64.to_ne_bytes();
+                            // SAFETY: writes 8 bytes from a local buffer to the kick eventfd.
+                            let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), 8) };
                         }
                     } else {
                         let _ = self.handlers[thread_index].unregister_event(
@@ -687,20 +697,27 @@ where
 
     fn get_inflight_fd(
         &mut self,
-        _inflight: &vhost::vhost_user::message::VhostUserInflight,
+        inflight: &vhost::vhost_user::message::VhostUserInflight,
     ) -> VhostUserResult<(vhost::vhost_user::message::VhostUserInflight, File)> {
-        // Assume the backend hasn't negotiated the inflight feature; it
-        // wouldn't be correct for the backend to do so, as we don't (yet)
-        // provide a way for it to handle such requests.
-        Err(VhostUserError::InvalidOperation("not supported"))
+        if self.acked_protocol_features & VhostUserProtocolFeatures::INFLIGHT_SHMFD.bits() == 0 {
+            return Err(VhostUserError::InvalidOperation("not supported"));
+        }
+        self.backend
+            .get_inflight_fd(inflight)
+            .map_err(VhostUserError::ReqHandlerError)
     }
 
     fn set_inflight_fd(
         &mut self,
-        _inflight: &vhost::vhost_user::message::VhostUserInflight,
-        _file: File,
+        inflight: &vhost::vhost_user::message::VhostUserInflight,
+        file: File,
     ) -> VhostUserResult<()> {
-        Err(VhostUserError::InvalidOperation("not supported"))
+        if self.acked_protocol_features & VhostUserProtocolFeatures::INFLIGHT_SHMFD.bits() == 0 {
+            return Err(VhostUserError::InvalidOperation("not supported"));
+        }
+        self.backend
+            .set_inflight_fd(inflight, file)
+            .map_err(VhostUserError::ReqHandlerError)
     }
 
     fn get_max_mem_slots(&mut self) -> VhostUserResult<u64> {

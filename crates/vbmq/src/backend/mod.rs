@@ -4,6 +4,7 @@
 //! of its own, which it owns outright: no lock is shared between queues on the data path.
 
 pub mod cache;
+mod delay;
 mod direct_align;
 mod file;
 mod host_memory;
@@ -19,6 +20,7 @@ use std::io;
 use std::os::fd::RawFd;
 
 pub use cache::CachedDisk;
+pub use delay::DelayedDisk;
 pub use file::FileDisk;
 pub use image_lock::release_all as release_image_locks;
 pub use iovec::IovList;

@@ -135,6 +135,24 @@ pub const DISK_KEYS: &[DiskKey] = &[
         "lock the image against other processes (shared if read-only, exclusive if writable)",
     ),
     key(
+        "inflight",
+        "on|off",
+        Some("on"),
+        "keep requests in flight in memory the frontend holds, so a restarted vbmq submits them again",
+    ),
+    key(
+        "delay-us",
+        "N",
+        Some("0"),
+        "fault injection for tests: hold chosen requests' completions N microseconds",
+    ),
+    key(
+        "delay-every",
+        "N",
+        Some("16"),
+        "with delay-us: hold every Nth request of each queue (out-of-order completions)",
+    ),
+    key(
         "serial",
         "STR",
         Some("the file name"),

@@ -53,6 +53,12 @@ pub struct DiskSpec {
     pub direct: bool,
     /// Lock the image against other processes (`lock=`).
     pub lock: bool,
+    /// Offer in-flight tracking (`VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD`, `inflight=`).
+    pub inflight: bool,
+    /// Fault injection: hold chosen completions this long (`delay-us=`; 0: none).
+    pub delay_us: u64,
+    /// Fault injection: which requests are held (every Nth of a queue, `delay-every=`).
+    pub delay_every: u64,
     /// The GET_ID serial.
     pub serial: Option<String>,
     /// Submit each request with its own system call (an ablation for the benchmark only).
@@ -142,6 +148,9 @@ impl DiskSpec {
             socket_group: None,
             cache: 0,
             cache_preload: false,
+            inflight: true,
+            delay_us: 0,
+            delay_every: 16,
         };
         let mut image = None;
         let mut ceph_conf = None;
@@ -202,6 +211,18 @@ impl DiskSpec {
                     })?;
                 }
                 "cache-preload" => spec.cache_preload = on_off(key, value)?,
+                "inflight" => spec.inflight = on_off(key, value)?,
+                "delay-us" => {
+                    let us = value.parse::<u64>().ok().filter(|us| *us <= 60_000_000);
+                    spec.delay_us = us.ok_or_else(|| bad(key, "must be 0..=60000000"))?;
+                }
+                "delay-every" => {
+                    let n = value
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|n| (1..=1 << 20).contains(n));
+                    spec.delay_every = n.ok_or_else(|| bad(key, "must be 1..=1048576"))?;
+                }
                 "queues" => {
                     spec.queues = value
                         .parse()

@@ -61,6 +61,11 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_epoll_pwait2,
     libc::SYS_ppoll,
     libc::SYS_eventfd2,
+    // in-flight tracking: GET_INFLIGHT_FD creates a sealed memfd for the frontend to keep
+    libc::SYS_memfd_create,
+    libc::SYS_ftruncate,
+    // the delay-us test knob arms a timer to release held completions
+    libc::SYS_timerfd_settime,
     // threads, time, signals, exit
     libc::SYS_clone3,
     libc::SYS_futex,

@@ -1,6 +1,7 @@
 //! The vhost-user glue: the `vhost-user-backend` trait implementation and the socket that
 //! accepts one frontend after another.
 
+pub mod inflight_region;
 pub mod memory_faults;
 mod memory_table;
 mod socket;

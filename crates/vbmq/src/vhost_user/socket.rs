@@ -54,6 +54,8 @@ pub struct DiskServer {
     current: Arc<Mutex<Option<Arc<VhostUserBlk>>>>,
     /// Set when the disk is removed: no frontend is accepted any more.
     stopped: Arc<AtomicBool>,
+    /// Offer in-flight tracking to frontends.
+    inflight: bool,
 }
 
 /// Stops one [`DiskServer`] from another thread: no new frontend, the connected one drained
@@ -149,6 +151,7 @@ impl DiskServer {
             settings,
             current: Arc::new(Mutex::new(None)),
             stopped: Arc::new(AtomicBool::new(false)),
+            inflight: true,
         })
     }
 
@@ -192,6 +195,12 @@ impl DiskServer {
         [self.socket.clone(), self.lock_path.clone()]
     }
 
+    /// Whether frontends are offered in-flight tracking (on unless turned off).
+    pub fn track_inflight(mut self, on: bool) -> Self {
+        self.inflight = on;
+        self
+    }
+
     /// Serves frontends one after another, until stopped.
     pub fn run(mut self) {
         while !self.stopped.load(Ordering::Acquire) {
@@ -209,12 +218,15 @@ impl DiskServer {
 
     fn serve_one(&mut self) -> Result<(), String> {
         let atomic_mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-        let backend = Arc::new(VhostUserBlk::new(
-            self.device.clone(),
-            self.disk.clone(),
-            &self.settings,
-            &self.stats,
-        ));
+        let backend = Arc::new(
+            VhostUserBlk::new(
+                self.device.clone(),
+                self.disk.clone(),
+                &self.settings,
+                &self.stats,
+            )
+            .with_inflight_tracking(self.inflight),
+        );
         let mut daemon = VhostUserDaemon::new("vbmq".to_string(), backend.clone(), atomic_mem)
             .map_err(|e| format!("cannot create the vhost-user daemon: {e}"))?;
         backend.attach(daemon.get_epoll_handlers());

@@ -2,12 +2,15 @@
 //! each driving its own [`QueueWorker`]. The per-queue mutex is taken by that queue's thread
 //! when it wakes, and by the control thread only to stop the queue: never per request.
 
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
-use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost::vhost_user::message::{
+    VhostUserInflight, VhostUserProtocolFeatures, VhostUserVirtioFeatures,
+};
 use vhost_user_backend::{
     ShutdownHandle, VhostUserBackend, VhostUserDaemon, VringEpollHandler, VringRwLock,
 };
@@ -18,7 +21,7 @@ use vmm_sys_util::event::{
     EventConsumer, EventFlag, EventNotifier, new_event_consumer_and_notifier,
 };
 
-use super::{memory_faults, memory_table};
+use super::{inflight_region, memory_faults, memory_table};
 use crate::backend::{Disk, Engine};
 use crate::virtio_blk::{BlkDevice, config_space};
 use crate::worker::{QueueSettings, QueueStats, QueueWorker};
@@ -58,6 +61,8 @@ pub struct VhostUserBlk {
     memory_broken: Arc<AtomicBool>,
     /// This connection's guest memory regions that could shrink (see [`memory_faults`]).
     memory_faults: Mutex<Vec<memory_faults::Registration>>,
+    /// Offer `VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD`.
+    inflight: bool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -118,7 +123,14 @@ impl VhostUserBlk {
             close_requested: AtomicBool::new(false),
             memory_broken,
             memory_faults: Mutex::new(Vec::new()),
+            inflight: true,
         }
+    }
+
+    /// Offers in-flight tracking, or not.
+    pub fn with_inflight_tracking(mut self, on: bool) -> Self {
+        self.inflight = on;
+        self
     }
 
     /// Lends each queue's worker its engine, created before the process was confined.
@@ -214,10 +226,53 @@ impl VhostUserBackend for VhostUserBlk {
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
-        VhostUserProtocolFeatures::MQ
+        let features = VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::CONFIG
             | VhostUserProtocolFeatures::REPLY_ACK
-            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS;
+        if self.inflight {
+            features | VhostUserProtocolFeatures::INFLIGHT_SHMFD
+        } else {
+            features
+        }
+    }
+
+    fn get_inflight_fd(
+        &self,
+        inflight: &VhostUserInflight,
+    ) -> io::Result<(VhostUserInflight, File)> {
+        inflight_region::create(inflight, self.queues.len())
+    }
+
+    fn set_inflight_fd(&self, inflight: &VhostUserInflight, file: File) -> io::Result<()> {
+        let records = inflight_region::map(inflight, &file, self.queues.len())?;
+        // Only between runs of the rings: a queue's thread holds its worker while it serves,
+        // and a record changed under requests in flight would lose them.
+        let mut workers = Vec::with_capacity(self.queues.len());
+        for queue in &self.queues {
+            let worker = match queue.worker.try_lock() {
+                Ok(worker) => worker,
+                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::ResourceBusy,
+                        "SET_INFLIGHT_FD while a queue is running",
+                    ));
+                }
+            };
+            if worker.in_flight() > 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::ResourceBusy,
+                    "SET_INFLIGHT_FD while requests are in flight",
+                ));
+            }
+            workers.push(worker);
+        }
+        let mut records = records.into_iter();
+        for mut worker in workers {
+            worker.set_inflight_record(records.next());
+        }
+        Ok(())
     }
 
     fn acked_features(&self, features: u64) {

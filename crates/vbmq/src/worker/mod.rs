@@ -4,6 +4,7 @@
 mod affinity;
 mod inflight;
 mod queue_worker;
+mod recovery;
 mod requests;
 mod stats;
 mod wait_mode;

@@ -18,6 +18,7 @@ use super::inflight::InFlight;
 use super::requests::Ctx;
 use super::stats::QueueStats;
 use crate::backend::{Disk, Engine, EngineOptions};
+use crate::vhost_user::inflight_region::InflightRecord;
 use crate::virtio_blk::BlkDevice;
 
 /// How a queue's worker runs.
@@ -79,6 +80,10 @@ pub struct QueueWorker {
     /// The ring placement last found wholly inside guest memory.
     checked: Option<RingSetup>,
     stats: Arc<QueueStats>,
+    /// The frontend's record of this queue's requests in flight, kept across restarts.
+    record: Option<InflightRecord>,
+    /// The record is to be read against the ring before the next request is taken.
+    recover: bool,
 }
 
 impl QueueWorker {
@@ -108,6 +113,8 @@ impl QueueWorker {
             broken: None,
             checked: None,
             stats,
+            record: None,
+            recover: false,
         }
     }
 
@@ -254,6 +261,7 @@ impl QueueWorker {
             engine: self.engine.as_mut(),
             inflight: &mut self.inflight,
             stats: &self.stats,
+            record: self.record.as_mut(),
         };
         let setup = RingSetup::of(state.get_queue(), ctx.mem);
         if self.broken.is_some_and(|broken| broken != setup) {
@@ -266,6 +274,17 @@ impl QueueWorker {
         };
         let mut stale = false;
         let mut used = 0;
+        if pass.ready && self.recover {
+            // What a process before this one left in flight goes first, read through the
+            // current memory map.
+            if !std::ptr::eq(&*atomic_mem.memory(), ctx.mem) {
+                return (pass, true);
+            }
+            self.recover = false;
+            let (started, added) = ctx.recover(state.get_queue_mut(), self.index);
+            pass.started += started;
+            used += added;
+        }
         if pass.ready {
             let queue = state.get_queue_mut();
             loop {
@@ -424,6 +443,7 @@ impl QueueWorker {
                 engine: self.engine.as_mut(),
                 inflight: &mut self.inflight,
                 stats: &self.stats,
+                record: self.record.as_mut(),
             };
             let mut pass = Pass::default();
             if Self::reap(&mut ctx, &mut state, false, &mut pass) > 0 {
@@ -464,6 +484,19 @@ impl QueueWorker {
     pub fn ring_stopped(&mut self) {
         self.broken = None;
         self.checked = None;
+        self.recover = self.record.is_some();
+    }
+
+    /// Gives the worker its queue's in-flight record (`SET_INFLIGHT_FD`), read when the ring
+    /// next starts.
+    pub fn set_inflight_record(&mut self, record: Option<InflightRecord>) {
+        self.recover = record.is_some();
+        self.record = record;
+    }
+
+    /// Requests in flight.
+    pub fn in_flight(&self) -> usize {
+        self.inflight.count
     }
 
     /// The vring this worker serves, once it has been set up.

@@ -7,6 +7,7 @@ use vm_memory::{Bytes, GuestMemoryMmap};
 use super::inflight::InFlight;
 use super::stats::QueueStats;
 use crate::backend::{Engine, IoOp};
+use crate::vhost_user::inflight_region::InflightRecord;
 use crate::virtio_blk::{BlkDevice, RequestType, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, parse};
 
 /// Everything a pass needs, borrowed apart from the worker so the queue lock can be held.
@@ -16,6 +17,8 @@ pub(super) struct Ctx<'a> {
     pub engine: Option<&'a mut Box<dyn Engine>>,
     pub inflight: &'a mut InFlight,
     pub stats: &'a QueueStats,
+    /// The frontend's record of what is in flight, when it keeps one across restarts.
+    pub record: Option<&'a mut InflightRecord>,
 }
 
 fn write_status(mem: &GuestMemoryMmap, addr: vm_memory::GuestAddress, status: u32) {
@@ -23,14 +26,29 @@ fn write_status(mem: &GuestMemoryMmap, addr: vm_memory::GuestAddress, status: u3
     let _ = mem.write_obj(u8::try_from(status).unwrap_or(1), addr);
 }
 
-fn add_used(queue: &mut Queue, mem: &GuestMemoryMmap, head: u16, len: u32) -> usize {
-    match queue.add_used(mem, head, len) {
+/// Publishes a used entry; with an in-flight record, marks the request done around it so that
+/// the record is right whenever the process dies.
+fn add_used(
+    record: Option<&InflightRecord>,
+    queue: &mut Queue,
+    mem: &GuestMemoryMmap,
+    head: u16,
+    len: u32,
+) -> usize {
+    if let Some(record) = record {
+        record.publishing(head);
+    }
+    let added = match queue.add_used(mem, head, len) {
         Ok(()) => 1,
         Err(e) => {
             crate::limited!(debug, "cannot return descriptor {head}: {e}");
             0
         }
+    };
+    if let Some(record) = record {
+        record.published(head, queue.next_used());
     }
+    added
 }
 
 impl Ctx<'_> {
@@ -49,8 +67,12 @@ impl Ctx<'_> {
         }
         if self.inflight.slots[h].busy {
             crate::limited!(debug, "descriptor head {head} reused while in flight");
-            return add_used(queue, self.mem, head, 0);
+            return add_used(self.record.as_deref(), queue, self.mem, head, 0);
         }
+        if let Some(record) = self.record.as_deref_mut() {
+            record.taken(head);
+        }
+        let record = self.record.as_deref();
         let (iov, ranges) = self.inflight.buffers(h);
         let request = match parse(chain, self.mem, self.device, iov, ranges) {
             Ok(request) => request,
@@ -64,14 +86,14 @@ impl Ctx<'_> {
                     }
                     None => 0,
                 };
-                return add_used(queue, self.mem, head, len);
+                return add_used(record, queue, self.mem, head, len);
             }
         };
         let stats = self.stats;
         let complete_now = |status: u32, len: u32, queue: &mut Queue| {
             stats.record(status == VIRTIO_BLK_S_OK, 0, 0);
             write_status(self.mem, request.status, status);
-            add_used(queue, self.mem, head, len)
+            add_used(record, queue, self.mem, head, len)
         };
         let (ops, expect, used_len) = match request.kind {
             RequestType::GetId => {
@@ -240,6 +262,7 @@ impl Ctx<'_> {
         self.inflight.count -= 1;
         write_status(self.mem, addr, status);
         // The slot exists, so the tag is a head index below the queue size.
-        add_used(queue, self.mem, u16::try_from(tag).unwrap_or(0), len)
+        let head = u16::try_from(tag).unwrap_or(0);
+        add_used(self.record.as_deref(), queue, self.mem, head, len)
     }
 }
