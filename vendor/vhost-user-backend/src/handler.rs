@@ -275,16 +275,6 @@ where
                                 // already enabled queue, don't fail in that case.
                                 return Err(VhostUserError::ReqHandlerError(e));
                             }
-                        } else if self.acked_protocol_features
-                            & VhostUserProtocolFeatures::INFLIGHT_SHMFD.bits()
-                            != 0
-                        {
-                            // Requests a backend before this one left in flight are resubmitted
-                            // by the queue's thread, which must not wait for a guest kick that
-                            // may never come (the guest is waiting for those very requests).
-                            let one = 1u64.to_ne_bytes();
-                            // SAFETY: writes 8 bytes from a local buffer to the kick eventfd.
-                            let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), 8) };
                         }
                     } else {
                         let _ = self.handlers[thread_index].unregister_event(
