@@ -50,22 +50,6 @@ fn bad_disks_exit_2_naming_the_key() {
 }
 
 #[test]
-fn two_polling_threads_on_one_cpu_across_disks() {
-    let dir = tempfile::tempdir().unwrap();
-    let a = format!(
-        "socket={},null=1G,mode=poll,cpus=0",
-        dir.path().join("a").display()
-    );
-    let b = format!(
-        "socket={},null=1G,mode=poll,cpus=0",
-        dir.path().join("b").display()
-    );
-    let (code, stderr) = serve(&[&a, &b]);
-    assert_eq!(code, 2);
-    assert!(stderr.contains("--disk cpus:"), "{stderr}");
-}
-
-#[test]
 fn a_socket_held_by_a_live_vbmq_is_refused_and_a_stale_one_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.sock");

@@ -77,7 +77,7 @@ fn worker(guest: &Guest) -> QueueWorker {
     };
     let stats = Default::default();
     let mut worker = QueueWorker::new(0, settings, device, disk, guest.mem.clone(), stats);
-    worker.set_up(&guest.vring);
+    worker.set_up(&guest.vring, true);
     worker
 }
 

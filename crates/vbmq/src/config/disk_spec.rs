@@ -337,18 +337,8 @@ impl DiskSpec {
                 format!("{} CPUs for {} queues", spec.cpus.len(), spec.queues),
             ));
         }
-        if spec.mode == WaitMode::Poll {
-            if spec.cpus.is_empty() {
-                return Err(bad("cpus", "required with mode=poll"));
-            }
-            let mut used = spec.cpus[..spec.queues].to_vec();
-            used.sort_unstable();
-            if used.windows(2).any(|pair| pair[0] == pair[1]) {
-                return Err(bad(
-                    "cpus",
-                    "two polling threads on one CPU would starve each other",
-                ));
-            }
+        if spec.mode == WaitMode::Poll && spec.cpus.is_empty() {
+            return Err(bad("cpus", "required with mode=poll"));
         }
         Ok(spec)
     }
@@ -368,14 +358,6 @@ impl DiskSpec {
             }
         }
         Ok(pairs)
-    }
-
-    /// The CPUs this disk's polling threads spin on (empty unless `mode=poll`).
-    pub fn polling_cpus(&self) -> &[usize] {
-        match self.mode {
-            WaitMode::Poll => &self.cpus[..self.queues],
-            WaitMode::Event | WaitMode::Adaptive => &[],
-        }
     }
 }
 
@@ -404,7 +386,6 @@ mod tests {
         assert_eq!(grouped.socket_group, Some(0));
         let grouped = DiskSpec::parse("socket=/s,null=1G,socket-group=65534", CPUS).unwrap();
         assert_eq!(grouped.socket_group, Some(65534));
-        assert_eq!(spec.polling_cpus(), &[2, 3]);
         let spec =
             DiskSpec::parse("socket=/s,null=8G,queues=3,cpus=3,1,2,mode=event", CPUS).unwrap();
         assert_eq!(
@@ -436,10 +417,8 @@ mod tests {
         assert_eq!(key_of("socket=/s,null=1G,queue-size=2048"), "queue-size");
         assert_eq!(key_of("socket=/s,null=1G,mode=spin"), "mode");
         assert_eq!(key_of("socket=/s,null=1G,mode=poll"), "cpus");
-        assert_eq!(
-            key_of("socket=/s,null=1G,mode=poll,queues=2,cpus=1,1"),
-            "cpus"
-        );
+        // Two polling queues on one CPU share its thread.
+        assert!(DiskSpec::parse("socket=/s,null=1G,mode=poll,queues=2,cpus=1,1", CPUS).is_ok());
         assert_eq!(key_of("socket=/s,null=1G,queues=3,cpus=1-2"), "cpus");
         assert_eq!(key_of("socket=/s,null=1G,cpus=9"), "cpus");
         assert_eq!(key_of("socket=/s,null=1G,readonly=maybe"), "readonly");

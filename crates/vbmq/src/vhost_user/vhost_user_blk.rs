@@ -1,12 +1,15 @@
-//! `VhostUserBackend` for a virtio-blk device: one epoll thread per virtqueue (the crate's),
-//! each driving its own [`QueueWorker`]. The per-queue mutex is taken by that queue's thread
-//! when it wakes, and by the control thread only to stop the queue: never per request.
+//! `VhostUserBackend` for a virtio-blk device: one epoll thread per virtqueue (the crate's). A
+//! queue pinned to a CPU in `poll` or `adaptive` mode is served by that CPU's thread
+//! ([`cpu_poller`]), shared with every other such queue of the process; the crate's thread then
+//! only passes the guest's kicks on. Other queues are served by their crate thread, driving its
+//! own [`QueueWorker`]. The per-queue mutex is taken by the serving thread when it serves, and by
+//! the control thread only to stop the queue: never per request.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use vhost::vhost_user::message::{
     VhostUserInflight, VhostUserProtocolFeatures, VhostUserVirtioFeatures,
@@ -24,14 +27,37 @@ use vmm_sys_util::event::{
 use super::{inflight_region, memory_faults, memory_table};
 use crate::backend::{Disk, Engine};
 use crate::virtio_blk::{BlkDevice, config_space};
-use crate::worker::{QueueSettings, QueueStats, QueueWorker};
+use crate::worker::cpu_poller::{self, CpuPoller, QueueCell};
+use crate::worker::{QueueSettings, QueueStats, QueueWorker, WaitMode};
 
-/// One queue's control state, on its own cache lines so queues do not share any.
-#[repr(align(128))]
+/// One queue of the connection.
 struct QueueHandle {
-    /// Asks the worker to leave its polling loop.
-    stop: AtomicBool,
-    worker: Mutex<QueueWorker>,
+    cell: Arc<QueueCell>,
+    /// The CPU thread that serves the queue; `None`: the crate's thread of the queue does.
+    poller: Option<Arc<CpuPoller>>,
+    /// Handed to `poller` (on the queue's first event of the connection).
+    attached: AtomicBool,
+}
+
+impl std::ops::Deref for QueueHandle {
+    type Target = QueueCell;
+
+    fn deref(&self) -> &QueueCell {
+        &self.cell
+    }
+}
+
+/// The CPU thread for a queue with these settings, if it is to have one.
+fn poller_for(index: usize, settings: &QueueSettings) -> Option<Arc<CpuPoller>> {
+    let cpu = settings.cpu.filter(|_| settings.mode != WaitMode::Event)?;
+    cpu_poller::poller_of(cpu)
+        .map_err(|e| {
+            crate::limited!(
+                warn,
+                "queue {index}: no thread for CPU {cpu}, one of its own: {e}"
+            )
+        })
+        .ok()
 }
 
 /// The epoll handlers of the connection, to register completion eventfds with.
@@ -94,20 +120,21 @@ impl VhostUserBlk {
             .iter()
             .zip(stats)
             .enumerate()
-            .map(|(index, (settings, stats))| QueueHandle {
-                stop: AtomicBool::new(false),
-                worker: Mutex::new({
-                    let mut worker = QueueWorker::new(
-                        index,
-                        *settings,
-                        device.clone(),
-                        disk.clone(),
-                        guest_memory.clone(),
-                        stats.clone(),
-                    );
-                    worker.stop_also_on(memory_broken.clone());
-                    worker
-                }),
+            .map(|(index, (settings, stats))| {
+                let mut worker = QueueWorker::new(
+                    index,
+                    *settings,
+                    device.clone(),
+                    disk.clone(),
+                    guest_memory.clone(),
+                    stats.clone(),
+                );
+                worker.stop_also_on(memory_broken.clone());
+                QueueHandle {
+                    cell: Arc::new(QueueCell::new(worker)),
+                    poller: poller_for(index, settings),
+                    attached: AtomicBool::new(false),
+                }
             })
             .collect();
         VhostUserBlk {
@@ -136,7 +163,7 @@ impl VhostUserBlk {
     /// Lends each queue's worker its engine, created before the process was confined.
     pub fn lend_engines(&self, engines: Vec<Option<Box<dyn Engine>>>) {
         for (queue, engine) in self.queues.iter().zip(engines) {
-            lock(&queue.worker).lend_engine(engine);
+            queue.lock().lend_engine(engine);
         }
     }
 
@@ -144,7 +171,7 @@ impl VhostUserBlk {
     pub fn take_engines(&self) -> Vec<Option<Box<dyn Engine>>> {
         self.queues
             .iter()
-            .map(|queue| lock(&queue.worker).take_engine())
+            .map(|queue| queue.lock().take_engine())
             .collect()
     }
 
@@ -184,9 +211,13 @@ impl VhostUserBlk {
         self.shut_down.store(true, Ordering::Release);
         for (index, queue) in self.queues.iter().enumerate() {
             queue.stop.store(true, Ordering::Release);
-            let mut worker = lock(&queue.worker);
+            let mut worker = queue.lock();
             if let Some(vring) = worker.vring().cloned() {
                 worker.drain(&vring);
+            }
+            drop(worker);
+            if let Some(poller) = &queue.poller {
+                poller.remove(&queue.cell);
             }
             crate::limited!(debug, "queue {index} stopped");
         }
@@ -248,29 +279,27 @@ impl VhostUserBackend for VhostUserBlk {
         let records = inflight_region::map(inflight, &file, self.queues.len())?;
         // Only between runs of the rings: a queue's thread holds its worker while it serves,
         // and a record changed under requests in flight would lose them.
-        let mut workers = Vec::with_capacity(self.queues.len());
         for queue in &self.queues {
-            let worker = match queue.worker.try_lock() {
-                Ok(worker) => worker,
-                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-                Err(TryLockError::WouldBlock) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::ResourceBusy,
-                        "SET_INFLIGHT_FD while a queue is running",
-                    ));
-                }
-            };
-            if worker.in_flight() > 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::ResourceBusy,
-                    "SET_INFLIGHT_FD while requests are in flight",
-                ));
-            }
-            workers.push(worker);
+            queue.stop.store(true, Ordering::Release);
         }
-        let mut records = records.into_iter();
-        for mut worker in workers {
-            worker.set_inflight_record(records.next());
+        let workers: Vec<_> = self.queues.iter().map(|queue| queue.lock()).collect();
+        let busy = workers.iter().any(|worker| worker.in_flight() > 0);
+        if !busy {
+            let mut records = records.into_iter();
+            for mut worker in workers {
+                worker.set_inflight_record(records.next());
+            }
+        } else {
+            drop(workers);
+        }
+        for queue in &self.queues {
+            queue.stop.store(false, Ordering::Release);
+        }
+        if busy {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                "SET_INFLIGHT_FD while requests are in flight",
+            ));
         }
         Ok(())
     }
@@ -346,7 +375,7 @@ impl VhostUserBackend for VhostUserBlk {
             return Ok(());
         };
         queue.stop.store(true, Ordering::Release);
-        let mut worker = lock(&queue.worker);
+        let mut worker = queue.lock();
         if let Some(vring) = worker.vring().cloned() {
             worker.drain(&vring);
         }
@@ -370,8 +399,12 @@ impl VhostUserBackend for VhostUserBlk {
             crate::limited!(warn, "event {device_event} for unknown thread {thread_id}");
             return Ok(());
         };
-        let mut worker = lock(&queue.worker);
-        if let Some(fd) = worker.set_up(vring) {
+        if let Some(poller) = &queue.poller {
+            self.pass_on(thread_id, queue, poller, device_event, vring);
+            return Ok(());
+        }
+        let mut worker = queue.lock();
+        if let Some(fd) = worker.set_up(vring, true) {
             let handlers = lock(&self.handlers);
             if let Some(handler) = handlers.get(thread_id)
                 && let Err(e) =
@@ -394,6 +427,53 @@ impl VhostUserBackend for VhostUserBlk {
             self.close_connection();
         }
         Ok(())
+    }
+}
+
+impl VhostUserBlk {
+    /// The crate's thread of a queue a CPU thread serves: hands the queue over on its first
+    /// event, then passes kicks on, and closes the connection when the CPU thread found its
+    /// guest memory broken.
+    fn pass_on(
+        &self,
+        thread_id: usize,
+        queue: &QueueHandle,
+        poller: &CpuPoller,
+        device_event: u16,
+        vring: &VringRwLock,
+    ) {
+        if device_event == self.completion_event() {
+            queue.notice.read();
+            if self.memory_broken.load(Ordering::Acquire) {
+                crate::limited!(
+                    warn,
+                    "guest memory shrank under queue {thread_id} (the frontend truncated its \
+                     file): closing the connection"
+                );
+                self.close_connection();
+            }
+            return;
+        }
+        if !queue.attached.swap(true, Ordering::AcqRel) {
+            if let Some(fd) = queue.lock().set_up(vring, false)
+                && let Err(e) = poller.watch(fd, false)
+            {
+                crate::limited!(warn, "queue {thread_id}: cannot wait for completions: {e}");
+            }
+            let handlers = lock(&self.handlers);
+            if let Some(handler) = handlers.get(thread_id)
+                && let Err(e) = handler.register_listener(
+                    queue.notice.as_raw_fd(),
+                    EventSet::IN,
+                    u64::from(self.completion_event()),
+                )
+            {
+                crate::limited!(warn, "queue {thread_id}: cannot watch its memory: {e}");
+            }
+            poller.add(queue.cell.clone(), vring.clone());
+        }
+        poller.watch_kick(&queue.cell, vring);
+        poller.wake();
     }
 }
 

@@ -2,6 +2,7 @@
 //! requests off the avail ring, submits them in one batch, and completes them on its own CPU.
 
 mod affinity;
+pub mod cpu_poller;
 mod inflight;
 mod queue_worker;
 mod recovery;
@@ -10,7 +11,7 @@ mod stats;
 mod wait_mode;
 
 pub use affinity::{name_current_thread, online_cpus, pin_current_thread};
-pub use queue_worker::{QueueSettings, QueueWorker};
+pub use queue_worker::{Pass, QueueSettings, QueueWorker};
 pub use stats::QueueStats;
 pub use wait_mode::WaitMode;
 

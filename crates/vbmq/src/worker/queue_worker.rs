@@ -49,10 +49,13 @@ impl QueueSettings {
 
 /// What one pass over the queue found.
 #[derive(Clone, Copy, Debug, Default)]
-struct Pass {
-    ready: bool,
-    started: usize,
-    completed: usize,
+pub struct Pass {
+    /// The ring is started, enabled and not broken.
+    pub ready: bool,
+    /// Requests taken off the ring.
+    pub started: usize,
+    /// Engine completions reaped.
+    pub completed: usize,
 }
 
 /// The state a queue's thread owns: engine, in-flight table and guest-memory snapshot.
@@ -118,19 +121,22 @@ impl QueueWorker {
         }
     }
 
-    /// Prepares the worker on its own thread: pins it and opens its engine. Returns the engine's
-    /// completion eventfd the first time, for the caller to wait on.
-    pub fn set_up(&mut self, vring: &VringRwLock) -> Option<RawFd> {
+    /// Prepares the worker: opens its engine and, on a thread of its own (`own_thread`), names
+    /// that thread and pins it. Returns the engine's completion eventfd the first time, for the
+    /// caller to wait on.
+    pub fn set_up(&mut self, vring: &VringRwLock, own_thread: bool) -> Option<RawFd> {
         if self.set_up {
             return None;
         }
         self.set_up = true;
         self.vring = Some(vring.clone());
-        name_current_thread(&format!("vbmq-q{}", self.index));
-        if let Some(cpu) = self.settings.cpu
-            && let Err(e) = pin_current_thread(cpu)
-        {
-            crate::limited!(warn, "queue {}: cannot pin to CPU {cpu}: {e}", self.index);
+        if own_thread {
+            name_current_thread(&format!("vbmq-q{}", self.index));
+            if let Some(cpu) = self.settings.cpu
+                && let Err(e) = pin_current_thread(cpu)
+            {
+                crate::limited!(warn, "queue {}: cannot pin to CPU {cpu}: {e}", self.index);
+            }
         }
         if self.engine.is_none() && self.may_open_engine {
             match self.disk.engine(self.settings.engine_options()) {
@@ -161,7 +167,7 @@ impl QueueWorker {
     pub fn run(&mut self, vring: &VringRwLock, stop: &AtomicBool) {
         match self.settings.mode {
             WaitMode::Event => {
-                self.pass(vring, true);
+                self.pass(vring, true, u16::MAX);
             }
             WaitMode::Poll => self.poll(vring, stop, None),
             WaitMode::Adaptive => self.poll(vring, stop, Some(self.settings.poll)),
@@ -174,7 +180,7 @@ impl QueueWorker {
         self.suppress_kicks(vring);
         let mut idle_since: Option<Instant> = None;
         while !stop.load(Ordering::Relaxed) && !self.also_stop.load(Ordering::Relaxed) {
-            let pass = self.pass(vring, false);
+            let pass = self.pass(vring, false, u16::MAX);
             if !pass.ready && self.inflight.count == 0 {
                 return;
             }
@@ -236,11 +242,11 @@ impl QueueWorker {
         self.mem = self.atomic_mem.memory().into_inner();
     }
 
-    /// One pass: take every available request, submit them together, complete what is done,
-    /// and notify the guest once. `rearm` keeps kicks enabled (event mode).
-    fn pass(&mut self, vring: &VringRwLock, rearm: bool) -> Pass {
+    /// One pass: take the available requests (at most `budget`), submit them together, complete
+    /// what is done, and notify the guest once. `rearm` keeps kicks enabled (event mode).
+    fn pass(&mut self, vring: &VringRwLock, rearm: bool, budget: u16) -> Pass {
         loop {
-            let (pass, stale) = self.pass_with_current_memory(vring, rearm);
+            let (pass, stale) = self.pass_with_current_memory(vring, rearm, budget);
             if !stale {
                 return pass;
             }
@@ -252,7 +258,12 @@ impl QueueWorker {
     /// frontend publishes requests only after a memory table change was acknowledged, so the
     /// snapshot is checked after the avail index is read, and only requests below that index are
     /// taken. Returns true in the second field if the snapshot must be replaced first.
-    fn pass_with_current_memory(&mut self, vring: &VringRwLock, rearm: bool) -> (Pass, bool) {
+    fn pass_with_current_memory(
+        &mut self,
+        vring: &VringRwLock,
+        rearm: bool,
+        budget: u16,
+    ) -> (Pass, bool) {
         let mut state = vring.get_mut();
         let atomic_mem = &self.atomic_mem;
         let mut ctx = Ctx {
@@ -335,6 +346,7 @@ impl QueueWorker {
                     }
                 }
                 let offered = waiting;
+                waiting = waiting.min(budget);
                 while waiting > 0 {
                     let Some(chain) = queue.pop_descriptor_chain(ctx.mem) else {
                         break;
@@ -348,7 +360,7 @@ impl QueueWorker {
                 }
                 // Go round again for requests that arrived meanwhile, never for entries that
                 // cannot be taken (an avail index past the ring): that would spin forever.
-                if offered > 0 && waiting == offered {
+                if offered > 0 && (waiting == offered || offered > budget) {
                     break;
                 }
             }
@@ -497,6 +509,41 @@ impl QueueWorker {
     /// Requests in flight.
     pub fn in_flight(&self) -> usize {
         self.inflight.count
+    }
+
+    /// How this queue runs.
+    pub fn settings(&self) -> QueueSettings {
+        self.settings
+    }
+
+    /// Makes the worker ready for [`Self::step`]s after a sleep: the current guest memory, the
+    /// guest's kicks off.
+    pub fn begin_polling(&mut self, vring: &VringRwLock) {
+        self.refresh_memory(vring);
+        self.suppress_kicks(vring);
+    }
+
+    /// One pass for a thread that serves several queues: at most `budget` requests taken.
+    pub fn step(&mut self, vring: &VringRwLock, budget: u16) -> Pass {
+        self.pass(vring, false, budget)
+    }
+
+    /// Turns the guest's kicks on before the serving thread sleeps; true if requests arrived
+    /// meanwhile (it must not sleep then).
+    pub fn rearm(&mut self, vring: &VringRwLock) -> bool {
+        self.rearm_kicks(vring)
+    }
+
+    /// The connection's guest memory shrank under it (see [`Self::stop_also_on`]).
+    pub fn memory_broke(&self) -> bool {
+        self.also_stop.load(Ordering::Relaxed)
+    }
+
+    /// Whether the engine wakes a sleeping thread when its operations complete.
+    pub fn has_completion_fd(&self) -> bool {
+        self.engine
+            .as_ref()
+            .is_some_and(|engine| engine.completion_fd().is_some())
     }
 
     /// The vring this worker serves, once it has been set up.

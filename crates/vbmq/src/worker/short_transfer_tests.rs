@@ -177,7 +177,7 @@ fn one_request(disk: PiecewiseDisk, kind: u32, sector: u64, data: &[u8]) -> (u8,
     vring.set_queue_info(DESC, AVAIL, USED).unwrap();
     vring.set_queue_ready(true);
     vring.set_enabled(true);
-    worker.set_up(&vring);
+    worker.set_up(&vring, true);
     let stop = std::sync::atomic::AtomicBool::new(false);
     // Each event-mode run is one pass, as after one wake-up.
     for _ in 0..64 {

@@ -77,7 +77,7 @@ fn first_request_after_the_memory_table_is_served_in_every_mode() {
         vring.set_queue_event_idx(event_idx);
         vring.set_queue_ready(true);
         vring.set_enabled(true);
-        worker.set_up(&vring);
+        worker.set_up(&vring, true);
         let stop = AtomicBool::new(false);
         if mode == WaitMode::Event {
             worker.run(&vring, &stop);
@@ -132,7 +132,7 @@ fn avail_index_past_the_ring_does_not_spin() {
         vring.set_queue_info(DESC, AVAIL, USED).unwrap();
         vring.set_queue_ready(true);
         vring.set_enabled(true);
-        worker.set_up(&vring);
+        worker.set_up(&vring, true);
         // A detached thread: if the worker spins, the test fails instead of hanging.
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -193,7 +193,7 @@ fn get_id_split_across_buffers_gets_the_whole_serial() {
     vring.set_queue_info(DESC, AVAIL, USED).unwrap();
     vring.set_queue_ready(true);
     vring.set_enabled(true);
-    worker.set_up(&vring);
+    worker.set_up(&vring, true);
     worker.run(&vring, &AtomicBool::new(false));
     let mem = atomic.memory();
     let mut id = [0u8; 20];

@@ -299,7 +299,7 @@ fn run(input: &Input) {
         atomic.clone(),
         Default::default(),
     );
-    worker.set_up(&vring);
+    worker.set_up(&vring, true);
     worker.run(&vring, &AtomicBool::new(false));
     worker.drain(&vring);
 

@@ -1,0 +1,112 @@
+//! Many queues on one CPU: every polling or adaptive queue pinned to a CPU is served by that CPU's
+//! one thread, whatever disk it belongs to. Four disks on CPU 1, each driven by its own libblkio
+//! client from its own thread at once: each reads back what it wrote, and one thread spins for
+//! them all, not four.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Client, Daemon, image, pattern};
+
+/// CPU time (user + system, in clock ticks) of each thread of `pid`, by thread name.
+fn thread_cpu(pid: u32) -> Vec<(String, u64)> {
+    let mut threads = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ... utime stime at fields 14 and 15 (after the closing parenthesis).
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat[open + 1..close].to_string();
+        let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+        let ticks = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        threads.push((name, ticks));
+    }
+    threads.sort();
+    threads
+}
+
+/// Threads that used more than half a CPU over `span`.
+fn spinning_threads(pid: u32, span: Duration) -> Vec<String> {
+    let before = thread_cpu(pid);
+    std::thread::sleep(span);
+    let after = thread_cpu(pid);
+    // SAFETY: sysconf has no memory-safety effect.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap();
+    let half = hz * u64::try_from(span.as_millis()).unwrap() / 2000;
+    after
+        .iter()
+        .filter(|(name, ticks)| {
+            let was = before
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(0, |(_, t)| *t);
+            ticks - was > half
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+fn four_disks_on_one_cpu(mode: &'static str) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut specs = Vec::new();
+    let mut sockets = Vec::new();
+    for disk in 0..4 {
+        let file = image(dir.path(), &format!("{disk}.raw"), 4 << 20, disk);
+        let socket = dir.path().join(format!("{disk}.sock"));
+        specs.push(format!(
+            "socket={},path={},mode={mode},cpus=1",
+            socket.display(),
+            file.display()
+        ));
+        sockets.push(socket);
+    }
+    let daemon = Daemon::start(&specs);
+    let clients: Vec<_> = sockets
+        .iter()
+        .enumerate()
+        .map(|(disk, socket)| {
+            let socket = socket.clone();
+            std::thread::spawn(move || {
+                let mut client = Client::connect(&socket, 1, mode == "poll").unwrap();
+                for round in 0..200u64 {
+                    let offset = (round % 32) * 65536;
+                    let data = pattern(disk as u64 * 1000 + round, 16384);
+                    assert_eq!(client.write(0, offset, &data), 0, "disk {disk}");
+                    let (ret, back) = client.read(0, offset, data.len());
+                    assert_eq!(ret, 0, "disk {disk}");
+                    assert!(back == data, "disk {disk} round {round}: other data");
+                }
+                // Untouched data is still the image's.
+                let (ret, back) = client.read(0, 4 << 19, 4096);
+                assert_eq!(ret, 0);
+                assert!(back == pattern(disk as u64, 4 << 20)[4 << 19..(4 << 19) + 4096]);
+                client
+            })
+        })
+        .collect();
+    let clients: Vec<Client> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    if mode == "poll" {
+        // Connected and idle, the queues are polled: by one thread.
+        let spinning = spinning_threads(daemon.child.id(), Duration::from_millis(600));
+        assert_eq!(spinning, vec!["vbmq-cpu1".to_string()], "threads spinning");
+    }
+    drop(clients);
+    assert!(daemon.terminate().success(), "{mode}: exit status");
+}
+
+#[test]
+fn four_polling_disks_share_one_cpu_thread() {
+    four_disks_on_one_cpu("poll");
+}
+
+#[test]
+fn four_adaptive_disks_share_one_cpu_thread() {
+    four_disks_on_one_cpu("adaptive");
+}
