@@ -137,11 +137,32 @@ struct Entry {
     vring: VringRwLock,
     mode: WaitMode,
     poll: Duration,
+}
+
+/// What the thread keeps of a queue across passes.
+#[derive(Default)]
+struct QueueState {
     /// Since when an adaptive queue has found no work.
     idle_since: Option<Instant>,
     /// The memory broke and the connection was told: left alone from now on.
     noticed: bool,
 }
+
+/// What a pass over the queues found.
+enum Serve {
+    /// Requests were taken or completed: go round again at once.
+    Worked,
+    /// Nothing, but some queue is to be polled: go round again after a pause.
+    Spin,
+    /// Every queue may sleep.
+    Idle,
+    /// The control thread wants a queue, or the list changed: let go of the queues.
+    Yield,
+}
+
+/// Passes made while holding the queues before the thread lets go of them to take them again
+/// (a queue it could not take at the start of a burst is tried again then).
+const BURST: u32 = 4096;
 
 fn try_lock(cell: &QueueCell) -> Option<MutexGuard<'_, QueueWorker>> {
     match cell.worker.try_lock() {
@@ -227,8 +248,6 @@ impl CpuPoller {
                     vring: vring.clone(),
                     mode: settings.mode,
                     poll: settings.poll,
-                    idle_since: None,
-                    noticed: false,
                 }
             })
             .collect()
@@ -240,16 +259,17 @@ impl CpuPoller {
             crate::limited!(warn, "cannot pin the thread of CPU {}: {e}", self.cpu);
         }
         let mut entries: Vec<Entry> = Vec::new();
+        let mut states: Vec<QueueState> = Vec::new();
         let mut seen = u64::MAX;
         loop {
             let generation = self.generation.load(Ordering::Acquire);
             if generation != seen {
                 seen = generation;
                 entries = self.load();
-                self.waking(&mut entries);
+                states = entries.iter().map(|_| QueueState::default()).collect();
+                self.waking(&entries, &mut states);
             }
-            if self.serve(&mut entries) {
-                spin_loop();
+            if !self.burst(&entries, &mut states, seen) {
                 continue;
             }
             // Everything is idle: re-arm every ring's kicks, look once more, then sleep.
@@ -262,54 +282,42 @@ impl CpuPoller {
                 self.sleep();
             }
             self.sleeping.store(false, Ordering::SeqCst);
-            self.waking(&mut entries);
+            self.waking(&entries, &mut states);
         }
     }
 
-    /// One pass over every queue; true if the thread must keep spinning.
-    fn serve(&self, entries: &mut [Entry]) -> bool {
-        let mut spin = false;
-        for entry in entries.iter_mut() {
-            if entry.noticed || entry.cell.stop.load(Ordering::Relaxed) {
-                continue;
-            }
-            let Some(mut worker) = try_lock(&entry.cell) else {
-                // The control thread has it for a moment: come back to it.
-                spin = true;
-                continue;
-            };
-            let pass = worker.step(&entry.vring, BUDGET);
-            if worker.memory_broke() {
-                // The connection's thread closes it; this queue is left alone until then.
-                entry.noticed = true;
-                entry.cell.notice.write();
-                continue;
-            }
-            if pass.started + pass.completed > 0 {
-                entry.idle_since = None;
-                spin = true;
-                continue;
-            }
-            if !pass.ready && worker.in_flight() == 0 {
-                continue;
-            }
-            spin |= match entry.mode {
-                WaitMode::Poll => true,
-                WaitMode::Adaptive => {
-                    let since = *entry.idle_since.get_or_insert_with(Instant::now);
-                    since.elapsed() < entry.poll
+    /// Serves the queues, holding them, until all are idle (true) or something else needs them
+    /// (false): the control thread (a stop flag), a new list, or a queue not taken at the start.
+    fn burst(&self, entries: &[Entry], states: &mut [QueueState], seen: u64) -> bool {
+        let mut workers: Vec<Option<MutexGuard<'_, QueueWorker>>> = entries
+            .iter()
+            .map(|entry| {
+                if entry.cell.stop.load(Ordering::Acquire) {
+                    None
+                } else {
+                    try_lock(&entry.cell)
                 }
-                // A worker whose engine has no completion eventfd must be polled for them.
-                WaitMode::Event => worker.in_flight() > 0 && !worker.has_completion_fd(),
-            };
+            })
+            .collect();
+        let all_taken = workers.iter().all(Option::is_some);
+        for round in 0.. {
+            match serve(entries, states, &mut workers) {
+                Serve::Worked => {}
+                Serve::Spin => spin_loop(),
+                Serve::Idle => return all_taken,
+                Serve::Yield => return false,
+            }
+            if self.generation.load(Ordering::Relaxed) != seen || (!all_taken && round > BURST) {
+                return false;
+            }
         }
-        spin
+        false
     }
 
     /// After a sleep (or a new list): kicks off again, completion eventfds cleared.
-    fn waking(&self, entries: &mut [Entry]) {
-        for entry in entries.iter_mut() {
-            entry.idle_since = None;
+    fn waking(&self, entries: &[Entry], states: &mut [QueueState]) {
+        for (entry, state) in entries.iter().zip(states.iter_mut()) {
+            state.idle_since = None;
             if entry.cell.stop.load(Ordering::Acquire) {
                 continue;
             }
@@ -325,5 +333,63 @@ impl CpuPoller {
         // SAFETY: waits on an epoll instance this poller owns, into a local buffer.
         let _ = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), 8, -1) };
         let _ = self.doorbell.read();
+    }
+}
+
+/// One pass over every queue the thread holds.
+fn serve(
+    entries: &[Entry],
+    states: &mut [QueueState],
+    workers: &mut [Option<MutexGuard<'_, QueueWorker>>],
+) -> Serve {
+    let mut spin = false;
+    let mut worked = false;
+    for ((entry, state), slot) in entries
+        .iter()
+        .zip(states.iter_mut())
+        .zip(workers.iter_mut())
+    {
+        let Some(worker) = slot.as_mut() else {
+            continue;
+        };
+        if entry.cell.stop.load(Ordering::Relaxed) {
+            // The control thread waits for this queue: let go of it now.
+            *slot = None;
+            return Serve::Yield;
+        }
+        if state.noticed {
+            continue;
+        }
+        let pass = worker.step(&entry.vring, BUDGET);
+        if worker.memory_broke() {
+            // The connection's thread closes it; this queue is left alone until then.
+            state.noticed = true;
+            entry.cell.notice.write();
+            continue;
+        }
+        if pass.started + pass.completed > 0 {
+            state.idle_since = None;
+            worked = true;
+            continue;
+        }
+        if !pass.ready && worker.in_flight() == 0 {
+            continue;
+        }
+        spin |= match entry.mode {
+            WaitMode::Poll => true,
+            WaitMode::Adaptive => {
+                let since = *state.idle_since.get_or_insert_with(Instant::now);
+                since.elapsed() < entry.poll
+            }
+            // A worker whose engine has no completion eventfd must be polled for them.
+            WaitMode::Event => worker.in_flight() > 0 && !worker.has_completion_fd(),
+        };
+    }
+    if worked {
+        Serve::Worked
+    } else if spin {
+        Serve::Spin
+    } else {
+        Serve::Idle
     }
 }
