@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use super::cpus::{cpu_list, pin_to};
 use super::error::{BenchError, Result};
 use super::running::Running;
-use super::systems::{DiskSetup, System, Target, WaitMode};
+use super::systems::{DiskSetup, System, Target};
 
 /// Starts the systems with a fixed disk, CPU set and scratch directory.
 #[derive(Debug)]
@@ -29,20 +29,6 @@ pub struct Launcher {
 }
 
 impl Launcher {
-    /// Why `system` cannot run with `queues` queues here, if it cannot.
-    pub fn not_applicable(&self, system: System, queues: usize) -> Option<String> {
-        match system {
-            System::Vbmq {
-                mode: WaitMode::Poll,
-                ..
-            } if queues > self.backend_cpus.len() => Some(format!(
-                "mode=poll needs one backend CPU per queue ({queues} queues, {} backend CPU)",
-                self.backend_cpus.len()
-            )),
-            _ => None,
-        }
-    }
-
     /// Starts `system` with `queues` queues and waits until it accepts a frontend. `seq` makes
     /// socket and log names unique.
     pub fn launch(&self, system: System, queues: usize, seq: usize) -> Result<Running> {

@@ -19,6 +19,7 @@ mod report;
 mod rng;
 mod runner;
 mod running;
+mod shared_cpu_study;
 mod stats;
 mod systems;
 mod workloads;
@@ -66,7 +67,10 @@ fn bench(opts: &Options) -> Result<bool> {
     let mut plan = workloads::plan(opts.quick, cpus.total());
     if let Some(text) = &opts.only {
         plan = workloads::filter(plan, text);
-        if plan.is_empty() && !cache_study::selects(opts.quick, text) {
+        if plan.is_empty()
+            && !cache_study::selects(opts.quick, text)
+            && !shared_cpu_study::selects(text)
+        {
             return Err(BenchError::Usage(format!(
                 "--only {text}: no case or system matches"
             )));
@@ -158,6 +162,28 @@ fn bench(opts: &Options) -> Result<bool> {
     } else {
         cache_study::StudyResult::default()
     };
+    let mut shared_measured = false;
+    let run_shared = opts.only.as_deref().is_none_or(shared_cpu_study::selects);
+    if complete && run_shared && !STOP.load(Ordering::Relaxed) {
+        println!(
+            "== Many disks on one CPU: {} one-queue disks, mode=poll, one backend CPU",
+            4
+        );
+        let shared = shared_cpu_study::run(
+            &launcher.vbmq,
+            &launcher.run_dir,
+            &launcher.disk,
+            &cpus,
+            settings,
+            &STOP,
+        );
+        let text = shared.text();
+        shared_measured = shared.error.is_none();
+        println!("{text}");
+        let path = out.join("shared-cpu.txt");
+        fs::write(&path, &text)
+            .map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
+    }
     let complete = complete && !STOP.load(Ordering::Relaxed);
     cases.extend(study.cases);
     let mut skipped = skipped;
@@ -207,7 +233,7 @@ fn bench(opts: &Options) -> Result<bool> {
         .cases
         .iter()
         .any(|c| c.points.iter().any(|p| !p.runs.is_empty()));
-    if complete && !measured {
+    if complete && !measured && !shared_measured {
         return Err(BenchError::Backend(
             "no system could be measured: see the errors in the report".into(),
         ));

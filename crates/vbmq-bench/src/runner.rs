@@ -103,7 +103,6 @@ impl<'a> Runner<'a> {
             .get(&system)
             .or_else(|| self.unavailable.get(&(system, jobs)))
             .cloned()
-            .or_else(|| self.launcher.not_applicable(system, jobs))
     }
 
     /// Why systems were skipped, one line each.
