@@ -3,8 +3,9 @@
 //! once, beside one such disk alone at QD32. The figures: aggregate IOPS against the disk alone,
 //! Jain's fairness index over the four, and how many backend threads spin.
 //!
-//! The clients are interrupt-driven in both runs: four polling clients on one client CPU would
-//! take turns by the scheduler's time slice and leave three rings idle at any moment.
+//! The four clients are interrupt-driven: four polling clients on one client CPU would take turns
+//! by the scheduler's time slice and leave three rings idle at any moment. The disk alone is
+//! measured with both kinds of client, and the goal is stated against the better.
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -33,8 +34,10 @@ pub fn selects(text: &str) -> bool {
 /// What the study measured (medians over the runs).
 #[derive(Debug, Default)]
 pub struct SharedCpuResult {
-    /// One disk alone at QD32.
+    /// One disk alone at QD32, interrupt-driven client.
     pub alone_iops: Option<f64>,
+    /// One disk alone at QD32, polling client.
+    pub alone_polling_iops: Option<f64>,
     /// Each of the four disks at QD8, all at once.
     pub per_disk_iops: Vec<f64>,
     /// Backend threads that used more than half a CPU while the four ran.
@@ -64,12 +67,21 @@ impl SharedCpuResult {
             let _ = writeln!(out, "not measured: {error}");
             return out;
         }
-        let alone = self.alone_iops.unwrap_or(0.0);
-        let _ = writeln!(out, "one disk alone, QD32:          {:>8.0} IOPS", alone);
+        let interrupt = self.alone_iops.unwrap_or(0.0);
+        let polling = self.alone_polling_iops.unwrap_or(0.0);
+        let _ = writeln!(
+            out,
+            "one disk alone, QD32, interrupt client: {interrupt:>8.0} IOPS"
+        );
+        let _ = writeln!(
+            out,
+            "one disk alone, QD32, polling client:   {polling:>8.0} IOPS"
+        );
+        let alone = interrupt.max(polling);
         for (disk, iops) in self.per_disk_iops.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "disk {disk} of {DISKS}, QD8, all at once: {iops:>8.0} IOPS"
+                "disk {disk} of {DISKS}, QD8, interrupt client, all at once: {iops:>8.0} IOPS"
             );
         }
         let ratio = if alone > 0.0 {
@@ -82,7 +94,7 @@ impl SharedCpuResult {
         let met = |ok: bool| if ok { "met" } else { "NOT met" };
         let _ = writeln!(
             out,
-            "aggregate {:.0} IOPS = {ratio:.2}x the disk alone (goal >= 0.9x): {}",
+            "aggregate {:.0} IOPS = {ratio:.2}x the disk alone, better client (goal >= 0.9x): {}",
             self.aggregate(),
             met(ratio >= 0.9)
         );
@@ -218,22 +230,26 @@ fn measure(
     stop: &AtomicBool,
 ) -> Result<SharedCpuResult> {
     let cpu = cpus.backend[0];
-    let spec = |iodepth| LoadSpec {
+    let spec = |iodepth, client| LoadSpec {
         workload: randread(iodepth),
-        client: ClientMode::Interrupt,
+        client,
         jobs: 1,
         warmup: Duration::from_secs_f64(settings.warmup_s),
         measure: Duration::from_secs_f64(settings.measure_s),
     };
     let mut alone = Vec::new();
+    let mut alone_polling = Vec::new();
     let mut shared: Vec<Vec<f64>> = vec![Vec::new(); DISKS];
     let mut spinning = Vec::new();
     for _ in 0..settings.runs {
         // Interleaved: the disk alone, then the four together.
         let one = Served::start(vbmq, dir, disk, 1, cpu)?;
         let target = Target::VhostUser(one.sockets[0].clone());
-        let load = run_load(&target, &spec(32), cpus, Some(one.child.id()), stop)?;
+        let pid = Some(one.child.id());
+        let load = run_load(&target, &spec(32, ClientMode::Interrupt), cpus, pid, stop)?;
         alone.push(load.ios as f64 / load.seconds);
+        let load = run_load(&target, &spec(32, ClientMode::Polling), cpus, pid, stop)?;
+        alone_polling.push(load.ios as f64 / load.seconds);
         drop(one);
 
         let four = Served::start(vbmq, dir, disk, DISKS, cpu)?;
@@ -244,7 +260,7 @@ fn measure(
                 .iter()
                 .map(|socket| {
                     let target = Target::VhostUser(socket.clone());
-                    let spec = spec(8);
+                    let spec = spec(8, ClientMode::Interrupt);
                     scope.spawn(move || run_load(&target, &spec, cpus, Some(pid), stop))
                 })
                 .collect();
@@ -286,6 +302,7 @@ fn measure(
     spinning.sort_unstable();
     Ok(SharedCpuResult {
         alone_iops: median(&alone),
+        alone_polling_iops: median(&alone_polling),
         per_disk_iops: shared.iter().filter_map(|runs| median(runs)).collect(),
         spinning_threads: spinning.get(spinning.len() / 2).copied(),
         error: None,
