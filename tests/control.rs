@@ -59,12 +59,27 @@ fn s(path: &Path) -> &str {
 
 #[test]
 fn disks_come_and_go_while_another_disk_reads_back_what_it_wrote() {
+    disks_come_and_go("");
+}
+
+/// The same with every queue polled on one CPU: the disks come and go from the thread that
+/// serves the other disk's queues.
+#[test]
+fn disks_come_and_go_on_the_cpu_thread_of_another_disk() {
+    disks_come_and_go(",mode=poll,cpus=1,1");
+}
+
+fn disks_come_and_go(placement: &str) {
     let dir = tempfile::tempdir().unwrap();
     let file = image(dir.path(), "a.raw", 8 << 20, 3);
     let a = dir.path().join("a.sock");
     let (mut daemon, control) = serve(
         dir.path(),
-        &[format!("socket={},path={},queues=2", s(&a), s(&file))],
+        &[format!(
+            "socket={},path={},queues=2{placement}",
+            s(&a),
+            s(&file)
+        )],
     );
     let stop = Arc::new(AtomicBool::new(false));
     let load = {
@@ -86,7 +101,7 @@ fn disks_come_and_go_while_another_disk_reads_back_what_it_wrote() {
         })
     };
     let b = dir.path().join("run/b.sock");
-    let spec_b = format!("socket={},mem=16M,queues=2", s(&b));
+    let spec_b = format!("socket={},mem=16M,queues=2{placement}", s(&b));
     for round in 0..8 {
         let added = ctl_json(&control, &["add-disk", &spec_b]);
         assert_eq!(added["socket"], s(&b));
