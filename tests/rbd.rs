@@ -120,6 +120,49 @@ fn readonly_rbd_disk_refuses_writes_and_serves_reads() {
     );
 }
 
+/// `cache=` in front of an RBD image: what was read once is served from vbmq's memory (it reads
+/// back while the OSD is stopped), writes go through to the cluster and refresh the cache.
+#[cfg_attr(
+    not(feature = "ceph-tests"),
+    ignore = "needs feature ceph-tests: a single-node Ceph cluster (scripts/test.sh)"
+)]
+#[test]
+fn cached_rbd_disk_serves_reads_from_memory_and_writes_through() {
+    let cluster = Cluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    cluster.create_image("cached", SIZE);
+    let (spec, socket) = disk(
+        dir.path(),
+        "d",
+        &format!("{},queues=2,cache=8M", cluster.disk("cached")),
+    );
+    let daemon = Daemon::start(&[spec]);
+    let mut client = Client::connect(&socket, 2, false).unwrap();
+    let data = pattern(7, 1 << 20);
+    assert_eq!(client.write(0, 4 << 20, &data), 0);
+    // Read once: the blocks are in the cache now.
+    assert!(client.read(1, 4 << 20, data.len()).1 == data);
+    cluster.signal_osd(libc::SIGSTOP);
+    let start = Instant::now();
+    let (ret, back) = client.read(0, 4 << 20, data.len());
+    let elapsed = start.elapsed();
+    cluster.signal_osd(libc::SIGCONT);
+    assert_eq!(ret, 0);
+    assert!(back == data, "the cache served other data");
+    assert!(
+        elapsed < Duration::from_secs(2),
+        "a cached read waited for the stopped OSD ({elapsed:?})"
+    );
+    // A write replaces what the cache holds, and reaches the cluster.
+    let newer = pattern(8, 64 << 10);
+    assert_eq!(client.write(1, (4 << 20) + 4096, &newer), 0);
+    assert!(client.read(0, (4 << 20) + 4096, newer.len()).1 == newer);
+    assert_eq!(client.flush(0), 0);
+    drop(client);
+    assert!(daemon.terminate().success());
+    assert!(exported(&cluster, dir.path(), "cached", (4 << 20) + 4096, 64 << 10) == newer);
+}
+
 #[cfg_attr(
     not(feature = "ceph-tests"),
     ignore = "needs feature ceph-tests: a single-node Ceph cluster (scripts/test.sh)"

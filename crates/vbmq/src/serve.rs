@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tracing::info;
 
+use crate::backend::cache::ImageId;
 use crate::backend::{CachedDisk, DelayedDisk, Disk, FileDisk, MemoryDisk, NullDisk, RbdDisk};
 use crate::config::{DiskSpec, SpecError, Storage};
 use crate::confine::{CephAccess, ConfineOptions, DiskAccess, confine};
@@ -89,7 +90,19 @@ fn open_storage(spec: &DiskSpec) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecEr
             reason: format!("{}/{}: {e}", target.pool, target.image),
         })?;
         let files = disk.files().to_vec();
-        return Ok((Arc::new(disk), files));
+        let disk: Arc<dyn Disk> = Arc::new(disk);
+        if spec.cache == 0 {
+            return Ok((disk, files));
+        }
+        let name = format!("{}/{}/{}", target.pool, target.namespace, target.image);
+        let id = ImageId::Rbd(format!("{}:{name}", target.conf.display()));
+        let label = spec.socket.display().to_string();
+        let cached =
+            CachedDisk::open_image(disk, id, &name, spec.cache, &label).map_err(|e| SpecError {
+                key: "cache".into(),
+                reason: e.to_string(),
+            })?;
+        return Ok((Arc::new(cached), files));
     }
     open_local_disk(spec).map(|disk| (disk, Vec::new()))
 }

@@ -78,7 +78,7 @@ pub const DISK_KEYS: &[DiskKey] = &[
         "cache",
         "SIZE",
         Some("none"),
-        "with path: a DRAM read cache shared by disks on the file",
+        "with path= or rbd=: a DRAM read cache shared by the disks on that image",
     ),
     key(
         "cache-preload",

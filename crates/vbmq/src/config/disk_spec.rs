@@ -325,11 +325,14 @@ impl DiskSpec {
             (_, Some(_)) => return Err(bad("image", "only with mem=")),
             (_, None) => {}
         }
-        if spec.cache > 0 && !matches!(spec.storage, Storage::File(_)) {
-            return Err(bad("cache", "only with path="));
+        if spec.cache > 0 && !matches!(spec.storage, Storage::File(_) | Storage::Rbd(_)) {
+            return Err(bad("cache", "only with path= or rbd="));
         }
         if spec.cache_preload && spec.cache == 0 {
             return Err(bad("cache-preload", "only with cache="));
+        }
+        if spec.cache_preload && !matches!(spec.storage, Storage::File(_)) {
+            return Err(bad("cache-preload", "only with path="));
         }
         if !spec.cpus.is_empty() && spec.cpus.len() < spec.queues {
             return Err(bad(
@@ -507,6 +510,11 @@ mod tests {
         assert_eq!(key_of("socket=/s,rbd=p/i,path=/x"), "path");
         assert_eq!(key_of("socket=/s,null=1G,ceph-user=x"), "ceph-user");
         assert_eq!(key_of("socket=/s,rbd=p/i,ceph-timeout=0"), "ceph-timeout");
-        assert_eq!(key_of("socket=/s,rbd=p/i,cache=1G"), "cache");
+        let cached = DiskSpec::parse("socket=/s,rbd=p/i,cache=1G", CPUS).unwrap();
+        assert_eq!(cached.cache, 1 << 30);
+        assert_eq!(
+            key_of("socket=/s,rbd=p/i,cache=1G,cache-preload=on"),
+            "cache-preload"
+        );
     }
 }

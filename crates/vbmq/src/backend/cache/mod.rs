@@ -1,12 +1,15 @@
-//! `cache=SIZE`: vbmq's own DRAM read cache in front of a file disk.
+//! `cache=SIZE`: vbmq's own DRAM read cache in front of a file or RBD disk.
 //!
 //! A hit is one copy from the cache into the guest's buffer on the queue's thread: no system
 //! call, no wake-up (studies of VM-side against hypervisor-side caches measure a hypervisor-side hit at 3% of a guest page-cache
-//! hit because every hit still travelled the virtual I/O path). Disks opened on the same file in
-//! one process share one cache, so VMs booted from one base image hit the same blocks.
+//! hit because every hit still travelled the virtual I/O path). Disks opened on the same file (or
+//! RBD image) in one process share one cache, so VMs booted from one base image hit the same
+//! blocks.
 //!
-//! The cache sees only what goes through vbmq: a file changed behind its back by another
-//! process is not noticed.
+//! The cache sees only what goes through vbmq: an image changed behind its back by another
+//! process (or another RBD client) is not noticed. vbmq locks its images against that (an OFD
+//! lock on files, the exclusive lock on RBD images). The cache lives in the process: after a
+//! restart it starts empty, so nothing stale survives one.
 
 mod engine;
 mod readahead;
@@ -30,11 +33,30 @@ use crate::host_size;
 /// The cache block: the unit of lookup, fill and eviction.
 const BLOCK_SIZE: usize = 4096;
 
-/// A file's identity: (device, inode), or (`u64::MAX`, device number) for a block device.
-type FileId = (u64, u64);
+/// What a cache holds blocks of: disks on the same image share its cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ImageId {
+    /// A file: (device, inode), or (`u64::MAX`, device number) for a block device.
+    File(u64, u64),
+    /// An RBD image: its cluster configuration file, pool, namespace and name.
+    Rbd(String),
+}
 
-/// The caches alive, by their file. Few entries, looked up when a disk is opened.
-static CACHES: Mutex<Vec<(FileId, Weak<BlockCache>)>> = Mutex::new(Vec::new());
+impl ImageId {
+    /// The identity of the file or block device at `path`.
+    pub fn of_file(path: &Path) -> io::Result<Self> {
+        let metadata = std::fs::metadata(path)?;
+        // A block device is the same disk under any device node that names it.
+        Ok(if metadata.file_type().is_block_device() {
+            ImageId::File(u64::MAX, metadata.rdev())
+        } else {
+            ImageId::File(metadata.dev(), metadata.ino())
+        })
+    }
+}
+
+/// The caches alive, by their image. Few entries, looked up when a disk is opened.
+static CACHES: Mutex<Vec<(ImageId, Weak<BlockCache>)>> = Mutex::new(Vec::new());
 
 /// How much a cache holds, for tests and reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,42 +71,34 @@ pub struct Footprint {
     pub resident: usize,
 }
 
-/// A file disk with a DRAM read cache in front.
+/// A disk with a DRAM read cache in front.
 pub struct CachedDisk {
     inner: Arc<dyn Disk>,
     cache: Arc<BlockCache>,
     stats: Arc<DiskStats>,
 }
 
-/// The cache of the file at `path`, shared with every other disk open on it.
-fn shared_cache(path: &Path, size: u64, block_size: usize) -> io::Result<Arc<BlockCache>> {
-    let metadata = std::fs::metadata(path)?;
-    // A block device is the same disk under any device node that names it.
-    let key = if metadata.file_type().is_block_device() {
-        (u64::MAX, metadata.rdev())
-    } else {
-        (metadata.dev(), metadata.ino())
-    };
+/// The cache of image `key` (named `name` in the log), shared with every other disk open on it.
+fn shared_cache(
+    key: ImageId,
+    name: &str,
+    size: u64,
+    block_size: usize,
+) -> io::Result<Arc<BlockCache>> {
     let mut caches = CACHES.lock().unwrap_or_else(|p| p.into_inner());
     caches.retain(|(_, cache)| cache.strong_count() > 0);
     let existing = caches.iter().find(|(id, _)| *id == key);
     if let Some(cache) = existing.and_then(|(_, cache)| cache.upgrade()) {
         if cache.budget() != size || cache.block_size() != block_size {
             warn!(
-                "{}: already cached with {} bytes; cache={size} ignored",
-                path.display(),
+                "{name}: already cached with {} bytes; cache={size} ignored",
                 cache.budget()
             );
         }
         return Ok(cache);
     }
     let cache = Arc::new(BlockCache::new(size, block_size)?);
-    info!(
-        "{}: {} byte cache of {} blocks",
-        path.display(),
-        size,
-        cache.slots()
-    );
+    info!("{name}: {size} byte cache of {} blocks", cache.slots());
     caches.push((key, Arc::downgrade(&cache)));
     Ok(cache)
 }
@@ -93,8 +107,21 @@ impl CachedDisk {
     /// Puts a cache of `size` bytes in front of `inner`, the disk of the file at `path`.
     /// `label` names the disk in statistics.
     pub fn open(inner: Arc<dyn Disk>, path: &Path, size: u64, label: &str) -> io::Result<Self> {
+        let image = ImageId::of_file(path)?;
+        Self::open_image(inner, image, &path.display().to_string(), size, label)
+    }
+
+    /// Puts a cache of `size` bytes in front of `inner`, the disk of image `image` (called
+    /// `name` in the log). `label` names the disk in statistics.
+    pub fn open_image(
+        inner: Arc<dyn Disk>,
+        image: ImageId,
+        name: &str,
+        size: u64,
+        label: &str,
+    ) -> io::Result<Self> {
         let block_size = BLOCK_SIZE.max(inner.geometry().block_size as usize);
-        let cache = shared_cache(path, size, block_size)?;
+        let cache = shared_cache(image, name, size, block_size)?;
         Ok(CachedDisk {
             inner,
             cache,
