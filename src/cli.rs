@@ -49,6 +49,21 @@ fn ctl() -> Command {
                 .about("Drain, disconnect and stop the disk on SOCKET")
                 .arg(socket().required(true)),
         )
+        .subcommand(
+            Command::new("resize")
+                .about(
+                    "Give the disk on SOCKET a new capacity (a file grows; the guest sees it at \
+                     once); shrinking needs --force",
+                )
+                .arg(socket().required(true))
+                .arg(Arg::new("size").value_name("SIZE").required(true))
+                .arg(
+                    Arg::new("force")
+                        .long("force")
+                        .action(ArgAction::SetTrue)
+                        .help("Shrink: what lies past the new end is lost"),
+                ),
+        )
         .subcommand(Command::new("list").about("Every disk: spec, size, queues, connection (JSON)"))
         .subcommand(
             Command::new("stats")
@@ -147,6 +162,11 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                     crate::ctl::Command::AddDisk(a.get_one::<String>("spec")?.clone())
                 }
                 ("remove-disk", a) => crate::ctl::Command::RemoveDisk(socket(a)?),
+                ("resize", a) => crate::ctl::Command::Resize(
+                    socket(a)?,
+                    a.get_one::<String>("size")?.clone(),
+                    a.get_flag("force"),
+                ),
                 ("list", _) => crate::ctl::Command::List,
                 ("stats", a) => crate::ctl::Command::Stats(socket(a)),
                 _ => return None,

@@ -12,6 +12,8 @@ pub enum Command {
     AddDisk(String),
     /// Stop the disk on this socket.
     RemoveDisk(PathBuf),
+    /// Change a disk's capacity: socket, size text (`40G`), and whether it may shrink.
+    Resize(PathBuf, String, bool),
     /// Every disk.
     List,
     /// Counters of every disk or one.
@@ -34,6 +36,12 @@ pub fn run(request: &Request) -> i32 {
         Command::RemoveDisk(socket) => {
             json!({"command": "remove-disk", "socket": socket.display().to_string()})
         }
+        Command::Resize(socket, size, force) => json!({
+            "command": "resize",
+            "socket": socket.display().to_string(),
+            "size": size,
+            "force": force,
+        }),
         Command::List => json!({"command": "list"}),
         Command::Stats(None) => json!({"command": "stats"}),
         Command::Stats(Some(socket)) => {

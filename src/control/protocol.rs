@@ -54,6 +54,21 @@ fn dispatch(host: &Host, request: &Value) -> Result<Value, String> {
             .remove_disk(Path::new(text("socket")?))
             .map(|()| Value::Null)
             .map_err(|e| e.to_string()),
+        "resize" => {
+            let size = match object.get("size") {
+                Some(Value::Number(n)) => n.as_u64(),
+                Some(Value::String(text)) => vbmq::config::parse_size(text),
+                _ => None,
+            }
+            .ok_or("resize: \"size\" must be bytes or a size such as 40G")?;
+            let force = object
+                .get("force")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            host.resize(Path::new(text("socket")?), size, force)
+                .map(|info| disk_json(&info))
+                .map_err(|e| e.to_string())
+        }
         "list" => Ok(Value::Array(host.list().iter().map(disk_json).collect())),
         "stats" => {
             let socket = object.get("socket").and_then(Value::as_str).map(Path::new);

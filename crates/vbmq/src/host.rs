@@ -10,6 +10,7 @@ use crate::backend::Disk;
 use crate::config::{DiskSpec, SpecError, Storage};
 use crate::serve::{Built, build_server, check_disks};
 use crate::vhost_user::{Stopper, VhostUserBlk};
+use crate::virtio_blk::BlkDevice;
 use crate::worker::{QueueStats, online_cpus};
 
 /// One disk as `list` shows it.
@@ -63,12 +64,16 @@ pub enum HostError {
     /// The disk could not be started.
     #[error("{0}")]
     Start(String),
+    /// The disk could not be resized.
+    #[error("resize: {0}")]
+    Resize(String),
 }
 
 struct Running {
     spec: DiskSpec,
     text: String,
     disk: Arc<dyn Disk>,
+    device: Arc<BlkDevice>,
     current: Arc<Mutex<Option<Arc<VhostUserBlk>>>>,
     stats: Vec<Arc<QueueStats>>,
     files: [PathBuf; 2],
@@ -140,6 +145,7 @@ impl Host {
             .stopper()
             .map_err(|e| HostError::Start(format!("socket: {e}")))?;
         let running = Running {
+            device: server.device(),
             current: server.current(),
             stats: server.queue_stats(),
             files: server.files(),
@@ -226,6 +232,36 @@ impl Host {
         };
         stop(&mut running);
         Ok(())
+    }
+
+    /// `resize`: gives the disk `bytes` (a file grows; `shrink` lets it shrink, losing what lay
+    /// past the new end), and tells the connected frontend, whose guest sees the new capacity.
+    pub fn resize(&self, socket: &Path, bytes: u64, shrink: bool) -> Result<DiskInfo, HostError> {
+        let disks = lock(&self.disks);
+        let running = disks
+            .iter()
+            .find(|r| r.spec.socket == socket)
+            .ok_or_else(|| HostError::NoSuchDisk(socket.to_path_buf()))?;
+        let before = running.device.capacity();
+        // Shrinking: requests past the new end are refused before the storage goes.
+        running.device.set_capacity(before.min(bytes));
+        match running.disk.resize(bytes, shrink) {
+            Ok(now) => running.device.set_capacity(now),
+            Err(e) => {
+                running.device.set_capacity(before);
+                return Err(HostError::Resize(e.to_string()));
+            }
+        }
+        if let Some(connection) = lock(&running.current).clone() {
+            connection.config_changed();
+        }
+        crate::limited!(
+            info,
+            "{}: resized from {before} to {} bytes",
+            socket.display(),
+            running.device.capacity()
+        );
+        Ok(info_of(running))
     }
 
     /// `list`: every disk, in the order added.

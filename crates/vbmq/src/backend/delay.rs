@@ -53,6 +53,10 @@ impl Disk for DelayedDisk {
         self.inner.supports_discard()
     }
 
+    fn resize(&self, bytes: u64, shrink: bool) -> io::Result<u64> {
+        self.inner.resize(bytes, shrink)
+    }
+
     fn stats(&self) -> Vec<(&'static str, u64)> {
         self.inner.stats()
     }

@@ -5,6 +5,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::direct_align::direct_alignment;
 use super::image_lock::ImageLock;
@@ -22,6 +23,8 @@ const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
 pub struct FileDisk {
     readonly: bool,
     geometry: Geometry,
+    /// The capacity now: a regular file grows (or shrinks) with `resize`.
+    capacity: AtomicU64,
     kind: FileKind,
     /// The image, through the page cache.
     buffered: OwnedFd,
@@ -98,6 +101,7 @@ impl FileDisk {
             direct,
             direct_align,
             lock: None,
+            capacity: AtomicU64::new(capacity),
             geometry: Geometry {
                 capacity,
                 block_size,
@@ -155,7 +159,41 @@ impl FileDisk {
 
 impl Disk for FileDisk {
     fn geometry(&self) -> Geometry {
-        self.geometry
+        Geometry {
+            capacity: self.capacity.load(Ordering::Relaxed),
+            ..self.geometry
+        }
+    }
+
+    fn resize(&self, bytes: u64, shrink: bool) -> io::Result<u64> {
+        let block = u64::from(self.geometry.block_size);
+        let current = self.capacity.load(Ordering::Relaxed);
+        super::check_resize(current, bytes, block, shrink)?;
+        if self.readonly {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "a readonly=on disk is not resized",
+            ));
+        }
+        let file = File::from(self.buffered.try_clone()?);
+        if let FileKind::BlockDevice { .. } = self.kind {
+            // A block device's size is the device's: vbmq only learns it anew.
+            // (Its end, as lseek finds it: the size ioctl is not allowed once confined.)
+            let size = std::io::Seek::seek(&mut &file, std::io::SeekFrom::End(0))?;
+            let size = size - size % block;
+            if size != bytes {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "the block device has {size} bytes: resize the device, then ask for that"
+                    ),
+                ));
+            }
+        } else {
+            file.set_len(bytes)?;
+        }
+        self.capacity.store(bytes, Ordering::Relaxed);
+        Ok(bytes)
     }
 
     fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {

@@ -88,6 +88,23 @@ pub struct EngineOptions {
     pub notify: bool,
 }
 
+/// Refuses a new capacity that is not whole blocks, zero, or smaller than `current` without
+/// `shrink` (what the guest wrote past it would be lost).
+pub(crate) fn check_resize(current: u64, bytes: u64, block: u64, shrink: bool) -> io::Result<()> {
+    let invalid = |why: String| Err(io::Error::new(io::ErrorKind::InvalidInput, why));
+    if bytes == 0 || !bytes.is_multiple_of(block) {
+        return invalid(format!(
+            "{bytes} bytes is not a positive multiple of {block}"
+        ));
+    }
+    if bytes < current && !shrink {
+        return invalid(format!(
+            "{bytes} bytes is smaller than the disk's {current}: shrinking loses data (force it)"
+        ));
+    }
+    Ok(())
+}
+
 /// A disk, shared by the queues of one device (and across reconnections).
 pub trait Disk: Send + Sync {
     /// Size and block size.
@@ -99,6 +116,16 @@ pub trait Disk: Send + Sync {
     /// Engine counters worth logging (a cache's hits and misses, say), as name and value.
     fn stats(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
+    }
+    /// Changes the capacity to `bytes` (`shrink`: even if smaller) and returns the new
+    /// capacity. Only disks that can grow say yes; the device checks requests against what this
+    /// returns, so an engine never sees an offset past its storage.
+    fn resize(&self, bytes: u64, shrink: bool) -> io::Result<u64> {
+        let _ = (bytes, shrink);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this kind of disk cannot be resized",
+        ))
     }
     /// Releases what would outlive the process, once every queue is quiesced at exit (an RBD
     /// image's exclusive lock, which a killed client holds until the cluster times it out).

@@ -2,26 +2,29 @@
 //! alone, like the kernel's null_blk that the VBMq paper uses.
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::immediate::{Execute, Immediate};
 use super::{Disk, Engine, EngineOptions, Geometry, IoOp, IovList};
 
 /// A disk of `capacity` bytes that stores nothing.
 pub struct NullDisk {
-    capacity: u64,
+    capacity: AtomicU64,
 }
 
 impl NullDisk {
     /// A null disk of `capacity` bytes.
     pub fn new(capacity: u64) -> Self {
-        NullDisk { capacity }
+        NullDisk {
+            capacity: AtomicU64::new(capacity),
+        }
     }
 }
 
 impl Disk for NullDisk {
     fn geometry(&self) -> Geometry {
         Geometry {
-            capacity: self.capacity,
+            capacity: self.capacity.load(Ordering::Relaxed),
             block_size: 512,
             physical_block_exp: 0,
         }
@@ -33,6 +36,12 @@ impl Disk for NullDisk {
 
     fn supports_discard(&self) -> bool {
         true
+    }
+
+    fn resize(&self, bytes: u64, shrink: bool) -> io::Result<u64> {
+        super::check_resize(self.capacity.load(Ordering::Relaxed), bytes, 512, shrink)?;
+        self.capacity.store(bytes, Ordering::Relaxed);
+        Ok(bytes)
     }
 }
 

@@ -185,6 +185,34 @@ pub(super) fn filter(ceph: bool, run_time_disks: bool) -> Result<BpfProgram, Bac
         })
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_ioctl, ioctl_rules);
+    // The vhost crate checks that the backend channel a frontend sends (SET_BACKEND_REQ_FD) is
+    // a Unix stream socket: SO_DOMAIN and SO_TYPE only (RBD disks allow every option:
+    // librados' connects check SO_ERROR).
+    let socket_option = |option: libc::c_int| {
+        SeccompRule::new(vec![
+            SeccompCondition::new(
+                1,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Eq,
+                libc::SOL_SOCKET.unsigned_abs().into(),
+            )?,
+            SeccompCondition::new(
+                2,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Eq,
+                option.unsigned_abs().into(),
+            )?,
+        ])
+    };
+    if !ceph {
+        rules.insert(
+            libc::SYS_getsockopt,
+            vec![
+                socket_option(libc::SO_DOMAIN)?,
+                socket_option(libc::SO_TYPE)?,
+            ],
+        );
+    }
     // Threads only: a clone without CLONE_THREAD would be a new process.
     rules.insert(
         libc::SYS_clone,

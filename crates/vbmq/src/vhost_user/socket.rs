@@ -190,6 +190,11 @@ impl DiskServer {
         self.stats.clone()
     }
 
+    /// The device the guests see (its capacity changes with a resize).
+    pub fn device(&self) -> Arc<BlkDevice> {
+        self.device.clone()
+    }
+
     /// The socket file and its lock file, to remove at exit.
     pub fn files(&self) -> [PathBuf; 2] {
         [self.socket.clone(), self.lock_path.clone()]

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use vhost::vhost_user::message::{
     VhostUserInflight, VhostUserProtocolFeatures, VhostUserVirtioFeatures,
 };
+use vhost::vhost_user::{Backend, VhostUserFrontendReqHandler};
 use vhost_user_backend::{
     ShutdownHandle, VhostUserBackend, VhostUserDaemon, VringEpollHandler, VringRwLock,
 };
@@ -66,7 +67,6 @@ type Handlers = Vec<Arc<VringEpollHandler<Arc<VhostUserBlk>>>>;
 /// A virtio-blk device served over one vhost-user connection.
 pub struct VhostUserBlk {
     device: Arc<BlkDevice>,
-    config: Vec<u8>,
     max_queue_size: u16,
     queues: Vec<QueueHandle>,
     handlers: Mutex<Handlers>,
@@ -89,6 +89,8 @@ pub struct VhostUserBlk {
     memory_faults: Mutex<Vec<memory_faults::Registration>>,
     /// Offer `VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD`.
     inflight: bool,
+    /// The channel to the frontend, for configuration change notices.
+    backend_req: Mutex<Option<Backend>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -138,7 +140,6 @@ impl VhostUserBlk {
             })
             .collect();
         VhostUserBlk {
-            config: config_space(&device),
             max_queue_size: settings.first().map_or(256, |s| s.max_size),
             device,
             queues,
@@ -151,6 +152,31 @@ impl VhostUserBlk {
             memory_broken,
             memory_faults: Mutex::new(Vec::new()),
             inflight: true,
+            backend_req: Mutex::new(None),
+        }
+    }
+
+    /// Tells the frontend the configuration changed (the capacity, after a resize): QEMU then
+    /// reads it again and raises the guest's configuration interrupt. Sent from a thread of
+    /// its own: a frontend that never answers stalls no one.
+    pub fn config_changed(&self) {
+        let Some(channel) = lock(&self.backend_req).clone() else {
+            crate::limited!(
+                info,
+                "the frontend gave no backend channel: the guest sees the new capacity when it \
+                 next reads the configuration"
+            );
+            return;
+        };
+        let sent = std::thread::Builder::new()
+            .name("vbmq-config".into())
+            .spawn(move || {
+                if let Err(e) = channel.handle_config_change() {
+                    crate::limited!(warn, "configuration change notice not delivered: {e}");
+                }
+            });
+        if let Err(e) = sent {
+            crate::limited!(warn, "cannot send the configuration change notice: {e}");
         }
     }
 
@@ -260,7 +286,8 @@ impl VhostUserBackend for VhostUserBlk {
         let features = VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::CONFIG
             | VhostUserProtocolFeatures::REPLY_ACK
-            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS;
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+            | VhostUserProtocolFeatures::BACKEND_REQ;
         if self.inflight {
             features | VhostUserProtocolFeatures::INFLIGHT_SHMFD
         } else {
@@ -330,11 +357,17 @@ impl VhostUserBackend for VhostUserBlk {
     }
 
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        // Made anew each time: the capacity changes with a resize.
+        let config = config_space(&self.device);
         let mut out = vec![0u8; size.min(256) as usize];
-        let start = (offset as usize).min(self.config.len());
-        let end = start.saturating_add(out.len()).min(self.config.len());
-        out[..end - start].copy_from_slice(&self.config[start..end]);
+        let start = (offset as usize).min(config.len());
+        let end = start.saturating_add(out.len()).min(config.len());
+        out[..end - start].copy_from_slice(&config[start..end]);
         out
+    }
+
+    fn set_backend_req_fd(&self, backend: Backend) {
+        *lock(&self.backend_req) = Some(backend);
     }
 
     fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {

@@ -4,6 +4,8 @@ use virtio_bindings::virtio_blk::*;
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::backend::{Disk, Geometry};
 
 /// Bytes in a virtio-blk sector, whatever the block size.
@@ -16,10 +18,12 @@ pub const DISCARD_SEG_MAX: u32 = 16;
 pub const DISCARD_SECTORS_MAX: u32 = 1 << 21;
 
 /// A disk as the guest sees it.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct BlkDevice {
-    /// Size and block size.
+    /// Block sizes, and the capacity when the disk was opened.
     pub geometry: Geometry,
+    /// The capacity in bytes now (`resize` changes it under running queues).
+    pub capacity: AtomicU64,
     /// `VIRTIO_BLK_F_RO`.
     pub readonly: bool,
     /// `VIRTIO_BLK_F_DISCARD` and `VIRTIO_BLK_F_WRITE_ZEROES`.
@@ -37,8 +41,10 @@ impl BlkDevice {
         let mut id = [0u8; VIRTIO_BLK_ID_BYTES as usize];
         let n = serial.len().min(id.len());
         id[..n].copy_from_slice(&serial.as_bytes()[..n]);
+        let geometry = disk.geometry();
         BlkDevice {
-            geometry: disk.geometry(),
+            capacity: AtomicU64::new(geometry.capacity),
+            geometry,
             readonly,
             discard: disk.supports_discard() && !readonly,
             num_queues,
@@ -69,8 +75,18 @@ impl BlkDevice {
         bits
     }
 
+    /// Capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.capacity.load(Ordering::Relaxed)
+    }
+
     /// Capacity in 512-byte sectors.
     pub fn sectors(&self) -> u64 {
-        self.geometry.capacity / SECTOR_SIZE
+        self.capacity() / SECTOR_SIZE
+    }
+
+    /// The disk now has `bytes`: requests are checked against that from now on.
+    pub fn set_capacity(&self, bytes: u64) {
+        self.capacity.store(bytes, Ordering::Relaxed);
     }
 }

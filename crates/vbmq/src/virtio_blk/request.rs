@@ -442,7 +442,7 @@ where
                 .checked_mul(SECTOR_SIZE)
                 .and_then(|offset| offset.checked_add(u64::from(request.data_len)))
                 .ok_or(reject(RequestError::OutOfRange))?;
-            if end > device.geometry.capacity {
+            if end > device.capacity() {
                 return Err(reject(RequestError::OutOfRange));
             }
             request.offset = sector * SECTOR_SIZE;

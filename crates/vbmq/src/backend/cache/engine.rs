@@ -12,6 +12,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::readahead::Readahead;
 use super::stats::{DiskStats, QueueCounters};
@@ -107,7 +108,8 @@ pub struct CachedEngine {
     cache: Arc<BlockCache>,
     counters: Arc<QueueCounters>,
     stats: Arc<DiskStats>,
-    capacity: u64,
+    /// The disk's capacity, which a resize changes under the engine.
+    capacity: Arc<AtomicU64>,
     /// Completions decided at push time (hits), reported at the next reap.
     ready: Vec<(u64, i32)>,
     /// In-flight operations, indexed by the tag given to the file's engine.
@@ -129,7 +131,7 @@ impl CachedEngine {
         inner: Box<dyn Engine>,
         cache: Arc<BlockCache>,
         stats: Arc<DiskStats>,
-        capacity: u64,
+        capacity: Arc<AtomicU64>,
         depth: u32,
     ) -> Self {
         CachedEngine {
@@ -180,7 +182,8 @@ impl CachedEngine {
     fn read_blocks(&mut self, first: u64, blocks: usize, kind: Kind, tag: u64) -> io::Result<()> {
         let bs = self.cache.block_size();
         let start = first * bs as u64;
-        let read_len = host_size((start + (blocks * bs) as u64).min(self.capacity) - start);
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        let read_len = host_size((start + (blocks * bs) as u64).min(capacity) - start);
         let mut generations = self.spare_generations.pop().unwrap_or_default();
         generations.clear();
         // Taken before the read is issued: see the module's comment.
@@ -209,12 +212,13 @@ impl CachedEngine {
             self.ready.push((tag, -libc::EINVAL));
             return Ok(());
         };
-        if len == 0 || end > self.capacity {
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        if len == 0 || end > capacity {
             self.ready
                 .push((tag, if len == 0 { 0 } else { -libc::EIO }));
             return Ok(());
         }
-        let prefetch = self.readahead.observe(offset, len as u64, self.capacity);
+        let prefetch = self.readahead.observe(offset, len as u64, capacity);
         if len > MAX_CACHED_READ {
             self.counters.miss(0, len as u64);
             let op = IoOp::Read { offset, iov };

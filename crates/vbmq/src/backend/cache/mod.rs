@@ -20,6 +20,7 @@ mod store;
 use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use tracing::{info, warn};
@@ -76,6 +77,8 @@ pub struct CachedDisk {
     inner: Arc<dyn Disk>,
     cache: Arc<BlockCache>,
     stats: Arc<DiskStats>,
+    /// The capacity the engines check reads against, changed by `resize`.
+    capacity: Arc<AtomicU64>,
 }
 
 /// The cache of image `key` (named `name` in the log), shared with every other disk open on it.
@@ -123,6 +126,7 @@ impl CachedDisk {
         let block_size = BLOCK_SIZE.max(inner.geometry().block_size as usize);
         let cache = shared_cache(image, name, size, block_size)?;
         Ok(CachedDisk {
+            capacity: Arc::new(AtomicU64::new(inner.geometry().capacity)),
             inner,
             cache,
             stats: DiskStats::register(label),
@@ -192,13 +196,26 @@ impl Disk for CachedDisk {
             inner,
             self.cache.clone(),
             self.stats.clone(),
-            self.geometry().capacity,
+            self.capacity.clone(),
             options.depth,
         )))
     }
 
     fn supports_discard(&self) -> bool {
         self.inner.supports_discard()
+    }
+
+    fn resize(&self, bytes: u64, _shrink: bool) -> io::Result<u64> {
+        // Blocks cached past a new, smaller end would come back if the disk grew again.
+        if bytes < self.capacity.load(Ordering::Relaxed) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a disk with cache= only grows",
+            ));
+        }
+        let bytes = self.inner.resize(bytes, false)?;
+        self.capacity.store(bytes, Ordering::Relaxed);
+        Ok(bytes)
     }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {

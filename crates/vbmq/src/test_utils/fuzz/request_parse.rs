@@ -203,6 +203,7 @@ fn check(input: &Input) {
         return;
     };
     let device = BlkDevice {
+        capacity: std::sync::atomic::AtomicU64::new(capacity),
         geometry: Geometry {
             capacity,
             block_size: 512,
