@@ -64,6 +64,15 @@ fn ctl() -> Command {
                         .help("Shrink: what lies past the new end is lost"),
                 ),
         )
+        .subcommand(
+            Command::new("set-limits")
+                .about(
+                    "I/O limits of the disk on SOCKET, across its queues: iops=N, bps=SIZE, \
+                     read-/write- forms, iops-burst, bps-burst; `none` removes them",
+                )
+                .arg(socket().required(true))
+                .arg(Arg::new("limits").value_name("LIMITS").required(true)),
+        )
         .subcommand(Command::new("list").about("Every disk: spec, size, queues, connection (JSON)"))
         .subcommand(
             Command::new("stats")
@@ -166,6 +175,10 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                     socket(a)?,
                     a.get_one::<String>("size")?.clone(),
                     a.get_flag("force"),
+                ),
+                ("set-limits", a) => crate::ctl::Command::SetLimits(
+                    socket(a)?,
+                    a.get_one::<String>("limits")?.clone(),
                 ),
                 ("list", _) => crate::ctl::Command::List,
                 ("stats", a) => crate::ctl::Command::Stats(socket(a)),

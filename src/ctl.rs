@@ -14,6 +14,8 @@ pub enum Command {
     RemoveDisk(PathBuf),
     /// Change a disk's capacity: socket, size text (`40G`), and whether it may shrink.
     Resize(PathBuf, String, bool),
+    /// Set a disk's I/O limits: socket, `iops=N,bps=SIZE,...` or `none`.
+    SetLimits(PathBuf, String),
     /// Every disk.
     List,
     /// Counters of every disk or one.
@@ -41,6 +43,11 @@ pub fn run(request: &Request) -> i32 {
             "socket": socket.display().to_string(),
             "size": size,
             "force": force,
+        }),
+        Command::SetLimits(socket, limits) => json!({
+            "command": "set-limits",
+            "socket": socket.display().to_string(),
+            "limits": limits,
         }),
         Command::List => json!({"command": "list"}),
         Command::Stats(None) => json!({"command": "stats"}),

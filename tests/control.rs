@@ -290,6 +290,7 @@ fn list_and_stats_have_their_documented_shape() {
         listed,
         serde_json::json!([{
             "socket": s(&a), "spec": spec_a, "size": 1u64 << 30, "queues": 2, "connected": true,
+            "limits": {},
         }])
     );
     let stats = ctl_json(&control, &["stats"]);

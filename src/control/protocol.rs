@@ -69,6 +69,12 @@ fn dispatch(host: &Host, request: &Value) -> Result<Value, String> {
                 .map(|info| disk_json(&info))
                 .map_err(|e| e.to_string())
         }
+        "set-limits" => {
+            let limits = vbmq::config::parse_limits(text("limits")?).map_err(|e| e.to_string())?;
+            host.set_limits(Path::new(text("socket")?), limits)
+                .map(|info| disk_json(&info))
+                .map_err(|e| e.to_string())
+        }
         "list" => Ok(Value::Array(host.list().iter().map(disk_json).collect())),
         "stats" => {
             let socket = object.get("socket").and_then(Value::as_str).map(Path::new);
@@ -87,7 +93,28 @@ fn disk_json(info: &DiskInfo) -> Value {
         "size": info.size,
         "queues": info.queues,
         "connected": info.connected,
+        "limits": limits_json(&info.limits),
     })
+}
+
+/// The limits set (zero: none), by their `--disk` key.
+fn limits_json(limits: &vbmq::worker::Limits) -> Value {
+    let all = [
+        ("iops", limits.iops),
+        ("read-iops", limits.read_iops),
+        ("write-iops", limits.write_iops),
+        ("bps", limits.bps),
+        ("read-bps", limits.read_bps),
+        ("write-bps", limits.write_bps),
+        ("iops-burst", limits.iops_burst),
+        ("bps-burst", limits.bps_burst),
+    ];
+    Value::Object(
+        all.iter()
+            .filter(|(_, value)| *value > 0)
+            .map(|(key, value)| ((*key).to_string(), json!(value)))
+            .collect(),
+    )
 }
 
 fn stats_json(disk: &DiskCounters) -> Value {

@@ -11,7 +11,7 @@ use crate::config::{DiskSpec, SpecError, Storage};
 use crate::serve::{Built, build_server, check_disks};
 use crate::vhost_user::{Stopper, VhostUserBlk};
 use crate::virtio_blk::BlkDevice;
-use crate::worker::{QueueStats, online_cpus};
+use crate::worker::{Limits, QueueStats, online_cpus};
 
 /// One disk as `list` shows it.
 #[derive(Clone, Debug)]
@@ -26,6 +26,8 @@ pub struct DiskInfo {
     pub queues: usize,
     /// Whether a frontend is connected.
     pub connected: bool,
+    /// The I/O limits in force.
+    pub limits: Limits,
 }
 
 /// One queue's counters, as `stats` shows them.
@@ -264,6 +266,18 @@ impl Host {
         Ok(info_of(running))
     }
 
+    /// `set-limits`: the disk's I/O limits from now on, across all its queues.
+    pub fn set_limits(&self, socket: &Path, limits: Limits) -> Result<DiskInfo, HostError> {
+        let disks = lock(&self.disks);
+        let running = disks
+            .iter()
+            .find(|r| r.spec.socket == socket)
+            .ok_or_else(|| HostError::NoSuchDisk(socket.to_path_buf()))?;
+        running.device.limits.set(limits);
+        crate::limited!(info, "{}: limits {limits:?}", socket.display());
+        Ok(info_of(running))
+    }
+
     /// `list`: every disk, in the order added.
     pub fn list(&self) -> Vec<DiskInfo> {
         lock(&self.disks).iter().map(info_of).collect()
@@ -360,5 +374,6 @@ fn info_of(r: &Running) -> DiskInfo {
         size: r.disk.geometry().capacity,
         queues: r.spec.queues,
         connected: lock(&r.current).is_some(),
+        limits: r.device.limits.limits(),
     }
 }

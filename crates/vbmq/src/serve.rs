@@ -179,6 +179,7 @@ pub(crate) fn build_server(spec: &DiskSpec) -> Result<Built, SpecError> {
         u16::try_from(spec.queues).unwrap_or(u16::MAX),
         &serial,
     ));
+    device.limits.set(spec.limits);
     let settings = (0..spec.queues)
         .map(|i| QueueSettings {
             mode: spec.mode,

@@ -3,9 +3,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::limit_keys::set_limit;
 use super::{disk_key, parse_cpu_list, parse_size};
 use crate::backend::RbdTarget;
-use crate::worker::WaitMode;
+use crate::worker::{Limits, WaitMode};
 
 /// Largest number of virtqueues a disk may have.
 pub const MAX_QUEUES: usize = 64;
@@ -53,6 +54,8 @@ pub struct DiskSpec {
     pub direct: bool,
     /// Lock the image against other processes (`lock=`).
     pub lock: bool,
+    /// I/O limits (`iops=`, `bps=`, ...).
+    pub limits: Limits,
     /// Offer in-flight tracking (`VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD`, `inflight=`).
     pub inflight: bool,
     /// Fault injection: hold chosen completions this long (`delay-us=`; 0: none).
@@ -148,6 +151,7 @@ impl DiskSpec {
             socket_group: None,
             cache: 0,
             cache_preload: false,
+            limits: Limits::default(),
             inflight: true,
             delay_us: 0,
             delay_every: 16,
@@ -297,6 +301,7 @@ impl DiskSpec {
                         .filter(|mode| *mode <= 0o777)
                         .ok_or_else(|| bad(key, "must be octal permission bits such as 0660"))?;
                 }
+                _ if set_limit(&mut spec.limits, key, value)? => {}
                 _ => return Err(bad(key, "listed but not parsed: a defect")),
             }
         }

@@ -64,7 +64,9 @@ const ALLOWED: &[libc::c_long] = &[
     // in-flight tracking: GET_INFLIGHT_FD creates a sealed memfd for the frontend to keep
     libc::SYS_memfd_create,
     libc::SYS_ftruncate,
-    // the delay-us test knob arms a timer to release held completions
+    // I/O limits: each connection's queues make a timer, armed while the limits hold requests
+    // back (and the delay-us test knob's timer)
+    libc::SYS_timerfd_create,
     libc::SYS_timerfd_settime,
     // threads, time, signals, exit
     libc::SYS_clone3,

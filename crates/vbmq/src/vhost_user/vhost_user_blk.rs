@@ -437,13 +437,21 @@ impl VhostUserBackend for VhostUserBlk {
             return Ok(());
         }
         let mut worker = queue.lock();
-        if let Some(fd) = worker.set_up(vring, true) {
+        let first = !worker.is_set_up();
+        let completion = worker.set_up(vring, true);
+        if first {
+            // Completions and the limit timer wake the thread alike.
             let handlers = lock(&self.handlers);
-            if let Some(handler) = handlers.get(thread_id)
-                && let Err(e) =
-                    handler.register_listener(fd, EventSet::IN, u64::from(self.completion_event()))
-            {
-                crate::limited!(warn, "queue {thread_id}: cannot wait for completions: {e}");
+            for fd in completion.into_iter().chain(worker.limit_timer_fd()) {
+                if let Some(handler) = handlers.get(thread_id)
+                    && let Err(e) = handler.register_listener(
+                        fd,
+                        EventSet::IN,
+                        u64::from(self.completion_event()),
+                    )
+                {
+                    crate::limited!(warn, "queue {thread_id}: cannot wait for completions: {e}");
+                }
             }
         }
         if device_event == self.completion_event() {
@@ -488,11 +496,14 @@ impl VhostUserBlk {
             return;
         }
         if !queue.attached.swap(true, Ordering::AcqRel) {
-            if let Some(fd) = queue.lock().set_up(vring, false)
-                && let Err(e) = poller.watch(fd, false)
-            {
-                crate::limited!(warn, "queue {thread_id}: cannot wait for completions: {e}");
+            let mut worker = queue.lock();
+            let completion = worker.set_up(vring, false);
+            for fd in completion.into_iter().chain(worker.limit_timer_fd()) {
+                if let Err(e) = poller.watch(fd, false) {
+                    crate::limited!(warn, "queue {thread_id}: cannot wait for completions: {e}");
+                }
             }
+            drop(worker);
             let handlers = lock(&self.handlers);
             if let Some(handler) = handlers.get(thread_id)
                 && let Err(e) = handler.register_listener(

@@ -7,6 +7,7 @@ use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRE
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::backend::{Disk, Geometry};
+use crate::worker::DiskLimiter;
 
 /// Bytes in a virtio-blk sector, whatever the block size.
 pub const SECTOR_SIZE: u64 = 512;
@@ -24,6 +25,8 @@ pub struct BlkDevice {
     pub geometry: Geometry,
     /// The capacity in bytes now (`resize` changes it under running queues).
     pub capacity: AtomicU64,
+    /// I/O limits, shared by the disk's queues (`set-limits` changes them).
+    pub limits: DiskLimiter,
     /// `VIRTIO_BLK_F_RO`.
     pub readonly: bool,
     /// `VIRTIO_BLK_F_DISCARD` and `VIRTIO_BLK_F_WRITE_ZEROES`.
@@ -44,6 +47,7 @@ impl BlkDevice {
         let geometry = disk.geometry();
         BlkDevice {
             capacity: AtomicU64::new(geometry.capacity),
+            limits: DiskLimiter::default(),
             geometry,
             readonly,
             discard: disk.supports_discard() && !readonly,

@@ -17,6 +17,7 @@ pub(super) const MEM_END: u64 = 0x100_0000;
 
 pub(super) fn device(readonly: bool) -> BlkDevice {
     BlkDevice {
+        limits: Default::default(),
         capacity: std::sync::atomic::AtomicU64::new(1 << 20),
         geometry: Geometry {
             capacity: 1 << 20,

@@ -4,6 +4,7 @@
 mod affinity;
 pub mod cpu_poller;
 mod inflight;
+mod limits;
 mod queue_worker;
 mod recovery;
 mod requests;
@@ -11,6 +12,7 @@ mod stats;
 mod wait_mode;
 
 pub use affinity::{name_current_thread, online_cpus, pin_current_thread};
+pub use limits::{DiskLimiter, LimitTimer, Limits};
 pub use queue_worker::{Pass, QueueSettings, QueueWorker};
 pub use stats::QueueStats;
 pub use wait_mode::WaitMode;

@@ -15,6 +15,7 @@ use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use super::WaitMode;
 use super::affinity::{name_current_thread, pin_current_thread};
 use super::inflight::InFlight;
+use super::limits::LimitTimer;
 use super::requests::Ctx;
 use super::stats::QueueStats;
 use crate::backend::{Disk, Engine, EngineOptions};
@@ -56,6 +57,8 @@ pub struct Pass {
     pub started: usize,
     /// Engine completions reaped.
     pub completed: usize,
+    /// The disk's limits held requests back in the ring.
+    pub limited: bool,
 }
 
 /// The state a queue's thread owns: engine, in-flight table and guest-memory snapshot.
@@ -87,6 +90,10 @@ pub struct QueueWorker {
     record: Option<InflightRecord>,
     /// The record is to be read against the ring before the next request is taken.
     recover: bool,
+    /// Armed when the disk's limits hold requests back: it wakes a sleeping thread.
+    limit_timer: Option<LimitTimer>,
+    /// The last pass was held back by the limits: sleep, the timer wakes the thread.
+    limited: bool,
 }
 
 impl QueueWorker {
@@ -118,6 +125,12 @@ impl QueueWorker {
             stats,
             record: None,
             recover: false,
+            limit_timer: LimitTimer::new()
+                .map_err(|e| {
+                    crate::limited!(warn, "queue {index}: no timer for I/O limits: {e}");
+                })
+                .ok(),
+            limited: false,
         }
     }
 
@@ -218,11 +231,12 @@ impl QueueWorker {
         }
     }
 
-    /// Enables guest kicks; true if requests arrived meanwhile.
+    /// Enables guest kicks; true if requests arrived meanwhile (requests the limits hold
+    /// back do not count: the limit timer wakes the thread for them).
     fn rearm_kicks(&mut self, vring: &VringRwLock) -> bool {
         let mut state = vring.get_mut();
         let queue = state.get_queue_mut();
-        if !queue.enable_notification(&*self.mem).unwrap_or(false) {
+        if !queue.enable_notification(&*self.mem).unwrap_or(false) || self.limited {
             return false;
         }
         // Entries an avail index past the ring claims cannot be taken: sleep all the same.
@@ -266,6 +280,7 @@ impl QueueWorker {
     ) -> (Pass, bool) {
         let mut state = vring.get_mut();
         let atomic_mem = &self.atomic_mem;
+        let limit_timer = self.limit_timer.as_ref();
         let mut ctx = Ctx {
             mem: &self.mem,
             device: &self.device,
@@ -348,6 +363,17 @@ impl QueueWorker {
                 let offered = waiting;
                 waiting = waiting.min(budget);
                 while waiting > 0 {
+                    if ctx.device.limits.on() {
+                        let wait = ctx.device.limits.wait();
+                        if !wait.is_zero() {
+                            // Left in the ring; the timer wakes the thread when they may go.
+                            if let Some(timer) = limit_timer {
+                                timer.arm(wait);
+                            }
+                            pass.limited = true;
+                            break;
+                        }
+                    }
                     let Some(chain) = queue.pop_descriptor_chain(ctx.mem) else {
                         break;
                     };
@@ -355,7 +381,7 @@ impl QueueWorker {
                     pass.started += 1;
                     used += ctx.start(queue, chain);
                 }
-                if !rearm || !queue.enable_notification(ctx.mem).unwrap_or(false) {
+                if pass.limited || !rearm || !queue.enable_notification(ctx.mem).unwrap_or(false) {
                     break;
                 }
                 // Go round again for requests that arrived meanwhile, never for entries that
@@ -369,6 +395,7 @@ impl QueueWorker {
         if used > 0 {
             Self::notify_guest(&mut state, ctx.mem);
         }
+        self.limited = pass.limited;
         (pass, stale)
     }
 
@@ -421,8 +448,16 @@ impl QueueWorker {
         }
     }
 
-    /// Clears the completion eventfd after it woke the thread.
+    /// The limit timer's descriptor, for the serving thread to wait on.
+    pub fn limit_timer_fd(&self) -> Option<RawFd> {
+        self.limit_timer.as_ref().map(LimitTimer::fd)
+    }
+
+    /// Clears the completion eventfd (and the limit timer) after it woke the thread.
     pub fn clear_completion_event(&self) {
+        if let Some(timer) = &self.limit_timer {
+            timer.clear();
+        }
         if let Some(fd) = self
             .engine
             .as_ref()
@@ -509,6 +544,11 @@ impl QueueWorker {
     /// Requests in flight.
     pub fn in_flight(&self) -> usize {
         self.inflight.count
+    }
+
+    /// Whether [`Self::set_up`] has run.
+    pub fn is_set_up(&self) -> bool {
+        self.set_up
     }
 
     /// How this queue runs.

@@ -89,6 +89,14 @@ impl Ctx<'_> {
                 return add_used(record, queue, self.mem, head, len);
             }
         };
+        if self.device.limits.on() {
+            let write = !matches!(request.kind, RequestType::In | RequestType::GetId);
+            let bytes = match request.kind {
+                RequestType::In | RequestType::Out => u64::from(request.data_len),
+                _ => 0,
+            };
+            self.device.limits.charge(write, bytes);
+        }
         let stats = self.stats;
         let complete_now = |status: u32, len: u32, queue: &mut Queue| {
             stats.record(status == VIRTIO_BLK_S_OK, 0, 0);

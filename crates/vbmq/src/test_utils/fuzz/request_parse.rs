@@ -203,6 +203,7 @@ fn check(input: &Input) {
         return;
     };
     let device = BlkDevice {
+        limits: Default::default(),
         capacity: std::sync::atomic::AtomicU64::new(capacity),
         geometry: Geometry {
             capacity,

@@ -89,6 +89,7 @@ fn check(split: &Split) {
         }
     }
     let device = BlkDevice {
+        limits: Default::default(),
         capacity: std::sync::atomic::AtomicU64::new(CAPACITY),
         geometry: Geometry {
             capacity: CAPACITY,
