@@ -64,6 +64,9 @@ pub fn run_load(
     backend_pid: Option<u32>,
     stop: &AtomicBool,
 ) -> Result<LoadResult> {
+    if let Target::FileSync(path) = target {
+        return super::sync_client::run_load(path, spec, cpus, stop);
+    }
     let (mut blkio, queues) = open(target, spec)?;
     let capacity = blkio
         .get_u64("capacity")
@@ -144,15 +147,15 @@ pub fn run_load(
 }
 
 /// CPU seconds spent in a run's measured window.
-struct WindowCpu {
-    backend: Option<f64>,
-    client: Option<f64>,
+pub(super) struct WindowCpu {
+    pub(super) backend: Option<f64>,
+    pub(super) client: Option<f64>,
     /// By everything else on the client's and backend's CPUs: the interference of other work.
-    others: Option<f64>,
+    pub(super) others: Option<f64>,
 }
 
 /// Samples CPU use at `start` and at `end`.
-fn cpu_over_window(
+pub(super) fn cpu_over_window(
     backend: Option<u32>,
     cpus: &CpuPlan,
     start: Instant,
@@ -187,6 +190,9 @@ fn cpu_over_window(
 fn open(target: &Target, spec: &LoadSpec) -> Result<(Blkio, Vec<Blkioq>)> {
     let (driver, path, vhost, direct) = match target {
         Target::File { path, direct } => ("io_uring", path.as_path(), false, *direct),
+        Target::FileSync(_) => {
+            return Err(BenchError::Usage("a psync target has no libblkio driver".into()));
+        }
         Target::VhostUser(p) => ("virtio-blk-vhost-user", p.as_path(), true, false),
     };
     let deadline = Instant::now() + CONNECT_RETRY;
@@ -328,7 +334,7 @@ impl Job {
 }
 
 /// Offsets for one job: random over the whole disk, or sequential over the job's own slice.
-struct Offsets {
+pub(super) struct Offsets {
     pattern: Pattern,
     block_size: u64,
     rng: Rng,
@@ -339,27 +345,32 @@ struct Offsets {
 
 impl Offsets {
     fn new(job: &Job) -> Self {
-        let block_size = u64::from(job.workload.block_size);
-        let blocks = (job.capacity / block_size).max(1);
-        let (first, end) = match job.workload.pattern {
+        Self::for_job(job.index, job.jobs, job.workload, job.capacity)
+    }
+
+    /// The offsets of job `index` of `jobs` on a disk of `capacity` bytes.
+    pub(super) fn for_job(index: usize, jobs: usize, workload: Workload, capacity: u64) -> Self {
+        let block_size = u64::from(workload.block_size);
+        let blocks = (capacity / block_size).max(1);
+        let (first, end) = match workload.pattern {
             Pattern::Random => (0, blocks),
             Pattern::Sequential => {
-                let (index, jobs) = (job.index as u64, job.jobs.max(1) as u64);
+                let (index, jobs) = (index as u64, jobs.max(1) as u64);
                 let first = blocks * index / jobs;
                 (first, (blocks * (index + 1) / jobs).max(first + 1))
             }
         };
         Offsets {
-            pattern: job.workload.pattern,
+            pattern: workload.pattern,
             block_size,
-            rng: Rng::new(0x1234_5678 + job.index as u64),
+            rng: Rng::new(0x1234_5678 + index as u64),
             first,
             end,
             next: first,
         }
     }
 
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         let block = match self.pattern {
             Pattern::Random => self.first + self.rng.below(self.end - self.first),
             Pattern::Sequential => {

@@ -32,6 +32,14 @@ impl Launcher {
     /// Starts `system` with `queues` queues and waits until it accepts a frontend. `seq` makes
     /// socket and log names unique.
     pub fn launch(&self, system: System, queues: usize, seq: usize) -> Result<Running> {
+        if system == System::BareMetalPsync {
+            return Ok(Running {
+                child: None,
+                target: Target::FileSync(self.disk.clone()),
+                socket: None,
+                log: None,
+            });
+        }
         if let System::BareMetal | System::BareMetalPageCache = system {
             return Ok(Running {
                 child: None,
@@ -83,7 +91,7 @@ impl Launcher {
         let disk = self.disk.display();
         let sock = socket.display();
         match system {
-            System::BareMetal | System::BareMetalPageCache => {
+            System::BareMetal | System::BareMetalPageCache | System::BareMetalPsync => {
                 Err(BenchError::Backend("bare metal has no process".into()))
             }
             System::Vbmq {

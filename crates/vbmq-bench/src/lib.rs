@@ -21,6 +21,7 @@ mod runner;
 mod running;
 mod shared_cpu_study;
 mod stats;
+mod sync_client;
 mod systems;
 mod workloads;
 

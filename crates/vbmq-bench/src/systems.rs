@@ -55,6 +55,9 @@ pub enum DiskSetup {
 pub enum System {
     /// libblkio's io_uring driver on the file itself, O_DIRECT: what the host gets.
     BareMetal,
+    /// `pread`/`pwrite` on the file, O_DIRECT, from the client threads (fio's `psync`): on
+    /// tmpfs, where io_uring hands reads to kernel workers, the host's fastest engine.
+    BareMetalPsync,
     /// The same without O_DIRECT: host page-cache reads (seed 003's reference).
     BareMetalPageCache,
     /// `vbmq serve` (this executable).
@@ -114,6 +117,7 @@ impl System {
     pub fn id(&self) -> String {
         match self {
             System::BareMetal => "bare-metal".into(),
+            System::BareMetalPsync => "bare-metal-psync".into(),
             System::BareMetalPageCache => "bare-metal-pagecache".into(),
             System::Vbmq {
                 mode,
@@ -143,6 +147,7 @@ impl fmt::Display for System {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             System::BareMetal => f.write_str("bare metal"),
+            System::BareMetalPsync => f.write_str("bare metal (psync)"),
             System::BareMetalPageCache => f.write_str("bare metal (page cache)"),
             System::Vbmq {
                 mode,
@@ -190,6 +195,8 @@ pub enum Target {
     },
     /// A vhost-user-blk socket, through libblkio's virtio-blk-vhost-user driver.
     VhostUser(PathBuf),
+    /// The backing file, O_DIRECT, through synchronous `pread`/`pwrite` (fio's `psync`).
+    FileSync(PathBuf),
 }
 
 #[cfg(test)]
@@ -200,6 +207,7 @@ mod tests {
     fn ids_are_distinct() {
         let systems = [
             System::BareMetal,
+            System::BareMetalPsync,
             System::vbmq(WaitMode::Poll),
             System::vbmq(WaitMode::Poll).unbatched(),
             System::vbmq(WaitMode::Event),

@@ -186,7 +186,8 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
     };
     let mut cases = Vec::new();
 
-    let all = [bare, poll, event, adaptive, baseline, vbdp];
+    let psync = System::BareMetalPsync;
+    let all = [bare, psync, poll, event, adaptive, baseline, vbdp];
     let matrix: &[Workload] = if quick {
         &[
             Workload::randread(1),
@@ -365,7 +366,7 @@ mod tests {
         let all = plan(true, 2);
         let by_case = filter(all.clone(), "matrix/randread-4k-qd32/");
         assert_eq!(by_case.len(), 1);
-        assert_eq!(by_case[0].systems.len(), 6);
+        assert_eq!(by_case[0].systems.len(), 7);
         let by_system = filter(all, "qsd-null");
         assert_eq!(by_system.len(), 1);
         assert_eq!(by_system[0].systems, vec![System::QsdNull]);

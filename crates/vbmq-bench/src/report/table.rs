@@ -43,11 +43,16 @@ pub fn case_title(case: &CaseResult) -> String {
     format!("{}, {}, {jobs}", c.workload, c.client)
 }
 
-/// One row per system: medians, and IOPS ratios against bare metal and VBDP in the same case.
+/// One row per system: medians, and IOPS ratios against the best bare engine and VBDP in the
+/// same case.
 fn case_rows(case: &CaseResult) -> Vec<Vec<String>> {
     let reference = |s: System| case.summary(s).map(|s| s.iops.median);
-    // The cache cases compare with page-cache reads, the others with O_DIRECT ones.
-    let bare = reference(System::BareMetal).or_else(|| reference(System::BareMetalPageCache));
+    // The best of the host's O_DIRECT engines; the cache cases compare with page-cache reads.
+    let direct = match (reference(System::BareMetal), reference(System::BareMetalPsync)) {
+        (Some(uring), Some(psync)) => Some(uring.max(psync)),
+        (uring, psync) => uring.or(psync),
+    };
+    let bare = direct.or_else(|| reference(System::BareMetalPageCache));
     // qemu-storage-daemon's null-co and page-cache rows run VBDP's one-iothread setup too.
     let vbdp = reference(System::QsdVbdp)
         .or_else(|| reference(System::QsdNull))
