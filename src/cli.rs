@@ -9,8 +9,8 @@ use vbmq::worker::online_cpus;
 
 /// What the command line asks for.
 pub enum Job {
-    /// Serve disks until SIGTERM or SIGINT.
-    Serve(ServeOptions, Option<PathBuf>),
+    /// Serve disks until SIGTERM or SIGINT, with a control socket and a metrics address.
+    Serve(ServeOptions, Option<PathBuf>, Option<std::net::SocketAddr>),
     /// Run the benchmark.
     Bench(vbmq_bench::Options),
     /// Send one request to a running `vbmq serve`.
@@ -111,6 +111,13 @@ fn serve() -> Command {
         .arg(control_arg().help(
             "A control socket (0600) for `vbmq ctl`; run-time disks' sockets go in its directory",
         ))
+        .arg(
+            Arg::new("metrics")
+                .long("metrics")
+                .value_name("ADDR:PORT")
+                .value_parser(value_parser!(std::net::SocketAddr))
+                .help("Serve Prometheus metrics at http://ADDR:PORT/metrics (e.g. 127.0.0.1:9850)"),
+        )
         .after_help(disk_keys_help())
 }
 
@@ -162,6 +169,7 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                     .map(|p| crate::control::socket_dir(p)),
             },
             m.get_one::<PathBuf>("control").cloned(),
+            m.get_one::<std::net::SocketAddr>("metrics").copied(),
         )),
         ("ctl", m) => {
             let control = m.get_one::<PathBuf>("control")?.clone();

@@ -3,6 +3,7 @@
 mod cli;
 mod control;
 mod ctl;
+mod metrics;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use tracing_subscriber::EnvFilter;
@@ -19,7 +20,7 @@ fn main() {
         Err(e) => std::process::exit(usage_error(&e)),
     };
     let status = match cli::job(&matches) {
-        Some(cli::Job::Serve(options, control)) => serve(&options, control),
+        Some(cli::Job::Serve(options, control, metrics)) => serve(&options, control, metrics),
         Some(cli::Job::Ctl(request)) => ctl::run(&request),
         Some(cli::Job::Bench(options)) => vbmq_bench::run(&options),
         None => 2,
@@ -27,9 +28,14 @@ fn main() {
     std::process::exit(status);
 }
 
-/// `vbmq serve`, with its control socket bound before the process is confined.
-fn serve(options: &vbmq::serve::ServeOptions, control: Option<std::path::PathBuf>) -> i32 {
-    let start = match &control {
+/// `vbmq serve`, with its control socket and metrics listener bound before the process is
+/// confined, and served once it is.
+fn serve(
+    options: &vbmq::serve::ServeOptions,
+    control: Option<std::path::PathBuf>,
+    metrics: Option<std::net::SocketAddr>,
+) -> i32 {
+    let control_start = match &control {
         Some(path) => match control::Server::bind(path) {
             Ok(server) => Some(server.starter()),
             Err(e) => {
@@ -39,6 +45,29 @@ fn serve(options: &vbmq::serve::ServeOptions, control: Option<std::path::PathBuf
         },
         None => None,
     };
+    let metrics_server = match metrics {
+        Some(addr) => match metrics::Server::bind(addr) {
+            Ok(server) => Some(server),
+            Err(e) => {
+                eprintln!("vbmq: --metrics {addr}: {e}");
+                return 2;
+            }
+        },
+        None => None,
+    };
+    let start: Option<vbmq::serve::ControlStart> =
+        if control_start.is_none() && metrics_server.is_none() {
+            None
+        } else {
+            Some(Box::new(move |host: std::sync::Arc<vbmq::host::Host>| {
+                if let Some(server) = metrics_server {
+                    server.start(std::sync::Arc::clone(&host));
+                }
+                if let Some(start) = control_start {
+                    start(host);
+                }
+            }))
+        };
     let status = vbmq::serve::run(options, start);
     if let Some(path) = control {
         let _ = std::fs::remove_file(path);

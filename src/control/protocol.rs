@@ -123,12 +123,23 @@ fn stats_json(disk: &DiskCounters) -> Value {
         .iter()
         .enumerate()
         .map(|(index, q)| {
+            let ops: serde_json::Map<String, Value> = vbmq::worker::OpKind::NAMES
+                .iter()
+                .zip(q.ops)
+                .map(|(name, count)| ((*name).to_string(), json!(count)))
+                .collect();
+            let [p50, p90, p99, p999] = q.latency_us;
             json!({
                 "queue": index,
                 "requests": q.requests,
                 "errors": q.errors,
                 "read_bytes": q.read_bytes,
                 "write_bytes": q.write_bytes,
+                "ops": ops,
+                "in_flight": q.in_flight,
+                "passes": q.passes,
+                "busy_passes": q.busy_passes,
+                "latency_us": {"p50": p50, "p90": p90, "p99": p99, "p999": p999},
             })
         })
         .collect();

@@ -191,7 +191,9 @@ fn open(target: &Target, spec: &LoadSpec) -> Result<(Blkio, Vec<Blkioq>)> {
     let (driver, path, vhost, direct) = match target {
         Target::File { path, direct } => ("io_uring", path.as_path(), false, *direct),
         Target::FileSync(_) => {
-            return Err(BenchError::Usage("a psync target has no libblkio driver".into()));
+            return Err(BenchError::Usage(
+                "a psync target has no libblkio driver".into(),
+            ));
         }
         Target::VhostUser(p) => ("virtio-blk-vhost-user", p.as_path(), true, false),
     };

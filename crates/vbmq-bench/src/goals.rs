@@ -237,7 +237,10 @@ fn best_reference(g: &Goal, value_of: &dyn Fn(System) -> Option<f64>) -> System 
         Metric::Iops => a > b,
         Metric::P50Us | Metric::BackendCpuSPerMio => a < b,
     };
-    match (value_of(System::BareMetal), value_of(System::BareMetalPsync)) {
+    match (
+        value_of(System::BareMetal),
+        value_of(System::BareMetalPsync),
+    ) {
         (Some(uring), Some(psync)) if better(psync, uring) => System::BareMetalPsync,
         (None, Some(_)) => System::BareMetalPsync,
         _ => System::BareMetal,

@@ -48,7 +48,12 @@ impl Drop for Aligned {
 }
 
 /// Runs `spec` with one synchronous job per client thread on the file at `path`.
-pub fn run_load(path: &Path, spec: &LoadSpec, cpus: &CpuPlan, stop: &AtomicBool) -> Result<LoadResult> {
+pub fn run_load(
+    path: &Path,
+    spec: &LoadSpec,
+    cpus: &CpuPlan,
+    stop: &AtomicBool,
+) -> Result<LoadResult> {
     let capacity = std::fs::metadata(path)
         .map_err(|e| BenchError::io(format!("reading {}", path.display()), e))?
         .len();
@@ -59,7 +64,8 @@ pub fn run_load(path: &Path, spec: &LoadSpec, cpus: &CpuPlan, stop: &AtomicBool)
             .map(|index| {
                 let cpu = cpus.client_cpu(index);
                 scope.spawn(move || -> Result<(Histogram, u64)> {
-                    pin_to(&[cpu]).map_err(|e| BenchError::io(format!("pinning to CPU {cpu}"), e))?;
+                    pin_to(&[cpu])
+                        .map_err(|e| BenchError::io(format!("pinning to CPU {cpu}"), e))?;
                     let write = spec.workload.op == Op::Write;
                     let file = OpenOptions::new()
                         .read(true)

@@ -11,7 +11,7 @@ use crate::config::{DiskSpec, SpecError, Storage};
 use crate::serve::{Built, build_server, check_disks};
 use crate::vhost_user::{Stopper, VhostUserBlk};
 use crate::virtio_blk::BlkDevice;
-use crate::worker::{Limits, QueueStats, online_cpus};
+use crate::worker::{LATENCY_BUCKETS, Limits, QueueStats, online_cpus};
 
 /// One disk as `list` shows it.
 #[derive(Clone, Debug)]
@@ -33,6 +33,20 @@ pub struct DiskInfo {
 /// One queue's counters, as `stats` shows them.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct QueueCounters {
+    /// Requests by kind (`OpKind::NAMES`).
+    pub ops: [u64; 4],
+    /// Requests in flight.
+    pub in_flight: u64,
+    /// Passes over the ring.
+    pub passes: u64,
+    /// Passes that found work.
+    pub busy_passes: u64,
+    /// Completed requests by latency bucket (bucket `i`: under 2^i microseconds).
+    pub latency_buckets: [u64; LATENCY_BUCKETS],
+    /// Sum of the latencies, nanoseconds.
+    pub latency_ns: u64,
+    /// Latency percentiles p50, p90, p99, p99.9 in microseconds (bucket upper bounds).
+    pub latency_us: [Option<u64>; 4],
     /// Requests completed.
     pub requests: u64,
     /// Requests completed with an error status.
@@ -359,7 +373,20 @@ fn stop(running: &mut Running) {
 }
 
 fn counters(q: &QueueStats) -> QueueCounters {
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     QueueCounters {
+        ops: [
+            load(&q.ops[0]),
+            load(&q.ops[1]),
+            load(&q.ops[2]),
+            load(&q.ops[3]),
+        ],
+        in_flight: load(&q.in_flight),
+        passes: load(&q.passes),
+        busy_passes: load(&q.busy_passes),
+        latency_buckets: std::array::from_fn(|i| load(&q.latency[i])),
+        latency_ns: load(&q.latency_ns),
+        latency_us: [500, 900, 990, 999].map(|per_mille| q.latency_quantile_us(per_mille)),
         requests: q.requests.load(Ordering::Relaxed),
         errors: q.errors.load(Ordering::Relaxed),
         read_bytes: q.read_bytes.load(Ordering::Relaxed),

@@ -48,7 +48,10 @@ pub fn case_title(case: &CaseResult) -> String {
 fn case_rows(case: &CaseResult) -> Vec<Vec<String>> {
     let reference = |s: System| case.summary(s).map(|s| s.iops.median);
     // The best of the host's O_DIRECT engines; the cache cases compare with page-cache reads.
-    let direct = match (reference(System::BareMetal), reference(System::BareMetalPsync)) {
+    let direct = match (
+        reference(System::BareMetal),
+        reference(System::BareMetalPsync),
+    ) {
         (Some(uring), Some(psync)) => Some(uring.max(psync)),
         (uring, psync) => uring.or(psync),
     };

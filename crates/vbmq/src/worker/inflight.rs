@@ -3,6 +3,7 @@
 
 use vm_memory::GuestAddress;
 
+use super::stats::OpKind;
 use crate::backend::IovList;
 use crate::virtio_blk::{DISCARD_SEG_MAX, Range, SEG_MAX};
 
@@ -28,6 +29,10 @@ pub struct Slot {
     /// The slot's iovecs not yet transferred: `iov_count` from `iov_start`.
     pub iov_start: u32,
     pub iov_count: u32,
+    /// What kind of request, for the counters.
+    pub kind: OpKind,
+    /// When it was taken off the ring ([`now_ns`]).
+    pub started_ns: u64,
 }
 
 /// Slots indexed by head index.

@@ -288,6 +288,7 @@ impl QueueWorker {
             inflight: &mut self.inflight,
             stats: &self.stats,
             record: self.record.as_mut(),
+            clock: 0,
         };
         let setup = RingSetup::of(state.get_queue(), ctx.mem);
         if self.broken.is_some_and(|broken| broken != setup) {
@@ -391,11 +392,15 @@ impl QueueWorker {
                 }
             }
         }
+        // Completions are timed apart from the requests taken in this pass.
+        ctx.clock = 0;
         used += Self::reap(&mut ctx, &mut state, true, &mut pass);
         if used > 0 {
             Self::notify_guest(&mut state, ctx.mem);
         }
         self.limited = pass.limited;
+        self.stats
+            .pass(pass.started + pass.completed > 0, self.inflight.count);
         (pass, stale)
     }
 
@@ -491,6 +496,7 @@ impl QueueWorker {
                 inflight: &mut self.inflight,
                 stats: &self.stats,
                 record: self.record.as_mut(),
+                clock: 0,
             };
             let mut pass = Pass::default();
             if Self::reap(&mut ctx, &mut state, false, &mut pass) > 0 {

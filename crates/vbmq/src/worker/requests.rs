@@ -5,7 +5,7 @@ use virtio_queue::{Queue, QueueT};
 use vm_memory::{Bytes, GuestMemoryMmap};
 
 use super::inflight::InFlight;
-use super::stats::QueueStats;
+use super::stats::{OpKind, QueueStats, now_ns};
 use crate::backend::{Engine, IoOp};
 use crate::vhost_user::inflight_region::InflightRecord;
 use crate::virtio_blk::{BlkDevice, RequestType, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, parse};
@@ -19,6 +19,8 @@ pub(super) struct Ctx<'a> {
     pub stats: &'a QueueStats,
     /// The frontend's record of what is in flight, when it keeps one across restarts.
     pub record: Option<&'a mut InflightRecord>,
+    /// The time, read once for the requests taken (or completed) together (0: not yet).
+    pub clock: u64,
 }
 
 fn write_status(mem: &GuestMemoryMmap, addr: vm_memory::GuestAddress, status: u32) {
@@ -51,7 +53,24 @@ fn add_used(
     added
 }
 
+fn kind_of(kind: RequestType) -> OpKind {
+    match kind {
+        RequestType::In | RequestType::GetId => OpKind::Read,
+        RequestType::Out => OpKind::Write,
+        RequestType::Flush => OpKind::Flush,
+        RequestType::Discard | RequestType::WriteZeroes => OpKind::Other,
+    }
+}
+
 impl Ctx<'_> {
+    /// The time for this batch of requests, read once.
+    fn now(&mut self) -> u64 {
+        if self.clock == 0 {
+            self.clock = now_ns();
+        }
+        self.clock
+    }
+
     /// Parses a chain and hands it to the engine, or completes it at once. Returns the used
     /// entries added.
     pub fn start(
@@ -78,7 +97,7 @@ impl Ctx<'_> {
             Ok(request) => request,
             Err(rejection) => {
                 crate::limited!(debug, "request {head} rejected: {}", rejection.error);
-                self.stats.record(false, 0, 0);
+                self.stats.record(OpKind::Other, false, 0, 0, 0);
                 let len = match rejection.status {
                     Some(addr) => {
                         write_status(self.mem, addr, u32::from(rejection.error.status()));
@@ -97,9 +116,12 @@ impl Ctx<'_> {
             };
             self.device.limits.charge(write, bytes);
         }
+        let started_ns = self.now();
+        let record = self.record.as_deref();
         let stats = self.stats;
+        let kind = kind_of(request.kind);
         let complete_now = |status: u32, len: u32, queue: &mut Queue| {
-            stats.record(status == VIRTIO_BLK_S_OK, 0, 0);
+            stats.record(kind, status == VIRTIO_BLK_S_OK, 0, 0, 0);
             write_status(self.mem, request.status, status);
             add_used(record, queue, self.mem, head, len)
         };
@@ -171,6 +193,8 @@ impl Ctx<'_> {
         slot.is_write = request.kind == RequestType::Out;
         slot.iov_start = 0;
         slot.iov_count = request.iov_count;
+        slot.kind = kind;
+        slot.started_ns = started_ns;
         (slot.read, slot.written) = match request.kind {
             RequestType::In => (request.data_len, 0),
             RequestType::Out => (0, request.data_len),
@@ -265,8 +289,10 @@ impl Ctx<'_> {
             (VIRTIO_BLK_S_OK, slot.used_len)
         };
         let addr = slot.status;
-        self.stats
-            .record(!slot.failed, u64::from(slot.read), u64::from(slot.written));
+        let (kind, started_ns) = (slot.kind, slot.started_ns);
+        let (ok, read, written) = (!slot.failed, u64::from(slot.read), u64::from(slot.written));
+        let latency = self.now().saturating_sub(started_ns);
+        self.stats.record(kind, ok, read, written, latency);
         self.inflight.count -= 1;
         write_status(self.mem, addr, status);
         // The slot exists, so the tag is a head index below the queue size.

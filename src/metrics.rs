@@ -1,0 +1,270 @@
+//! `--metrics ADDR`: Prometheus (OpenMetrics text) at `http://ADDR/metrics`, per disk (label
+//! `disk`, its socket path) and queue (label `queue`). Encoded by the `prometheus-client` crate
+//! from a snapshot of the per-queue counters taken at each scrape: the data path only bumps its
+//! own queue's counters. The listener is bound before the process is confined; the server is one
+//! thread answering one scrape at a time, with bounded request size and time.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use vbmq::host::{DiskCounters, Host};
+use vbmq::worker::OpKind;
+
+/// The longest request head read; the rest is not looked at.
+const MAX_REQUEST: usize = 8 * 1024;
+/// How long a scraper has to send its request and read the reply.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The disks' counters, read at each scrape.
+struct Disks(Arc<Host>);
+
+impl std::fmt::Debug for Disks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Disks")
+    }
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+fn labels(disk: &DiskCounters, queue: usize) -> Labels {
+    vec![
+        ("disk", disk.socket.display().to_string()),
+        ("queue", queue.to_string()),
+    ]
+}
+
+/// One counter family over every disk's queues.
+fn counter(
+    encoder: &mut DescriptorEncoder,
+    disks: &[DiskCounters],
+    (name, help): (&str, &str),
+    values: impl Fn(&vbmq::host::QueueCounters) -> Vec<(Option<(&'static str, &'static str)>, u64)>,
+) -> std::fmt::Result {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for disk in disks {
+        for (index, queue) in disk.queues.iter().enumerate() {
+            for (extra, value) in values(queue) {
+                let mut set = labels(disk, index);
+                if let Some((key, label)) = extra {
+                    set.push((key, label.to_string()));
+                }
+                family
+                    .encode_family(&set)?
+                    .encode_counter::<NoLabelSet, _, u64>(&value, None)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Collector for Disks {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let disks = self.0.stats(None).unwrap_or_default();
+        counter(
+            &mut encoder,
+            &disks,
+            ("vbmq_requests", "Requests completed, by operation"),
+            |q| {
+                OpKind::NAMES
+                    .iter()
+                    .zip(q.ops)
+                    .map(|(name, count)| (Some(("op", *name)), count))
+                    .collect()
+            },
+        )?;
+        counter(
+            &mut encoder,
+            &disks,
+            ("vbmq_bytes", "Bytes moved, by direction"),
+            |q| {
+                vec![
+                    (Some(("direction", "read")), q.read_bytes),
+                    (Some(("direction", "write")), q.write_bytes),
+                ]
+            },
+        )?;
+        counter(
+            &mut encoder,
+            &disks,
+            (
+                "vbmq_errors",
+                "Requests completed with an error status (IOERR or UNSUPP)",
+            ),
+            |q| vec![(None, q.errors)],
+        )?;
+        counter(
+            &mut encoder,
+            &disks,
+            (
+                "vbmq_passes",
+                "Passes of the serving thread over the queue's ring",
+            ),
+            |q| vec![(None, q.passes)],
+        )?;
+        counter(
+            &mut encoder,
+            &disks,
+            (
+                "vbmq_busy_passes",
+                "Passes that found work (poll efficiency = busy_passes / passes)",
+            ),
+            |q| vec![(None, q.busy_passes)],
+        )?;
+        let mut in_flight = encoder.encode_descriptor(
+            "vbmq_in_flight",
+            "Requests in flight",
+            None,
+            MetricType::Gauge,
+        )?;
+        for disk in &disks {
+            for (index, queue) in disk.queues.iter().enumerate() {
+                in_flight
+                    .encode_family(&labels(disk, index))?
+                    .encode_gauge(&(queue.in_flight as i64))?;
+            }
+        }
+        let mut latency = encoder.encode_descriptor(
+            "vbmq_request_latency_seconds",
+            "Time from taking a request off the ring to completing it",
+            None,
+            MetricType::Histogram,
+        )?;
+        for disk in &disks {
+            for (index, queue) in disk.queues.iter().enumerate() {
+                let buckets: Vec<(f64, u64)> = queue
+                    .latency_buckets
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &count)| {
+                        let bound = if i + 1 == queue.latency_buckets.len() {
+                            f64::INFINITY
+                        } else {
+                            (1u64 << i) as f64 / 1e6
+                        };
+                        (bound, count)
+                    })
+                    .collect();
+                let count = queue.latency_buckets.iter().sum();
+                latency
+                    .encode_family(&labels(disk, index))?
+                    .encode_histogram::<NoLabelSet>(
+                        queue.latency_ns as f64 / 1e9,
+                        count,
+                        &buckets,
+                        None,
+                    )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A bound metrics listener, not yet served.
+pub struct Server {
+    listener: TcpListener,
+}
+
+impl Server {
+    /// Binds `addr` (before confinement).
+    pub fn bind(addr: SocketAddr) -> io::Result<Self> {
+        Ok(Server {
+            listener: TcpListener::bind(addr)?,
+        })
+    }
+
+    /// Serves scrapes on a thread of its own, with the disks of `host`.
+    pub fn start(self, host: Arc<Host>) {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Disks(host)));
+        let spawned = std::thread::Builder::new()
+            .name("vbmq-metrics".into())
+            .spawn(move || {
+                for stream in self.listener.incoming() {
+                    match stream {
+                        Ok(stream) => scrape(stream, &registry),
+                        Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            eprintln!("vbmq: cannot start the metrics thread: {e}");
+        }
+    }
+}
+
+/// Answers one HTTP request: the metrics for `GET /metrics`, 404 otherwise.
+fn scrape(stream: TcpStream, registry: &Registry) {
+    if stream.set_nonblocking(true).is_err() {
+        return;
+    }
+    let deadline = Instant::now() + TIMEOUT;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_REQUEST {
+        match io_wait(&stream, libc::POLLIN, deadline).and_then(|()| read(&stream, &mut buf)) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+    let reply = if line.starts_with(b"GET /metrics ") || line == b"GET /metrics" {
+        let mut body = String::new();
+        match prometheus_client::encoding::text::encode(&mut body, registry) {
+            Ok(()) => format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; \
+                 charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+            Err(_) => "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n".into(),
+        }
+    } else {
+        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into()
+    };
+    let mut sent = 0;
+    let bytes = reply.as_bytes();
+    while sent < bytes.len() {
+        match io_wait(&stream, libc::POLLOUT, deadline)
+            .and_then(|()| write(&stream, &bytes[sent..]))
+        {
+            Ok(0) | Err(_) => return,
+            Ok(n) => sent += n,
+        }
+    }
+}
+
+/// `read(2)` and `write(2)` on the socket (the calls a confined vbmq may make on any stream).
+fn read(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: reads into a local buffer of `buf.len()` bytes from a descriptor we borrow.
+    let n = unsafe { libc::read(stream.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+fn write(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: writes from a local buffer of `buf.len()` bytes to a descriptor we borrow.
+    let n = unsafe { libc::write(stream.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+/// Waits until the socket is ready or the deadline passed (an error then).
+fn io_wait(stream: &TcpStream, events: libc::c_short, deadline: Instant) -> io::Result<()> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(io::ErrorKind::TimedOut.into());
+    }
+    let mut fd = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+    // SAFETY: polls one descriptor we borrow, through a local pollfd.
+    unsafe { libc::poll(&mut fd, 1, ms) };
+    Ok(())
+}

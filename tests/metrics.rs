@@ -1,0 +1,106 @@
+//! `vbmq serve --metrics ADDR`: Prometheus text at /metrics with per-queue counters that follow
+//! the I/O done, a latency histogram, and `vbmq ctl stats` with latency percentiles.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{Client, Daemon, image, pattern, wait_for};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn get(port: u16, path: &str) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to /metrics");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    reply
+}
+
+/// The value of the sample line that starts with `prefix`.
+fn sample(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(prefix))
+        .and_then(|rest| rest.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no sample {prefix} in:\n{text}"))
+}
+
+#[test]
+fn metrics_follow_the_io_and_stats_give_percentiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = image(dir.path(), "d.raw", 4 << 20, 3);
+    let socket = dir.path().join("d.sock");
+    let control = dir.path().join("ctl.sock");
+    let port = free_port();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
+    cmd.arg("serve")
+        .arg("--control")
+        .arg(&control)
+        .args(["--metrics", &format!("127.0.0.1:{port}")])
+        .arg("--disk")
+        .arg(format!(
+            "socket={},path={},queues=2",
+            socket.display(),
+            file.display()
+        ));
+    let daemon = Daemon {
+        child: cmd.stdin(Stdio::null()).spawn().expect("spawn vbmq"),
+    };
+    wait_for(&socket);
+    let disk = format!("disk=\"{}\"", socket.display());
+    let before = get(port, "/metrics");
+    assert!(before.starts_with("HTTP/1.1 200"), "{before}");
+    let reads = format!("vbmq_requests_total{{{disk},queue=\"0\",op=\"read\"}}");
+    let writes = format!("vbmq_requests_total{{{disk},queue=\"0\",op=\"write\"}}");
+    assert_eq!(sample(&before, &reads), 0.0);
+
+    let mut client = Client::connect(&socket, 2, false).unwrap();
+    for i in 0..10u64 {
+        assert_eq!(client.read(0, i * 4096, 4096).0, 0);
+    }
+    for i in 0..5u64 {
+        assert_eq!(client.write(0, i * 8192, &pattern(i, 8192)), 0);
+    }
+    let after = get(port, "/metrics");
+    assert_eq!(sample(&after, &reads), 10.0);
+    assert_eq!(sample(&after, &writes), 5.0);
+    let read_bytes = format!("vbmq_bytes_total{{{disk},queue=\"0\",direction=\"read\"}}");
+    assert_eq!(sample(&after, &read_bytes), 40960.0);
+    let count = format!("vbmq_request_latency_seconds_count{{{disk},queue=\"0\"}}");
+    assert_eq!(sample(&after, &count), 15.0);
+    let busy = format!("vbmq_busy_passes_total{{{disk},queue=\"0\"}}");
+    assert!(sample(&after, &busy) >= 1.0);
+    assert!(get(port, "/other").starts_with("HTTP/1.1 404"));
+    // A client that sends a huge request is dropped; the next scrape is answered.
+    if let Ok(mut junk) = TcpStream::connect(("127.0.0.1", port)) {
+        let _ = junk.write_all(&vec![b'x'; 1 << 20]);
+    }
+    assert!(get(port, "/metrics").starts_with("HTTP/1.1 200"));
+
+    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .arg("ctl")
+        .arg("--control")
+        .arg(&control)
+        .args(["stats", socket.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let queue = &stats[0]["queues"][0];
+    assert_eq!(queue["ops"]["read"], 10);
+    assert!(queue["latency_us"]["p50"].as_u64().is_some(), "{stats}");
+    assert!(queue["latency_us"]["p999"].as_u64() >= queue["latency_us"]["p50"].as_u64());
+    drop(client);
+    assert!(daemon.terminate().success());
+}
