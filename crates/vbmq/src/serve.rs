@@ -271,6 +271,8 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
         eprintln!("vbmq: cannot install the SIGBUS handler: {e}");
         return 1;
     }
+    // Every disk's socket listens (bound in `prepare`): frontends may connect from now on.
+    crate::systemd::notify_ready();
     if let Err(e) = confine(&confine_options(specs, ceph_files, options)) {
         eprintln!("vbmq: cannot confine the process: {e}");
         return 1;

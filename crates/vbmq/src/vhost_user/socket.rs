@@ -109,6 +109,17 @@ impl DiskServer {
         disk: Arc<dyn Disk>,
         settings: Vec<QueueSettings>,
     ) -> Result<Self, SocketError> {
+        // The socket's directory, 0755, if it is missing (a fresh /run/vbmq, say).
+        if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty())
+            && !dir.exists()
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(dir)
+                .map_err(|e| SocketError::Listen(socket.to_path_buf(), e.to_string()))?;
+        }
         let mut lock_name = socket.as_os_str().to_owned();
         lock_name.push(".lock");
         let lock_path = PathBuf::from(lock_name);

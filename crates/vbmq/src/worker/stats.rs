@@ -110,7 +110,9 @@ impl QueueStats {
         if total == 0 {
             return None;
         }
-        let target = (total.saturating_mul(per_mille.min(1000))).div_ceil(1000).max(1);
+        let target = (total.saturating_mul(per_mille.min(1000)))
+            .div_ceil(1000)
+            .max(1);
         let mut seen = 0;
         for (index, count) in counts.iter().enumerate() {
             seen += count;
