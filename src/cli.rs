@@ -73,6 +73,9 @@ fn ctl() -> Command {
                 .arg(socket().required(true))
                 .arg(Arg::new("limits").value_name("LIMITS").required(true)),
         )
+        .subcommand(Command::new("reload").about(
+            "Read the --config file again: disks no longer in it (or changed) go, new ones come",
+        ))
         .subcommand(Command::new("list").about("Every disk: spec, size, queues, connection (JSON)"))
         .subcommand(
             Command::new("stats")
@@ -96,7 +99,7 @@ fn serve() -> Command {
                 .long("disk")
                 .value_name("KEY=VALUE,...")
                 .action(ArgAction::Append)
-                .required_unless_present("control")
+                .required_unless_present_any(["control", "config"])
                 .value_parser(parse_disk)
                 .help("A disk to serve, on its own socket; repeat for more (keys below)"),
         )
@@ -111,6 +114,16 @@ fn serve() -> Command {
         .arg(control_arg().help(
             "A control socket (0600) for `vbmq ctl`; run-time disks' sockets go in its directory",
         ))
+        .arg(
+            Arg::new("config")
+                .long("config")
+                .value_name("FILE")
+                .value_parser(value_parser!(PathBuf))
+                .help(
+                    "TOML: disk = [\"--disk values\"], control, metrics (docs/operate.md); \
+                     read again on SIGHUP or `vbmq ctl reload`",
+                ),
+        )
         .arg(
             Arg::new("metrics")
                 .long("metrics")
@@ -167,6 +180,7 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                 control_dir: m
                     .get_one::<PathBuf>("control")
                     .map(|p| crate::control::socket_dir(p)),
+                config: m.get_one::<PathBuf>("config").cloned(),
             },
             m.get_one::<PathBuf>("control").cloned(),
             m.get_one::<std::net::SocketAddr>("metrics").copied(),
@@ -188,6 +202,7 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                     socket(a)?,
                     a.get_one::<String>("limits")?.clone(),
                 ),
+                ("reload", _) => crate::ctl::Command::Reload,
                 ("list", _) => crate::ctl::Command::List,
                 ("stats", a) => crate::ctl::Command::Stats(socket(a)),
                 _ => return None,

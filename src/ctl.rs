@@ -16,6 +16,8 @@ pub enum Command {
     Resize(PathBuf, String, bool),
     /// Set a disk's I/O limits: socket, `iops=N,bps=SIZE,...` or `none`.
     SetLimits(PathBuf, String),
+    /// Read the configuration file again and apply what changed.
+    Reload,
     /// Every disk.
     List,
     /// Counters of every disk or one.
@@ -49,6 +51,7 @@ pub fn run(request: &Request) -> i32 {
             "socket": socket.display().to_string(),
             "limits": limits,
         }),
+        Command::Reload => json!({"command": "reload"}),
         Command::List => json!({"command": "list"}),
         Command::Stats(None) => json!({"command": "stats"}),
         Command::Stats(Some(socket)) => {

@@ -1,6 +1,7 @@
 //! `vbmq`: serve disks to VMs (`serve`) or measure how fast it does (`bench`).
 
 mod cli;
+mod config_file;
 mod control;
 mod ctl;
 mod metrics;
@@ -35,6 +36,39 @@ fn serve(
     control: Option<std::path::PathBuf>,
     metrics: Option<std::net::SocketAddr>,
 ) -> i32 {
+    // The configuration file's disks come first, then --disk; its settings yield to the flags.
+    let mut options = options.clone();
+    let (mut control, mut metrics) = (control, metrics);
+    let mut config_texts = Vec::new();
+    if let Some(path) = &options.config {
+        let file = match config_file::read(path) {
+            Ok(file) => file,
+            Err(e) => {
+                eprintln!("vbmq: --config {e}");
+                return 2;
+            }
+        };
+        let cpus = vbmq::worker::online_cpus();
+        let mut specs = Vec::new();
+        for text in &file.disk {
+            match vbmq::config::DiskSpec::parse(text, &cpus) {
+                Ok(spec) => specs.push(spec),
+                Err(e) => {
+                    eprintln!("vbmq: --config {}: {e}", path.display());
+                    return 2;
+                }
+            }
+        }
+        options.disks.splice(0..0, specs);
+        options.texts.splice(0..0, file.disk.iter().cloned());
+        control = control.or(file.control);
+        metrics = metrics.or(file.metrics);
+        if options.control_dir.is_none() {
+            options.control_dir = control.as_deref().map(control::socket_dir);
+        }
+        config_texts = file.disk;
+    }
+    let options = &options;
     let control_start = match &control {
         Some(path) => match control::Server::bind(path) {
             Ok(server) => Some(server.starter()),
@@ -55,11 +89,18 @@ fn serve(
         },
         None => None,
     };
+    let config_path = options.config.clone();
     let start: Option<vbmq::serve::ControlStart> =
-        if control_start.is_none() && metrics_server.is_none() {
+        if control_start.is_none() && metrics_server.is_none() && config_path.is_none() {
             None
         } else {
             Some(Box::new(move |host: std::sync::Arc<vbmq::host::Host>| {
+                if let Some(path) = config_path {
+                    host.set_config(
+                        config_texts,
+                        Box::new(move || config_file::read(&path).map(|file| file.disk)),
+                    );
+                }
                 if let Some(server) = metrics_server {
                     server.start(std::sync::Arc::clone(&host));
                 }

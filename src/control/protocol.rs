@@ -75,6 +75,10 @@ fn dispatch(host: &Host, request: &Value) -> Result<Value, String> {
                 .map(|info| disk_json(&info))
                 .map_err(|e| e.to_string())
         }
+        "reload" => host
+            .reload()
+            .map(|done| json!(done))
+            .map_err(|e| e.to_string()),
         "list" => Ok(Value::Array(host.list().iter().map(disk_json).collect())),
         "stats" => {
             let socket = object.get("socket").and_then(Value::as_str).map(Path::new);

@@ -106,11 +106,16 @@ pub struct RunTimePolicy {
     pub socket_dirs: Vec<PathBuf>,
 }
 
+/// Reads the configuration file again: its disks' `--disk` texts, or why it cannot be used.
+pub type Reloader = Box<dyn Fn() -> Result<Vec<String>, String> + Send + Sync>;
+
 /// The disks being served.
 #[derive(Default)]
 pub struct Host {
     disks: Mutex<Vec<Running>>,
     policy: Mutex<RunTimePolicy>,
+    /// The configuration file's disks as last applied, and how to read it again.
+    config: Mutex<(Vec<String>, Option<Reloader>)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -290,6 +295,51 @@ impl Host {
         running.device.limits.set(limits);
         crate::limited!(info, "{}: limits {limits:?}", socket.display());
         Ok(info_of(running))
+    }
+
+    /// Remembers the disks the configuration file gave (`texts`) and how to read it again.
+    pub fn set_config(&self, texts: Vec<String>, reloader: Reloader) {
+        *lock(&self.config) = (texts, Some(reloader));
+    }
+
+    /// `reload` (and SIGHUP): reads the configuration file again and applies the difference:
+    /// disks no longer in it, or changed, are removed; new or changed ones are added. A file
+    /// that cannot be read or holds a bad disk changes nothing. Returns what was done.
+    pub fn reload(&self) -> Result<Vec<String>, HostError> {
+        let mut config = lock(&self.config);
+        let Some(reloader) = config.1.as_ref() else {
+            return Err(HostError::Start("no --config file to reload".into()));
+        };
+        let texts = reloader().map_err(HostError::Start)?;
+        for text in &texts {
+            DiskSpec::parse(text, &online_cpus())?;
+        }
+        let old = config.0.clone();
+        let mut done = Vec::new();
+        for text in old.iter().filter(|t| !texts.contains(t)) {
+            let Ok(spec) = DiskSpec::parse(text, &online_cpus()) else {
+                continue;
+            };
+            match self.remove_disk(&spec.socket) {
+                Ok(()) => done.push(format!("removed {}", spec.socket.display())),
+                Err(e) => done.push(format!("{}: {e}", spec.socket.display())),
+            }
+        }
+        let mut applied: Vec<String> = old.iter().filter(|t| texts.contains(t)).cloned().collect();
+        for text in texts.iter().filter(|t| !old.contains(t)) {
+            match self.add_disk(text) {
+                Ok(info) => {
+                    done.push(format!("added {}", info.socket.display()));
+                    applied.push(text.clone());
+                }
+                Err(e) => done.push(format!("not added: {e}")),
+            }
+        }
+        config.0 = applied;
+        if done.is_empty() {
+            done.push("no change".into());
+        }
+        Ok(done)
     }
 
     /// `list`: every disk, in the order added.

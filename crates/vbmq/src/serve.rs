@@ -27,6 +27,9 @@ pub struct ServeOptions {
     /// The directory of the control socket, when there is one: run-time disks' sockets go
     /// there, and the confinement lets the process make them.
     pub control_dir: Option<PathBuf>,
+    /// The configuration file, read again on SIGHUP or `vbmq ctl reload`: its directory stays
+    /// readable.
+    pub config: Option<PathBuf>,
 }
 
 /// Starts the control server once the process is confined (its socket bound before).
@@ -223,11 +226,24 @@ fn confine_options(
             .then_some(CephAccess { files: ceph_files }),
         sockets: specs.iter().map(|spec| spec.socket.clone()).collect(),
         run_time_socket_dirs: options.control_dir.iter().cloned().collect(),
+        read_dirs: options
+            .config
+            .iter()
+            .filter_map(|file| file.parent().map(Path::to_path_buf))
+            .map(|dir| {
+                if dir.as_os_str().is_empty() {
+                    PathBuf::from(".")
+                } else {
+                    dir
+                }
+            })
+            .collect(),
         seccomp: options.seccomp,
     }
 }
 
-/// Blocks SIGTERM, SIGINT and SIGUSR1 in this thread (and the threads it spawns) and returns the set.
+/// Blocks SIGTERM, SIGINT, SIGUSR1 and SIGHUP in this thread (and the threads it spawns) and returns
+/// the set.
 fn block_stop_signals() -> libc::sigset_t {
     // SAFETY: sigemptyset/sigaddset initialise a local set; pthread_sigmask only changes the
     // calling thread's mask.
@@ -237,6 +253,7 @@ fn block_stop_signals() -> libc::sigset_t {
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGUSR1);
+        libc::sigaddset(&mut set, libc::SIGHUP);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
     }
@@ -296,6 +313,13 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
         let mut signal = 0;
         // SAFETY: waits for one of the blocked signals in `signals`.
         if unsafe { libc::sigwait(&signals, &mut signal) } != 0 {
+            continue;
+        }
+        if signal == libc::SIGHUP {
+            match host.reload() {
+                Ok(changes) => info!("configuration reloaded: {}", changes.join("; ")),
+                Err(e) => tracing::error!("configuration not reloaded: {e}"),
+            }
             continue;
         }
         if signal != libc::SIGUSR1 {

@@ -45,6 +45,10 @@ pub(super) fn restrict(opts: &ConfineOptions) -> Result<FilesystemStatus, Confin
         }
         ruleset = ruleset.add_rule(PathBeneath::new(open_path(&disk.path)?, access))?;
     }
+    for dir in &opts.read_dirs {
+        let access = AccessFs::ReadFile;
+        ruleset = ruleset.add_rule(PathBeneath::new(open_path(dir)?, access))?;
+    }
     for file in opts.ceph.iter().flat_map(|ceph| &ceph.files) {
         let access = AccessFs::ReadFile;
         ruleset = ruleset.add_rule(PathBeneath::new(open_path(file)?, access))?;

@@ -47,6 +47,8 @@ pub struct ConfineOptions {
     /// Present when an RBD disk is served: TCP connections to the cluster, librados' reads of
     /// its configuration and keyring, and the system calls of librados' threads.
     pub ceph: Option<CephAccess>,
+    /// Directories whose files stay readable: the configuration file's, read again on reload.
+    pub read_dirs: Vec<PathBuf>,
     /// Install the seccomp filter (turned off only for debugging, e.g. under strace or gdb).
     pub seccomp: bool,
 }

@@ -1,0 +1,111 @@
+//! `vbmq serve --config FILE`: the disks and settings of a TOML file; SIGHUP or `vbmq ctl
+//! reload` applies a changed file as removal and addition of the disks that changed, and a bad
+//! file changes nothing.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Daemon, wait_for};
+
+fn ctl(control: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .arg("ctl")
+        .arg("--control")
+        .arg(control)
+        .args(args)
+        .output()
+        .expect("run vbmq ctl")
+}
+
+fn sockets(control: &Path) -> Vec<String> {
+    let out = ctl(control, &["list"]);
+    assert!(out.status.success());
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["socket"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn write_config(file: &Path, control: &Path, disks: &[String]) {
+    let disks: Vec<String> = disks.iter().map(|d| format!("    \"{d}\",")).collect();
+    std::fs::write(
+        file,
+        format!(
+            "control = \"{}\"\ndisk = [\n{}\n]\n",
+            control.display(),
+            disks.join("\n")
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_changed_file_is_applied_on_sighup_and_reload_and_a_bad_one_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let control = run.join("ctl.sock");
+    let (a, b) = (run.join("a.sock"), run.join("b.sock"));
+    let disk = |socket: &Path| format!("socket={},null=1G,queues=2", socket.display());
+    let conf_dir = dir.path().join("etc");
+    std::fs::create_dir_all(&conf_dir).unwrap();
+    let file = conf_dir.join("vbmq.toml");
+    write_config(&file, &control, &[disk(&a)]);
+    let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&file)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let daemon = Daemon { child };
+    wait_for(&control);
+    wait_for(&a);
+    assert_eq!(sockets(&control), vec![a.display().to_string()]);
+
+    // SIGHUP: A out, B in.
+    write_config(&file, &control, &[disk(&b)]);
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(daemon.child.id() as i32, libc::SIGHUP) };
+    let start = Instant::now();
+    while sockets(&control) != vec![b.display().to_string()] {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "SIGHUP not applied"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!a.exists() && b.exists());
+
+    // A file that does not parse, or holds a bad disk: refused, nothing changes.
+    std::fs::write(&file, "disk = [\"socket=/x,null=1G\"]\nspeed = 1\n").unwrap();
+    let out = ctl(&control, &["reload"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    write_config(
+        &file,
+        &control,
+        &[format!("socket={},null=1G,queues=0", a.display())],
+    );
+    let out = ctl(&control, &["reload"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("queues"));
+    assert_eq!(sockets(&control), vec![b.display().to_string()]);
+
+    // `vbmq ctl reload`: both.
+    write_config(&file, &control, &[disk(&b), disk(&a)]);
+    let out = ctl(&control, &["reload"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        sockets(&control),
+        vec![b.display().to_string(), a.display().to_string()]
+    );
+    assert!(daemon.terminate().success());
+}
