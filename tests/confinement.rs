@@ -60,6 +60,7 @@ fn options(dir: &Path, seccomp: bool) -> ConfineOptions {
         ],
         sockets: vec![dir.join("sock/vbmq.sock")],
         run_time_socket_dirs: Vec::new(),
+        read_dirs: Vec::new(),
         ceph: None,
         seccomp,
     }
