@@ -97,6 +97,7 @@ fn metrics_follow_the_io_and_stats_give_percentiles() {
         .unwrap();
     assert!(out.status.success());
     let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    eprintln!("vbmq ctl stats: {stats}");
     let queue = &stats[0]["queues"][0];
     assert_eq!(queue["ops"]["read"], 10);
     assert!(queue["latency_us"]["p50"].as_u64().is_some(), "{stats}");
