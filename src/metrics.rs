@@ -95,10 +95,32 @@ impl Collector for Disks {
             &disks,
             (
                 "vbmq_errors",
-                "Requests completed with an error status (IOERR or UNSUPP)",
+                "Requests completed with an error status, by status",
             ),
-            |q| vec![(None, q.errors)],
+            |q| {
+                vec![
+                    (
+                        Some(("status", "ioerr")),
+                        q.errors - q.unsupported.min(q.errors),
+                    ),
+                    (Some(("status", "unsupp")), q.unsupported),
+                ]
+            },
         )?;
+        let mut sleep = encoder.encode_descriptor(
+            "vbmq_sleep_seconds",
+            "Time the serving thread slept waiting for the queue (the rest it polled or worked)",
+            None,
+            MetricType::Counter,
+        )?;
+        for disk in &disks {
+            for (index, queue) in disk.queues.iter().enumerate() {
+                let seconds = queue.sleep_ns as f64 / 1e9;
+                sleep
+                    .encode_family(&labels(disk, index))?
+                    .encode_counter::<NoLabelSet, _, u64>(&seconds, None)?;
+            }
+        }
         counter(
             &mut encoder,
             &disks,

@@ -79,6 +79,10 @@ fn metrics_follow_the_io_and_stats_give_percentiles() {
     assert_eq!(sample(&after, &read_bytes), 40960.0);
     let count = format!("vbmq_request_latency_seconds_count{{{disk},queue=\"0\"}}");
     assert_eq!(sample(&after, &count), 15.0);
+    let ioerr = format!("vbmq_errors_total{{{disk},queue=\"0\",status=\"ioerr\"}}");
+    assert_eq!(sample(&after, &ioerr), 0.0);
+    let slept = format!("vbmq_sleep_seconds_total{{{disk},queue=\"1\"}}");
+    assert!(sample(&after, &slept) >= 0.0);
     let busy = format!("vbmq_busy_passes_total{{{disk},queue=\"0\"}}");
     assert!(sample(&after, &busy) >= 1.0);
     assert!(get(port, "/other").starts_with("HTTP/1.1 404"));

@@ -143,6 +143,8 @@ fn stats_json(disk: &DiskCounters) -> Value {
                 "in_flight": q.in_flight,
                 "passes": q.passes,
                 "busy_passes": q.busy_passes,
+                "unsupported": q.unsupported,
+                "sleep_ms": q.sleep_ns / 1_000_000,
                 "latency_us": {"p50": p50, "p90": p90, "p99": p99, "p999": p999},
             })
         })

@@ -45,6 +45,10 @@ pub struct QueueCounters {
     pub latency_buckets: [u64; LATENCY_BUCKETS],
     /// Sum of the latencies, nanoseconds.
     pub latency_ns: u64,
+    /// Requests answered `VIRTIO_BLK_S_UNSUPP` (the other errors are `IOERR`).
+    pub unsupported: u64,
+    /// Time the serving thread slept for this queue, nanoseconds.
+    pub sleep_ns: u64,
     /// Latency percentiles p50, p90, p99, p99.9 in microseconds (bucket upper bounds).
     pub latency_us: [Option<u64>; 4],
     /// Requests completed.
@@ -436,6 +440,8 @@ fn counters(q: &QueueStats) -> QueueCounters {
         busy_passes: load(&q.busy_passes),
         latency_buckets: std::array::from_fn(|i| load(&q.latency[i])),
         latency_ns: load(&q.latency_ns),
+        unsupported: load(&q.unsupported),
+        sleep_ns: load(&q.sleep_ns),
         latency_us: [500, 900, 990, 999].map(|per_mille| q.latency_quantile_us(per_mille)),
         requests: q.requests.load(Ordering::Relaxed),
         errors: q.errors.load(Ordering::Relaxed),

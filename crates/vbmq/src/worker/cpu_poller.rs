@@ -22,6 +22,7 @@ use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 use super::WaitMode;
 use super::affinity::{name_current_thread, pin_current_thread};
 use super::queue_worker::QueueWorker;
+use super::stats::now_ns;
 
 /// Requests taken from one ring before the thread turns to the next.
 pub const BUDGET: u16 = 32;
@@ -267,7 +268,7 @@ impl CpuPoller {
                 seen = generation;
                 entries = self.load();
                 states = entries.iter().map(|_| QueueState::default()).collect();
-                self.waking(&entries, &mut states);
+                self.waking(&entries, &mut states, 0);
             }
             if !self.burst(&entries, &mut states, seen) {
                 continue;
@@ -278,11 +279,14 @@ impl CpuPoller {
                 !entry.cell.stop.load(Ordering::Acquire)
                     && try_lock(&entry.cell).is_none_or(|mut worker| worker.rearm(&entry.vring))
             });
+            let mut slept = 0;
             if !arrived && self.generation.load(Ordering::Acquire) == seen {
+                let since = now_ns();
                 self.sleep();
+                slept = now_ns().saturating_sub(since);
             }
             self.sleeping.store(false, Ordering::SeqCst);
-            self.waking(&entries, &mut states);
+            self.waking(&entries, &mut states, slept);
         }
     }
 
@@ -314,14 +318,16 @@ impl CpuPoller {
         false
     }
 
-    /// After a sleep (or a new list): kicks off again, completion eventfds cleared.
-    fn waking(&self, entries: &[Entry], states: &mut [QueueState]) {
+    /// After a sleep of `slept` ns (or a new list): kicks off again, completion eventfds
+    /// cleared, the sleep counted for every queue.
+    fn waking(&self, entries: &[Entry], states: &mut [QueueState], slept: u64) {
         for (entry, state) in entries.iter().zip(states.iter_mut()) {
             state.idle_since = None;
             if entry.cell.stop.load(Ordering::Acquire) {
                 continue;
             }
             if let Some(mut worker) = try_lock(&entry.cell) {
+                worker.slept(slept);
                 worker.clear_completion_event();
                 worker.begin_polling(&entry.vring);
             }

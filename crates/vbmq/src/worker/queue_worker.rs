@@ -17,7 +17,7 @@ use super::affinity::{name_current_thread, pin_current_thread};
 use super::inflight::InFlight;
 use super::limits::LimitTimer;
 use super::requests::Ctx;
-use super::stats::QueueStats;
+use super::stats::{QueueStats, now_ns};
 use crate::backend::{Disk, Engine, EngineOptions};
 use crate::vhost_user::inflight_region::InflightRecord;
 use crate::virtio_blk::BlkDevice;
@@ -94,6 +94,8 @@ pub struct QueueWorker {
     limit_timer: Option<LimitTimer>,
     /// The last pass was held back by the limits: sleep, the timer wakes the thread.
     limited: bool,
+    /// When this queue's own thread went back to sleep (`now_ns`; 0: it is awake).
+    asleep_since: u64,
 }
 
 impl QueueWorker {
@@ -131,6 +133,7 @@ impl QueueWorker {
                 })
                 .ok(),
             limited: false,
+            asleep_since: 0,
         }
     }
 
@@ -178,6 +181,14 @@ impl QueueWorker {
     /// Serves the queue after a kick, a completion or the ring being enabled, in the queue's
     /// mode. Returns when the thread should sleep in epoll again, or when `stop` is set.
     pub fn run(&mut self, vring: &VringRwLock, stop: &AtomicBool) {
+        if self.asleep_since != 0 {
+            self.stats.slept(now_ns().saturating_sub(self.asleep_since));
+        }
+        self.run_mode(vring, stop);
+        self.asleep_since = now_ns();
+    }
+
+    fn run_mode(&mut self, vring: &VringRwLock, stop: &AtomicBool) {
         match self.settings.mode {
             WaitMode::Event => {
                 self.pass(vring, true, u16::MAX);
@@ -550,6 +561,11 @@ impl QueueWorker {
     /// Requests in flight.
     pub fn in_flight(&self) -> usize {
         self.inflight.count
+    }
+
+    /// Counts time a thread shared with other queues slept.
+    pub fn slept(&self, ns: u64) {
+        self.stats.slept(ns);
     }
 
     /// Whether [`Self::set_up`] has run.

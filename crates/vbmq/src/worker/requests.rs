@@ -97,7 +97,8 @@ impl Ctx<'_> {
             Ok(request) => request,
             Err(rejection) => {
                 crate::limited!(debug, "request {head} rejected: {}", rejection.error);
-                self.stats.record(OpKind::Other, false, 0, 0, 0);
+                let status = u32::from(rejection.error.status());
+                self.stats.record(OpKind::Other, status, 0, 0, 0);
                 let len = match rejection.status {
                     Some(addr) => {
                         write_status(self.mem, addr, u32::from(rejection.error.status()));
@@ -121,7 +122,7 @@ impl Ctx<'_> {
         let stats = self.stats;
         let kind = kind_of(request.kind);
         let complete_now = |status: u32, len: u32, queue: &mut Queue| {
-            stats.record(kind, status == VIRTIO_BLK_S_OK, 0, 0, 0);
+            stats.record(kind, status, 0, 0, 0);
             write_status(self.mem, request.status, status);
             add_used(record, queue, self.mem, head, len)
         };
@@ -290,9 +291,9 @@ impl Ctx<'_> {
         };
         let addr = slot.status;
         let (kind, started_ns) = (slot.kind, slot.started_ns);
-        let (ok, read, written) = (!slot.failed, u64::from(slot.read), u64::from(slot.written));
+        let (read, written) = (u64::from(slot.read), u64::from(slot.written));
         let latency = self.now().saturating_sub(started_ns);
-        self.stats.record(kind, ok, read, written, latency);
+        self.stats.record(kind, status, read, written, latency);
         self.inflight.count -= 1;
         write_status(self.mem, addr, status);
         // The slot exists, so the tag is a head index below the queue size.

@@ -5,6 +5,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};
+
 /// Latency histogram buckets: bucket `i` counts requests that took less than 2^i microseconds
 /// (the last one: everything slower).
 pub const LATENCY_BUCKETS: usize = 24;
@@ -35,6 +37,10 @@ pub struct QueueStats {
     pub requests: AtomicU64,
     /// Requests completed with an error status.
     pub errors: AtomicU64,
+    /// Of those, the ones answered `VIRTIO_BLK_S_UNSUPP` (the rest: `IOERR`).
+    pub unsupported: AtomicU64,
+    /// Time the serving thread slept waiting for this queue's kicks or completions, ns.
+    pub sleep_ns: AtomicU64,
     /// Bytes read by the guest.
     pub read_bytes: AtomicU64,
     /// Bytes written by the guest.
@@ -74,19 +80,27 @@ fn bucket(latency_ns: u64) -> usize {
 }
 
 impl QueueStats {
-    /// Counts one completed request, `latency_ns` after it was taken off the ring (0: not
-    /// timed, completed when taken).
-    pub fn record(&self, kind: OpKind, ok: bool, read: u64, written: u64, latency_ns: u64) {
+    /// Counts one completed request with its virtio-blk `status`, `latency_ns` after it was
+    /// taken off the ring (0: not timed, completed when taken).
+    pub fn record(&self, kind: OpKind, status: u32, read: u64, written: u64, latency_ns: u64) {
         bump(&self.requests, 1);
         bump(&self.ops[kind as usize], 1);
-        if ok {
+        if status == VIRTIO_BLK_S_OK {
             bump(&self.read_bytes, read);
             bump(&self.write_bytes, written);
         } else {
             bump(&self.errors, 1);
+            if status == VIRTIO_BLK_S_UNSUPP {
+                bump(&self.unsupported, 1);
+            }
         }
         bump(&self.latency[bucket(latency_ns)], 1);
         bump(&self.latency_ns, latency_ns);
+    }
+
+    /// Adds time the serving thread slept for this queue.
+    pub fn slept(&self, ns: u64) {
+        bump(&self.sleep_ns, ns);
     }
 
     /// Counts one pass, and whether it found work; `in_flight` after it.
@@ -148,7 +162,7 @@ mod tests {
         assert_eq!(bucket(u64::MAX), LATENCY_BUCKETS - 1);
         let stats = QueueStats::default();
         for us in [1u64, 1, 1, 100] {
-            stats.record(OpKind::Read, true, 4096, 0, us * 1000);
+            stats.record(OpKind::Read, VIRTIO_BLK_S_OK, 4096, 0, us * 1000);
         }
         assert_eq!(stats.latency_quantile_us(500), Some(2));
         assert_eq!(stats.latency_quantile_us(990), Some(128));
