@@ -4,6 +4,7 @@ mod cli;
 mod config_file;
 mod control;
 mod ctl;
+mod fd_wait;
 mod metrics;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};

@@ -280,13 +280,6 @@ fn io_wait(stream: &TcpStream, events: libc::c_short, deadline: Instant) -> io::
     if left.is_zero() {
         return Err(io::ErrorKind::TimedOut.into());
     }
-    let mut fd = libc::pollfd {
-        fd: stream.as_raw_fd(),
-        events,
-        revents: 0,
-    };
-    let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
-    // SAFETY: polls one descriptor we borrow, through a local pollfd.
-    unsafe { libc::poll(&mut fd, 1, ms) };
+    crate::fd_wait::wait(stream.as_raw_fd(), events, left);
     Ok(())
 }

@@ -5,20 +5,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Daemon, wait_for};
-
-fn ctl(control: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .arg("ctl")
-        .arg("--control")
-        .arg(control)
-        .args(args)
-        .output()
-        .expect("run vbmq ctl")
-}
+use common::{Daemon, ctl, wait_for};
 
 fn sockets(control: &Path) -> Vec<String> {
     let out = ctl(control, &["list"]);

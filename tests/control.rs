@@ -7,41 +7,12 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::{Client, Daemon, image, pattern, wait_for};
+use common::{Client, ctl, image, pattern, serve_with_control as serve};
 use serde_json::Value;
-
-/// Starts `vbmq serve --control DIR/run/ctl.sock` with these disks; returns it and the path.
-fn serve(dir: &Path, disks: &[String]) -> (Daemon, PathBuf) {
-    let control = dir.join("run/ctl.sock");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
-    cmd.arg("serve").arg("--control").arg(&control);
-    for disk in disks {
-        cmd.arg("--disk").arg(disk);
-    }
-    let child = cmd.stdin(Stdio::null()).spawn().expect("spawn vbmq");
-    let daemon = Daemon { child };
-    wait_for(&control);
-    for disk in disks {
-        let socket = disk.split(',').find_map(|kv| kv.strip_prefix("socket="));
-        wait_for(Path::new(socket.expect("socket key")));
-    }
-    (daemon, control)
-}
-
-fn ctl(control: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .arg("ctl")
-        .arg("--control")
-        .arg(control)
-        .args(args)
-        .output()
-        .expect("run vbmq ctl")
-}
 
 fn ctl_json(control: &Path, args: &[&str]) -> Value {
     let out = ctl(control, args);

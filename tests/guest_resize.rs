@@ -4,22 +4,10 @@
 
 mod guest;
 
-use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use guest::{TestDir, Vbmq, Vm, script, tagged};
-
-fn wait_for_marker(console: &Path, marker: &str, timeout: Duration) {
-    let start = Instant::now();
-    while !std::fs::read_to_string(console).is_ok_and(|text| text.contains(marker)) {
-        assert!(
-            start.elapsed() < timeout,
-            "the guest never printed {marker}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+use guest::{TestDir, Vbmq, Vm, script, tagged, wait_for_console};
 
 #[test]
 #[cfg_attr(
@@ -49,7 +37,7 @@ fn a_running_guest_sees_the_disk_grow_and_uses_the_tail() {
     let mut vm = Vm::new(2).disk(&socket, 2);
     vm.console = Some(console.clone());
     let resizer = std::thread::spawn(move || {
-        wait_for_marker(&console, "RESIZE-NOW", Duration::from_secs(120));
+        wait_for_console(&console, "RESIZE-NOW", Duration::from_secs(120));
         let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
             .arg("ctl")
             .arg("--control")

@@ -7,9 +7,9 @@ mod guest;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use guest::{GuestRun, TestDir, Vbmq, Vm, script, tagged};
+use guest::{GuestRun, TestDir, Vbmq, Vm, script, tagged, wait_for_console};
 
 /// Held completions: long enough that a kill always finds some, short enough for TCG.
 const DELAY: &str = "delay-us=300000,delay-every=8";
@@ -55,17 +55,6 @@ impl Restarter {
     }
 }
 
-fn wait_for_marker(console: &Path, marker: &str, timeout: Duration) {
-    let start = Instant::now();
-    while !std::fs::read_to_string(console).is_ok_and(|text| text.contains(marker)) {
-        assert!(
-            start.elapsed() < timeout,
-            "the guest never printed {marker}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// How a vbmq process is ended under the guest.
 #[derive(Clone, Copy, Debug)]
 enum Stop {
@@ -104,7 +93,7 @@ fn run_with_restarts(
     vm.console = Some(console.clone());
     vm.timeout = timeout;
     let killer = std::thread::spawn(move || {
-        wait_for_marker(&console, "KILLS-BEGIN", Duration::from_secs(120));
+        wait_for_console(&console, "KILLS-BEGIN", Duration::from_secs(120));
         for stop in stops {
             std::thread::sleep(Duration::from_millis(2500));
             match stop {

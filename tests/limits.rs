@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use blkio::{Completion, ReqFlags};
-use common::{Client, Daemon, image, wait_for};
+use common::{Client, Daemon, ctl, image, wait_for};
 
 const QD: usize = 32;
 const BLOCK: usize = 4096;
@@ -60,17 +60,11 @@ fn rate(client: &mut Client, span: Duration, block: usize) -> f64 {
     rate
 }
 
-fn ctl(control: &Path, args: &[&str]) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .arg("ctl")
-        .arg("--control")
-        .arg(control)
-        .args(args)
-        .output()
-        .expect("run vbmq ctl");
+fn set_limits(control: &Path, socket: &Path, limits: &str) {
+    let out = ctl(control, &["set-limits", socket.to_str().unwrap(), limits]);
     assert!(
         out.status.success(),
-        "{args:?}: {}",
+        "{limits}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
@@ -109,7 +103,9 @@ fn a_limit_of_20000_iops_at_qd32_holds_within_10_percent() {
     for mode in ["event", "adaptive", "poll,cpus=1"] {
         let dir = tempfile::tempdir().unwrap();
         let (daemon, control, socket) = serve(dir.path(), &format!("mode={mode},iops=20000"));
-        let mut client = Client::connect(&socket, 1, mode.starts_with("poll")).unwrap();
+        // An interrupt-driven client: a polling one would compete with a polling vbmq for the
+        // same CPU on a two-CPU machine, and the test is of the limiter, not of the machine.
+        let mut client = Client::connect(&socket, 1, false).unwrap();
         let limited = rate(&mut client, Duration::from_secs(2), BLOCK);
         eprintln!("{mode}: iops=20000 measured {limited:.0} IOPS at QD32");
         assert_near(limited, 20000.0, mode);
@@ -120,7 +116,7 @@ fn a_limit_of_20000_iops_at_qd32_holds_within_10_percent() {
         );
         let lower = rate(&mut client, Duration::from_secs(2), BLOCK);
         assert_near(lower, 5000.0, &format!("{mode} after set-limits"));
-        ctl(&control, &["set-limits", socket.to_str().unwrap(), "none"]);
+        set_limits(&control, &socket, "none");
         let free = rate(&mut client, Duration::from_secs(1), BLOCK);
         assert!(free > 40000.0, "{mode}: {free:.0} IOPS without a limit");
         drop(client);

@@ -182,12 +182,5 @@ fn reply(stream: &mut UnixStream, value: &serde_json::Value) -> io::Result<()> {
 }
 
 fn wait(stream: &UnixStream, events: libc::c_short, left: Duration) {
-    let mut fd = libc::pollfd {
-        fd: stream.as_raw_fd(),
-        events,
-        revents: 0,
-    };
-    let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
-    // SAFETY: polls one descriptor this function borrows, through a local pollfd.
-    unsafe { libc::poll(&mut fd, 1, ms) };
+    crate::fd_wait::wait(stream.as_raw_fd(), events, left);
 }

@@ -5,7 +5,7 @@ pub mod loop_device;
 
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use blkio::{Blkio, Blkioq, Completion, MemoryRegion, ReqFlags};
@@ -194,4 +194,34 @@ impl Client {
         self.queues[q].write_zeroes(offset, len, 0, flags);
         self.complete(q)
     }
+}
+
+/// Starts `vbmq serve --control DIR/run/ctl.sock` with these disks; returns it and the path.
+pub fn serve_with_control(dir: &Path, disks: &[String]) -> (Daemon, PathBuf) {
+    let control = dir.join("run/ctl.sock");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
+    cmd.arg("serve").arg("--control").arg(&control);
+    for disk in disks {
+        cmd.arg("--disk").arg(disk);
+    }
+    let daemon = Daemon {
+        child: cmd.stdin(Stdio::null()).spawn().expect("spawn vbmq"),
+    };
+    wait_for(&control);
+    for disk in disks {
+        let socket = disk.split(',').find_map(|kv| kv.strip_prefix("socket="));
+        wait_for(Path::new(socket.expect("socket key")));
+    }
+    (daemon, control)
+}
+
+/// Runs `vbmq ctl --control CONTROL ARGS...`.
+pub fn ctl(control: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .arg("ctl")
+        .arg("--control")
+        .arg(control)
+        .args(args)
+        .output()
+        .expect("run vbmq ctl")
 }

@@ -85,3 +85,15 @@ pub fn tagged_one<'a>(output: &'a str, prefix: &str) -> &'a str {
         other => panic!("expected one {prefix:?} line, got {other:?}; guest output:\n{output}"),
     }
 }
+
+/// Waits until the guest's console (`Vm::console`) shows `marker`; panics after `timeout`.
+pub fn wait_for_console(console: &Path, marker: &str, timeout: std::time::Duration) {
+    let start = std::time::Instant::now();
+    while !std::fs::read_to_string(console).is_ok_and(|text| text.contains(marker)) {
+        assert!(
+            start.elapsed() < timeout,
+            "the guest never printed {marker}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

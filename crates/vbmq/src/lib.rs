@@ -19,6 +19,7 @@ pub mod systemd;
 #[cfg(any(test, feature = "test-utils"))]
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // Test inputs are cut to size.
 pub mod test_utils;
+pub mod timer;
 pub mod vhost_user;
 pub mod virtio_blk;
 pub mod worker;

@@ -9,6 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use super::{Disk, Engine, EngineOptions, Geometry, IoOp};
+use crate::timer::Timer;
 
 /// A disk whose engines hold chosen completions.
 pub struct DelayedDisk {
@@ -70,7 +71,7 @@ impl Disk for DelayedDisk {
 /// behind one epoll descriptor.
 struct Wake {
     epoll: OwnedFd,
-    timer: OwnedFd,
+    timer: Timer,
     inner: RawFd,
 }
 
@@ -87,20 +88,14 @@ impl Wake {
         // SAFETY: plain descriptor-creating calls; each result is owned at once.
         let epoll =
             unsafe { OwnedFd::from_raw_fd(check(libc::epoll_create1(libc::EPOLL_CLOEXEC))?) };
-        // SAFETY: as above.
-        let timer = unsafe {
-            OwnedFd::from_raw_fd(check(libc::timerfd_create(
-                libc::CLOCK_MONOTONIC,
-                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
-            ))?)
-        };
+        let timer = Timer::new()?;
         // The inner eventfd is read here from now on, never blocking.
         // SAFETY: F_GETFL/F_SETFL on a descriptor the inner engine keeps open.
         unsafe {
             let flags = check(libc::fcntl(inner, libc::F_GETFL))?;
             check(libc::fcntl(inner, libc::F_SETFL, flags | libc::O_NONBLOCK))?;
         }
-        for fd in [inner, timer.as_raw_fd()] {
+        for fd in [inner, timer.fd()] {
             let mut event = libc::epoll_event {
                 events: libc::EPOLLIN as u32,
                 u64: 0,
@@ -120,29 +115,14 @@ impl Wake {
     /// Clears both sources; they become readable again on the next completion or deadline.
     fn clear(&self) {
         let mut value = 0u64;
-        for fd in [self.inner, self.timer.as_raw_fd()] {
-            // SAFETY: reads 8 bytes into a u64 from a non-blocking eventfd or timerfd.
-            let _ = unsafe { libc::read(fd, (&raw mut value).cast(), 8) };
-        }
+        // SAFETY: reads 8 bytes into a u64 from a non-blocking eventfd.
+        let _ = unsafe { libc::read(self.inner, (&raw mut value).cast(), 8) };
+        self.timer.clear();
     }
 
-    /// Fires once at `deadline`.
+    /// Fires once after `after`.
     fn arm(&self, after: Duration) {
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-            it_value: libc::timespec {
-                tv_sec: libc::time_t::try_from(after.as_secs()).unwrap_or(libc::time_t::MAX),
-                // At least 1 ns: a zero value would disarm the timer.
-                tv_nsec: libc::c_long::from(after.subsec_nanos().max(1)),
-            },
-        };
-        // SAFETY: arms a timerfd this struct owns with a valid itimerspec.
-        let _ = unsafe {
-            libc::timerfd_settime(self.timer.as_raw_fd(), 0, &spec, std::ptr::null_mut())
-        };
+        self.timer.arm(after);
     }
 }
 

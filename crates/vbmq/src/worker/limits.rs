@@ -5,11 +5,10 @@
 //! once it is parsed); a queue takes nothing more off its ring until its buckets are positive
 //! again, and arms a timer for that moment: a limited request waits in the ring, never fails.
 
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use super::stats::now_ns;
 
 /// One disk's limits, per second; 0 means none. Bursts: what may be taken at once after a
 /// quiet spell (0: one tenth of a second's worth, at least one request or 4 KiB).
@@ -47,12 +46,6 @@ impl Limits {
         .iter()
         .any(|&rate| rate > 0)
     }
-}
-
-/// The time every bucket measures from.
-fn now_ns() -> u64 {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    u64::try_from(BASE.get_or_init(Instant::now).elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A token bucket shared by a disk's queues.
@@ -207,59 +200,10 @@ impl DiskLimiter {
     }
 }
 
-/// A queue's timer, armed when its limits hold it back: what wakes a sleeping thread when the
-/// buckets have refilled.
-pub struct LimitTimer(OwnedFd);
-
-impl LimitTimer {
-    /// A disarmed timer.
-    pub fn new() -> io::Result<Self> {
-        // SAFETY: creates a descriptor, owned at once.
-        let fd = unsafe {
-            libc::timerfd_create(
-                libc::CLOCK_MONOTONIC,
-                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is new and owned by nothing else.
-        Ok(LimitTimer(unsafe { OwnedFd::from_raw_fd(fd) }))
-    }
-
-    /// Fires once after `after`.
-    pub fn arm(&self, after: Duration) {
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-            it_value: libc::timespec {
-                tv_sec: libc::time_t::try_from(after.as_secs()).unwrap_or(libc::time_t::MAX),
-                tv_nsec: libc::c_long::from(after.subsec_nanos().max(1)),
-            },
-        };
-        // SAFETY: arms a timerfd this struct owns with a valid itimerspec.
-        let _ =
-            unsafe { libc::timerfd_settime(self.0.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
-    }
-
-    /// Clears an expiry that woke the thread.
-    pub fn clear(&self) {
-        let mut value = 0u64;
-        // SAFETY: reads 8 bytes into a u64 from a non-blocking timerfd.
-        let _ = unsafe { libc::read(self.0.as_raw_fd(), (&raw mut value).cast(), 8) };
-    }
-
-    /// The descriptor to wait on.
-    pub fn fd(&self) -> RawFd {
-        self.0.as_raw_fd()
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
 
     #[test]

@@ -12,7 +12,7 @@ mod stats;
 mod wait_mode;
 
 pub use affinity::{name_current_thread, online_cpus, pin_current_thread};
-pub use limits::{DiskLimiter, LimitTimer, Limits};
+pub use limits::{DiskLimiter, Limits};
 pub use queue_worker::{Pass, QueueSettings, QueueWorker};
 pub use stats::{LATENCY_BUCKETS, OpKind, QueueStats};
 pub use wait_mode::WaitMode;

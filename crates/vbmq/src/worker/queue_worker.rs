@@ -15,10 +15,10 @@ use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use super::WaitMode;
 use super::affinity::{name_current_thread, pin_current_thread};
 use super::inflight::InFlight;
-use super::limits::LimitTimer;
 use super::requests::Ctx;
 use super::stats::{QueueStats, now_ns};
 use crate::backend::{Disk, Engine, EngineOptions};
+use crate::timer::Timer;
 use crate::vhost_user::inflight_region::InflightRecord;
 use crate::virtio_blk::BlkDevice;
 
@@ -91,7 +91,7 @@ pub struct QueueWorker {
     /// The record is to be read against the ring before the next request is taken.
     recover: bool,
     /// Armed when the disk's limits hold requests back: it wakes a sleeping thread.
-    limit_timer: Option<LimitTimer>,
+    limit_timer: Option<Timer>,
     /// The last pass was held back by the limits: sleep, the timer wakes the thread.
     limited: bool,
     /// When this queue's own thread went back to sleep (`now_ns`; 0: it is awake).
@@ -127,7 +127,7 @@ impl QueueWorker {
             stats,
             record: None,
             recover: false,
-            limit_timer: LimitTimer::new()
+            limit_timer: Timer::new()
                 .map_err(|e| {
                     crate::limited!(warn, "queue {index}: no timer for I/O limits: {e}");
                 })
@@ -466,7 +466,7 @@ impl QueueWorker {
 
     /// The limit timer's descriptor, for the serving thread to wait on.
     pub fn limit_timer_fd(&self) -> Option<RawFd> {
-        self.limit_timer.as_ref().map(LimitTimer::fd)
+        self.limit_timer.as_ref().map(Timer::fd)
     }
 
     /// Clears the completion eventfd (and the limit timer) after it woke the thread.
