@@ -32,14 +32,15 @@ fn thread_cpu(pid: u32) -> Vec<(String, u64)> {
     threads
 }
 
-/// Threads that used more than half a CPU over `span`.
+/// Threads that used more than a quarter of a CPU over `span` (a spinning thread uses all it
+/// gets, at least half even beside another spinner; an idle one next to nothing).
 fn spinning_threads(pid: u32, span: Duration) -> Vec<String> {
     let before = thread_cpu(pid);
     std::thread::sleep(span);
     let after = thread_cpu(pid);
     // SAFETY: sysconf has no memory-safety effect.
     let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap();
-    let half = hz * u64::try_from(span.as_millis()).unwrap() / 2000;
+    let quarter = hz * u64::try_from(span.as_millis()).unwrap() / 4000;
     after
         .iter()
         .filter(|(name, ticks)| {
@@ -47,7 +48,7 @@ fn spinning_threads(pid: u32, span: Duration) -> Vec<String> {
                 .iter()
                 .find(|(n, _)| n == name)
                 .map_or(0, |(_, t)| *t);
-            ticks - was > half
+            ticks - was > quarter
         })
         .map(|(name, _)| name.clone())
         .collect()
