@@ -7,6 +7,7 @@
 
 mod cache_study;
 mod calibrate;
+pub mod ceph_cluster;
 mod client;
 mod cpus;
 mod disk;
@@ -15,6 +16,7 @@ mod goals;
 mod histogram;
 mod launcher;
 mod options;
+mod rbd_study;
 mod report;
 mod rng;
 mod runner;
@@ -71,6 +73,7 @@ fn bench(opts: &Options) -> Result<bool> {
         if plan.is_empty()
             && !cache_study::selects(opts.quick, text)
             && !shared_cpu_study::selects(text)
+            && !rbd_study::selects(text)
         {
             return Err(BenchError::Usage(format!(
                 "--only {text}: no case or system matches"
@@ -163,7 +166,7 @@ fn bench(opts: &Options) -> Result<bool> {
     } else {
         cache_study::StudyResult::default()
     };
-    let mut shared_measured = false;
+    let mut studies_measured = false;
     let run_shared = opts.only.as_deref().is_none_or(shared_cpu_study::selects);
     if complete && run_shared && !STOP.load(Ordering::Relaxed) {
         println!(
@@ -179,9 +182,25 @@ fn bench(opts: &Options) -> Result<bool> {
             &STOP,
         );
         let text = shared.text();
-        shared_measured = shared.error.is_none();
+        studies_measured = shared.error.is_none();
         println!("{text}");
         let path = out.join("shared-cpu.txt");
+        fs::write(&path, &text)
+            .map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
+    }
+    // Ceph's daemons are started only for a full run or when asked for: not in --quick.
+    let run_rbd = match opts.only.as_deref() {
+        Some(text) => rbd_study::selects(text),
+        None => !opts.quick,
+    };
+    if complete && run_rbd && !STOP.load(Ordering::Relaxed) {
+        println!(
+            "== Disks on Ceph RBD: vbmq rbd= beside qemu-storage-daemon's rbd driver and rbd bench"
+        );
+        let text = rbd_study::run(&launcher.vbmq, &launcher.run_dir, &cpus, settings, &STOP);
+        println!("{text}");
+        studies_measured |= !text.starts_with("not measured");
+        let path = out.join("rbd.txt");
         fs::write(&path, &text)
             .map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
     }
@@ -234,7 +253,7 @@ fn bench(opts: &Options) -> Result<bool> {
         .cases
         .iter()
         .any(|c| c.points.iter().any(|p| !p.runs.is_empty()));
-    if complete && !measured && !shared_measured {
+    if complete && !measured && !studies_measured {
         return Err(BenchError::Backend(
             "no system could be measured: see the errors in the report".into(),
         ));
