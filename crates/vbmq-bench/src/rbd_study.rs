@@ -210,7 +210,7 @@ fn measure(
     );
     let _ = writeln!(
         out,
-        "{:<24} {:>10} {:>10} {:>10}  vbmq/qsd  vbmq/rbd-bench",
+        "{:<24} {:>10} {:>10} {:>10}  vbmq/qsd  vbmq/rbd-bench  vbmq CPU  qsd CPU",
         "case", "vbmq", "qsd rbd", "rbd bench"
     );
     for (name, workload, latency) in CASES {
@@ -221,35 +221,31 @@ fn measure(
             warmup: Duration::from_secs_f64(settings.warmup_s),
             measure: Duration::from_secs_f64(settings.measure_s),
         };
-        let figure = |load: super::client::LoadResult| {
-            if latency {
+        // One run against `socket`: its figure, and the backend's share of a CPU.
+        let measure_one = |socket: &Path, backend: &Backend| -> Result<(f64, f64)> {
+            let target = Target::VhostUser(socket.to_path_buf());
+            let load = run_load(&target, &spec, cpus, Some(backend.child.id()), stop)?;
+            let cpu = load.backend_cpu_seconds.unwrap_or(0.0) / load.seconds;
+            let value = if latency {
                 load.latency.quantile_us(0.5).unwrap_or(0.0)
             } else {
                 load.ios as f64 / load.seconds
-            }
+            };
+            Ok((value, cpu))
         };
         let (mut ours, mut theirs, mut ceiling) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut our_cpu, mut their_cpu) = (Vec::new(), Vec::new());
         for _ in 0..settings.runs {
             let backend = start_vbmq()?;
-            let target = Target::VhostUser(vbmq_socket.clone());
-            ours.push(figure(run_load(
-                &target,
-                &spec,
-                cpus,
-                Some(backend.child.id()),
-                stop,
-            )?));
+            let (value, cpu) = measure_one(&vbmq_socket, &backend)?;
+            ours.push(value);
+            our_cpu.push(cpu);
             drop(backend);
             if let Some(qsd) = &qsd {
                 let backend = start_qsd(qsd)?;
-                let target = Target::VhostUser(qsd_socket.clone());
-                theirs.push(figure(run_load(
-                    &target,
-                    &spec,
-                    cpus,
-                    Some(backend.child.id()),
-                    stop,
-                )?));
+                let (value, cpu) = measure_one(&qsd_socket, &backend)?;
+                theirs.push(value);
+                their_cpu.push(cpu);
             }
             if !latency {
                 let write = workload.op == super::workloads::Op::Write;
@@ -259,18 +255,21 @@ fn measure(
         let median = |v: &[f64]| Stat::of(v).map(|s| s.median);
         let (a, b, c) = (median(&ours), median(&theirs), median(&ceiling));
         let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+        let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.0}%", v * 100.0));
         let ratio = |x: Option<f64>, y: Option<f64>| match (x, y) {
             (Some(x), Some(y)) if y > 0.0 => format!("{:.2}x", x / y),
             _ => "-".into(),
         };
         let _ = writeln!(
             out,
-            "{name:<24} {:>10} {:>10} {:>10}  {:>8}  {:>14}",
+            "{name:<24} {:>10} {:>10} {:>10}  {:>8}  {:>14}  {:>8} {:>8}",
             show(a),
             show(b),
             show(c),
             ratio(a, b),
-            ratio(a, c)
+            ratio(a, c),
+            pct(median(&our_cpu)),
+            pct(median(&their_cpu))
         );
     }
     let _ = writeln!(
