@@ -3,6 +3,9 @@
 //! single-node cluster, same client and CPUs. On a small machine the OSD and monitor share the
 //! CPUs with everything else: the runs are interleaved and each system's CPU is shown.
 //!
+//! vbmq runs `mode=event`: librbd delivers completions on an eventfd anyway, and a polling
+//! thread would take CPU from the OSD on a small machine (BENCHMARKS.md has both modes).
+//!
 //! Runs when asked for (`--only rbd`) or in a full run, if the Ceph daemons are installed
 //! (scripts/deps/ceph.sh; qemu-storage-daemon's rbd driver is Debian's qemu-block-extra).
 
@@ -178,7 +181,7 @@ fn measure(
             "serve",
             "--disk",
             &format!(
-                "socket={},rbd=rbd/bench,ceph-conf={conf},queues=1,mode=adaptive,cpus={}",
+                "socket={},rbd=rbd/bench,ceph-conf={conf},queues=1,mode=event,cpus={}",
                 vbmq_socket.display(),
                 backend_cpus[0]
             ),
