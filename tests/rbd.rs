@@ -120,6 +120,46 @@ fn readonly_rbd_disk_refuses_writes_and_serves_reads() {
     );
 }
 
+/// An image resized by another client: vbmq follows it (the device's capacity, what `list`
+/// shows and a frontend connecting now sees), and tells a connected frontend.
+#[cfg_attr(
+    not(feature = "ceph-tests"),
+    ignore = "needs feature ceph-tests: a single-node Ceph cluster (scripts/test.sh)"
+)]
+#[test]
+fn an_image_resized_elsewhere_is_followed() {
+    let cluster = Cluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    cluster.create_image("grow", SIZE);
+    let socket = dir.path().join("run/g.sock");
+    let spec = format!("socket={},{}", socket.display(), cluster.disk("grow"));
+    let (daemon, control) = common::serve_with_control(dir.path(), &[spec]);
+    let before = Client::connect(&socket, 1, false).unwrap();
+    assert_eq!(before.capacity(), SIZE);
+    cluster.rbd(&["resize", "--size", "128M", "rbd/grow"]);
+    let size = || {
+        let out = common::ctl(&control, &["list"]);
+        let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        list[0]["size"].as_u64().unwrap()
+    };
+    let start = Instant::now();
+    while size() != 128 << 20 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the resize was not followed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(before);
+    let mut after = Client::connect(&socket, 1, false).unwrap();
+    assert_eq!(after.capacity(), 128 << 20);
+    let tail = pattern(9, 64 << 10);
+    assert_eq!(after.write(0, (128 << 20) - (64 << 10), &tail), 0);
+    assert!(after.read(0, (128 << 20) - (64 << 10), tail.len()).1 == tail);
+    drop(after);
+    assert!(daemon.terminate().success());
+}
+
 /// `cache=` in front of an RBD image: what was read once is served from vbmq's memory (it reads
 /// back while the OSD is stopped), writes go through to the cluster and refresh the cache.
 #[cfg_attr(

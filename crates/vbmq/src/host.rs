@@ -181,6 +181,23 @@ impl Host {
             thread: None,
         };
         let info = info_of(&running);
+        // An image resized by someone else (RBD): the guest is told, as after `resize`.
+        let (device, current, socket) = (
+            Arc::clone(&running.device),
+            Arc::clone(&running.current),
+            running.spec.socket.clone(),
+        );
+        running.disk.on_resize(Box::new(move |bytes| {
+            device.set_capacity(bytes);
+            if let Some(connection) = lock(&current).clone() {
+                connection.config_changed();
+            }
+            crate::limited!(
+                info,
+                "{}: the storage is now {bytes} bytes",
+                socket.display()
+            );
+        }));
         let thread = std::thread::Builder::new()
             .name("vbmq-socket".into())
             .spawn(move || server.run())

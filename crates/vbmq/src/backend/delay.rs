@@ -58,6 +58,10 @@ impl Disk for DelayedDisk {
         self.inner.resize(bytes, shrink)
     }
 
+    fn on_resize(&self, listener: Box<dyn Fn(u64) + Send + Sync>) {
+        self.inner.on_resize(listener);
+    }
+
     fn stats(&self) -> Vec<(&'static str, u64)> {
         self.inner.stats()
     }

@@ -127,6 +127,12 @@ pub trait Disk: Send + Sync {
             "this kind of disk cannot be resized",
         ))
     }
+    /// Calls `listener` with the new capacity whenever the storage changes size by itself (an
+    /// RBD image resized by another client). Disks that only change size through
+    /// [`Disk::resize`] never call it.
+    fn on_resize(&self, listener: Box<dyn Fn(u64) + Send + Sync>) {
+        let _ = listener;
+    }
     /// Releases what would outlive the process, once every queue is quiesced at exit (an RBD
     /// image's exclusive lock, which a killed client holds until the cluster times it out).
     /// No engine may submit afterwards.

@@ -205,6 +205,18 @@ impl Disk for CachedDisk {
         self.inner.supports_discard()
     }
 
+    fn on_resize(&self, listener: Box<dyn Fn(u64) + Send + Sync>) {
+        let (capacity, cache) = (self.capacity.clone(), self.cache.clone());
+        self.inner.on_resize(Box::new(move |bytes| {
+            let before = capacity.swap(bytes, Ordering::AcqRel);
+            // What lay past a new, smaller end must not come back if the image grows again.
+            if bytes < before {
+                cache.invalidate(bytes, before - bytes);
+            }
+            listener(bytes);
+        }));
+    }
+
     fn resize(&self, bytes: u64, _shrink: bool) -> io::Result<u64> {
         // Blocks cached past a new, smaller end would come back if the disk grew again.
         if bytes < self.capacity.load(Ordering::Relaxed) {

@@ -11,8 +11,8 @@ mod ffi;
 use std::ffi::{CString, c_void};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tracing::{error, info};
@@ -147,17 +147,54 @@ impl Drop for Image {
 unsafe extern "C" fn on_header_update(arg: *mut c_void) {
     // SAFETY: per the contract; only borrowed.
     let changed = unsafe { &*arg.cast_const().cast::<AtomicBool>() };
-    if !changed.swap(true, Ordering::Relaxed) {
-        info!("rbd: an image header changed (resized elsewhere?); its guest keeps its capacity");
+    changed.store(true, Ordering::Release);
+}
+
+/// Who is told of a new capacity (the device and its connection).
+type ResizeListener = Box<dyn Fn(u64) + Send + Sync>;
+
+/// How often the watcher looks at the flag the update callback sets (the callback runs on a
+/// librbd thread, where calling back into librbd for the size is not safe).
+const WATCH_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Follows the image's size: after a header update, reads it and, when it changed, tells the
+/// listener. Ends when the image is closed.
+fn watch_size(
+    image: &Image,
+    capacity: &AtomicU64,
+    listener: &Mutex<Option<ResizeListener>>,
+    seen: &AtomicU64,
+) {
+    while !image.handle().is_null() {
+        std::thread::sleep(WATCH_PERIOD);
+        if !image.header_changed.swap(false, Ordering::AcqRel) {
+            continue;
+        }
+        seen.fetch_add(1, Ordering::Relaxed);
+        let Ok(size) = image.size() else {
+            continue;
+        };
+        // The guest addresses 512-byte sectors.
+        let size = size - size % 512;
+        if capacity.swap(size, Ordering::AcqRel) == size {
+            continue;
+        }
+        info!("rbd {}: the image is now {size} bytes", image.label);
+        if let Some(listener) = listener.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            listener(size);
+        }
     }
 }
 
 /// A disk on an RBD image.
 pub struct RbdDisk {
     image: Arc<Image>,
-    geometry: Geometry,
+    /// The image's size, followed by the watcher thread.
+    capacity: Arc<AtomicU64>,
     readonly: bool,
-    resizes_seen: AtomicU64,
+    /// Header updates seen (resizes, snapshots, ...).
+    resizes_seen: Arc<AtomicU64>,
+    listener: Arc<Mutex<Option<ResizeListener>>>,
     files: Vec<PathBuf>,
 }
 
@@ -251,16 +288,27 @@ impl RbdDisk {
         }
         image.watch = Some(watch);
         info!("rbd {}: {capacity} bytes", image.label);
+        let image = Arc::new(image);
+        // The guest addresses 512-byte sectors.
+        let capacity = Arc::new(AtomicU64::new(capacity - capacity % 512));
+        let resizes_seen = Arc::new(AtomicU64::new(0));
+        let listener: Arc<Mutex<Option<ResizeListener>>> = Arc::new(Mutex::new(None));
+        let watcher = (
+            image.clone(),
+            capacity.clone(),
+            listener.clone(),
+            resizes_seen.clone(),
+        );
+        std::thread::Builder::new()
+            .name("vbmq-rbd-watch".into())
+            .spawn(move || watch_size(&watcher.0, &watcher.1, &watcher.2, &watcher.3))
+            .map_err(context("starting the size watcher"))?;
         Ok(RbdDisk {
-            image: Arc::new(image),
-            geometry: Geometry {
-                // The guest addresses 512-byte sectors.
-                capacity: capacity - capacity % 512,
-                block_size: 512,
-                physical_block_exp: 0,
-            },
+            image,
+            capacity,
             readonly,
-            resizes_seen: AtomicU64::new(0),
+            resizes_seen,
+            listener,
             files: std::iter::once(target.conf.clone())
                 .chain(keyrings.split([',', ';', ' ', '\t']).filter_map(|path| {
                     let path = Path::new(path);
@@ -306,9 +354,24 @@ fn path_str(path: &Path) -> io::Result<String> {
     })
 }
 
+impl Drop for RbdDisk {
+    fn drop(&mut self) {
+        // Ends the size watcher, which holds the image too (closing twice is harmless).
+        self.image.close();
+    }
+}
+
 impl Disk for RbdDisk {
     fn geometry(&self) -> Geometry {
-        self.geometry
+        Geometry {
+            capacity: self.capacity.load(Ordering::Acquire),
+            block_size: 512,
+            physical_block_exp: 0,
+        }
+    }
+
+    fn on_resize(&self, listener: ResizeListener) {
+        *self.listener.lock().unwrap_or_else(|p| p.into_inner()) = Some(listener);
     }
 
     fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
@@ -323,20 +386,7 @@ impl Disk for RbdDisk {
         self.image.close();
     }
 
-    /// Reports the image's size as librbd now sees it when its header changed: the guest keeps
-    /// the capacity it was given at start until vbmq can send it a config change.
     fn stats(&self) -> Vec<(&'static str, u64)> {
-        if self.image.header_changed.swap(false, Ordering::Relaxed) {
-            self.resizes_seen.fetch_add(1, Ordering::Relaxed);
-            if let Ok(size) = self.image.size()
-                && size != self.geometry.capacity
-            {
-                info!(
-                    "rbd {}: the image is now {size} bytes; the guest still sees {}",
-                    self.image.label, self.geometry.capacity
-                );
-            }
-        }
         vec![(
             "rbd_header_updates",
             self.resizes_seen.load(Ordering::Relaxed),
