@@ -114,13 +114,7 @@ pub fn run_load(
             })
             .collect();
         let window = cpu_over_window(backend_pid, cpus, start, end);
-        let jobs: Vec<_> = handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(BenchError::Request("client thread panicked".into())))
-            })
-            .collect();
+        let jobs = join_jobs(handles);
         (jobs, window)
     });
     drop(blkio);
@@ -144,6 +138,19 @@ pub fn run_load(
         client_cpu_seconds: window.client,
         others_cpu_seconds: window.others,
     })
+}
+
+/// The client threads' results; a thread that panicked is a failed request.
+pub(super) fn join_jobs<T>(
+    handles: Vec<thread::ScopedJoinHandle<'_, Result<T>>>,
+) -> Vec<Result<T>> {
+    handles
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(BenchError::Request("client thread panicked".into())))
+        })
+        .collect()
 }
 
 /// CPU seconds spent in a run's measured window.

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Instant;
 
-use super::client::{LoadResult, LoadSpec, Offsets, cpu_over_window};
+use super::client::{LoadResult, LoadSpec, Offsets, cpu_over_window, join_jobs};
 use super::cpus::{CpuPlan, pin_to};
 use super::error::{BenchError, Result};
 use super::histogram::Histogram;
@@ -111,13 +111,7 @@ pub fn run_load(
             })
             .collect();
         let window = cpu_over_window(None, cpus, start, end);
-        let jobs: Vec<_> = handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(BenchError::Request("client thread panicked".into())))
-            })
-            .collect();
+        let jobs = join_jobs(handles);
         (jobs, window)
     });
     if stop.load(Ordering::Relaxed) {
