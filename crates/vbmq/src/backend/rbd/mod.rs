@@ -12,7 +12,7 @@ use std::ffi::{CString, c_void};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tracing::{error, info};
@@ -158,15 +158,22 @@ type ResizeListener = Box<dyn Fn(u64) + Send + Sync>;
 const WATCH_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Follows the image's size: after a header update, reads it and, when it changed, tells the
-/// listener. Ends when the image is closed.
+/// listener. Holds the image only while it looks (the disk and its engines own it: when they
+/// are gone it is closed and shut down at once, and the watcher ends).
 fn watch_size(
-    image: &Image,
+    image: &Weak<Image>,
     capacity: &AtomicU64,
     listener: &Mutex<Option<ResizeListener>>,
     seen: &AtomicU64,
 ) {
-    while !image.handle().is_null() {
+    loop {
         std::thread::sleep(WATCH_PERIOD);
+        let Some(image) = image.upgrade() else {
+            return;
+        };
+        if image.handle().is_null() {
+            return;
+        }
         if !image.header_changed.swap(false, Ordering::AcqRel) {
             continue;
         }
@@ -294,7 +301,7 @@ impl RbdDisk {
         let resizes_seen = Arc::new(AtomicU64::new(0));
         let listener: Arc<Mutex<Option<ResizeListener>>> = Arc::new(Mutex::new(None));
         let watcher = (
-            image.clone(),
+            Arc::downgrade(&image),
             capacity.clone(),
             listener.clone(),
             resizes_seen.clone(),
@@ -352,13 +359,6 @@ fn path_str(path: &Path) -> io::Result<String> {
             format!("{} is not UTF-8", path.display()),
         )
     })
-}
-
-impl Drop for RbdDisk {
-    fn drop(&mut self) {
-        // Ends the size watcher, which holds the image too (closing twice is harmless).
-        self.image.close();
-    }
 }
 
 impl Disk for RbdDisk {
