@@ -10,6 +10,7 @@ mod hostile {
     pub mod broken_ring;
     pub mod chain;
     pub mod daemon;
+    pub mod dirty_log;
     pub mod expect;
     pub mod framing;
     pub mod frontend;
@@ -115,6 +116,51 @@ fn lying_frontend() {
 }
 
 /// The battery's own baseline: good requests wrap the 256-entry rings several times.
+/// Live migration: while logging is on, the pages of a read's data, its status byte and the
+/// used ring are marked in the frontend's log; once it is off, nothing is.
+#[test]
+fn reads_are_marked_in_the_dirty_log_while_logging_is_on() {
+    let daemon = hostile::daemon::Daemon::start("dirty-log");
+    let (marks, after) =
+        hostile::dirty_log::read_while_logging(&daemon.path("target.sock")).unwrap();
+    for page in marks.data.iter().chain([&marks.status, &marks.used]) {
+        assert!(
+            marks.dirty.contains(page),
+            "page {page} not marked; data {:?}, status {}, used {}, marked {:?}",
+            marks.data,
+            marks.status,
+            marks.used,
+            marks.dirty
+        );
+    }
+    assert!(after.is_empty(), "marked with logging off: {after:?}");
+    assert!(daemon.stop().success());
+}
+
+/// The test above can fail: with the marking of read buffers turned off (fault injection),
+/// the data pages are missing from the log.
+#[test]
+fn unmarked_reads_are_missing_from_the_dirty_log() {
+    let daemon = hostile::daemon::Daemon::start_env(
+        "dirty-log-off",
+        "",
+        "warn",
+        &[("VBMQ_FAULT_UNLOGGED_READS", "1")],
+    );
+    let (marks, _) = hostile::dirty_log::read_while_logging(&daemon.path("target.sock")).unwrap();
+    assert!(
+        marks.data.iter().all(|page| !marks.dirty.contains(page)),
+        "data pages marked without the read marking: {:?} in {:?}",
+        marks.data,
+        marks.dirty
+    );
+    assert!(
+        marks.dirty.contains(&marks.status),
+        "the status byte goes through vm-memory"
+    );
+    assert!(daemon.stop().success());
+}
+
 #[test]
 fn good_requests_wrap_the_rings() {
     let daemon = hostile::daemon::Daemon::start("wrap");

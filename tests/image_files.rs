@@ -160,3 +160,50 @@ fn the_image_is_free_the_moment_vbmq_has_exited() {
         );
     }
 }
+
+/// Two writable disks of one process on one image: refused, unless both say `handover=on` (a
+/// migration on one host); then one writes at a time, the first to write until its frontend
+/// stops (here: disconnects), and the other's writes fail meanwhile.
+#[test]
+fn two_writers_in_one_process_need_handover_and_take_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "base.raw", SIZE, 4);
+    let mut both = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .args([
+            "serve",
+            "--disk",
+            &socket_spec(dir.path(), "a.sock", &path, ""),
+        ])
+        .args(["--disk", &socket_spec(dir.path(), "b.sock", &path, "")])
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run vbmq");
+    assert_eq!(both.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&std::mem::take(&mut both.stderr)).to_string();
+    assert!(stderr.contains("handover=on"), "{stderr}");
+
+    let h = ",handover=on";
+    let daemon = Daemon::start(&[
+        socket_spec(dir.path(), "c.sock", &path, h),
+        socket_spec(dir.path(), "d.sock", &path, h),
+    ]);
+    let mut source = Client::connect(&dir.path().join("c.sock"), 1, false).unwrap();
+    let mut target = Client::connect(&dir.path().join("d.sock"), 1, false).unwrap();
+    assert_eq!(source.write(0, 0, &[1u8; 4096]), 0);
+    assert_ne!(
+        target.write(0, 8192, &[2u8; 4096]),
+        0,
+        "two writers at once"
+    );
+    drop(source);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while target.write(0, 8192, &[2u8; 4096]) != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the writer token was not handed over"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(target);
+    assert!(daemon.terminate().success());
+}

@@ -15,11 +15,14 @@
 mod cpio;
 mod daemon;
 mod qemu;
+mod qmp;
 mod scripts;
 
 pub use daemon::Vbmq;
 #[allow(unused_imports)] // GuestRun: only tests that inspect a failed run name it.
-pub use qemu::{GuestRun, Vm};
+pub use qemu::{GuestRun, RunningVm, Vm, result_of};
+#[allow(unused_imports)] // Only the migration test drives QEMU through QMP.
+pub use qmp::Qmp;
 pub use scripts::script;
 
 use std::path::{Path, PathBuf};

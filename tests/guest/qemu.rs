@@ -24,6 +24,16 @@ pub struct Vm {
     pub reconnect_ms: Option<u32>,
     /// Where the serial console is written as the guest runs (a scratch file if `None`).
     pub console: Option<PathBuf>,
+    /// Added to the kernel command line.
+    pub kernel_args: String,
+}
+
+/// A guest started by [`Vm::start`], killed on drop.
+pub struct RunningVm {
+    child: KillOnDrop,
+    /// Its serial console.
+    pub console: PathBuf,
+    stderr: PathBuf,
 }
 
 /// What a guest printed and how its script ended.
@@ -58,6 +68,7 @@ impl Vm {
             timeout: Duration::from_secs(150),
             reconnect_ms: None,
             console: None,
+            kernel_args: String::new(),
         }
     }
 
@@ -90,6 +101,32 @@ impl Vm {
         static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
         let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         self.boot(accelerator(), script)
+    }
+
+    /// Writes the initramfs that runs `script` to `path` (for [`Self::start`]).
+    pub fn initramfs(script: &str, path: &Path) {
+        let mut image = std::fs::read(base_initramfs()).unwrap();
+        image.extend(cpio::archive(&[("test.sh", 0o755, script.as_bytes())]));
+        std::fs::write(path, image).unwrap();
+    }
+
+    /// Starts QEMU with `initrd` (from [`Self::initramfs`]) and `extra` arguments (`-incoming`,
+    /// `-qmp`), the console going to `console`, and returns at once.
+    pub fn start(&self, initrd: &Path, console: &Path, extra: &[String]) -> RunningVm {
+        let stderr = console.with_extension("qemu.log");
+        let mut cmd = self.command(accelerator(), initrd, console);
+        cmd.args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap());
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {QEMU}: {e}; {INSTALL_HINT}"));
+        RunningVm {
+            child: KillOnDrop(child),
+            console: console.to_path_buf(),
+            stderr,
+        }
     }
 
     fn boot(&self, accel: &str, script: &str) -> Result<GuestRun, String> {
@@ -152,7 +189,10 @@ impl Vm {
             .arg(kernel())
             .arg("-initrd")
             .arg(initrd)
-            .args(["-append", "console=ttyS0 quiet panic=-1"])
+            .args([
+                "-append",
+                &format!("console=ttyS0 quiet panic=-1 {}", self.kernel_args),
+            ])
             .arg("-serial")
             .arg(format!("file:{}", serial.display()));
         for (i, (socket, queues)) in self.disks.iter().enumerate() {
@@ -171,6 +211,43 @@ impl Vm {
         }
         cmd
     }
+}
+
+impl RunningVm {
+    /// Waits for QEMU to exit (the guest powered off), up to `timeout`; true if it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if let Ok(Some(_)) = self.child.0.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// What QEMU printed on stderr.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// The console so far.
+    pub fn console_text(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.console).unwrap_or_default()).replace('\r', "")
+    }
+}
+
+/// The script's status and output from the consoles of the QEMUs one guest ran in, in order
+/// (a guest that migrated printed its start in one and its end in another).
+pub fn result_of(consoles: &[String]) -> Option<GuestRun> {
+    let console = consoles.concat();
+    let (status, output) = script_result(&console)?;
+    Some(GuestRun {
+        output: output.to_string(),
+        console: console.clone(),
+        status,
+        elapsed: Duration::ZERO,
+    })
 }
 
 /// The guest's exit, or None if it ran out of time (it is killed then).
@@ -245,6 +322,7 @@ fn accelerator() -> &'static str {
             timeout: KVM_PROBE_TIMEOUT,
             reconnect_ms: None,
             console: None,
+            kernel_args: String::new(),
         };
         let (accel, conclusive) = match probe.boot("kvm", "echo probe") {
             Ok(run) if run.status == 0 => ("kvm", true),

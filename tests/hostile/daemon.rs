@@ -36,6 +36,11 @@ impl Daemon {
 
     /// As [`Self::start_with`], logging at `level` (`RUST_LOG`).
     pub fn start_logging(name: &str, target_opts: &str, level: &str) -> Self {
+        Self::start_env(name, target_opts, level, &[])
+    }
+
+    /// As [`Self::start_logging`], with `env` added to vbmq's environment.
+    pub fn start_env(name: &str, target_opts: &str, level: &str, env: &[(&str, &str)]) -> Self {
         let dir = std::env::temp_dir().join(format!("vbmq-hostile-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -89,6 +94,7 @@ impl Daemon {
             ])
             .args(["--disk", &disk("victim.sock", "victim.img", ",queues=1")])
             .env("RUST_LOG", level)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -88,7 +88,8 @@ impl Guest {
                 | VhostUserProtocolFeatures::MQ
                 | VhostUserProtocolFeatures::REPLY_ACK
                 | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
-                | VhostUserProtocolFeatures::INFLIGHT_SHMFD;
+                | VhostUserProtocolFeatures::INFLIGHT_SHMFD
+                | VhostUserProtocolFeatures::LOG_SHMFD;
             protocol = frontend.get_protocol_features()? & wanted;
             frontend.set_protocol_features(protocol)?;
         }

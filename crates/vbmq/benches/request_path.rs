@@ -10,12 +10,13 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use vbmq::backend::{Disk, NullDisk};
 use vbmq::test_utils::{Buffer, SplitRing, blk_header};
+use vbmq::vhost_user::{GuestMemory, Vring};
 use vbmq::virtio_blk::BlkDevice;
 use vbmq::worker::WaitMode;
 use vbmq::worker::{QueueSettings, QueueWorker};
-use vhost_user_backend::{VringRwLock, VringT};
+use vhost_user_backend::VringT;
 use virtio_bindings::virtio_blk::VIRTIO_BLK_T_IN;
-use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 
 const QUEUE_SIZE: u16 = 256;
 const BATCH: u16 = 32;
@@ -27,14 +28,14 @@ const DATA: u64 = 0x20_0000;
 
 /// A queue with `BATCH` three-descriptor read chains (header, 4 KiB, status) in its table.
 struct Guest {
-    mem: GuestMemoryAtomic<GuestMemoryMmap>,
-    vring: VringRwLock,
+    mem: GuestMemoryAtomic<GuestMemory>,
+    vring: Vring,
     ring: SplitRing,
 }
 
 impl Guest {
     fn new() -> Guest {
-        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 24)]).unwrap();
+        let mem = GuestMemory::from_ranges(&[(GuestAddress(0), 1 << 24)]).unwrap();
         let ring = SplitRing::new(QUEUE_SIZE, DESC, AVAIL, USED);
         for chain in 0..BATCH {
             let header = HEADERS + u64::from(chain) * 32;
@@ -49,7 +50,7 @@ impl Guest {
             ring.write_chain(&mem, chain * 3, &buffers);
         }
         let mem = GuestMemoryAtomic::new(mem);
-        let vring = VringRwLock::new(mem.clone(), QUEUE_SIZE).unwrap();
+        let vring = Vring::new(mem.clone(), QUEUE_SIZE).unwrap();
         vring.set_queue_size(QUEUE_SIZE);
         vring.set_queue_info(DESC, AVAIL, USED).unwrap();
         vring.set_queue_event_idx(true);

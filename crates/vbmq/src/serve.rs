@@ -114,7 +114,13 @@ fn open_local_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
     match &spec.storage {
         Storage::File(path) => {
             let disk: Arc<dyn Disk> = FileDisk::open(path, spec.readonly, spec.direct)
-                .and_then(|disk| if spec.lock { disk.lock() } else { Ok(disk) })
+                .and_then(|disk| {
+                    if spec.lock {
+                        disk.lock(spec.handover)
+                    } else {
+                        Ok(disk)
+                    }
+                })
                 .map(|disk| {
                     if spec.ring_only {
                         disk.ring_only()
@@ -183,6 +189,7 @@ pub(crate) fn build_server(spec: &DiskSpec) -> Result<Built, SpecError> {
         &serial,
     ));
     device.limits.set(spec.limits);
+    device.set_writer_seat(disk.writer_seat());
     let settings = (0..spec.queues)
         .map(|i| QueueSettings {
             mode: spec.mode,

@@ -260,8 +260,14 @@ impl MmapLogReg {
         })
     }
 
-    fn len(&self) -> usize {
+    /// Length of the mapped log in bytes (the highest valid index plus one).
+    pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Whether the mapped log is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 

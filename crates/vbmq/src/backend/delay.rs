@@ -69,6 +69,10 @@ impl Disk for DelayedDisk {
     fn close(&self) {
         self.inner.close();
     }
+
+    fn writer_seat(&self) -> Option<std::sync::Arc<super::WriterSeat>> {
+        self.inner.writer_seat()
+    }
 }
 
 /// What wakes a sleeping worker: the inner engine's completions or a held one's deadline, both

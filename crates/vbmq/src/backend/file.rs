@@ -5,10 +5,11 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::direct_align::direct_alignment;
-use super::image_lock::ImageLock;
+use super::image_lock::{ImageLock, WriterSeat};
 use super::uring::{FileKind, UringEngine};
 use super::{Disk, Engine, EngineOptions, Geometry};
 
@@ -122,10 +123,17 @@ impl FileDisk {
 
     /// Locks the image against other processes: shared if the disk is read-only, exclusive if
     /// it is writable (see [`ImageLock`]).
-    pub fn lock(mut self) -> io::Result<Self> {
+    /// With `handover`, another writable disk of this process may serve the image too, one
+    /// writing at a time (see [`ImageLock`]).
+    pub fn lock(mut self, handover: bool) -> io::Result<Self> {
         let file = File::from(self.buffered.try_clone()?);
-        self.lock = Some(ImageLock::take(&file, !self.readonly)?);
+        self.lock = Some(ImageLock::take(&file, !self.readonly, handover)?);
         Ok(self)
+    }
+
+    /// The disk's seat at its image's writer token, when it was locked with `handover`.
+    pub fn writer_seat(&self) -> Option<Arc<WriterSeat>> {
+        self.lock.as_ref().and_then(ImageLock::seat)
     }
 
     /// Sends every read and write through io_uring, even where they would be done on the queue's
@@ -163,6 +171,10 @@ impl Disk for FileDisk {
             capacity: self.capacity.load(Ordering::Relaxed),
             ..self.geometry
         }
+    }
+
+    fn writer_seat(&self) -> Option<Arc<WriterSeat>> {
+        FileDisk::writer_seat(self)
     }
 
     fn resize(&self, bytes: u64, shrink: bool) -> io::Result<u64> {

@@ -2,13 +2,17 @@
 //! the whole file, shared for a read-only disk, exclusive for a writable one. Another process
 //! that opens the image with a conflicting lock gets a clear error instead of a second writer.
 //! Disks of one process on the same image share one lock: the first holder's, upgraded to
-//! exclusive when a writable disk joins read-only ones.
+//! exclusive when a writable disk joins read-only ones. Two writable disks of one process on
+//! one image are refused unless both say `handover=on` (a live migration on one host, the
+//! source VM on one socket and the destination on another): they then share a
+//! [`WriterToken`], which lets one of them write at a time.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// An image is the same under any name: a block device by its device number, a file by inode.
@@ -21,6 +25,56 @@ struct Held {
     fd: OwnedFd,
     exclusive: bool,
     users: usize,
+    /// Writable disks among the users.
+    writers: usize,
+    /// Every writable user asked for `handover=on`.
+    handover: bool,
+    token: Arc<WriterToken>,
+}
+
+/// Which of the `handover=on` disks of one image may write: the first to write while no other
+/// holds it, until its frontend stops its rings (the source VM at the end of a migration).
+#[derive(Debug, Default)]
+pub struct WriterToken {
+    /// The holder's seat number; 0: free.
+    owner: AtomicU64,
+}
+
+/// One disk's place at a [`WriterToken`].
+#[derive(Debug)]
+pub struct WriterSeat {
+    token: Arc<WriterToken>,
+    id: u64,
+}
+
+impl WriterSeat {
+    fn new(token: Arc<WriterToken>) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        WriterSeat {
+            token,
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// Whether this disk may write now; takes the token if it is free.
+    pub fn may_write(&self) -> bool {
+        let owner = self.token.owner.load(Ordering::Acquire);
+        owner == self.id
+            || (owner == 0
+                && self
+                    .token
+                    .owner
+                    .compare_exchange(0, self.id, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok())
+    }
+
+    /// Gives the token back, if this disk holds it (its frontend stopped its rings).
+    pub fn release(&self) {
+        let _ = self
+            .token
+            .owner
+            .compare_exchange(self.id, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
 }
 
 static HELD: Mutex<Vec<Held>> = Mutex::new(Vec::new());
@@ -29,6 +83,9 @@ static HELD: Mutex<Vec<Held>> = Mutex::new(Vec::new());
 #[derive(Debug)]
 pub struct ImageLock {
     id: ImageId,
+    writer: bool,
+    /// Shared with the other `handover=on` writers of the image.
+    seat: Option<Arc<WriterSeat>>,
 }
 
 fn image_id(file: &File) -> io::Result<ImageId> {
@@ -94,10 +151,17 @@ fn conflict(error: io::Error, exclusive: bool) -> io::Error {
 impl ImageLock {
     /// Locks the image open as `file` (opened for writing if `exclusive`): shared for a
     /// read-only disk, exclusive for a writable one.
-    pub fn take(file: &File, exclusive: bool) -> io::Result<Self> {
+    pub fn take(file: &File, exclusive: bool, handover: bool) -> io::Result<Self> {
         let id = image_id(file)?;
         let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(entry) = held.iter_mut().find(|h| h.id == id) {
+            if exclusive && entry.writers > 0 && !(handover && entry.handover) {
+                return Err(io::Error::new(
+                    io::ErrorKind::ResourceBusy,
+                    "written by another disk of this process (handover=on on both, for a \
+                     migration from one to the other)",
+                ));
+            }
             if exclusive && !entry.exclusive {
                 // Upgrade through this disk's writable description: the shared lock of our
                 // own other description would conflict with it, so it goes first.
@@ -110,7 +174,17 @@ impl ImageLock {
                 entry.exclusive = true;
             }
             entry.users += 1;
-            return Ok(ImageLock { id });
+            if exclusive {
+                entry.handover = handover && (entry.writers == 0 || entry.handover);
+                entry.writers += 1;
+            }
+            let seat =
+                (exclusive && handover).then(|| Arc::new(WriterSeat::new(entry.token.clone())));
+            return Ok(ImageLock {
+                id,
+                writer: exclusive,
+                seat,
+            });
         }
         let kind = if exclusive {
             libc::F_WRLCK
@@ -123,8 +197,24 @@ impl ImageLock {
             fd: file.as_fd().try_clone_to_owned()?,
             exclusive,
             users: 1,
+            writers: usize::from(exclusive),
+            handover: exclusive && handover,
+            token: Arc::default(),
         });
-        Ok(ImageLock { id })
+        let seat = held
+            .last()
+            .filter(|_| exclusive && handover)
+            .map(|entry| Arc::new(WriterSeat::new(entry.token.clone())));
+        Ok(ImageLock {
+            id,
+            writer: exclusive,
+            seat,
+        })
+    }
+
+    /// This disk's seat at the image's writer token (`handover=on` only).
+    pub fn seat(&self) -> Option<Arc<WriterSeat>> {
+        self.seat.clone()
     }
 }
 
@@ -144,6 +234,12 @@ impl Drop for ImageLock {
         let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(index) = held.iter().position(|h| h.id == self.id) {
             held[index].users -= 1;
+            if self.writer {
+                held[index].writers -= 1;
+            }
+            if let Some(seat) = &self.seat {
+                seat.release();
+            }
             if held[index].users == 0 {
                 // Unlocked now: closing this descriptor would not do it while the image's
                 // io_uring rings, torn down later by the kernel, still hold the description.

@@ -18,10 +18,12 @@ mod uring;
 
 use std::io;
 use std::os::fd::RawFd;
+use std::sync::Arc;
 
 pub use cache::CachedDisk;
 pub use delay::DelayedDisk;
 pub use file::FileDisk;
+pub use image_lock::WriterSeat;
 pub use image_lock::release_all as release_image_locks;
 pub use iovec::IovList;
 pub use memory::MemoryDisk;
@@ -137,6 +139,11 @@ pub trait Disk: Send + Sync {
     /// image's exclusive lock, which a killed client holds until the cluster times it out).
     /// No engine may submit afterwards.
     fn close(&self) {}
+    /// The disk's seat at its image's writer token, when it shares a writable image with
+    /// another disk of the process (`handover=on`).
+    fn writer_seat(&self) -> Option<Arc<WriterSeat>> {
+        None
+    }
 }
 
 /// A queue's private I/O engine. Operations are queued with [`Engine::push`], handed to the

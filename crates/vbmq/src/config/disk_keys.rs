@@ -135,6 +135,12 @@ pub const DISK_KEYS: &[DiskKey] = &[
         "lock the image against other processes (shared if read-only, exclusive if writable)",
     ),
     key(
+        "handover",
+        "on|off",
+        Some("off"),
+        "let another handover=on disk of this process serve the same writable image, one writing at a time (live migration on one host)",
+    ),
+    key(
         "iops",
         "N",
         Some("0"),

@@ -54,6 +54,8 @@ pub struct DiskSpec {
     pub direct: bool,
     /// Lock the image against other processes (`lock=`).
     pub lock: bool,
+    /// Share a writable image with another `handover=on` disk of this process (`handover=`).
+    pub handover: bool,
     /// I/O limits (`iops=`, `bps=`, ...).
     pub limits: Limits,
     /// Offer in-flight tracking (`VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD`, `inflight=`).
@@ -144,6 +146,7 @@ impl DiskSpec {
             readonly: false,
             direct: true,
             lock: true,
+            handover: false,
             serial: None,
             batch: true,
             ring_only: false,
@@ -272,6 +275,7 @@ impl DiskSpec {
                 "readonly" => spec.readonly = on_off(key, value)?,
                 "direct" => spec.direct = on_off(key, value)?,
                 "lock" => spec.lock = on_off(key, value)?,
+                "handover" => spec.handover = on_off(key, value)?,
                 "batch" => spec.batch = on_off(key, value)?,
                 "io" => {
                     spec.ring_only = match value {

@@ -16,7 +16,8 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
-use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+use super::GuestMemory;
+use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 
 /// Unsealed regions that may be registered at once, for the whole process.
 const SLOTS: usize = 1024;
@@ -61,7 +62,7 @@ fn sealed(file: &std::fs::File) -> bool {
 
 /// Registers every region of `map` whose file could shrink, with `broken` as the flag a fault
 /// in them sets. Fails if the registry is full (the memory table is then refused).
-pub fn register(map: &GuestMemoryMmap, broken: &Arc<AtomicBool>) -> io::Result<Registration> {
+pub fn register(map: &GuestMemory, broken: &Arc<AtomicBool>) -> io::Result<Registration> {
     let mut registration = Registration {
         slots: Vec::new(),
         _broken: broken.clone(),
@@ -73,29 +74,46 @@ pub fn register(map: &GuestMemoryMmap, broken: &Arc<AtomicBool>) -> io::Result<R
         if sealed(file_offset.file()) {
             continue;
         }
-        let start = region.as_ptr() as usize;
         let Ok(len) = usize::try_from(region.len()) else {
             continue;
         };
-        let slot = (0..SLOTS).find(|&i| {
-            REGISTRY[i]
-                .start
-                .compare_exchange(0, usize::MAX, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        });
-        let Some(i) = slot else {
-            return Err(io::Error::other("too many unsealed guest memory regions"));
-        };
-        // Reserved with an impossible start; published last, so the handler never sees a
-        // half-written slot.
-        REGISTRY[i].end.store(start + len, Ordering::Release);
-        REGISTRY[i]
-            .broken
-            .store(Arc::as_ptr(broken).cast_mut(), Ordering::Release);
-        REGISTRY[i].start.store(start, Ordering::Release);
-        registration.slots.push(i);
+        registration
+            .slots
+            .push(claim(region.as_ptr() as usize, len, broken)?);
     }
     Ok(registration)
+}
+
+/// Registers a mapping of `len` bytes at `start` that the frontend could shrink (the dirty log,
+/// whose file vbmq never sees): a fault in it gets zero pages, and sets a flag no one reads.
+pub fn register_range(start: *const u8, len: usize) -> io::Result<Registration> {
+    let broken = Arc::new(AtomicBool::new(false));
+    let slot = claim(start as usize, len, &broken)?;
+    Ok(Registration {
+        slots: vec![slot],
+        _broken: broken,
+    })
+}
+
+/// Takes a free slot for `[start, start + len)`.
+fn claim(start: usize, len: usize, broken: &Arc<AtomicBool>) -> io::Result<usize> {
+    let slot = (0..SLOTS).find(|&i| {
+        REGISTRY[i]
+            .start
+            .compare_exchange(0, usize::MAX, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    });
+    let Some(i) = slot else {
+        return Err(io::Error::other("too many unsealed guest memory regions"));
+    };
+    // Reserved with an impossible start; published last, so the handler never sees a
+    // half-written slot.
+    REGISTRY[i].end.store(start + len, Ordering::Release);
+    REGISTRY[i]
+        .broken
+        .store(Arc::as_ptr(broken).cast_mut(), Ordering::Release);
+    REGISTRY[i].start.store(start, Ordering::Release);
+    Ok(i)
 }
 
 /// Installs the SIGBUS handler (once, before confinement and before any connection).
@@ -162,7 +180,7 @@ mod tests {
     use std::os::fd::FromRawFd;
     use vm_memory::{FileOffset, GuestAddress};
 
-    fn memory(flags: libc::c_uint, seal: bool) -> GuestMemoryMmap {
+    fn memory(flags: libc::c_uint, seal: bool) -> GuestMemory {
         // SAFETY: a NUL-terminated name; the descriptor is owned by the File below.
         let fd = unsafe { libc::memfd_create(c"vbmq-test".as_ptr(), flags) };
         assert!(fd >= 0);
@@ -176,7 +194,7 @@ mod tests {
             assert_eq!(ret, 0);
         }
         let ranges = [(GuestAddress(0), 1 << 20, Some(FileOffset::new(file, 0)))];
-        GuestMemoryMmap::from_ranges_with_files(ranges).unwrap()
+        GuestMemory::from_ranges_with_files(ranges).unwrap()
     }
 
     #[test]

@@ -10,7 +10,8 @@ use crate::host_size;
 use std::io;
 use std::os::fd::AsRawFd;
 
-use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+use super::GuestMemory;
+use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 
 /// Regions one connection may map.
 pub const MAX_REGIONS: usize = 509;
@@ -22,7 +23,7 @@ fn refused(reason: String) -> io::Error {
 
 /// Checks `map`; on failure, first makes every region safe to touch (the part its file does
 /// not back becomes anonymous zero pages), because the crate has already published the map.
-pub fn check(map: &GuestMemoryMmap) -> io::Result<()> {
+pub fn check(map: &GuestMemory) -> io::Result<()> {
     if map.num_regions() > MAX_REGIONS {
         return Err(refused(format!("more than {MAX_REGIONS} memory regions")));
     }

@@ -1,11 +1,13 @@
 //! The vhost-user glue: the `vhost-user-backend` trait implementation and the socket that
 //! accepts one frontend after another.
 
+pub mod dirty_log;
 pub mod inflight_region;
 pub mod memory_faults;
 mod memory_table;
 mod socket;
 mod vhost_user_blk;
 
+pub use dirty_log::{GuestMemory, Vring};
 pub use socket::{DiskServer, SocketError, Stopper};
 pub use vhost_user_blk::VhostUserBlk;

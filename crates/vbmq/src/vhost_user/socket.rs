@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::GuestMemory;
 use vhost::vhost_user::Listener;
 use vhost_user_backend::VhostUserDaemon;
-use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::GuestMemoryAtomic;
 
 use super::VhostUserBlk;
 use crate::backend::{Disk, Engine};
@@ -233,7 +234,7 @@ impl DiskServer {
     }
 
     fn serve_one(&mut self) -> Result<(), String> {
-        let atomic_mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        let atomic_mem = GuestMemoryAtomic::new(GuestMemory::new());
         let backend = Arc::new(
             VhostUserBlk::new(
                 self.device.clone(),

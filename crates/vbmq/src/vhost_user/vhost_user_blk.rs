@@ -11,21 +11,20 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::{GuestMemory, Vring};
 use vhost::vhost_user::message::{
     VhostUserInflight, VhostUserProtocolFeatures, VhostUserVirtioFeatures,
 };
 use vhost::vhost_user::{Backend, VhostUserFrontendReqHandler};
-use vhost_user_backend::{
-    ShutdownHandle, VhostUserBackend, VhostUserDaemon, VringEpollHandler, VringRwLock,
-};
+use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VhostUserDaemon, VringEpollHandler};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
     EventConsumer, EventFlag, EventNotifier, new_event_consumer_and_notifier,
 };
 
-use super::{inflight_region, memory_faults, memory_table};
+use super::{dirty_log, inflight_region, memory_faults, memory_table};
 use crate::backend::{Disk, Engine};
 use crate::virtio_blk::{BlkDevice, config_space};
 use crate::worker::cpu_poller::{self, CpuPoller, QueueCell};
@@ -76,7 +75,7 @@ pub struct VhostUserBlk {
     /// never closes them, so they are closed here once those threads are gone.
     exit_fds: Mutex<Vec<OwnedFd>>,
     /// Guest memory as checked by [`memory_table::check`]: the only map the queues see.
-    guest_memory: GuestMemoryAtomic<GuestMemoryMmap>,
+    guest_memory: GuestMemoryAtomic<GuestMemory>,
     /// Closes the connection when the frontend sends what cannot be served.
     connection: Mutex<Option<ShutdownHandle>>,
     /// A close asked for before [`Self::connected`] gave the handle (the crate's thread may
@@ -91,6 +90,8 @@ pub struct VhostUserBlk {
     inflight: bool,
     /// The channel to the frontend, for configuration change notices.
     backend_req: Mutex<Option<Backend>>,
+    /// The frontend acked `VHOST_F_LOG_ALL`: a live migration is under way (see [`dirty_log`]).
+    dirty_logging: Arc<AtomicBool>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -101,8 +102,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn lock_atomic(
-    atomic: &GuestMemoryAtomic<GuestMemoryMmap>,
-) -> vm_memory::atomic::GuestMemoryExclusiveGuard<'_, GuestMemoryMmap> {
+    atomic: &GuestMemoryAtomic<GuestMemory>,
+) -> vm_memory::atomic::GuestMemoryExclusiveGuard<'_, GuestMemory> {
     atomic
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -116,8 +117,9 @@ impl VhostUserBlk {
         settings: &[QueueSettings],
         stats: &[Arc<QueueStats>],
     ) -> Self {
-        let guest_memory = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        let guest_memory = GuestMemoryAtomic::new(GuestMemory::new());
         let memory_broken = Arc::new(AtomicBool::new(false));
+        let dirty_logging = Arc::new(AtomicBool::new(false));
         let queues = settings
             .iter()
             .zip(stats)
@@ -132,6 +134,7 @@ impl VhostUserBlk {
                     stats.clone(),
                 );
                 worker.stop_also_on(memory_broken.clone());
+                worker.log_dirty_pages_on(dirty_logging.clone());
                 QueueHandle {
                     cell: Arc::new(QueueCell::new(worker)),
                     poller: poller_for(index, settings),
@@ -153,6 +156,7 @@ impl VhostUserBlk {
             memory_faults: Mutex::new(Vec::new()),
             inflight: true,
             backend_req: Mutex::new(None),
+            dirty_logging,
         }
     }
 
@@ -250,6 +254,7 @@ impl VhostUserBlk {
         for handler in lock(&self.handlers).drain(..) {
             handler.send_exit_event();
         }
+        self.device.stop_writing();
     }
 
     /// Ends the connection: completes what is in flight, stops the queues, drops the daemon
@@ -267,8 +272,8 @@ impl VhostUserBlk {
 }
 
 impl VhostUserBackend for VhostUserBlk {
-    type Bitmap = ();
-    type Vring = VringRwLock;
+    type Bitmap = dirty_log::DirtyLog;
+    type Vring = Vring;
 
     fn num_queues(&self) -> usize {
         self.queues.len()
@@ -279,7 +284,9 @@ impl VhostUserBackend for VhostUserBlk {
     }
 
     fn features(&self) -> u64 {
-        self.device.features() | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+        self.device.features()
+            | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+            | VhostUserVirtioFeatures::LOG_ALL.bits()
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
@@ -287,7 +294,8 @@ impl VhostUserBackend for VhostUserBlk {
             | VhostUserProtocolFeatures::CONFIG
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
-            | VhostUserProtocolFeatures::BACKEND_REQ;
+            | VhostUserProtocolFeatures::BACKEND_REQ
+            | VhostUserProtocolFeatures::LOG_SHMFD;
         if self.inflight {
             features | VhostUserProtocolFeatures::INFLIGHT_SHMFD
         } else {
@@ -341,6 +349,7 @@ impl VhostUserBackend for VhostUserBlk {
             );
             self.close_connection();
         }
+        self.set_dirty_logging(features & VhostUserVirtioFeatures::LOG_ALL.bits() != 0);
     }
 
     fn set_config(&self, offset: u32, buf: &[u8]) -> io::Result<()> {
@@ -370,7 +379,7 @@ impl VhostUserBackend for VhostUserBlk {
         *lock(&self.backend_req) = Some(backend);
     }
 
-    fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {
+    fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemory>) -> io::Result<()> {
         let map = mem.memory();
         let checked = memory_table::check(&map)
             .and_then(|()| memory_faults::register(&map, &self.memory_broken));
@@ -382,6 +391,16 @@ impl VhostUserBackend for VhostUserBlk {
                 return Err(e);
             }
         }
+        // A table changed during a migration: the new regions log to the same log.
+        if let Some(log) = dirty_log::log_memory(&self.guest_memory.memory())
+            && let Err(e) = dirty_log::inherit_log(&map, &log)
+        {
+            crate::limited!(
+                warn,
+                "the dirty log does not cover the new memory table: {e}"
+            );
+        }
+        dirty_log::set_logging(&map, self.dirty_logging.load(Ordering::Acquire));
         // The queues switch to it themselves, once their in-flight requests have completed.
         lock_atomic(&self.guest_memory).replace((*map).clone());
         Ok(())
@@ -414,6 +433,9 @@ impl VhostUserBackend for VhostUserBlk {
         }
         worker.ring_stopped();
         queue.stop.store(false, Ordering::Release);
+        // The frontend stops its rings when its VM stops (the source at the end of a
+        // migration): a disk sharing the image may write from now on.
+        self.device.stop_writing();
         Ok(())
     }
 
@@ -421,7 +443,7 @@ impl VhostUserBackend for VhostUserBlk {
         &self,
         device_event: u16,
         _evset: EventSet,
-        vrings: &[VringRwLock],
+        vrings: &[Vring],
         thread_id: usize,
     ) -> io::Result<()> {
         // Errors are logged, never returned: the crate would end this queue's thread.
@@ -472,6 +494,16 @@ impl VhostUserBackend for VhostUserBlk {
 }
 
 impl VhostUserBlk {
+    /// Turns the marking of dirty pages on or off, in the regions (for writes through
+    /// `vm-memory`) and for the workers (for the buffers of reads).
+    fn set_dirty_logging(&self, on: bool) {
+        let was = self.dirty_logging.swap(on, Ordering::SeqCst);
+        dirty_log::set_logging(&self.guest_memory.memory(), on);
+        if on != was {
+            crate::limited!(info, "dirty page logging {}", if on { "on" } else { "off" });
+        }
+    }
+
     /// The crate's thread of a queue a CPU thread serves: hands the queue over on its first
     /// event, then passes kicks on, and closes the connection when the CPU thread found its
     /// guest memory broken.
@@ -481,7 +513,7 @@ impl VhostUserBlk {
         queue: &QueueHandle,
         poller: &CpuPoller,
         device_event: u16,
-        vring: &VringRwLock,
+        vring: &Vring,
     ) {
         if device_event == self.completion_event() {
             queue.notice.read();

@@ -5,8 +5,9 @@ use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
-use crate::backend::{Disk, Geometry};
+use crate::backend::{Disk, Geometry, WriterSeat};
 use crate::worker::DiskLimiter;
 
 /// Bytes in a virtio-blk sector, whatever the block size.
@@ -35,9 +36,31 @@ pub struct BlkDevice {
     pub num_queues: u16,
     /// The GET_ID answer, zero-padded.
     pub serial: [u8; VIRTIO_BLK_ID_BYTES as usize],
+    /// Shares the image with another disk of the process, one writing at a time.
+    pub writer_seat: OnceLock<Arc<WriterSeat>>,
 }
 
 impl BlkDevice {
+    /// Makes writes wait for the image's writer token (`handover=on`).
+    pub fn set_writer_seat(&self, seat: Option<Arc<WriterSeat>>) {
+        if let Some(seat) = seat {
+            let _ = self.writer_seat.set(seat);
+        }
+    }
+
+    /// Whether a write may go to the image now: always, unless the image is shared for a
+    /// handover and the other disk holds the token.
+    pub fn may_write(&self) -> bool {
+        self.writer_seat.get().is_none_or(|seat| seat.may_write())
+    }
+
+    /// The frontend stopped the device: another disk of the image may write.
+    pub fn stop_writing(&self) {
+        if let Some(seat) = self.writer_seat.get() {
+            seat.release();
+        }
+    }
+
     /// The device a guest sees for `disk`: discard is offered when the disk has it and the
     /// device is writable; `serial` is cut to 20 bytes.
     pub fn new(disk: &dyn Disk, readonly: bool, num_queues: u16, serial: &str) -> Self {
@@ -53,6 +76,7 @@ impl BlkDevice {
             discard: disk.supports_discard() && !readonly,
             num_queues,
             serial: id,
+            writer_seat: OnceLock::new(),
         }
     }
 

@@ -1,8 +1,9 @@
 //! Legal but unusual descriptor layouts (virtio 1.x message framing): the parser reads the
 //! request by byte, wherever the driver split it.
 
+use crate::vhost_user::GuestMemory;
 use virtio_bindings::virtio_blk::*;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
 
 use super::request_tests::{DATA, HDR, STATUS, WRITE, desc, error_of, header, range, run};
 use super::*;
@@ -18,7 +19,7 @@ fn spans(mem_base: *const u8, iov: &[libc::iovec], count: u32) -> Vec<(u64, usiz
 /// `run`, with the guest memory's host base so iovecs can be mapped back to guest addresses.
 fn parse_at(
     descs: &[virtio_queue::desc::RawDescriptor],
-    setup: impl FnOnce(&GuestMemoryMmap),
+    setup: impl FnOnce(&GuestMemory),
 ) -> (Result<Request, Rejection>, Vec<(u64, usize)>) {
     let mut base = std::ptr::null();
     let (result, iov) = run(false, descs, |m| {
@@ -146,7 +147,7 @@ fn get_id_split_anywhere() {
 
 #[test]
 fn discard_ranges_split_anywhere_and_sharing_the_header() {
-    let setup = |m: &GuestMemoryMmap| {
+    let setup = |m: &GuestMemory| {
         header(m, VIRTIO_BLK_T_DISCARD, 0);
         range(m, DATA, 8, 8, 0);
         range(m, DATA + 16, 64, 16, 0);

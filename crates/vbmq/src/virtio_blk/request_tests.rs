@@ -1,10 +1,11 @@
 //! The parser over virtio-queue's `MockSplitQueue`: real descriptor tables in guest memory.
 
+use crate::vhost_user::GuestMemory;
 use virtio_bindings::virtio_blk::*;
 use virtio_bindings::virtio_ring::{VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use virtio_queue::desc::{RawDescriptor, split::Descriptor};
 use virtio_queue::mock::MockSplitQueue;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress};
 
 use super::*;
 use crate::backend::Geometry;
@@ -28,6 +29,7 @@ pub(super) fn device(readonly: bool) -> BlkDevice {
         discard: true,
         num_queues: 1,
         serial: [0; 20],
+        writer_seat: Default::default(),
     }
 }
 
@@ -35,14 +37,14 @@ pub(super) fn desc(addr: u64, len: u32, flags: u16) -> RawDescriptor {
     RawDescriptor::from(Descriptor::new(addr, len, flags, 0))
 }
 
-pub(super) fn header(mem: &GuestMemoryMmap, kind: u32, sector: u64) {
+pub(super) fn header(mem: &GuestMemory, kind: u32, sector: u64) {
     let mut raw = [0u8; 16];
     raw[0..4].copy_from_slice(&kind.to_le_bytes());
     raw[8..16].copy_from_slice(&sector.to_le_bytes());
     mem.write_slice(&raw, GuestAddress(HDR)).unwrap();
 }
 
-pub(super) fn range(mem: &GuestMemoryMmap, at: u64, sector: u64, sectors: u32, flags: u32) {
+pub(super) fn range(mem: &GuestMemory, at: u64, sector: u64, sectors: u32, flags: u32) {
     let mut raw = [0u8; 16];
     raw[0..8].copy_from_slice(&sector.to_le_bytes());
     raw[8..12].copy_from_slice(&sectors.to_le_bytes());
@@ -50,15 +52,15 @@ pub(super) fn range(mem: &GuestMemoryMmap, at: u64, sector: u64, sectors: u32, f
     mem.write_slice(&raw, GuestAddress(at)).unwrap();
 }
 
-pub(super) fn memory() -> GuestMemoryMmap {
-    GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM_END as usize)]).unwrap()
+pub(super) fn memory() -> GuestMemory {
+    GuestMemory::from_ranges(&[(GuestAddress(0), MEM_END as usize)]).unwrap()
 }
 
 /// Parses one chain built from `descs`; `setup` writes headers and ranges first.
 pub(super) fn run(
     readonly: bool,
     descs: &[RawDescriptor],
-    setup: impl FnOnce(&GuestMemoryMmap),
+    setup: impl FnOnce(&GuestMemory),
 ) -> (Result<Request, Rejection>, Vec<libc::iovec>) {
     let mem = memory();
     setup(&mem);

@@ -8,6 +8,7 @@
 //! busy within its `poll-us`; otherwise it re-arms every ring's kicks, looks once more, and sleeps
 //! on one epoll of their kicks, their completion eventfds and its doorbell.
 
+use crate::vhost_user::Vring;
 use std::collections::HashMap;
 use std::hint::spin_loop;
 use std::io;
@@ -16,7 +17,6 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
-use vhost_user_backend::VringRwLock;
 use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
 use super::WaitMode;
@@ -92,7 +92,7 @@ pub struct CpuPoller {
     cpu: usize,
     epoll: OwnedFd,
     doorbell: EventFd,
-    queues: Mutex<Vec<(Arc<QueueCell>, VringRwLock)>>,
+    queues: Mutex<Vec<(Arc<QueueCell>, Vring)>>,
     /// Bumped when `queues` changes; the thread reloads its list when it sees a new value.
     generation: AtomicU64,
     /// The thread is about to sleep or asleep: wakers must ring the doorbell.
@@ -135,7 +135,7 @@ pub fn poller_of(cpu: usize) -> io::Result<Arc<CpuPoller>> {
 /// One queue as the thread sees it between two reloads of its list.
 struct Entry {
     cell: Arc<QueueCell>,
-    vring: VringRwLock,
+    vring: Vring,
     mode: WaitMode,
     poll: Duration,
 }
@@ -195,7 +195,7 @@ impl CpuPoller {
     }
 
     /// Watches the ring's current kick eventfd, if it is not watched already.
-    pub fn watch_kick(&self, cell: &QueueCell, vring: &VringRwLock) {
+    pub fn watch_kick(&self, cell: &QueueCell, vring: &Vring) {
         use vhost_user_backend::VringT;
         let Some(fd) = vring
             .get_ref()
@@ -213,7 +213,7 @@ impl CpuPoller {
     }
 
     /// Serves `cell` from now on.
-    pub fn add(&self, cell: Arc<QueueCell>, vring: VringRwLock) {
+    pub fn add(&self, cell: Arc<QueueCell>, vring: Vring) {
         self.lock_queues().push((cell, vring));
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.wake();
@@ -235,7 +235,7 @@ impl CpuPoller {
         }
     }
 
-    fn lock_queues(&self) -> MutexGuard<'_, Vec<(Arc<QueueCell>, VringRwLock)>> {
+    fn lock_queues(&self) -> MutexGuard<'_, Vec<(Arc<QueueCell>, Vring)>> {
         self.queues.lock().unwrap_or_else(|p| p.into_inner())
     }
 

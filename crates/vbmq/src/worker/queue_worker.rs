@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use vhost_user_backend::{VringRwLock, VringState, VringT};
+use crate::vhost_user::{GuestMemory, Vring};
+use vhost_user_backend::{VringState, VringT};
 use virtio_queue::QueueT;
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
 
 use super::WaitMode;
 use super::affinity::{name_current_thread, pin_current_thread};
@@ -67,17 +68,19 @@ pub struct QueueWorker {
     settings: QueueSettings,
     device: Arc<BlkDevice>,
     disk: Arc<dyn Disk>,
-    atomic_mem: GuestMemoryAtomic<GuestMemoryMmap>,
+    atomic_mem: GuestMemoryAtomic<GuestMemory>,
     /// The guest memory every in-flight request points into: replaced only once they completed.
-    mem: Arc<GuestMemoryMmap>,
+    mem: Arc<GuestMemory>,
     engine: Option<Box<dyn Engine>>,
     /// Ends the polling loop like `stop` (see [`Self::stop_also_on`]).
     also_stop: Arc<AtomicBool>,
+    /// The connection's dirty logging is on (see [`Self::log_dirty_pages_on`]).
+    dirty_logging: Arc<AtomicBool>,
     /// Whether [`Self::set_up`] may open an engine (no: a confined process, whose engines were
     /// created before confinement and are lent to each connection's workers).
     may_open_engine: bool,
     inflight: InFlight,
-    vring: Option<VringRwLock>,
+    vring: Option<Vring>,
     set_up: bool,
     /// The ring set-up the driver or frontend broke (an avail index further ahead than the ring
     /// holds, or a ring not wholly inside guest memory): not served until the frontend sets the
@@ -105,7 +108,7 @@ impl QueueWorker {
         settings: QueueSettings,
         device: Arc<BlkDevice>,
         disk: Arc<dyn Disk>,
-        atomic_mem: GuestMemoryAtomic<GuestMemoryMmap>,
+        atomic_mem: GuestMemoryAtomic<GuestMemory>,
         stats: Arc<QueueStats>,
     ) -> Self {
         let mem = atomic_mem.memory().into_inner();
@@ -120,6 +123,7 @@ impl QueueWorker {
             engine: None,
             may_open_engine: true,
             also_stop: Arc::new(AtomicBool::new(false)),
+            dirty_logging: Arc::new(AtomicBool::new(false)),
             vring: None,
             set_up: false,
             broken: None,
@@ -140,7 +144,7 @@ impl QueueWorker {
     /// Prepares the worker: opens its engine and, on a thread of its own (`own_thread`), names
     /// that thread and pins it. Returns the engine's completion eventfd the first time, for the
     /// caller to wait on.
-    pub fn set_up(&mut self, vring: &VringRwLock, own_thread: bool) -> Option<RawFd> {
+    pub fn set_up(&mut self, vring: &Vring, own_thread: bool) -> Option<RawFd> {
         if self.set_up {
             return None;
         }
@@ -180,7 +184,7 @@ impl QueueWorker {
 
     /// Serves the queue after a kick, a completion or the ring being enabled, in the queue's
     /// mode. Returns when the thread should sleep in epoll again, or when `stop` is set.
-    pub fn run(&mut self, vring: &VringRwLock, stop: &AtomicBool) {
+    pub fn run(&mut self, vring: &Vring, stop: &AtomicBool) {
         if self.asleep_since != 0 {
             self.stats.slept(now_ns().saturating_sub(self.asleep_since));
         }
@@ -188,7 +192,7 @@ impl QueueWorker {
         self.asleep_since = now_ns();
     }
 
-    fn run_mode(&mut self, vring: &VringRwLock, stop: &AtomicBool) {
+    fn run_mode(&mut self, vring: &Vring, stop: &AtomicBool) {
         match self.settings.mode {
             WaitMode::Event => {
                 self.pass(vring, true, u16::MAX);
@@ -199,7 +203,7 @@ impl QueueWorker {
     }
 
     /// Spins on the queue; with `idle_limit`, goes back to sleep after that long without work.
-    fn poll(&mut self, vring: &VringRwLock, stop: &AtomicBool, idle_limit: Option<Duration>) {
+    fn poll(&mut self, vring: &Vring, stop: &AtomicBool, idle_limit: Option<Duration>) {
         self.refresh_memory(vring);
         self.suppress_kicks(vring);
         let mut idle_since: Option<Instant> = None;
@@ -231,7 +235,7 @@ impl QueueWorker {
         }
     }
 
-    fn suppress_kicks(&mut self, vring: &VringRwLock) {
+    fn suppress_kicks(&mut self, vring: &Vring) {
         let mut state = vring.get_mut();
         if let Err(e) = state.get_queue_mut().disable_notification(&*self.mem) {
             crate::limited!(
@@ -244,7 +248,7 @@ impl QueueWorker {
 
     /// Enables guest kicks; true if requests arrived meanwhile (requests the limits hold
     /// back do not count: the limit timer wakes the thread for them).
-    fn rearm_kicks(&mut self, vring: &VringRwLock) -> bool {
+    fn rearm_kicks(&mut self, vring: &Vring) -> bool {
         let mut state = vring.get_mut();
         let queue = state.get_queue_mut();
         if !queue.enable_notification(&*self.mem).unwrap_or(false) || self.limited {
@@ -257,7 +261,7 @@ impl QueueWorker {
     }
 
     /// Switches to the current guest memory once nothing in flight points into the old one.
-    fn refresh_memory(&mut self, vring: &VringRwLock) {
+    fn refresh_memory(&mut self, vring: &Vring) {
         let current = self.atomic_mem.memory();
         if std::ptr::eq(&*current, &*self.mem) {
             return;
@@ -269,7 +273,7 @@ impl QueueWorker {
 
     /// One pass: take the available requests (at most `budget`), submit them together, complete
     /// what is done, and notify the guest once. `rearm` keeps kicks enabled (event mode).
-    fn pass(&mut self, vring: &VringRwLock, rearm: bool, budget: u16) -> Pass {
+    fn pass(&mut self, vring: &Vring, rearm: bool, budget: u16) -> Pass {
         loop {
             let (pass, stale) = self.pass_with_current_memory(vring, rearm, budget);
             if !stale {
@@ -285,7 +289,7 @@ impl QueueWorker {
     /// taken. Returns true in the second field if the snapshot must be replaced first.
     fn pass_with_current_memory(
         &mut self,
-        vring: &VringRwLock,
+        vring: &Vring,
         rearm: bool,
         budget: u16,
     ) -> (Pass, bool) {
@@ -300,6 +304,7 @@ impl QueueWorker {
             stats: &self.stats,
             record: self.record.as_mut(),
             clock: 0,
+            dirty_logging: &self.dirty_logging,
         };
         let setup = RingSetup::of(state.get_queue(), ctx.mem);
         if self.broken.is_some_and(|broken| broken != setup) {
@@ -418,7 +423,7 @@ impl QueueWorker {
     /// Submits what is queued and reaps completions into the used ring.
     fn reap(
         ctx: &mut Ctx<'_>,
-        state: &mut VringState<GuestMemoryAtomic<GuestMemoryMmap>>,
+        state: &mut VringState<GuestMemoryAtomic<GuestMemory>>,
         submit: bool,
         pass: &mut Pass,
     ) -> usize {
@@ -451,10 +456,7 @@ impl QueueWorker {
         used
     }
 
-    fn notify_guest(
-        state: &mut VringState<GuestMemoryAtomic<GuestMemoryMmap>>,
-        mem: &GuestMemoryMmap,
-    ) {
+    fn notify_guest(state: &mut VringState<GuestMemoryAtomic<GuestMemory>>, mem: &GuestMemory) {
         let needed = state
             .get_queue_mut()
             .needs_notification(mem)
@@ -486,7 +488,7 @@ impl QueueWorker {
     }
 
     /// Completes every request in flight, blocking until the engine returns them all.
-    pub fn drain(&mut self, vring: &VringRwLock) {
+    pub fn drain(&mut self, vring: &Vring) {
         while self.inflight.count > 0 {
             let Some(engine) = self.engine.as_mut() else {
                 return;
@@ -508,6 +510,7 @@ impl QueueWorker {
                 stats: &self.stats,
                 record: self.record.as_mut(),
                 clock: 0,
+                dirty_logging: &self.dirty_logging,
             };
             let mut pass = Pass::default();
             if Self::reap(&mut ctx, &mut state, false, &mut pass) > 0 {
@@ -519,6 +522,11 @@ impl QueueWorker {
     /// A flag that stops the polling loop as `stop` does: the connection's guest memory broke.
     pub fn stop_also_on(&mut self, flag: Arc<AtomicBool>) {
         self.also_stop = flag;
+    }
+
+    /// The flag that says the frontend logs dirty pages (a live migration is under way).
+    pub fn log_dirty_pages_on(&mut self, flag: Arc<AtomicBool>) {
+        self.dirty_logging = flag;
     }
 
     /// Gives the worker an engine created earlier (before confinement); it will open none.
@@ -580,19 +588,19 @@ impl QueueWorker {
 
     /// Makes the worker ready for [`Self::step`]s after a sleep: the current guest memory, the
     /// guest's kicks off.
-    pub fn begin_polling(&mut self, vring: &VringRwLock) {
+    pub fn begin_polling(&mut self, vring: &Vring) {
         self.refresh_memory(vring);
         self.suppress_kicks(vring);
     }
 
     /// One pass for a thread that serves several queues: at most `budget` requests taken.
-    pub fn step(&mut self, vring: &VringRwLock, budget: u16) -> Pass {
+    pub fn step(&mut self, vring: &Vring, budget: u16) -> Pass {
         self.pass(vring, false, budget)
     }
 
     /// Turns the guest's kicks on before the serving thread sleeps; true if requests arrived
     /// meanwhile (it must not sleep then).
-    pub fn rearm(&mut self, vring: &VringRwLock) -> bool {
+    pub fn rearm(&mut self, vring: &Vring) -> bool {
         self.rearm_kicks(vring)
     }
 
@@ -609,7 +617,7 @@ impl QueueWorker {
     }
 
     /// The vring this worker serves, once it has been set up.
-    pub fn vring(&self) -> Option<&VringRwLock> {
+    pub fn vring(&self) -> Option<&Vring> {
         self.vring.as_ref()
     }
 }
@@ -638,7 +646,7 @@ struct RingSetup {
 }
 
 impl RingSetup {
-    fn of(queue: &virtio_queue::Queue, mem: &GuestMemoryMmap) -> Self {
+    fn of(queue: &virtio_queue::Queue, mem: &GuestMemory) -> Self {
         RingSetup {
             desc_table: queue.desc_table(),
             avail_ring: queue.avail_ring(),
@@ -659,7 +667,7 @@ impl RingSetup {
 
     /// Whether the descriptor table and both rings (with their event fields) lie wholly inside
     /// guest memory (virtio 1.x, 2.7).
-    fn fits(&self, mem: &GuestMemoryMmap) -> bool {
+    fn fits(&self, mem: &GuestMemory) -> bool {
         let n = u64::from(self.size);
         [
             (self.desc_table, 16 * n),

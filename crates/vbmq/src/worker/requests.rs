@@ -1,8 +1,11 @@
 //! One request's way through a worker: parsed and handed to the engine (or completed at once),
 //! then completed into the used ring when the engine returns it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::vhost_user::{GuestMemory, dirty_log};
 use virtio_queue::{Queue, QueueT};
-use vm_memory::{Bytes, GuestMemoryMmap};
+use vm_memory::Bytes;
 
 use super::inflight::InFlight;
 use super::stats::{OpKind, QueueStats, now_ns};
@@ -12,7 +15,7 @@ use crate::virtio_blk::{BlkDevice, RequestType, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S
 
 /// Everything a pass needs, borrowed apart from the worker so the queue lock can be held.
 pub(super) struct Ctx<'a> {
-    pub mem: &'a GuestMemoryMmap,
+    pub mem: &'a GuestMemory,
     pub device: &'a BlkDevice,
     pub engine: Option<&'a mut Box<dyn Engine>>,
     pub inflight: &'a mut InFlight,
@@ -21,9 +24,11 @@ pub(super) struct Ctx<'a> {
     pub record: Option<&'a mut InflightRecord>,
     /// The time, read once for the requests taken (or completed) together (0: not yet).
     pub clock: u64,
+    /// The frontend is migrating the VM: pages written by reads are marked in its dirty log.
+    pub dirty_logging: &'a AtomicBool,
 }
 
-fn write_status(mem: &GuestMemoryMmap, addr: vm_memory::GuestAddress, status: u32) {
+fn write_status(mem: &GuestMemory, addr: vm_memory::GuestAddress, status: u32) {
     // The address was checked when the request was parsed; a failure here is the guest's loss.
     let _ = mem.write_obj(u8::try_from(status).unwrap_or(1), addr);
 }
@@ -33,7 +38,7 @@ fn write_status(mem: &GuestMemoryMmap, addr: vm_memory::GuestAddress, status: u3
 fn add_used(
     record: Option<&InflightRecord>,
     queue: &mut Queue,
-    mem: &GuestMemoryMmap,
+    mem: &GuestMemory,
     head: u16,
     len: u32,
 ) -> usize {
@@ -71,12 +76,22 @@ impl Ctx<'_> {
         self.clock
     }
 
+    /// Marks the guest pages of `iov` in the dirty log, while the frontend keeps one.
+    fn mark_dirty(&self, iov: crate::backend::IovList) {
+        if !self.dirty_logging.load(Ordering::Acquire) || dirty_log::reads_unlogged() {
+            return;
+        }
+        for v in iov.iovecs() {
+            dirty_log::mark_host_range(self.mem, v.iov_base.cast_const().cast(), v.iov_len);
+        }
+    }
+
     /// Parses a chain and hands it to the engine, or completes it at once. Returns the used
     /// entries added.
     pub fn start(
         &mut self,
         queue: &mut Queue,
-        chain: virtio_queue::DescriptorChain<&GuestMemoryMmap>,
+        chain: virtio_queue::DescriptorChain<&GuestMemory>,
     ) -> usize {
         let head = chain.head_index();
         let h = usize::from(head);
@@ -109,6 +124,21 @@ impl Ctx<'_> {
                 return add_used(record, queue, self.mem, head, len);
             }
         };
+        if matches!(
+            request.kind,
+            RequestType::Out | RequestType::Discard | RequestType::WriteZeroes
+        ) && !self.device.may_write()
+        {
+            crate::limited!(
+                warn,
+                "write refused: another disk of this process writes the image (handover=on: \
+                 its VM has not stopped)"
+            );
+            let status = VIRTIO_BLK_S_IOERR;
+            self.stats.record(kind_of(request.kind), status, 0, 0, 0);
+            write_status(self.mem, request.status, status);
+            return add_used(record, queue, self.mem, head, 1);
+        }
         if self.device.limits.on() {
             let write = !matches!(request.kind, RequestType::In | RequestType::GetId);
             let bytes = match request.kind {
@@ -132,6 +162,7 @@ impl Ctx<'_> {
                 let iov = self.inflight.iovecs(h, 0, request.iov_count);
                 // SAFETY: the serial is host memory, apart from the guest buffers of `iov`.
                 unsafe { iov.copy_in(0, self.device.serial.as_ptr(), n) };
+                self.mark_dirty(iov);
                 return complete_now(VIRTIO_BLK_S_OK, u32::try_from(n).unwrap_or(0) + 1, queue);
             }
             RequestType::In | RequestType::Out if request.data_len == 0 => {
@@ -216,6 +247,24 @@ impl Ctx<'_> {
         if !slot.busy {
             return 0;
         }
+        // Checked after the kernel or the engine wrote the buffers: a migration that starts
+        // later sends those pages in its first round anyway.
+        if !slot.is_write && slot.read > 0 && self.dirty_logging.load(Ordering::Acquire) {
+            let (h, start, count) = (
+                usize::from(u16::try_from(tag).unwrap_or(0)),
+                slot.iov_start,
+                slot.iov_count,
+            );
+            let iov = self.inflight.iovecs(h, start, count);
+            self.mark_dirty(iov);
+        }
+        let Some(slot) = self
+            .inflight
+            .slots
+            .get_mut(usize::try_from(tag).unwrap_or(usize::MAX))
+        else {
+            return 0;
+        };
         if result != slot.expect {
             // A read or write that moved some bytes but not all (a file that shrank, NFS,
             // FUSE): the rest is asked again, as QEMU does; only no progress is an error.

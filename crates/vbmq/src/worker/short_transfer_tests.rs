@@ -8,9 +8,10 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use vhost_user_backend::{VringRwLock, VringT};
+use crate::vhost_user::{GuestMemory, Vring};
+use vhost_user_backend::VringT;
 use virtio_bindings::virtio_blk::{VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT};
-use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 
 use super::{QueueSettings, QueueWorker, WaitMode};
 use crate::backend::{Disk, Engine, EngineOptions, Geometry, IoOp};
@@ -132,7 +133,7 @@ fn pattern(len: usize) -> Vec<u8> {
 /// a worker over `disk`; returns the status byte, the guest data and the operations pushed.
 fn one_request(disk: PiecewiseDisk, kind: u32, sector: u64, data: &[u8]) -> (u8, Vec<u8>, usize) {
     PUSHES.with(|p| *p.lock().unwrap() = 0);
-    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
+    let mem = GuestMemory::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
     mem.write_slice(&blk_header(kind, sector), GuestAddress(0x8000))
         .unwrap();
     mem.write_obj(0xffu8, GuestAddress(STATUS)).unwrap();
@@ -172,7 +173,7 @@ fn one_request(disk: PiecewiseDisk, kind: u32, sector: u64, data: &[u8]) -> (u8,
         atomic.clone(),
         Default::default(),
     );
-    let vring = VringRwLock::new(atomic.clone(), SIZE).unwrap();
+    let vring = Vring::new(atomic.clone(), SIZE).unwrap();
     vring.set_queue_size(SIZE);
     vring.set_queue_info(DESC, AVAIL, USED).unwrap();
     vring.set_queue_ready(true);

@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use vhost_user_backend::{VringRwLock, VringT};
+use crate::vhost_user::{GuestMemory, Vring};
+use vhost_user_backend::VringT;
 use virtio_bindings::virtio_blk::VIRTIO_BLK_T_IN;
-use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 
 use super::{QueueSettings, QueueWorker};
 use crate::backend::{Disk, NullDisk};
@@ -19,12 +20,12 @@ const DESC: u64 = 0x1000;
 const AVAIL: u64 = 0x2000;
 const USED: u64 = 0x3000;
 
-fn guest_memory() -> GuestMemoryMmap {
-    GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap()
+fn guest_memory() -> GuestMemory {
+    GuestMemory::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap()
 }
 
 /// Writes a 4 KiB read at descriptor 0 and makes it available.
-fn offer_read(mem: &GuestMemoryMmap) {
+fn offer_read(mem: &GuestMemory) {
     mem.write_slice(&blk_header(VIRTIO_BLK_T_IN, 0), GuestAddress(0x8000))
         .unwrap();
     mem.write_obj(0xffu8, GuestAddress(0x8010)).unwrap();
@@ -38,7 +39,7 @@ fn offer_read(mem: &GuestMemoryMmap) {
     ring.publish(mem, &[head]);
 }
 
-fn worker(mode: WaitMode, atomic: &GuestMemoryAtomic<GuestMemoryMmap>) -> QueueWorker {
+fn worker(mode: WaitMode, atomic: &GuestMemoryAtomic<GuestMemory>) -> QueueWorker {
     let disk: Arc<dyn Disk> = Arc::new(NullDisk::new(1 << 20));
     let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, ""));
     let settings = QueueSettings {
@@ -65,9 +66,9 @@ fn first_request_after_the_memory_table_is_served_in_every_mode() {
     let modes = [WaitMode::Event, WaitMode::Poll, WaitMode::Adaptive];
     // Without EVENT_IDX (a BIOS driver) notifications are flags in the used ring.
     for (mode, event_idx) in modes.into_iter().flat_map(|m| [(m, false), (m, true)]) {
-        let atomic = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        let atomic = GuestMemoryAtomic::new(GuestMemory::new());
         let mut worker = worker(mode, &atomic);
-        let vring = VringRwLock::new(atomic.clone(), SIZE).unwrap();
+        let vring = Vring::new(atomic.clone(), SIZE).unwrap();
         // SET_MEM_TABLE, then the vring set up and enabled, then the first request.
         let mem = guest_memory();
         offer_read(&mem);
@@ -127,7 +128,7 @@ fn avail_index_past_the_ring_does_not_spin() {
             .unwrap();
         let atomic = GuestMemoryAtomic::new(mem);
         let mut worker = worker(mode, &atomic);
-        let vring = VringRwLock::new(atomic.clone(), SIZE).unwrap();
+        let vring = Vring::new(atomic.clone(), SIZE).unwrap();
         vring.set_queue_size(SIZE);
         vring.set_queue_info(DESC, AVAIL, USED).unwrap();
         vring.set_queue_ready(true);
@@ -188,7 +189,7 @@ fn get_id_split_across_buffers_gets_the_whole_serial() {
         atomic.clone(),
         Default::default(),
     );
-    let vring = VringRwLock::new(atomic.clone(), SIZE).unwrap();
+    let vring = Vring::new(atomic.clone(), SIZE).unwrap();
     vring.set_queue_size(SIZE);
     vring.set_queue_info(DESC, AVAIL, USED).unwrap();
     vring.set_queue_ready(true);

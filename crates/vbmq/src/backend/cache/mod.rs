@@ -205,6 +205,10 @@ impl Disk for CachedDisk {
         self.inner.supports_discard()
     }
 
+    fn writer_seat(&self) -> Option<Arc<crate::backend::WriterSeat>> {
+        self.inner.writer_seat()
+    }
+
     fn on_resize(&self, listener: Box<dyn Fn(u64) + Send + Sync>) {
         let (capacity, cache) = (self.capacity.clone(), self.cache.clone());
         self.inner.on_resize(Box::new(move |bytes| {

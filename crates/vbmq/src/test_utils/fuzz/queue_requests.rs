@@ -9,13 +9,14 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use crate::backend::{Disk, MemoryDisk};
+use crate::vhost_user::{GuestMemory, Vring};
 use crate::virtio_blk::BlkDevice;
 use crate::worker::WaitMode;
 use crate::worker::{QueueSettings, QueueWorker};
 use arbitrary::{Arbitrary, Unstructured};
-use vhost_user_backend::{VringRwLock, VringT};
+use vhost_user_backend::VringT;
 use virtio_bindings::virtio_ring::{VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
-use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 
 const QUEUE_SIZE: u16 = 16;
 const DESC: u64 = 0x1000;
@@ -137,13 +138,7 @@ fn desc_bytes(addr: u64, len: u32, flags: u16, next: u16) -> [u8; 16] {
 
 /// Writes `chain` at descriptor `head` (using slots `head..` of a table at `table`), returning
 /// the descriptors it used.
-fn write_chain(
-    mem: &GuestMemoryMmap,
-    chain: &Chain,
-    n: u16,
-    table: u64,
-    slot: u16,
-) -> Vec<[u8; 16]> {
+fn write_chain(mem: &GuestMemory, chain: &Chain, n: u16, table: u64, slot: u16) -> Vec<[u8; 16]> {
     let header = HEADERS + u64::from(n) * 64;
     match chain {
         Chain::Raw(descs) => descs
@@ -211,7 +206,7 @@ fn write_chain(
 }
 
 fn run(input: &Input) {
-    let mem = GuestMemoryMmap::from_ranges(&[
+    let mem = GuestMemory::from_ranges(&[
         (GuestAddress(0), REGION0_END as usize),
         (
             GuestAddress(REGION1_START),
@@ -269,7 +264,7 @@ fn run(input: &Input) {
     let _ = mem.write_obj((heads.len() as u16).to_le(), GuestAddress(AVAIL + 2));
 
     let atomic = GuestMemoryAtomic::new(mem);
-    let vring = VringRwLock::new(atomic.clone(), QUEUE_SIZE).expect("vring");
+    let vring = Vring::new(atomic.clone(), QUEUE_SIZE).expect("vring");
     vring.set_queue_size(QUEUE_SIZE);
     if vring.set_queue_info(DESC, AVAIL, USED).is_err() {
         return;

@@ -214,6 +214,7 @@ fn check(input: &Input) {
         discard: input.discard,
         num_queues: 1,
         serial: [0; 20],
+        writer_seat: Default::default(),
     };
     let empty = libc::iovec {
         iov_base: std::ptr::null_mut(),

@@ -100,6 +100,7 @@ fn check(split: &Split) {
         discard: true,
         num_queues: 1,
         serial: [0; 20],
+        writer_seat: Default::default(),
     };
     let run = |pieces: &[(u64, u64, bool)]| {
         let descs: Vec<RawDescriptor> = pieces

@@ -9,13 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{Disk, NullDisk};
+use crate::vhost_user::GuestMemory;
 use crate::vhost_user::VhostUserBlk;
 use crate::virtio_blk::BlkDevice;
 use crate::worker::QueueSettings;
 use crate::worker::WaitMode;
 use vhost::vhost_user::Listener;
 use vhost_user_backend::VhostUserDaemon;
-use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::GuestMemoryAtomic;
 
 fn serve_one(bytes: &[u8]) {
     let dir = std::env::temp_dir().join(format!("vbmq-fuzz-{}", std::process::id()));
@@ -35,7 +36,7 @@ fn serve_one(bytes: &[u8]) {
         })
         .collect();
     let stats: Vec<_> = settings.iter().map(|_| Arc::default()).collect();
-    let atomic = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+    let atomic = GuestMemoryAtomic::new(GuestMemory::new());
     let backend = Arc::new(VhostUserBlk::new(device, disk, &settings, &stats));
     let mut daemon =
         VhostUserDaemon::new("vbmq-fuzz".into(), backend.clone(), atomic).expect("daemon");

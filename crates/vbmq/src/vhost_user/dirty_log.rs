@@ -1,0 +1,236 @@
+//! Dirty page logging for live migration (`VHOST_F_LOG_ALL`, `VHOST_USER_PROTOCOL_F_LOG_SHMFD`).
+//!
+//! While a VM migrates, its frontend copies guest memory again and again, each time only the
+//! pages written since the last copy. The pages a backend writes (data of reads, status bytes,
+//! used rings) are invisible to the frontend, so the backend marks them in a bitmap the
+//! frontend shares (`SET_LOG_BASE`): one bit per 4 KiB page of guest-physical address space.
+//!
+//! Every guest memory region carries a [`DirtyLog`]. Writes made through `vm-memory` (status
+//! bytes, used ring) mark it themselves; writes the kernel makes into guest buffers (io_uring
+//! reads) and the engines' copies are marked by the worker with [`mark_host_range`] after the
+//! completion and before the used entry is published. Logging is on only between a
+//! `SET_FEATURES` with `VHOST_F_LOG_ALL` and one without (a finished or cancelled migration):
+//! while off, marking costs one load of a flag that never changes.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use arc_swap::ArcSwapOption;
+
+use super::memory_faults;
+use vhost_user_backend::bitmap::{BitmapReplace, MemRegionBitmap, MmapLogReg};
+use vm_memory::bitmap::{Bitmap, RefSlice, WithBitmapSlice};
+use vm_memory::mmap::NewBitmap;
+use vm_memory::{Address, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+
+/// Guest memory as vbmq maps it: every region with its dirty log.
+pub type GuestMemory = GuestMemoryMmap<DirtyLog>;
+
+/// A virtqueue over that memory.
+pub type Vring = vhost_user_backend::VringRwLock<vm_memory::GuestMemoryAtomic<GuestMemory>>;
+
+/// Size of a page in the log (`VHOST_LOG_PAGE`).
+const LOG_PAGE: usize = 0x1000;
+
+/// The frontend's log, as seen from one region: the bits of the region's pages.
+/// (`Debug` by hand: the registration has nothing to show.)
+pub struct RegionLog {
+    /// Unregistered before `log` can unmap (fields drop in order).
+    _faults: memory_faults::Registration,
+    log: Arc<MmapLogReg>,
+    /// Guest-physical page number of the region's first byte.
+    first_page: usize,
+    /// Pages in the region.
+    pages: usize,
+}
+
+impl std::fmt::Debug for RegionLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegionLog")
+            .field("first_page", &self.first_page)
+            .field("pages", &self.pages)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemRegionBitmap for RegionLog {
+    fn new<R: GuestMemoryRegion>(region: &R, log: Arc<MmapLogReg>) -> io::Result<Self> {
+        let invalid = || io::Error::from(io::ErrorKind::InvalidData);
+        let start = usize::try_from(region.start_addr().raw_value()).map_err(|_| invalid())?;
+        let len = usize::try_from(region.len()).map_err(|_| invalid())?;
+        let last = start
+            .checked_add(len)
+            .and_then(|end| end.checked_sub(1))
+            .ok_or_else(invalid)?;
+        // The log covers guest-physical addresses from 0: it must reach the region's last page.
+        if last / LOG_PAGE / 8 >= log.len() {
+            return Err(invalid());
+        }
+        // The frontend's file is never seen here: it may shrink under the mapping, and a mark
+        // would then raise SIGBUS (see `memory_faults`).
+        let faults = memory_faults::register_range(&raw const log[0] as *const u8, log.len())?;
+        Ok(RegionLog {
+            _faults: faults,
+            log,
+            first_page: start / LOG_PAGE,
+            pages: last / LOG_PAGE - start / LOG_PAGE + 1,
+        })
+    }
+}
+
+impl RegionLog {
+    /// Marks the pages of `[offset, offset + len)`, an offset into the region.
+    fn mark(&self, offset: usize, len: usize) {
+        if len == 0 {
+            return;
+        }
+        let first = offset / LOG_PAGE;
+        let last = (offset.saturating_add(len - 1) / LOG_PAGE).min(self.pages.saturating_sub(1));
+        for page in first..=last {
+            let page = self.first_page + page;
+            // `new` checked that the region's last page has its byte in the log.
+            self.log[page / 8].fetch_or(1 << (page % 8), Ordering::Relaxed);
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Logging is on (the frontend acked `VHOST_F_LOG_ALL`).
+    on: AtomicBool,
+    /// The log the frontend gave last.
+    log: ArcSwapOption<RegionLog>,
+}
+
+/// One region's dirty log: a `vm-memory` bitmap whose backing the frontend gives at run time.
+#[derive(Clone, Debug, Default)]
+pub struct DirtyLog(Arc<State>);
+
+impl DirtyLog {
+    /// Turns marking on or off.
+    pub fn set_logging(&self, on: bool) {
+        self.0.on.store(on, Ordering::SeqCst);
+    }
+
+    /// Whether marking is on.
+    pub fn logging(&self) -> bool {
+        self.0.on.load(Ordering::Acquire)
+    }
+
+    /// The log memory this region writes to, if the frontend gave one.
+    pub fn log_memory(&self) -> Option<Arc<MmapLogReg>> {
+        self.0.log.load().as_ref().map(|log| log.log.clone())
+    }
+
+    /// Whether the frontend gave this region a log.
+    pub fn has_log(&self) -> bool {
+        self.0.log.load().is_some()
+    }
+}
+
+impl Bitmap for DirtyLog {
+    #[inline]
+    fn mark_dirty(&self, offset: usize, len: usize) {
+        if !self.0.on.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(log) = self.0.log.load().as_ref() {
+            log.mark(offset, len);
+        }
+    }
+
+    fn dirty_at(&self, offset: usize) -> bool {
+        let guard = self.0.log.load();
+        let Some(log) = guard.as_ref() else {
+            return false;
+        };
+        let page = offset / LOG_PAGE;
+        if page >= log.pages {
+            return false;
+        }
+        let page = log.first_page + page;
+        log.log[page / 8].load(Ordering::Relaxed) & (1 << (page % 8)) != 0
+    }
+
+    fn slice_at(&self, offset: usize) -> RefSlice<'_, Self> {
+        RefSlice::new(self, offset)
+    }
+}
+
+impl<'a> WithBitmapSlice<'a> for DirtyLog {
+    type S = RefSlice<'a, Self>;
+}
+
+impl NewBitmap for DirtyLog {
+    fn with_len(_len: usize) -> Self {
+        Self::default()
+    }
+}
+
+impl BitmapReplace for DirtyLog {
+    type InnerBitmap = RegionLog;
+
+    fn replace(&self, log: RegionLog) {
+        self.0.log.store(Some(Arc::new(log)));
+    }
+}
+
+/// Turns marking on or off in every region of `mem`.
+pub fn set_logging(mem: &GuestMemory, on: bool) {
+    for region in mem.iter() {
+        region.bitmap_state().set_logging(on);
+    }
+}
+
+/// Gives the regions of `mem` that have no log the one `other` regions use (a memory table
+/// changed while a migration logs: the frontend does not send the log again).
+pub fn inherit_log(mem: &GuestMemory, log: &Arc<MmapLogReg>) -> io::Result<()> {
+    for region in mem.iter() {
+        let state = region.bitmap_state();
+        if !state.has_log() {
+            state.replace(RegionLog::new(region, log.clone())?);
+        }
+    }
+    Ok(())
+}
+
+/// The log memory of any region of `mem`.
+pub fn log_memory(mem: &GuestMemory) -> Option<Arc<MmapLogReg>> {
+    mem.iter()
+        .find_map(|region| region.bitmap_state().log_memory())
+}
+
+/// Fault injection for tests: with `VBMQ_FAULT_UNLOGGED_READS=1` in its environment, vbmq does
+/// not mark the buffers of reads (a migration test must then see stale data in the guest).
+pub fn reads_unlogged() -> bool {
+    static UNLOGGED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *UNLOGGED
+        .get_or_init(|| std::env::var_os("VBMQ_FAULT_UNLOGGED_READS").is_some_and(|v| v == "1"))
+}
+
+/// Marks the guest pages under host addresses `[ptr, ptr + len)`, which lie in one region of
+/// `mem` (a buffer the request parser translated).
+pub fn mark_host_range(mem: &GuestMemory, ptr: *const u8, len: usize) {
+    let addr = ptr as usize;
+    for region in mem.iter() {
+        let start = region.as_ptr() as usize;
+        let size = usize::try_from(region.len()).unwrap_or(0);
+        if addr >= start && addr - start < size {
+            region.bitmap_state().mark_dirty(addr - start, len);
+            return;
+        }
+    }
+}
+
+/// The region's own [`DirtyLog`] (not a slice of it).
+trait BitmapState {
+    fn bitmap_state(&self) -> &DirtyLog;
+}
+
+impl BitmapState for vm_memory::GuestRegionMmap<DirtyLog> {
+    fn bitmap_state(&self) -> &DirtyLog {
+        // The mapping's bitmap, through `Deref` to the `MmapRegion`.
+        (**self).bitmap()
+    }
+}
