@@ -117,3 +117,49 @@ pub fn read_while_logging(socket: &std::path::Path) -> Result<(ReadMarks, Vec<u6
     read(&mut guest, 2 * PAGE as u32)?;
     Ok((marks, log.dirty_pages()))
 }
+
+/// A log that does not cover guest memory: refused. A log whose file is shorter than the
+/// mapping (`mmap` cannot tell): marking it faults, the guard gives it zero pages, and the read
+/// completes.
+pub fn cases(v: &mut Vec<super::vhost::VhostCase>) {
+    use super::vhost::{Must, acked, refused, running, vcase};
+    v.push(vcase(
+        "SET_LOG_BASE with a log smaller than guest memory",
+        Must::BeRefused,
+        |s| {
+            let g = acked(s)?;
+            g.frontend
+                .set_mem_table(&g.ram.regions())
+                .map_err(|e| e.to_string())?;
+            let file = memfd(c"vhost-log", 4096);
+            let region = VhostUserDirtyLogRegion {
+                mmap_size: 8,
+                mmap_offset: 0,
+                mmap_handle: file.as_raw_fd(),
+            };
+            refused(g.frontend.set_log_base(0, Some(region)))
+        },
+    ));
+    v.push(vcase(
+        "SET_LOG_BASE with a log past the end of its file, then reads",
+        Must::Survive,
+        |s| {
+            let mut g = running(s)?;
+            let file = memfd(c"vhost-log", 0);
+            let region = VhostUserDirtyLogRegion {
+                mmap_size: 1 << 20,
+                mmap_offset: 0,
+                mmap_handle: file.as_raw_fd(),
+            };
+            g.frontend
+                .set_log_base(0, Some(region))
+                .map_err(|e| e.to_string())?;
+            let features = g.config.features & wanted_features();
+            g.frontend
+                .set_features(features | VhostUserVirtioFeatures::LOG_ALL.bits())
+                .map_err(|e| e.to_string())?;
+            let _ = read(&mut g, PAGE as u32);
+            Ok(false)
+        },
+    ));
+}

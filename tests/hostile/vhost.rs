@@ -70,6 +70,7 @@ pub fn cases() -> Vec<VhostCase> {
     super::vhost_lifecycle::cases(&mut v);
     super::vhost_values::cases(&mut v);
     super::vhost_inflight::cases(&mut v);
+    super::dirty_log::cases(&mut v);
     v
 }
 
