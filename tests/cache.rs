@@ -412,9 +412,10 @@ fn daemon_disks_share_a_cache_and_report_statistics() {
     let log = dir.path().join("vbmq.log");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
     cmd.arg("serve");
+    // Two writable disks on one image: deliberately (vm2 is the only one that writes).
     for socket in &sockets {
         cmd.arg("--disk").arg(format!(
-            "socket={},path={},cache=2M,queues=2",
+            "socket={},path={},cache=2M,queues=2,handover=on",
             socket.display(),
             path.display()
         ));

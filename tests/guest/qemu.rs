@@ -103,10 +103,13 @@ impl Vm {
         self.boot(accelerator(), script)
     }
 
-    /// Writes the initramfs that runs `script` to `path` (for [`Self::start`]).
-    pub fn initramfs(script: &str, path: &Path) {
+    /// Writes the initramfs that runs `script`, with executables `programs` (name, contents)
+    /// beside it at the root, to `path` (for [`Self::start`]).
+    pub fn initramfs(script: &str, programs: &[(&str, &[u8])], path: &Path) {
         let mut image = std::fs::read(base_initramfs()).unwrap();
-        image.extend(cpio::archive(&[("test.sh", 0o755, script.as_bytes())]));
+        let mut files = vec![("test.sh", 0o755, script.as_bytes())];
+        files.extend(programs.iter().map(|&(name, bytes)| (name, 0o755, bytes)));
+        image.extend(cpio::archive(&files));
         std::fs::write(path, image).unwrap();
     }
 

@@ -129,7 +129,8 @@ impl Served {
             cmd.args([
                 "--disk",
                 &format!(
-                    "socket={},path={},queues=1,mode=poll,cpus={cpu}",
+                    // One scratch file for all: the disks share it knowingly (no lock).
+                    "socket={},path={},queues=1,mode=poll,cpus={cpu},lock=off",
                     socket.display(),
                     disk.display()
                 ),

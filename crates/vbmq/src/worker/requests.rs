@@ -238,33 +238,19 @@ impl Ctx<'_> {
 
     /// Records one engine completion; returns the used entries added.
     pub fn complete(&mut self, queue: &mut Queue, tag: u64, result: i32) -> usize {
-        let Some(slot) = usize::try_from(tag)
+        let Some(i) = usize::try_from(tag)
             .ok()
-            .and_then(|i| self.inflight.slots.get_mut(i))
+            .filter(|&i| self.inflight.slots.get(i).is_some_and(|slot| slot.busy))
         else {
             return 0;
         };
-        if !slot.busy {
-            return 0;
-        }
+        let slot = &self.inflight.slots[i];
         // Checked after the kernel or the engine wrote the buffers: a migration that starts
         // later sends those pages in its first round anyway.
         if !slot.is_write && slot.read > 0 && self.dirty_logging.load(Ordering::Acquire) {
-            let (h, start, count) = (
-                usize::from(u16::try_from(tag).unwrap_or(0)),
-                slot.iov_start,
-                slot.iov_count,
-            );
-            let iov = self.inflight.iovecs(h, start, count);
-            self.mark_dirty(iov);
+            self.mark_dirty(self.inflight.iovecs(i, slot.iov_start, slot.iov_count));
         }
-        let Some(slot) = self
-            .inflight
-            .slots
-            .get_mut(usize::try_from(tag).unwrap_or(usize::MAX))
-        else {
-            return 0;
-        };
+        let slot = &mut self.inflight.slots[i];
         if result != slot.expect {
             // A read or write that moved some bytes but not all (a file that shrank, NFS,
             // FUSE): the rest is asked again, as QEMU does; only no progress is an error.
