@@ -196,7 +196,7 @@ fn migrate(
     to: usize,
     bandwidth: u64,
     cancel_after: Option<Duration>,
-    mut hold: Option<&mut dyn FnMut(&Value) -> bool>,
+    mut hold: Option<&mut dyn FnMut(&Value, &mut Qmp) -> bool>,
 ) -> Migration {
     // 1 ms: a round ends it only if it leaves less than a millisecond's copy, and the guest
     // keeps more pages than that dirty while it must not end (see `guest/dma_reader.c`).
@@ -219,12 +219,12 @@ fn migrate(
         let status = info["status"].as_str().unwrap_or("").to_string();
         if status == "active"
             && let Some(f) = hold.as_mut()
-            && f(&info)
+            && f(&info, source)
         {
             hold = None;
             source.execute(
                 "migrate-set-parameters",
-                json!({ "downtime-limit": DOWNTIME_MS }),
+                json!({ "downtime-limit": DOWNTIME_MS, "max-bandwidth": bandwidth }),
             );
         }
         if let Some(after) = cancel_after
@@ -246,7 +246,7 @@ fn migrate(
             start.elapsed() < Duration::from_secs(240),
             "migration did not end: {info}"
         );
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(if hold.is_some() { 10 } else { 100 }));
     }
 }
 
@@ -344,8 +344,16 @@ fn run(backend: Backend, full: bool) -> (guest::GuestRun, Vec<Migration>, Setup,
     // Once every page has been copied once (and the reader's buffer is clean), the guest
     // reads into it; the migration may end once it has.
     let mut posted = false;
-    let mut read_during_copy = |info: &Value| {
-        if !posted && info["ram"]["dirty-sync-count"].as_u64().unwrap_or(0) >= 3 {
+    let mut read_during_copy = |info: &Value, qmp: &mut Qmp| {
+        // Sync 2 ends the first round: every page has been copied once, the round now going
+        // copies what was written meanwhile (megabytes: long enough to lower the bandwidth).
+        if !posted && info["ram"]["dirty-sync-count"].as_u64().unwrap_or(0) >= 2 {
+            // 1 MiB/s for 1 ms is less than a page: only a round that finds no page dirty
+            // could end it, and the guest's dirtying thread leaves none such.
+            qmp.execute(
+                "migrate-set-parameters",
+                json!({ "max-bandwidth": 1 << 20 }),
+            );
             setup.post(MIGRATING);
             posted = true;
         }

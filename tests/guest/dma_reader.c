@@ -38,7 +38,7 @@ static char *buffer(size_t len)
     return p;
 }
 
-#define BUSY_PAGES 64
+#define BUSY_PAGES 256
 
 static volatile int busy = 1;
 
