@@ -229,7 +229,7 @@ impl MmapLogReg {
     // Note: The specification does not define whether the offset must be page-aligned or not.
     // But, since we are receiving the offset from the frontend to be used to call mmap,
     // we assume it is properly aligned (currently, qemu always send a 0 offset).
-    pub(crate) fn from_file(fd: BorrowedFd, offset: u64, len: u64) -> io::Result<Self> {
+    pub fn from_file(fd: BorrowedFd, offset: u64, len: u64) -> io::Result<Self> {
         let offset: isize = offset.io_try_into()?;
         let len: usize = len.io_try_into()?;
 

@@ -223,6 +223,19 @@ pub fn mark_host_range(mem: &GuestMemory, ptr: *const u8, len: usize) {
     }
 }
 
+/// Gives every region of `mem` a log in `file` (one bit per page of guest-physical memory from
+/// 0, as a frontend's) and turns marking on: what `SET_LOG_BASE` and `VHOST_F_LOG_ALL` do, for
+/// benchmarks and tests without a frontend.
+#[cfg(feature = "test-utils")]
+pub fn log_to(mem: &GuestMemory, file: &std::fs::File) -> io::Result<()> {
+    use std::os::fd::AsFd;
+    let len = file.metadata()?.len();
+    let log = Arc::new(MmapLogReg::from_file(file.as_fd(), 0, len)?);
+    inherit_log(mem, &log)?;
+    set_logging(mem, true);
+    Ok(())
+}
+
 /// The region's own [`DirtyLog`] (not a slice of it).
 trait BitmapState {
     fn bitmap_state(&self) -> &DirtyLog;
