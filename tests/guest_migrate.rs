@@ -183,6 +183,10 @@ struct Migration {
     total_ms: u64,
 }
 
+/// Says, from a `query-migrate` answer, whether a held migration may end (it may change the
+/// migration's parameters through the QMP connection).
+type Hold<'a> = dyn FnMut(&Value, &mut Qmp) -> bool + 'a;
+
 /// How long the guest may be stopped at the switch-over.
 const DOWNTIME_MS: u64 = 300;
 
@@ -196,7 +200,7 @@ fn migrate(
     to: usize,
     bandwidth: u64,
     cancel_after: Option<Duration>,
-    mut hold: Option<&mut dyn FnMut(&Value, &mut Qmp) -> bool>,
+    mut hold: Option<&mut Hold<'_>>,
 ) -> Migration {
     // 1 ms: a round ends it only if it leaves less than a millisecond's copy, and the guest
     // keeps more pages than that dirty while it must not end (see `guest/dma_reader.c`).

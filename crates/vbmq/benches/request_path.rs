@@ -19,7 +19,7 @@ use virtio_bindings::virtio_blk::VIRTIO_BLK_T_IN;
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 
 const QUEUE_SIZE: u16 = 256;
-const MEM_SIZE: u64 = 1 << 24;
+const MEM_SIZE: usize = 1 << 24;
 const BATCH: u16 = 32;
 const DESC: u64 = 0x1000;
 const AVAIL: u64 = 0x5000;
@@ -36,7 +36,7 @@ struct Guest {
 
 impl Guest {
     fn new() -> Guest {
-        let mem = GuestMemory::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)]).unwrap();
+        let mem = GuestMemory::from_ranges(&[(GuestAddress(0), MEM_SIZE)]).unwrap();
         let ring = SplitRing::new(QUEUE_SIZE, DESC, AVAIL, USED);
         for chain in 0..BATCH {
             let header = HEADERS + u64::from(chain) * 32;
@@ -98,7 +98,8 @@ fn request_path(c: &mut Criterion) {
     // The same while a live migration logs dirty pages: each read's buffer, status byte and
     // used entry marked in a log as a frontend gives one.
     let log = tempfile::tempfile().unwrap();
-    log.set_len((MEM_SIZE / 4096 / 8) as u64).unwrap();
+    log.set_len(u64::try_from(MEM_SIZE / 4096 / 8).unwrap())
+        .unwrap();
     dirty_log::log_to(&guest.mem.memory(), &log).unwrap();
     worker.log_dirty_pages_on(Arc::new(AtomicBool::new(true)));
     group.bench_function("null_read_4k_batch32_dirty_logging", |b| {
@@ -108,7 +109,7 @@ fn request_path(c: &mut Criterion) {
         })
     });
     group.finish();
-    let mut bits = vec![0u8; (MEM_SIZE / 4096 / 8) as usize];
+    let mut bits = vec![0u8; MEM_SIZE / 4096 / 8];
     std::os::unix::fs::FileExt::read_exact_at(&log, &mut bits, 0).unwrap();
     assert!(
         bits.iter().any(|&b| b != 0),
