@@ -260,15 +260,65 @@ enum Backend {
     Vbmq,
     /// vbmq leaving the buffers of reads out of the dirty log (fault injection).
     VbmqUnloggedReads,
+    /// Two vbmq processes, one per side (two hosts on shared storage, or an old and a new
+    /// vbmq): the image's lock passes from one process to the other.
+    VbmqTwoProcesses,
     /// qemu-storage-daemon with an iothread, the reference (its vhost-user-blk export logs
     /// dirty pages through libvhost-user).
     Qsd,
 }
 
-fn serve(dir: &TestDir, sides: &[Side; 2], data: &Path, mailbox: &Path, backend: Backend) -> Vbmq {
-    if backend == Backend::Qsd {
-        return serve_qsd(dir, sides, data, mailbox);
+/// The backend process(es) of a run: one, or one per side.
+struct Served(Vec<Vbmq>);
+
+impl Served {
+    fn log_text(&self) -> String {
+        self.0
+            .iter()
+            .map(Vbmq::log_text)
+            .collect::<Vec<_>>()
+            .join("\n")
     }
+
+    fn stop(self) {
+        self.0.into_iter().for_each(Vbmq::stop);
+    }
+}
+
+fn serve(
+    dir: &TestDir,
+    sides: &[Side; 2],
+    data: &Path,
+    mailbox: &Path,
+    backend: Backend,
+) -> Served {
+    match backend {
+        Backend::Qsd => Served(vec![serve_qsd(dir, sides, data, mailbox)]),
+        Backend::VbmqTwoProcesses => Served(vec![
+            serve_vbmq(dir, &sides[..1], data, mailbox, backend, "vbmq-source.log"),
+            serve_vbmq(
+                dir,
+                &sides[1..],
+                data,
+                mailbox,
+                backend,
+                "vbmq-destination.log",
+            ),
+        ]),
+        _ => Served(vec![serve_vbmq(
+            dir, sides, data, mailbox, backend, "vbmq.log",
+        )]),
+    }
+}
+
+fn serve_vbmq(
+    dir: &TestDir,
+    sides: &[Side],
+    data: &Path,
+    mailbox: &Path,
+    backend: Backend,
+    log: &str,
+) -> Vbmq {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_vbmq"));
     cmd.arg("serve").env("RUST_LOG", "info");
     if backend == Backend::VbmqUnloggedReads {
@@ -288,7 +338,7 @@ fn serve(dir: &TestDir, sides: &[Side; 2], data: &Path, mailbox: &Path, backend:
             sockets.push(socket.clone());
         }
     }
-    Vbmq::spawn(cmd, sockets, dir.join("vbmq.log"))
+    Vbmq::spawn(cmd, sockets, dir.join(log))
 }
 
 /// qemu-storage-daemon exporting each image on both sides' sockets (one node, two exports).
@@ -327,7 +377,7 @@ fn serve_qsd(dir: &TestDir, sides: &[Side; 2], data: &Path, mailbox: &Path) -> V
 /// Migrates the guest from side 0 to side 1 (capped bandwidth, several rounds); with `full`,
 /// then cancels a migration back half-way and migrates back for good. Returns the guest's
 /// run and the figures.
-fn run(backend: Backend, full: bool) -> (guest::GuestRun, Vec<Migration>, Setup, Vbmq) {
+fn run(backend: Backend, full: bool) -> (guest::GuestRun, Vec<Migration>, Setup, Served) {
     let dir = TestDir::new("migrate");
     let data = dir.disk("data.img", 64);
     let mut setup = Setup::new(dir);
@@ -512,4 +562,25 @@ fn qemu_storage_daemon_migrates_the_same_guest() {
         run.console
     );
     assert_eq!(tagged(&run.output, "VERIFY-OK").len(), 1, "{}", run.console);
+}
+
+/// The migration between two vbmq processes on one image (as between two hosts on shared
+/// storage): the source process gives the image's lock back when QEMU stops the source's
+/// rings, and the destination process takes it at its first write.
+#[test]
+#[cfg_attr(
+    not(feature = "guest-tests"),
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
+)]
+fn a_guest_migrates_between_two_vbmq_processes() {
+    let (run, _figures, _setup, served) = run(Backend::VbmqTwoProcesses, true);
+    run.assert_success();
+    assert_eq!(
+        tagged(&run.output, "DMA-STALE-PAGES"),
+        ["0"],
+        "{}",
+        run.console
+    );
+    assert_eq!(tagged(&run.output, "VERIFY-OK").len(), 1, "{}", run.console);
+    served.stop();
 }

@@ -161,8 +161,8 @@ fn the_image_is_free_the_moment_vbmq_has_exited() {
     }
 }
 
-/// Two writable disks of one process on one image: refused, unless both say `handover=on` (a
-/// migration on one host); then one writes at a time, the first to write until its frontend
+/// Two writable disks on one image: refused, unless both say `handover=on` (a migration);
+/// then one writes at a time, in one process or two, the first to write until its frontend
 /// stops (here: disconnects), and the other's writes fail meanwhile.
 #[test]
 fn two_writers_in_one_process_need_handover_and_take_turns() {
@@ -198,12 +198,34 @@ fn two_writers_in_one_process_need_handover_and_take_turns() {
     drop(source);
     let deadline = Instant::now() + Duration::from_secs(10);
     while target.write(0, 8192, &[2u8; 4096]) != 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the writer token was not handed over"
-        );
+        assert!(Instant::now() < deadline, "the image was not handed over");
         std::thread::sleep(Duration::from_millis(50));
     }
     drop(target);
     assert!(daemon.terminate().success());
+
+    // The same between two processes (two hosts on shared storage, or an old and a new vbmq):
+    // the lock is the image's, taken at the first write and given back with the frontend.
+    let first = Daemon::start(&[socket_spec(dir.path(), "e.sock", &path, h)]);
+    let second = Daemon::start(&[socket_spec(dir.path(), "f.sock", &path, h)]);
+    // A process without handover=on cannot write while one of them does.
+    let mut source = Client::connect(&dir.path().join("e.sock"), 1, false).unwrap();
+    assert_eq!(source.write(0, 0, &[3u8; 4096]), 0);
+    let (code, stderr) = refused_start(&socket_spec(dir.path(), "g.sock", &path, ""));
+    assert_eq!(code, Some(2), "{stderr}");
+    let mut target = Client::connect(&dir.path().join("f.sock"), 1, false).unwrap();
+    assert_ne!(
+        target.write(0, 8192, &[4u8; 4096]),
+        0,
+        "two writers at once"
+    );
+    drop(source);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while target.write(0, 8192, &[4u8; 4096]) != 0 {
+        assert!(Instant::now() < deadline, "the image was not handed over");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(target);
+    assert!(second.terminate().success());
+    assert!(first.terminate().success());
 }

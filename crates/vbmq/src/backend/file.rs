@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::direct_align::direct_alignment;
-use super::image_lock::{ImageLock, WriterSeat};
+use super::handover::WriterSeat;
+use super::image_lock::ImageLock;
 use super::uring::{FileKind, UringEngine};
 use super::{Disk, Engine, EngineOptions, Geometry};
 
@@ -123,15 +124,19 @@ impl FileDisk {
 
     /// Locks the image against other processes: shared if the disk is read-only, exclusive if
     /// it is writable (see [`ImageLock`]).
-    /// With `handover`, another writable disk of this process may serve the image too, one
-    /// writing at a time (see [`ImageLock`]).
+    /// With `handover`, a writable disk locks the image only while it writes, so that another
+    /// `handover=on` disk, of this process or another, can take over (see `super::handover`).
     pub fn lock(mut self, handover: bool) -> io::Result<Self> {
         let file = File::from(self.buffered.try_clone()?);
-        self.lock = Some(ImageLock::take(&file, !self.readonly, handover)?);
+        self.lock = Some(if handover && !self.readonly {
+            ImageLock::take_handover(&file)?
+        } else {
+            ImageLock::take(&file, !self.readonly)?
+        });
         Ok(self)
     }
 
-    /// The disk's seat at its image's writer token, when it was locked with `handover`.
+    /// The disk's hold on its image, when it was locked with `handover`.
     pub fn writer_seat(&self) -> Option<Arc<WriterSeat>> {
         self.lock.as_ref().and_then(ImageLock::seat)
     }

@@ -2,18 +2,18 @@
 //! the whole file, shared for a read-only disk, exclusive for a writable one. Another process
 //! that opens the image with a conflicting lock gets a clear error instead of a second writer.
 //! Disks of one process on the same image share one lock: the first holder's, upgraded to
-//! exclusive when a writable disk joins read-only ones. Two writable disks of one process on
-//! one image are refused unless both say `handover=on` (a live migration on one host, the
-//! source VM on one socket and the destination on another): they then share a
-//! [`WriterToken`], which lets one of them write at a time.
+//! exclusive when a writable disk joins read-only ones. A second writable disk on an image is
+//! refused, unless every writable disk on it says `handover=on`; those lock the image only
+//! while they write (see [`super::handover`]).
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+
+use super::handover::WriterSeat;
 
 /// An image is the same under any name: a block device by its device number, a file by inode.
 type ImageId = (u64, u64);
@@ -25,66 +25,18 @@ struct Held {
     fd: OwnedFd,
     exclusive: bool,
     users: usize,
-    /// Writable disks among the users.
-    writers: usize,
-    /// Every writable user asked for `handover=on`.
-    handover: bool,
-    token: Arc<WriterToken>,
-}
-
-/// Which of the `handover=on` disks of one image may write: the first to write while no other
-/// holds it, until its frontend stops its rings (the source VM at the end of a migration).
-#[derive(Debug, Default)]
-pub struct WriterToken {
-    /// The holder's seat number; 0: free.
-    owner: AtomicU64,
-}
-
-/// One disk's place at a [`WriterToken`].
-#[derive(Debug)]
-pub struct WriterSeat {
-    token: Arc<WriterToken>,
-    id: u64,
-}
-
-impl WriterSeat {
-    fn new(token: Arc<WriterToken>) -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        WriterSeat {
-            token,
-            id: NEXT.fetch_add(1, Ordering::Relaxed),
-        }
-    }
-
-    /// Whether this disk may write now; takes the token if it is free.
-    pub fn may_write(&self) -> bool {
-        let owner = self.token.owner.load(Ordering::Acquire);
-        owner == self.id
-            || (owner == 0
-                && self
-                    .token
-                    .owner
-                    .compare_exchange(0, self.id, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok())
-    }
-
-    /// Gives the token back, if this disk holds it (its frontend stopped its rings).
-    pub fn release(&self) {
-        let _ = self
-            .token
-            .owner
-            .compare_exchange(self.id, 0, Ordering::AcqRel, Ordering::Relaxed);
-    }
 }
 
 static HELD: Mutex<Vec<Held>> = Mutex::new(Vec::new());
 
-/// One disk's share of its image's lock; released with the last share.
+/// The `handover=on` disks of the process, by image.
+static HANDOVERS: Mutex<Vec<(ImageId, Weak<WriterSeat>)>> = Mutex::new(Vec::new());
+
+/// One disk's share of its image's lock (released with the last share), or its seat among the
+/// `handover=on` disks of the image.
 #[derive(Debug)]
 pub struct ImageLock {
     id: ImageId,
-    writer: bool,
-    /// Shared with the other `handover=on` writers of the image.
     seat: Option<Arc<WriterSeat>>,
 }
 
@@ -118,7 +70,7 @@ fn set_lock_waiting(fd: &impl AsRawFd, kind: libc::c_int) -> io::Result<()> {
     }
 }
 
-fn set_lock(fd: &impl AsRawFd, kind: libc::c_int) -> io::Result<()> {
+pub(super) fn set_lock(fd: &impl AsRawFd, kind: libc::c_int) -> io::Result<()> {
     // SAFETY: an all-zero flock is a valid value; the fields that matter are set below.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
     #[allow(clippy::cast_possible_truncation)] // F_RDLCK, F_WRLCK, F_UNLCK, SEEK_SET: 0..=2
@@ -151,16 +103,15 @@ fn conflict(error: io::Error, exclusive: bool) -> io::Error {
 impl ImageLock {
     /// Locks the image open as `file` (opened for writing if `exclusive`): shared for a
     /// read-only disk, exclusive for a writable one.
-    pub fn take(file: &File, exclusive: bool, handover: bool) -> io::Result<Self> {
+    pub fn take(file: &File, exclusive: bool) -> io::Result<Self> {
         let id = image_id(file)?;
         let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+        if exclusive && handing_over(id) {
+            return Err(two_writers());
+        }
         if let Some(entry) = held.iter_mut().find(|h| h.id == id) {
-            if exclusive && entry.writers > 0 && !(handover && entry.handover) {
-                return Err(io::Error::new(
-                    io::ErrorKind::ResourceBusy,
-                    "written by another disk of this process (handover=on on both, for a \
-                     migration from one to the other)",
-                ));
+            if exclusive && entry.exclusive {
+                return Err(two_writers());
             }
             if exclusive && !entry.exclusive {
                 // Upgrade through this disk's writable description: the shared lock of our
@@ -174,17 +125,7 @@ impl ImageLock {
                 entry.exclusive = true;
             }
             entry.users += 1;
-            if exclusive {
-                entry.handover = handover && (entry.writers == 0 || entry.handover);
-                entry.writers += 1;
-            }
-            let seat =
-                (exclusive && handover).then(|| Arc::new(WriterSeat::new(entry.token.clone())));
-            return Ok(ImageLock {
-                id,
-                writer: exclusive,
-                seat,
-            });
+            return Ok(ImageLock { id, seat: None });
         }
         let kind = if exclusive {
             libc::F_WRLCK
@@ -197,25 +138,49 @@ impl ImageLock {
             fd: file.as_fd().try_clone_to_owned()?,
             exclusive,
             users: 1,
-            writers: usize::from(exclusive),
-            handover: exclusive && handover,
-            token: Arc::default(),
         });
-        let seat = held
-            .last()
-            .filter(|_| exclusive && handover)
-            .map(|entry| Arc::new(WriterSeat::new(entry.token.clone())));
+        Ok(ImageLock { id, seat: None })
+    }
+
+    /// A writable `handover=on` disk's seat (see [`super::handover`]): no lock until it writes.
+    /// Refused if a writable disk of this process holds the image without `handover=on`.
+    pub fn take_handover(file: &File) -> io::Result<Self> {
+        let id = image_id(file)?;
+        let held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+        if held.iter().any(|h| h.id == id && h.exclusive) {
+            return Err(two_writers());
+        }
+        let seat = Arc::new(WriterSeat::new(file)?);
+        let mut handovers = HANDOVERS.lock().unwrap_or_else(|p| p.into_inner());
+        handovers.retain(|(_, seat)| seat.strong_count() > 0);
+        handovers.push((id, Arc::downgrade(&seat)));
         Ok(ImageLock {
             id,
-            writer: exclusive,
-            seat,
+            seat: Some(seat),
         })
     }
 
-    /// This disk's seat at the image's writer token (`handover=on` only).
+    /// The disk's seat, for a `handover=on` disk.
     pub fn seat(&self) -> Option<Arc<WriterSeat>> {
         self.seat.clone()
     }
+}
+
+fn two_writers() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ResourceBusy,
+        "written by another disk of this process (handover=on on both, for a migration from one \
+         to the other)",
+    )
+}
+
+/// Whether a live `handover=on` disk of this process is on image `id`.
+fn handing_over(id: ImageId) -> bool {
+    HANDOVERS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .any(|(image, seat)| *image == id && seat.strong_count() > 0)
 }
 
 /// Releases every image lock of the process at once, for a clean exit. Left to the kernel, a
@@ -227,19 +192,21 @@ pub fn release_all() {
     for entry in held.iter() {
         let _ = set_lock(&entry.fd, libc::F_UNLCK);
     }
+    let handovers = HANDOVERS.lock().unwrap_or_else(|p| p.into_inner());
+    for seat in handovers.iter().filter_map(|(_, seat)| seat.upgrade()) {
+        seat.release();
+    }
 }
 
 impl Drop for ImageLock {
     fn drop(&mut self) {
+        if let Some(seat) = &self.seat {
+            seat.release();
+            return;
+        }
         let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(index) = held.iter().position(|h| h.id == self.id) {
             held[index].users -= 1;
-            if self.writer {
-                held[index].writers -= 1;
-            }
-            if let Some(seat) = &self.seat {
-                seat.release();
-            }
             if held[index].users == 0 {
                 // Unlocked now: closing this descriptor would not do it while the image's
                 // io_uring rings, torn down later by the kernel, still hold the description.

@@ -7,6 +7,7 @@ pub mod cache;
 mod delay;
 mod direct_align;
 mod file;
+mod handover;
 mod host_memory;
 mod image_lock;
 mod immediate;
@@ -23,7 +24,7 @@ use std::sync::Arc;
 pub use cache::CachedDisk;
 pub use delay::DelayedDisk;
 pub use file::FileDisk;
-pub use image_lock::WriterSeat;
+pub use handover::WriterSeat;
 pub use image_lock::release_all as release_image_locks;
 pub use iovec::IovList;
 pub use memory::MemoryDisk;
@@ -139,8 +140,8 @@ pub trait Disk: Send + Sync {
     /// image's exclusive lock, which a killed client holds until the cluster times it out).
     /// No engine may submit afterwards.
     fn close(&self) {}
-    /// The disk's seat at its image's writer token, when it shares a writable image with
-    /// another disk of the process (`handover=on`).
+    /// The disk's hold on its image's write lock, when it is handed over between disks
+    /// (`handover=on`).
     fn writer_seat(&self) -> Option<Arc<WriterSeat>> {
         None
     }

@@ -138,7 +138,7 @@ pub const DISK_KEYS: &[DiskKey] = &[
         "handover",
         "on|off",
         Some("off"),
-        "let another handover=on disk of this process serve the same writable image, one writing at a time (live migration on one host)",
+        "lock the image only while writing, so that another handover=on disk (of this process or another) can take over: live migration",
     ),
     key(
         "iops",

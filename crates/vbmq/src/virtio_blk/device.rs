@@ -36,20 +36,20 @@ pub struct BlkDevice {
     pub num_queues: u16,
     /// The GET_ID answer, zero-padded.
     pub serial: [u8; VIRTIO_BLK_ID_BYTES as usize],
-    /// Shares the image with another disk of the process, one writing at a time.
+    /// Hands the image over with other `handover=on` disks, one writing at a time.
     pub writer_seat: OnceLock<Arc<WriterSeat>>,
 }
 
 impl BlkDevice {
-    /// Makes writes wait for the image's writer token (`handover=on`).
+    /// Makes writes wait for the image's write lock (`handover=on`).
     pub fn set_writer_seat(&self, seat: Option<Arc<WriterSeat>>) {
         if let Some(seat) = seat {
             let _ = self.writer_seat.set(seat);
         }
     }
 
-    /// Whether a write may go to the image now: always, unless the image is shared for a
-    /// handover and the other disk holds the token.
+    /// Whether a write may go to the image now: always, unless the image is handed over
+    /// between disks and another holds its write lock.
     pub fn may_write(&self) -> bool {
         self.writer_seat.get().is_none_or(|seat| seat.may_write())
     }

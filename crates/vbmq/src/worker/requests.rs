@@ -131,8 +131,8 @@ impl Ctx<'_> {
         {
             crate::limited!(
                 warn,
-                "write refused: another disk of this process writes the image (handover=on: \
-                 its VM has not stopped)"
+                "write refused: another handover=on disk writes the image (its VM has not \
+                 stopped)"
             );
             let status = VIRTIO_BLK_S_IOERR;
             self.stats.record(kind_of(request.kind), status, 0, 0, 0);
