@@ -320,7 +320,10 @@ fn serve_vbmq(
     log: &str,
 ) -> Vbmq {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_vbmq"));
-    cmd.arg("serve").env("RUST_LOG", "info");
+    cmd.arg("serve").env(
+        "RUST_LOG",
+        std::env::var("VBMQ_TEST_LOG").unwrap_or("info".into()),
+    );
     if backend == Backend::VbmqUnloggedReads {
         cmd.env("VBMQ_FAULT_UNLOGGED_READS", "1");
     }
@@ -574,6 +577,14 @@ fn qemu_storage_daemon_migrates_the_same_guest() {
 )]
 fn a_guest_migrates_between_two_vbmq_processes() {
     let (run, _figures, _setup, served) = run(Backend::VbmqTwoProcesses, true);
+    // With VBMQ_TEST_LOG=vbmq=debug: how long each ring stop (GET_VRING_BASE) took.
+    for line in served
+        .log_text()
+        .lines()
+        .filter(|l| l.contains(" stopped in "))
+    {
+        eprintln!("{line}");
+    }
     run.assert_success();
     assert_eq!(
         tagged(&run.output, "DMA-STALE-PAGES"),

@@ -426,13 +426,22 @@ impl VhostUserBackend for VhostUserBlk {
         let Some(queue) = self.queues.get(queue_index as usize) else {
             return Ok(());
         };
+        let started = std::time::Instant::now();
         queue.stop.store(true, Ordering::Release);
         let mut worker = queue.lock();
+        let locked = started.elapsed();
+        let in_flight = worker.in_flight();
         if let Some(vring) = worker.vring().cloned() {
             worker.drain(&vring);
         }
         worker.ring_stopped();
         queue.stop.store(false, Ordering::Release);
+        crate::limited!(
+            debug,
+            "queue {queue_index} stopped in {} us ({} us to take it, {in_flight} requests drained)",
+            started.elapsed().as_micros(),
+            locked.as_micros()
+        );
         // The frontend stops its rings when its VM stops (the source at the end of a
         // migration): a disk sharing the image may write from now on.
         self.device.stop_writing();
