@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Arg, ArgAction, ArgMatches, Command, value_parser};
-use vbmq::config::{DiskSpec, disk_keys_help};
+use vbmq::config::{DiskSpec, FS_KEYS, FsSpec, disk_keys_help};
 use vbmq::serve::ServeOptions;
 use vbmq::worker::online_cpus;
 
@@ -99,9 +99,20 @@ fn serve() -> Command {
                 .long("disk")
                 .value_name("KEY=VALUE,...")
                 .action(ArgAction::Append)
-                .required_unless_present_any(["control", "config"])
+                .required_unless_present_any(["control", "config", "fs"])
                 .value_parser(parse_disk)
                 .help("A disk to serve, on its own socket; repeat for more (keys below)"),
+        )
+        .arg(
+            Arg::new("fs")
+                .long("fs")
+                .value_name("KEY=VALUE,...")
+                .action(ArgAction::Append)
+                .value_parser(parse_fs)
+                .help(
+                    "A host directory to share with guests over vhost-user-fs (mount -t virtiofs \
+                     TAG); repeat for more (keys below)",
+                ),
         )
         .arg(
             Arg::new("seccomp")
@@ -131,7 +142,7 @@ fn serve() -> Command {
                 .value_parser(value_parser!(std::net::SocketAddr))
                 .help("Serve Prometheus metrics at http://ADDR:PORT/metrics (e.g. 127.0.0.1:9850)"),
         )
-        .after_help(disk_keys_help())
+        .after_help(format!("{}\n{}", disk_keys_help(), fs_keys_help()))
 }
 
 fn bench() -> Command {
@@ -159,6 +170,18 @@ fn bench() -> Command {
         ))
 }
 
+fn fs_keys_help() -> String {
+    let mut help = String::from("--fs keys:\n");
+    for (key, about) in FS_KEYS {
+        help.push_str(&format!("  {key:<24} {about}\n"));
+    }
+    help
+}
+
+fn parse_fs(text: &str) -> Result<FsSpec, String> {
+    FsSpec::parse(text, &online_cpus()).map_err(|e| e.to_string())
+}
+
 fn parse_disk(text: &str) -> Result<DiskSpec, String> {
     DiskSpec::parse(text, &online_cpus()).map_err(|e| e.to_string())
 }
@@ -175,6 +198,10 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                 texts: m
                     .get_raw("disk")
                     .map(|d| d.map(|t| t.to_string_lossy().into_owned()).collect())
+                    .unwrap_or_default(),
+                shares: m
+                    .get_many::<FsSpec>("fs")
+                    .map(|d| d.cloned().collect())
                     .unwrap_or_default(),
                 seccomp: m.get_one::<String>("seccomp").is_none_or(|s| s == "on"),
                 control_dir: m

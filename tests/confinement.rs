@@ -26,6 +26,9 @@ impl Sandbox {
         std::fs::write(dir.join("disk.img"), vec![0xa5u8; 4096]).unwrap();
         std::fs::write(dir.join("ro.img"), vec![0x5au8; 4096]).unwrap();
         std::fs::write(dir.join("secret"), b"not for vbmq").unwrap();
+        std::fs::create_dir_all(dir.join("share/sub")).unwrap();
+        std::fs::create_dir_all(dir.join("ro-share")).unwrap();
+        std::fs::write(dir.join("ro-share/file"), b"shared").unwrap();
         Sandbox { dir }
     }
 
@@ -55,6 +58,16 @@ fn options(dir: &Path, seccomp: bool) -> ConfineOptions {
             },
             DiskAccess {
                 path: dir.join("ro.img"),
+                writable: false,
+            },
+        ],
+        shares: vec![
+            DiskAccess {
+                path: dir.join("share"),
+                writable: true,
+            },
+            DiskAccess {
+                path: dir.join("ro-share"),
                 writable: false,
             },
         ],
@@ -201,6 +214,22 @@ fn filesystem(dir: &Path) {
     denied(File::create(dir.join("created-by-child")));
     denied(File::create(dir.join("sock/not-a-socket")));
     assert!(std::fs::read_dir(dir).is_err());
+
+    // A writable share: anything beneath it; a read-only one: reading only; neither reaches
+    // beyond itself, whatever the path says.
+    std::fs::write(dir.join("share/sub/new"), b"x").unwrap();
+    std::fs::create_dir(dir.join("share/newdir")).unwrap();
+    std::fs::rename(dir.join("share/sub/new"), dir.join("share/newdir/moved")).unwrap();
+    std::fs::remove_file(dir.join("share/newdir/moved")).unwrap();
+    assert_eq!(std::fs::read_dir(dir.join("share")).unwrap().count(), 2);
+    assert_eq!(std::fs::read(dir.join("ro-share/file")).unwrap(), b"shared");
+    denied(
+        OpenOptions::new()
+            .write(true)
+            .open(dir.join("ro-share/file")),
+    );
+    denied(File::create(dir.join("ro-share/new")));
+    denied(File::open(dir.join("share/../secret")));
 }
 
 fn forbidden_fork(dir: &Path) {

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use vbmq::test_utils::fuzz::{queue_requests, request_parse, vhost_user_messages};
+use vbmq::test_utils::fuzz::{fs_requests, queue_requests, request_parse, vhost_user_messages};
 
 /// xorshift64*: the same stream on every run.
 struct Stream(u64);
@@ -46,6 +46,11 @@ fn replay(target: &str, run: fn(&[u8]), seed: u64, count: usize, max_len: usize)
         run(&stream.input(max_len));
     }
     eprintln!("{target}: {} saved inputs, {count} generated", saved.len());
+}
+
+#[test]
+fn fs_requests_oracle() {
+    replay("fs_requests", fs_requests, 0x5eed_0004, 300, 4096);
 }
 
 #[test]

@@ -71,7 +71,7 @@ add_module() {
     done
     order+=("$path")
 }
-for module in virtio_pci virtio_blk crc32c_generic ext4; do
+for module in virtio_pci virtio_blk crc32c_generic ext4 virtiofs; do
     add_module "$module"
 done
 for path in "${order[@]}"; do

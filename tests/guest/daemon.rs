@@ -18,18 +18,27 @@ impl Vbmq {
     /// `socket=/tmp/x.sock,path=/tmp/x.img,queues=4`) and waits for every socket to exist.
     /// Logs at warn level go to `log_path`.
     pub fn serve(disks: &[String], log_path: PathBuf) -> Self {
+        Self::serve_with(disks, &[], log_path)
+    }
+
+    /// As [`Self::serve`], with one `--fs` per entry of `shares`.
+    pub fn serve_with(disks: &[String], shares: &[String], log_path: PathBuf) -> Self {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
         cmd.arg("serve");
         for disk in disks {
             cmd.args(["--disk", disk]);
         }
+        for share in shares {
+            cmd.args(["--fs", share]);
+        }
         let sockets = disks
             .iter()
+            .chain(shares)
             .map(|d| {
                 d.split(',')
                     .find_map(|kv| kv.strip_prefix("socket="))
                     .map(PathBuf::from)
-                    .expect("every --disk names its socket")
+                    .expect("every --disk and --fs names its socket")
             })
             .collect();
         Self::spawn(cmd, sockets, log_path)

@@ -18,6 +18,8 @@ pub struct Vm {
     pub mem_mib: u32,
     /// vhost-user-blk sockets with the `num-queues` QEMU gives each disk; `/dev/vda` is the first.
     pub disks: Vec<(PathBuf, u32)>,
+    /// vhost-user-fs sockets with their tags (`mount -t virtiofs TAG`) and request queues.
+    pub shares: Vec<(PathBuf, String, u32)>,
     /// The guest is killed and the test fails after this long.
     pub timeout: Duration,
     /// QEMU reconnects to a disk's socket this long after its backend went away.
@@ -65,6 +67,7 @@ impl Vm {
             vcpus,
             mem_mib: 512,
             disks: Vec::new(),
+            shares: Vec::new(),
             timeout: Duration::from_secs(150),
             reconnect_ms: None,
             console: None,
@@ -74,6 +77,12 @@ impl Vm {
 
     pub fn disk(mut self, socket: &Path, num_queues: u32) -> Self {
         self.disks.push((socket.to_path_buf(), num_queues));
+        self
+    }
+
+    pub fn share(mut self, socket: &Path, tag: &str, num_queues: u32) -> Self {
+        self.shares
+            .push((socket.to_path_buf(), tag.to_string(), num_queues));
         self
     }
 
@@ -212,6 +221,17 @@ impl Vm {
                 &format!("vhost-user-blk-pci,chardev=disk{i},num-queues={queues}"),
             ]);
         }
+        for (i, (socket, tag, queues)) in self.shares.iter().enumerate() {
+            cmd.args([
+                "-chardev",
+                &format!("socket,id=fs{i},path={}", socket.display()),
+                "-device",
+                &format!(
+                    "vhost-user-fs-pci,chardev=fs{i},tag={tag},num-request-queues={queues},\
+                     queue-size=1024"
+                ),
+            ]);
+        }
         cmd
     }
 }
@@ -322,6 +342,7 @@ fn accelerator() -> &'static str {
             vcpus: 1,
             mem_mib: 256,
             disks: Vec::new(),
+            shares: Vec::new(),
             timeout: KVM_PROBE_TIMEOUT,
             reconnect_ms: None,
             console: None,

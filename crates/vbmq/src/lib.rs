@@ -22,6 +22,7 @@ pub mod test_utils;
 pub mod timer;
 pub mod vhost_user;
 pub mod virtio_blk;
+pub mod virtio_fs;
 pub mod worker;
 
 #[cfg(not(target_pointer_width = "64"))]

@@ -8,11 +8,12 @@ use tracing::info;
 
 use crate::backend::cache::ImageId;
 use crate::backend::{CachedDisk, DelayedDisk, Disk, FileDisk, MemoryDisk, NullDisk, RbdDisk};
-use crate::config::{DiskSpec, SpecError, Storage};
+use crate::config::{DiskSpec, FsSpec, FsSpecError, SpecError, Storage};
 use crate::confine::{CephAccess, ConfineOptions, DiskAccess, confine};
 use crate::host::{Host, RunTimePolicy};
-use crate::vhost_user::DiskServer;
+use crate::vhost_user::{DiskServer, ShareServer, Stopper};
 use crate::virtio_blk::BlkDevice;
+use crate::virtio_fs::FsDevice;
 use crate::worker::QueueSettings;
 
 /// What `vbmq serve` was asked to do.
@@ -22,6 +23,8 @@ pub struct ServeOptions {
     pub disks: Vec<DiskSpec>,
     /// Each disk's `--disk` text, as `list` shows it.
     pub texts: Vec<String>,
+    /// The directories shared over vhost-user-fs.
+    pub shares: Vec<FsSpec>,
     /// Confine the process with seccomp (Landlock applies either way).
     pub seccomp: bool,
     /// The directory of the control socket, when there is one: run-time disks' sockets go
@@ -208,6 +211,62 @@ pub(crate) fn build_server(spec: &DiskSpec) -> Result<Built, SpecError> {
         })
 }
 
+/// Opens a share's directory and binds its socket (before confinement).
+fn build_share(spec: &FsSpec) -> Result<ShareServer, FsSpecError> {
+    let bad = |key: &str, reason: String| {
+        FsSpecError(SpecError {
+            key: key.into(),
+            reason,
+        })
+    };
+    let queues = u32::try_from(spec.queues).unwrap_or(u32::MAX);
+    let device = FsDevice::open(&spec.dir, &spec.tag, queues, spec.readonly)
+        .map_err(|e| bad("dir", e.to_string()))?;
+    // The high-priority queue first, then the request queues; `cpus=` pins them in that order.
+    let settings = (0..=spec.queues)
+        .map(|i| QueueSettings {
+            mode: spec.mode,
+            poll: Duration::from_micros(spec.poll_us),
+            cpu: spec.cpus.get(i).copied(),
+            batch: true,
+            max_size: spec.queue_size,
+        })
+        .collect();
+    let (mode, group) = (spec.socket_mode, spec.socket_group);
+    ShareServer::bind(&spec.socket, mode, group, Arc::new(device), settings)
+        .map_err(|e| bad("socket", e.to_string()))
+}
+
+/// A share being served: how to stop it, and its files to remove.
+struct RunningShare {
+    stopper: Stopper,
+    files: [PathBuf; 2],
+    thread: std::thread::JoinHandle<()>,
+}
+
+fn start_share(server: ShareServer) -> std::io::Result<RunningShare> {
+    let stopper = server.stopper()?;
+    let files = server.files();
+    let thread = std::thread::Builder::new()
+        .name("vbmq-fs-socket".into())
+        .spawn(move || server.run())?;
+    Ok(RunningShare {
+        stopper,
+        files,
+        thread,
+    })
+}
+
+fn stop_shares(shares: Vec<RunningShare>) {
+    for share in shares {
+        share.stopper.stop();
+        let _ = share.thread.join();
+        for file in share.files {
+            let _ = std::fs::remove_file(file);
+        }
+    }
+}
+
 /// What the process may still reach once serving: its disks and its sockets.
 fn confine_options(
     specs: &[DiskSpec],
@@ -231,7 +290,19 @@ fn confine_options(
             .iter()
             .any(|spec| matches!(spec.storage, Storage::Rbd(_)))
             .then_some(CephAccess { files: ceph_files }),
-        sockets: specs.iter().map(|spec| spec.socket.clone()).collect(),
+        shares: options
+            .shares
+            .iter()
+            .map(|share| DiskAccess {
+                path: share.dir.clone(),
+                writable: !share.readonly,
+            })
+            .collect(),
+        sockets: specs
+            .iter()
+            .map(|spec| spec.socket.clone())
+            .chain(options.shares.iter().map(|share| share.socket.clone()))
+            .collect(),
         run_time_socket_dirs: options.control_dir.iter().cloned().collect(),
         read_dirs: options
             .config
@@ -290,6 +361,16 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
             }
         }
     }
+    let mut share_servers = Vec::new();
+    for share in &options.shares {
+        match build_share(share) {
+            Ok(server) => share_servers.push(server),
+            Err(e) => {
+                eprintln!("vbmq: {e}");
+                return 2;
+            }
+        }
+    }
     // Before any frontend can send a memory table.
     if let Err(e) = crate::vhost_user::memory_faults::install_handler() {
         eprintln!("vbmq: cannot install the SIGBUS handler: {e}");
@@ -312,10 +393,26 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
             return 1;
         }
     }
+    let mut shares = Vec::new();
+    for server in share_servers {
+        match start_share(server) {
+            Ok(share) => shares.push(share),
+            Err(e) => {
+                eprintln!("vbmq: cannot start a share: {e}");
+                stop_shares(shares);
+                host.stop_all();
+                return 1;
+            }
+        }
+    }
     if let Some(control) = control {
         control(Arc::clone(&host));
     }
-    info!("serving {} disk(s)", specs.len());
+    info!(
+        "serving {} disk(s) and {} share(s)",
+        specs.len(),
+        shares.len()
+    );
     loop {
         let mut signal = 0;
         // SAFETY: waits for one of the blocked signals in `signals`.
@@ -339,6 +436,7 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
         }
     }
     let report = host.report();
+    stop_shares(shares);
     host.stop_all();
     crate::backend::release_image_locks();
     for line in report {

@@ -91,7 +91,7 @@ pub struct SpecError {
     pub reason: String,
 }
 
-fn bad(key: &str, reason: impl Into<String>) -> SpecError {
+pub(super) fn bad(key: &str, reason: impl Into<String>) -> SpecError {
     SpecError {
         key: key.to_string(),
         reason: reason.into(),
@@ -108,12 +108,81 @@ fn group_id(name: &str) -> Option<u32> {
     })
 }
 
-fn on_off(key: &str, value: &str) -> Result<bool, SpecError> {
+pub(super) fn on_off(key: &str, value: &str) -> Result<bool, SpecError> {
     match value {
         "on" | "true" | "yes" | "1" => Ok(true),
         "off" | "false" | "no" | "0" => Ok(false),
         _ => Err(bad(key, format!("expected on or off, got {value:?}"))),
     }
+}
+
+/// `queues=`: 1..=[`MAX_QUEUES`].
+pub(super) fn queues(key: &str, value: &str) -> Result<usize, SpecError> {
+    value
+        .parse()
+        .ok()
+        .filter(|n| (1..=MAX_QUEUES).contains(n))
+        .ok_or_else(|| bad(key, format!("must be 1..={MAX_QUEUES}")))
+}
+
+/// `queue-size=`: a power of two up to [`MAX_QUEUE_SIZE`].
+pub(super) fn queue_size(key: &str, value: &str) -> Result<u16, SpecError> {
+    value
+        .parse::<u16>()
+        .ok()
+        .filter(|n| n.is_power_of_two() && *n >= 2 && *n <= MAX_QUEUE_SIZE)
+        .ok_or_else(|| bad(key, format!("must be a power of two, 2..={MAX_QUEUE_SIZE}")))
+}
+
+/// `mode=`.
+pub(super) fn wait_mode(key: &str, value: &str) -> Result<WaitMode, SpecError> {
+    match value {
+        "event" => Ok(WaitMode::Event),
+        "poll" => Ok(WaitMode::Poll),
+        "adaptive" => Ok(WaitMode::Adaptive),
+        _ => Err(bad(key, "must be event, poll or adaptive")),
+    }
+}
+
+/// `poll-us=`.
+pub(super) fn poll_us(key: &str, value: &str) -> Result<u64, SpecError> {
+    value
+        .parse()
+        .ok()
+        .filter(|us| *us <= 1_000_000)
+        .ok_or_else(|| bad(key, "must be 0..=1000000 microseconds"))
+}
+
+/// `cpus=`: CPUs this process may run on.
+pub(super) fn cpus(key: &str, value: &str, online_cpus: &[usize]) -> Result<Vec<usize>, SpecError> {
+    let cpus = parse_cpu_list(value)
+        .ok_or_else(|| bad(key, format!("{value:?} is not a list like 2-5 or 2,4")))?;
+    if let Some(cpu) = cpus.iter().find(|cpu| !online_cpus.contains(cpu)) {
+        return Err(bad(
+            key,
+            format!("CPU {cpu} does not exist or is not allowed"),
+        ));
+    }
+    Ok(cpus)
+}
+
+/// `socket-group=`: a group name or GID.
+pub(super) fn socket_group(key: &str, value: &str) -> Result<u32, SpecError> {
+    let gid = value.parse().ok().or_else(|| group_id(value));
+    gid.ok_or_else(|| {
+        bad(
+            key,
+            format!("{value:?} is neither a group of /etc/group nor a GID"),
+        )
+    })
+}
+
+/// `socket-mode=`: octal permission bits.
+pub(super) fn socket_mode(key: &str, value: &str) -> Result<u32, SpecError> {
+    u32::from_str_radix(value, 8)
+        .ok()
+        .filter(|mode| *mode <= 0o777)
+        .ok_or_else(|| bad(key, "must be octal permission bits such as 0660"))
 }
 
 impl DiskSpec {
@@ -230,48 +299,11 @@ impl DiskSpec {
                         .filter(|n| (1..=1 << 20).contains(n));
                     spec.delay_every = n.ok_or_else(|| bad(key, "must be 1..=1048576"))?;
                 }
-                "queues" => {
-                    spec.queues = value
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=MAX_QUEUES).contains(n))
-                        .ok_or_else(|| bad(key, format!("must be 1..={MAX_QUEUES}")))?;
-                }
-                "queue-size" => {
-                    spec.queue_size = value
-                        .parse::<u16>()
-                        .ok()
-                        .filter(|n| n.is_power_of_two() && *n >= 2 && *n <= MAX_QUEUE_SIZE)
-                        .ok_or_else(|| {
-                            bad(key, format!("must be a power of two, 2..={MAX_QUEUE_SIZE}"))
-                        })?;
-                }
-                "mode" => {
-                    spec.mode = match value {
-                        "event" => WaitMode::Event,
-                        "poll" => WaitMode::Poll,
-                        "adaptive" => WaitMode::Adaptive,
-                        _ => return Err(bad(key, "must be event, poll or adaptive")),
-                    }
-                }
-                "poll-us" => {
-                    spec.poll_us = value
-                        .parse()
-                        .ok()
-                        .filter(|us| *us <= 1_000_000)
-                        .ok_or_else(|| bad(key, "must be 0..=1000000 microseconds"))?;
-                }
-                "cpus" => {
-                    spec.cpus = parse_cpu_list(value).ok_or_else(|| {
-                        bad(key, format!("{value:?} is not a list like 2-5 or 2,4"))
-                    })?;
-                    if let Some(cpu) = spec.cpus.iter().find(|cpu| !online_cpus.contains(cpu)) {
-                        return Err(bad(
-                            key,
-                            format!("CPU {cpu} does not exist or is not allowed"),
-                        ));
-                    }
-                }
+                "queues" => spec.queues = queues(key, value)?,
+                "queue-size" => spec.queue_size = queue_size(key, value)?,
+                "mode" => spec.mode = wait_mode(key, value)?,
+                "poll-us" => spec.poll_us = poll_us(key, value)?,
+                "cpus" => spec.cpus = cpus(key, value, online_cpus)?,
                 "readonly" => spec.readonly = on_off(key, value)?,
                 "direct" => spec.direct = on_off(key, value)?,
                 "lock" => spec.lock = on_off(key, value)?,
@@ -290,21 +322,8 @@ impl DiskSpec {
                     }
                     spec.serial = Some(value.to_string());
                 }
-                "socket-group" => {
-                    let gid = value.parse().ok().or_else(|| group_id(value));
-                    spec.socket_group = Some(gid.ok_or_else(|| {
-                        bad(
-                            key,
-                            format!("{value:?} is neither a group of /etc/group nor a GID"),
-                        )
-                    })?);
-                }
-                "socket-mode" => {
-                    spec.socket_mode = u32::from_str_radix(value, 8)
-                        .ok()
-                        .filter(|mode| *mode <= 0o777)
-                        .ok_or_else(|| bad(key, "must be octal permission bits such as 0660"))?;
-                }
+                "socket-group" => spec.socket_group = Some(socket_group(key, value)?),
+                "socket-mode" => spec.socket_mode = socket_mode(key, value)?,
                 _ if set_limit(&mut spec.limits, key, value)? => {}
                 _ => return Err(bad(key, "listed but not parsed: a defect")),
             }
@@ -357,7 +376,7 @@ impl DiskSpec {
 
     /// Splits `k=v,k=v` into pairs. A CPU list may itself hold commas (`cpus=2,4,6`): an item
     /// without `=` continues the value before it.
-    fn pairs(text: &str) -> Result<Vec<(&str, String)>, SpecError> {
+    pub(super) fn pairs(text: &str) -> Result<Vec<(&str, String)>, SpecError> {
         let mut pairs: Vec<(&str, String)> = Vec::new();
         for item in text.split(',').filter(|item| !item.is_empty()) {
             match (item.split_once('='), pairs.last_mut()) {

@@ -45,6 +45,14 @@ pub(super) fn restrict(opts: &ConfineOptions) -> Result<FilesystemStatus, Confin
         }
         ruleset = ruleset.add_rule(PathBeneath::new(open_path(&disk.path)?, access))?;
     }
+    for share in &opts.shares {
+        let access = if share.writable {
+            AccessFs::from_all(ABI_TARGET) & !AccessFs::Execute
+        } else {
+            AccessFs::ReadFile | AccessFs::ReadDir
+        };
+        ruleset = ruleset.add_rule(PathBeneath::new(open_path(&share.path)?, access))?;
+    }
     for dir in &opts.read_dirs {
         let access = AccessFs::ReadFile;
         ruleset = ruleset.add_rule(PathBeneath::new(open_path(dir)?, access))?;

@@ -38,6 +38,9 @@ pub struct CephAccess {
 pub struct ConfineOptions {
     /// Backing files of the file-backed disks (`null=` and `mem=` disks have none).
     pub disks: Vec<DiskAccess>,
+    /// Directories shared with guests (`--fs`): everything beneath them, or reading only when
+    /// the share is read-only.
+    pub shares: Vec<DiskAccess>,
     /// vhost-user listening socket paths; their directories keep the right to create and remove
     /// a socket so the listener can be bound again.
     pub sockets: Vec<PathBuf>,
@@ -108,8 +111,11 @@ pub fn confine(opts: &ConfineOptions) -> Result<Confinement, ConfineError> {
     }
     if opts.seccomp {
         sigsys::install().map_err(ConfineError::Sigsys)?;
-        let allowlist =
-            syscalls::filter(opts.ceph.is_some(), !opts.run_time_socket_dirs.is_empty())?;
+        let allowlist = syscalls::filter(
+            opts.ceph.is_some(),
+            !opts.run_time_socket_dirs.is_empty(),
+            !opts.shares.is_empty(),
+        )?;
         let clone3 = syscalls::clone3_fallback()?;
         // The allowlist forbids seccomp(2) itself, so it goes last.
         seccompiler::apply_filter_all_threads(&clone3)?;

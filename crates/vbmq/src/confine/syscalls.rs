@@ -137,17 +137,66 @@ const RUN_TIME_DISKS: &[libc::c_long] = &[
 /// `ioctl` requests allowed (argument 1): std's non-blocking and close-on-exec switches. Block
 /// device sizes and terminal probing happen before confinement.
 /// (`c_ulong` is `u64` on both architectures seccompiler supports.)
+/// The passthrough of `--fs` shares (fuse-backend-rs): the file system calls virtiofsd's own
+/// allowlist names for the same work, with per-thread credential switches for creating files
+/// as the guest's user.
+const SHARES: &[libc::c_long] = &[
+    libc::SYS_dup,
+    libc::SYS_openat2,
+    libc::SYS_fstatfs,
+    libc::SYS_getdents64,
+    libc::SYS_mkdirat,
+    libc::SYS_mknodat,
+    libc::SYS_symlinkat,
+    libc::SYS_linkat,
+    libc::SYS_readlinkat,
+    libc::SYS_renameat,
+    libc::SYS_renameat2,
+    libc::SYS_fchmod,
+    libc::SYS_fchmodat,
+    libc::SYS_fchownat,
+    libc::SYS_utimensat,
+    libc::SYS_fgetxattr,
+    libc::SYS_fsetxattr,
+    libc::SYS_flistxattr,
+    libc::SYS_fremovexattr,
+    libc::SYS_getxattr,
+    libc::SYS_setxattr,
+    libc::SYS_listxattr,
+    libc::SYS_removexattr,
+    libc::SYS_copy_file_range,
+    libc::SYS_flock,
+    libc::SYS_syncfs,
+    libc::SYS_fchdir,
+    libc::SYS_umask,
+    libc::SYS_name_to_handle_at,
+    libc::SYS_setresuid,
+    libc::SYS_setresgid,
+    libc::SYS_setfsuid,
+    libc::SYS_setfsgid,
+    libc::SYS_geteuid,
+    libc::SYS_getegid,
+    libc::SYS_capget,
+    libc::SYS_capset,
+];
+
 const IOCTLS: &[u64] = &[libc::FIONBIO, libc::FIOCLEX];
 
 /// Compiles the allowlist; anything else raises SIGSYS (reported, then the process exits).
 /// `run_time_disks`: the calls [`RUN_TIME_DISKS`] names, and Unix sockets beside TCP ones.
-pub(super) fn filter(ceph: bool, run_time_disks: bool) -> Result<BpfProgram, BackendError> {
+pub(super) fn filter(
+    ceph: bool,
+    run_time_disks: bool,
+    shares: bool,
+) -> Result<BpfProgram, BackendError> {
     let extra: &[libc::c_long] = if ceph { CEPH } else { &[] };
     let run_time: &[libc::c_long] = if run_time_disks { RUN_TIME_DISKS } else { &[] };
+    let share_calls: &[libc::c_long] = if shares { SHARES } else { &[] };
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = ALLOWED
         .iter()
         .chain(extra)
         .chain(run_time)
+        .chain(share_calls)
         .map(|&nr| (nr, Vec::new()))
         .collect();
     // TCP over IPv4 or IPv6 only for Ceph, Unix stream sockets only for run-time disks: no
@@ -247,7 +296,7 @@ mod tests {
 
     /// Runs `body` in a child process under the allowlist; returns how the child ended.
     fn under_filter(body: fn()) -> libc::c_int {
-        let filter = filter(false, false).expect("filter");
+        let filter = filter(false, false, false).expect("filter");
         // SAFETY: the child only installs a filter, runs `body` and exits; glibc's fork leaves
         // malloc usable in the child.
         let pid = unsafe { libc::fork() };

@@ -3,7 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,8 +64,9 @@ pub struct DiskServer {
 /// late stop never reaches a descriptor number the process has reused.
 pub struct Stopper {
     listener: OwnedFd,
-    current: Arc<Mutex<Option<Arc<VhostUserBlk>>>>,
     stopped: Arc<AtomicBool>,
+    /// Drains and closes the connection being served, if any.
+    disconnect: Box<dyn Fn() + Send + Sync>,
 }
 
 impl Stopper {
@@ -75,14 +76,20 @@ impl Stopper {
         self.stopped.store(true, Ordering::Release);
         // SAFETY: shutdown(2) on a descriptor this Stopper owns.
         unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
-        let backend = self
-            .current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        if let Some(backend) = backend {
-            backend.disconnect();
-        }
+        (self.disconnect)();
+    }
+
+    /// A stopper of the server listening on `listener`.
+    pub(super) fn new(
+        listener: RawFd,
+        stopped: Arc<AtomicBool>,
+        disconnect: Box<dyn Fn() + Send + Sync>,
+    ) -> io::Result<Self> {
+        Ok(Stopper {
+            listener: dup_descriptor(listener)?,
+            stopped,
+            disconnect,
+        })
     }
 }
 
@@ -110,24 +117,6 @@ impl DiskServer {
         disk: Arc<dyn Disk>,
         settings: Vec<QueueSettings>,
     ) -> Result<Self, SocketError> {
-        // The socket's directory, 0755, if it is missing (a fresh /run/vbmq, say).
-        if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty())
-            && !dir.exists()
-        {
-            use std::os::unix::fs::DirBuilderExt;
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o755)
-                .create(dir)
-                .map_err(|e| SocketError::Listen(socket.to_path_buf(), e.to_string()))?;
-        }
-        let mut lock_name = socket.as_os_str().to_owned();
-        lock_name.push(".lock");
-        let lock_path = PathBuf::from(lock_name);
-        let lock = take_lock(&lock_path).map_err(|e| match e {
-            SocketError::InUse(_) => SocketError::InUse(socket.to_path_buf()),
-            other => other,
-        })?;
         let engines = settings
             .iter()
             .enumerate()
@@ -137,20 +126,7 @@ impl DiskServer {
                     .map_err(|e| SocketError::Engine(i, e))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        // Bound and given its mode under a temporary name, then renamed: the socket appears
-        // at its path already listening, with its final permissions.
-        let listen_error = |e: String| SocketError::Listen(socket.to_path_buf(), e);
-        let mut temp_name = socket.as_os_str().to_owned();
-        temp_name.push(format!(".{}.tmp", std::process::id()));
-        let temp = PathBuf::from(temp_name);
-        let listener = Listener::new(&temp, true).map_err(|e| listen_error(e.to_string()))?;
-        std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(mode))
-            .and_then(|()| std::os::unix::fs::chown(&temp, None, group))
-            .and_then(|()| std::fs::rename(&temp, socket))
-            .map_err(|e| {
-                let _ = std::fs::remove_file(&temp);
-                listen_error(e.to_string())
-            })?;
+        let (listener, lock, lock_path) = listen(socket, mode, group)?;
         Ok(DiskServer {
             socket: socket.to_path_buf(),
             lock_path,
@@ -189,12 +165,18 @@ impl DiskServer {
 
     /// A way to stop this server from another thread.
     pub fn stopper(&self) -> io::Result<Stopper> {
-        let fd = dup_descriptor(self.listener.as_raw_fd())?;
-        Ok(Stopper {
-            listener: fd,
-            current: self.current.clone(),
-            stopped: self.stopped.clone(),
-        })
+        let current = self.current.clone();
+        let disconnect = move || {
+            let backend = current.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if let Some(backend) = backend {
+                backend.disconnect();
+            }
+        };
+        Stopper::new(
+            self.listener.as_raw_fd(),
+            self.stopped.clone(),
+            Box::new(disconnect),
+        )
     }
 
     /// The counters of each queue.
@@ -269,6 +251,49 @@ impl DiskServer {
         self.engines = backend.take_engines();
         result
     }
+}
+
+/// Binds `socket` (and creates its directory, 0755, if it is missing), replacing a stale socket
+/// file but not one a live vbmq holds: that is kept out by the lock file beside it, returned
+/// with its path, to hold while serving.
+pub(super) fn listen(
+    socket: &Path,
+    mode: u32,
+    group: Option<u32>,
+) -> Result<(Listener, File, PathBuf), SocketError> {
+    // The socket's directory, 0755, if it is missing (a fresh /run/vbmq, say).
+    if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty())
+        && !dir.exists()
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)
+            .map_err(|e| SocketError::Listen(socket.to_path_buf(), e.to_string()))?;
+    }
+    let mut lock_name = socket.as_os_str().to_owned();
+    lock_name.push(".lock");
+    let lock_path = PathBuf::from(lock_name);
+    let lock = take_lock(&lock_path).map_err(|e| match e {
+        SocketError::InUse(_) => SocketError::InUse(socket.to_path_buf()),
+        other => other,
+    })?;
+    // Bound and given its mode under a temporary name, then renamed: the socket appears
+    // at its path already listening, with its final permissions.
+    let listen_error = |e: String| SocketError::Listen(socket.to_path_buf(), e);
+    let mut temp_name = socket.as_os_str().to_owned();
+    temp_name.push(format!(".{}.tmp", std::process::id()));
+    let temp = PathBuf::from(temp_name);
+    let listener = Listener::new(&temp, true).map_err(|e| listen_error(e.to_string()))?;
+    std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(mode))
+        .and_then(|()| std::os::unix::fs::chown(&temp, None, group))
+        .and_then(|()| std::fs::rename(&temp, socket))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&temp);
+            listen_error(e.to_string())
+        })?;
+    Ok((listener, lock, lock_path))
 }
 
 fn dup_descriptor(fd: std::os::fd::RawFd) -> io::Result<OwnedFd> {

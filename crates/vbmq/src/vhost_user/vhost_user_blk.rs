@@ -7,9 +7,8 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use super::{GuestMemory, Vring};
 use vhost::vhost_user::message::{
@@ -20,11 +19,10 @@ use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VhostUserDaemon, Vrin
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{
-    EventConsumer, EventFlag, EventNotifier, new_event_consumer_and_notifier,
-};
+use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
-use super::{dirty_log, inflight_region, memory_faults, memory_table};
+use super::connection::{Connection, lock};
+use super::{dirty_log, inflight_region};
 use crate::backend::{Disk, Engine};
 use crate::virtio_blk::{BlkDevice, config_space};
 use crate::worker::cpu_poller::{self, CpuPoller, QueueCell};
@@ -71,42 +69,14 @@ pub struct VhostUserBlk {
     handlers: Mutex<Handlers>,
     /// Set for good when the connection ends or the process stops.
     shut_down: AtomicBool,
-    /// The exit eventfds handed to the crate's threads: it registers them by raw descriptor and
-    /// never closes them, so they are closed here once those threads are gone.
-    exit_fds: Mutex<Vec<OwnedFd>>,
-    /// Guest memory as checked by [`memory_table::check`]: the only map the queues see.
-    guest_memory: GuestMemoryAtomic<GuestMemory>,
-    /// Closes the connection when the frontend sends what cannot be served.
-    connection: Mutex<Option<ShutdownHandle>>,
-    /// A close asked for before [`Self::connected`] gave the handle (the crate's thread may
-    /// handle the first messages before the accepting thread gets there); under `connection`'s
-    /// lock.
-    close_requested: AtomicBool,
-    /// Set by the SIGBUS handler when this connection's guest memory shrank under it.
-    memory_broken: Arc<AtomicBool>,
-    /// This connection's guest memory regions that could shrink (see [`memory_faults`]).
-    memory_faults: Mutex<Vec<memory_faults::Registration>>,
+    /// Guest memory, the way to close the connection, the crate threads' exit eventfds.
+    connection: Connection,
     /// Offer `VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD`.
     inflight: bool,
     /// The channel to the frontend, for configuration change notices.
     backend_req: Mutex<Option<Backend>>,
     /// The frontend acked `VHOST_F_LOG_ALL`: a live migration is under way (see [`dirty_log`]).
     dirty_logging: Arc<AtomicBool>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic elsewhere must not take this queue down with it.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn lock_atomic(
-    atomic: &GuestMemoryAtomic<GuestMemory>,
-) -> vm_memory::atomic::GuestMemoryExclusiveGuard<'_, GuestMemory> {
-    atomic
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl VhostUserBlk {
@@ -117,8 +87,7 @@ impl VhostUserBlk {
         settings: &[QueueSettings],
         stats: &[Arc<QueueStats>],
     ) -> Self {
-        let guest_memory = GuestMemoryAtomic::new(GuestMemory::new());
-        let memory_broken = Arc::new(AtomicBool::new(false));
+        let connection = Connection::new();
         let dirty_logging = Arc::new(AtomicBool::new(false));
         let queues = settings
             .iter()
@@ -130,10 +99,10 @@ impl VhostUserBlk {
                     *settings,
                     device.clone(),
                     disk.clone(),
-                    guest_memory.clone(),
+                    connection.guest_memory.clone(),
                     stats.clone(),
                 );
-                worker.stop_also_on(memory_broken.clone());
+                worker.stop_also_on(connection.memory_broken.clone());
                 worker.log_dirty_pages_on(dirty_logging.clone());
                 QueueHandle {
                     cell: Arc::new(QueueCell::new(worker)),
@@ -148,12 +117,7 @@ impl VhostUserBlk {
             queues,
             handlers: Mutex::new(Vec::new()),
             shut_down: AtomicBool::new(false),
-            exit_fds: Mutex::new(Vec::new()),
-            guest_memory,
-            connection: Mutex::new(None),
-            close_requested: AtomicBool::new(false),
-            memory_broken,
-            memory_faults: Mutex::new(Vec::new()),
+            connection,
             inflight: true,
             backend_req: Mutex::new(None),
             dirty_logging,
@@ -212,22 +176,12 @@ impl VhostUserBlk {
 
     /// Gives the backend a way to close its connection, once the daemon has accepted one.
     pub fn connected(&self, connection: Option<ShutdownHandle>) {
-        let mut current = lock(&self.connection);
-        *current = connection;
-        if self.close_requested.load(Ordering::Acquire)
-            && let Some(connection) = current.as_ref()
-        {
-            connection.shutdown();
-        }
+        self.connection.connected(connection);
     }
 
     /// Closes the connection now, or as soon as [`Self::connected`] gives its handle.
     fn close_connection(&self) {
-        let current = lock(&self.connection);
-        self.close_requested.store(true, Ordering::Release);
-        if let Some(connection) = current.as_ref() {
-            connection.shutdown();
-        }
+        self.connection.close();
     }
 
     /// Completes what is in flight, then closes the connection: the disk is being removed.
@@ -262,7 +216,7 @@ impl VhostUserBlk {
     pub fn end(&self, daemon: VhostUserDaemon<Arc<VhostUserBlk>>) {
         self.quiesce();
         drop(daemon);
-        lock(&self.exit_fds).clear();
+        self.connection.close_exit_fds();
     }
 
     /// The event id of queue completions on each thread's epoll (above the crate's own ids).
@@ -381,18 +335,9 @@ impl VhostUserBackend for VhostUserBlk {
 
     fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemory>) -> io::Result<()> {
         let map = mem.memory();
-        let checked = memory_table::check(&map)
-            .and_then(|()| memory_faults::register(&map, &self.memory_broken));
-        match checked {
-            Ok(registration) => lock(&self.memory_faults).push(registration),
-            Err(e) => {
-                crate::limited!(warn, "memory table refused, closing the connection: {e}");
-                self.close_connection();
-                return Err(e);
-            }
-        }
+        self.connection.check_memory(&map)?;
         // A table changed during a migration: the new regions log to the same log.
-        if let Some(log) = dirty_log::log_memory(&self.guest_memory.memory())
+        if let Some(log) = dirty_log::log_memory(&self.connection.memory())
             && let Err(e) = dirty_log::inherit_log(&map, &log)
         {
             crate::limited!(
@@ -402,7 +347,7 @@ impl VhostUserBackend for VhostUserBlk {
         }
         dirty_log::set_logging(&map, self.dirty_logging.load(Ordering::Acquire));
         // The queues switch to it themselves, once their in-flight requests have completed.
-        lock_atomic(&self.guest_memory).replace((*map).clone());
+        self.connection.replace_memory((*map).clone());
         Ok(())
     }
 
@@ -411,15 +356,7 @@ impl VhostUserBackend for VhostUserBlk {
     }
 
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        let (consumer, notifier) =
-            new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()?;
-        // The crate takes the consumer's raw descriptor and never closes it: keep the
-        // descriptor, to close once the thread that polls it has ended.
-        // SAFETY: `consumer` owns this descriptor; ownership passes to `exit_fds`, and the crate
-        // only uses the number (`into_raw_fd`), never closing it (see `end`).
-        let owned = unsafe { OwnedFd::from_raw_fd(consumer.as_raw_fd()) };
-        lock(&self.exit_fds).push(owned);
-        Some((consumer, notifier))
+        self.connection.exit_event()
     }
 
     fn stop_vring(&self, queue_index: u32) -> io::Result<()> {
@@ -489,15 +426,8 @@ impl VhostUserBackend for VhostUserBlk {
             worker.clear_completion_event();
         }
         worker.run(vring, &queue.stop);
-        if self.memory_broken.load(Ordering::Acquire) {
-            crate::limited!(
-                warn,
-                "guest memory shrank under queue {thread_id} (the frontend truncated its file): \
-                 closing the connection"
-            );
-            drop(worker);
-            self.close_connection();
-        }
+        drop(worker);
+        self.connection.close_if_memory_broke(thread_id);
         Ok(())
     }
 }
@@ -507,7 +437,7 @@ impl VhostUserBlk {
     /// `vm-memory`) and for the workers (for the buffers of reads).
     fn set_dirty_logging(&self, on: bool) {
         let was = self.dirty_logging.swap(on, Ordering::SeqCst);
-        dirty_log::set_logging(&self.guest_memory.memory(), on);
+        dirty_log::set_logging(&self.connection.memory(), on);
         if on != was {
             crate::limited!(info, "dirty page logging {}", if on { "on" } else { "off" });
         }
@@ -526,14 +456,7 @@ impl VhostUserBlk {
     ) {
         if device_event == self.completion_event() {
             queue.notice.read();
-            if self.memory_broken.load(Ordering::Acquire) {
-                crate::limited!(
-                    warn,
-                    "guest memory shrank under queue {thread_id} (the frontend truncated its \
-                     file): closing the connection"
-                );
-                self.close_connection();
-            }
+            self.connection.close_if_memory_broke(thread_id);
             return;
         }
         if !queue.attached.swap(true, Ordering::AcqRel) {
@@ -565,6 +488,6 @@ impl VhostUserBlk {
 impl Drop for VhostUserBlk {
     fn drop(&mut self) {
         // Before the fields, whose guest memory maps are the last to unmap the regions.
-        lock(&self.memory_faults).clear();
+        self.connection.release_memory_faults();
     }
 }

@@ -3,15 +3,18 @@
 
 mod affinity;
 pub mod cpu_poller;
+mod fs_queue_worker;
 mod inflight;
 mod limits;
 mod queue_worker;
 mod recovery;
 mod requests;
+mod ring_setup;
 mod stats;
 mod wait_mode;
 
 pub use affinity::{name_current_thread, online_cpus, pin_current_thread};
+pub use fs_queue_worker::FsQueueWorker;
 pub use limits::{DiskLimiter, Limits};
 pub use queue_worker::{Pass, QueueSettings, QueueWorker};
 pub use stats::{LATENCY_BUCKETS, OpKind, QueueStats};

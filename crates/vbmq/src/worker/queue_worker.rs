@@ -17,6 +17,7 @@ use super::WaitMode;
 use super::affinity::{name_current_thread, pin_current_thread};
 use super::inflight::InFlight;
 use super::requests::Ctx;
+use super::ring_setup::{RingSetup, stop_outside_memory};
 use super::stats::{QueueStats, now_ns};
 use crate::backend::{Disk, Engine, EngineOptions};
 use crate::timer::Timer;
@@ -619,68 +620,5 @@ impl QueueWorker {
     /// The vring this worker serves, once it has been set up.
     pub fn vring(&self) -> Option<&Vring> {
         self.vring.as_ref()
-    }
-}
-
-/// Marks a ring that does not lie wholly inside guest memory broken, and says so.
-fn stop_outside_memory(index: usize, broken: &mut Option<RingSetup>, setup: RingSetup) {
-    crate::limited!(
-        warn,
-        "queue {index}: ring not wholly inside guest memory; \
-         queue stopped until the frontend sets it up again"
-    );
-    *broken = Some(setup);
-}
-
-/// What the frontend set up for a ring, and the memory map it was seen in: a queue is broken for
-/// one set-up only, and a placement found inside one memory map is checked again in the next.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct RingSetup {
-    desc_table: u64,
-    avail_ring: u64,
-    used_ring: u64,
-    size: u16,
-    next_avail: u16,
-    /// The memory map's address, only compared.
-    memory: usize,
-}
-
-impl RingSetup {
-    fn of(queue: &virtio_queue::Queue, mem: &GuestMemory) -> Self {
-        RingSetup {
-            desc_table: queue.desc_table(),
-            avail_ring: queue.avail_ring(),
-            used_ring: queue.used_ring(),
-            size: queue.size(),
-            next_avail: queue.next_avail(),
-            memory: std::ptr::from_ref(mem) as usize,
-        }
-    }
-
-    /// Where the ring lies, whatever its position.
-    fn placement(self) -> Self {
-        RingSetup {
-            next_avail: 0,
-            ..self
-        }
-    }
-
-    /// Whether the descriptor table and both rings (with their event fields) lie wholly inside
-    /// guest memory (virtio 1.x, 2.7).
-    fn fits(&self, mem: &GuestMemory) -> bool {
-        let n = u64::from(self.size);
-        [
-            (self.desc_table, 16 * n),
-            (self.avail_ring, 6 + 2 * n),
-            (self.used_ring, 6 + 8 * n),
-        ]
-        .into_iter()
-        .all(|(start, len)| {
-            vm_memory::GuestMemoryBackend::check_range(
-                mem,
-                vm_memory::GuestAddress(start),
-                crate::host_size(len),
-            )
-        })
     }
 }

@@ -1,0 +1,175 @@
+//! `--fs`: a host directory shared with guests over vhost-user-fs. Its keys follow `--disk`
+//! where they mean the same.
+
+use std::path::PathBuf;
+
+use super::disk_spec::{
+    bad, cpus, on_off, poll_us, queue_size, queues, socket_group, socket_mode, wait_mode,
+};
+use super::{DiskSpec, SpecError};
+use crate::virtio_fs::TAG_LEN;
+use crate::worker::WaitMode;
+
+/// The keys `FsSpec::parse` accepts, with their meaning (for `--help`).
+pub const FS_KEYS: &[(&str, &str)] = &[
+    ("socket=PATH", "the vhost-user-fs socket (required)"),
+    ("dir=DIR", "the host directory to share (required)"),
+    (
+        "tag=NAME",
+        "the name the guest mounts (required, at most 36 bytes)",
+    ),
+    (
+        "queues=N",
+        "request queues, each with its own thread (default 1)",
+    ),
+    (
+        "queue-size=N",
+        "largest queue size the frontend may set (default 1024)",
+    ),
+    (
+        "mode=event|poll|adaptive",
+        "how the queue threads wait (default adaptive)",
+    ),
+    (
+        "poll-us=N",
+        "adaptive: how long to poll after the last request (default 64)",
+    ),
+    (
+        "cpus=LIST",
+        "pin queue N's thread (the high-priority queue's too) to the Nth CPU",
+    ),
+    (
+        "readonly=on|off",
+        "refuse every change to the share with EROFS (default off)",
+    ),
+    (
+        "socket-mode=OCTAL",
+        "the socket's permission bits (default 0600)",
+    ),
+    ("socket-group=NAME|GID", "the socket's group"),
+];
+
+/// A parsed `--fs` argument.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FsSpec {
+    /// The vhost-user socket.
+    pub socket: PathBuf,
+    /// The shared directory.
+    pub dir: PathBuf,
+    /// The tag the guest mounts by.
+    pub tag: String,
+    /// Request queues (the high-priority queue comes on top).
+    pub queues: usize,
+    /// Largest queue size the frontend may set.
+    pub queue_size: u16,
+    /// How the queue threads wait.
+    pub mode: WaitMode,
+    /// Adaptive mode: microseconds of polling after the last request.
+    pub poll_us: u64,
+    /// CPUs to pin request queue threads to, in order; the high-priority queue takes the first.
+    pub cpus: Vec<usize>,
+    /// Refuse changes with `EROFS`.
+    pub readonly: bool,
+    /// Socket permission bits.
+    pub socket_mode: u32,
+    /// Socket group.
+    pub socket_group: Option<u32>,
+}
+
+/// An `--fs` argument that cannot be served; the message names the key.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("--fs {}: {}", .0.key, .0.reason)]
+pub struct FsSpecError(pub SpecError);
+
+impl From<SpecError> for FsSpecError {
+    fn from(e: SpecError) -> Self {
+        FsSpecError(e)
+    }
+}
+
+impl FsSpec {
+    /// Parses one `--fs` value. `online_cpus` are the CPUs this process may run on.
+    ///
+    /// ```
+    /// let spec = vbmq::config::FsSpec::parse("socket=/run/fs.sock,dir=/srv/vm1,tag=share,queues=2", &[0])?;
+    /// assert_eq!((spec.tag.as_str(), spec.queues), ("share", 2));
+    /// let err = vbmq::config::FsSpec::parse("socket=/s,dir=/d", &[0]).unwrap_err();
+    /// assert_eq!(err.to_string(), "--fs tag: required");
+    /// # Ok::<(), vbmq::config::FsSpecError>(())
+    /// ```
+    pub fn parse(text: &str, online_cpus: &[usize]) -> Result<Self, FsSpecError> {
+        let (mut socket, mut dir, mut tag) = (None, None, None);
+        let mut spec = FsSpec {
+            socket: PathBuf::new(),
+            dir: PathBuf::new(),
+            tag: String::new(),
+            queues: 1,
+            queue_size: 1024,
+            mode: WaitMode::Adaptive,
+            poll_us: 64,
+            cpus: Vec::new(),
+            readonly: false,
+            socket_mode: 0o600,
+            socket_group: None,
+        };
+        for (key, value) in DiskSpec::pairs(text)? {
+            let value = value.as_str();
+            match key {
+                "socket" => socket = Some(PathBuf::from(value)),
+                "dir" => dir = Some(PathBuf::from(value)),
+                "tag" => {
+                    if value.is_empty() || value.len() > TAG_LEN || value.contains('\0') {
+                        return Err(bad(key, format!("1 to {TAG_LEN} bytes, no NUL")).into());
+                    }
+                    tag = Some(value.to_string());
+                }
+                "queues" => spec.queues = queues(key, value)?,
+                "queue-size" => spec.queue_size = queue_size(key, value)?,
+                "mode" => spec.mode = wait_mode(key, value)?,
+                "poll-us" => spec.poll_us = poll_us(key, value)?,
+                "cpus" => spec.cpus = cpus(key, value, online_cpus)?,
+                "readonly" => spec.readonly = on_off(key, value)?,
+                "socket-mode" => spec.socket_mode = socket_mode(key, value)?,
+                "socket-group" => spec.socket_group = Some(socket_group(key, value)?),
+                _ => return Err(bad(key, "unknown key (vbmq serve --help lists them)").into()),
+            }
+        }
+        spec.socket = socket.ok_or_else(|| bad("socket", "required"))?;
+        spec.dir = dir.ok_or_else(|| bad("dir", "required"))?;
+        spec.tag = tag.ok_or_else(|| bad("tag", "required"))?;
+        Ok(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_disk_keys() {
+        let spec = FsSpec::parse(
+            "socket=/s,dir=/d,tag=t,queues=2,mode=poll,cpus=0,1,readonly=on,socket-mode=0660",
+            &[0, 1],
+        )
+        .unwrap();
+        assert_eq!(spec.queues, 2);
+        assert_eq!(spec.mode, WaitMode::Poll);
+        assert_eq!(spec.cpus, vec![0, 1]);
+        assert!(spec.readonly);
+        assert_eq!(spec.socket_mode, 0o660);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let key = |text: &str| FsSpec::parse(text, &[0]).unwrap_err().0.key;
+        assert_eq!(key("dir=/d,tag=t"), "socket");
+        assert_eq!(key("socket=/s,tag=t"), "dir");
+        assert_eq!(key("socket=/s,dir=/d,tag="), "tag");
+        assert_eq!(
+            key(&format!("socket=/s,dir=/d,tag={}", "x".repeat(37))),
+            "tag"
+        );
+        assert_eq!(key("socket=/s,dir=/d,tag=t,cpus=7"), "cpus");
+        assert_eq!(key("socket=/s,dir=/d,tag=t,path=/x"), "path");
+    }
+}

@@ -1,0 +1,221 @@
+//! `VhostUserBackend` for a virtio-fs device: the high-priority queue and the request queues,
+//! each served by its own thread of the crate (pinned by `cpus=`), driving its own
+//! [`FsQueueWorker`]. The per-queue mutex is taken by the serving thread when it serves, and by
+//! the control thread only to stop the queue: never per request.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::connection::{Connection, lock};
+use super::{GuestMemory, Vring};
+use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VhostUserDaemon, VringEpollHandler};
+use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{EventConsumer, EventNotifier};
+
+use crate::virtio_fs::FsDevice;
+use crate::worker::{FsQueueWorker, QueueSettings, QueueStats};
+
+/// One queue, as its serving thread and the control thread share it.
+struct FsQueue {
+    /// Asks the serving thread to leave the queue alone (to stop it).
+    stop: AtomicBool,
+    worker: Mutex<FsQueueWorker>,
+}
+
+/// A virtio-fs device served over one vhost-user connection.
+pub struct VhostUserFs {
+    device: Arc<FsDevice>,
+    max_queue_size: u16,
+    queues: Vec<FsQueue>,
+    handlers: Mutex<Vec<Arc<VringEpollHandler<Arc<VhostUserFs>>>>>,
+    /// Set for good when the connection ends or the process stops.
+    shut_down: AtomicBool,
+    connection: Connection,
+}
+
+impl VhostUserFs {
+    /// A device over `device` with one worker per entry of `settings` (the high-priority queue
+    /// first).
+    pub fn new(
+        device: Arc<FsDevice>,
+        settings: &[QueueSettings],
+        stats: &[Arc<QueueStats>],
+    ) -> Self {
+        let connection = Connection::new();
+        let queues = settings
+            .iter()
+            .zip(stats)
+            .enumerate()
+            .map(|(index, (settings, stats))| FsQueue {
+                stop: AtomicBool::new(false),
+                worker: Mutex::new(FsQueueWorker::new(
+                    index,
+                    *settings,
+                    device.clone(),
+                    connection.guest_memory.clone(),
+                    stats.clone(),
+                )),
+            })
+            .collect();
+        VhostUserFs {
+            max_queue_size: settings.first().map_or(1024, |s| s.max_size),
+            device,
+            queues,
+            handlers: Mutex::new(Vec::new()),
+            shut_down: AtomicBool::new(false),
+            connection,
+        }
+    }
+
+    /// Gives the backend the epoll handlers of its daemon.
+    pub fn attach(&self, handlers: Vec<Arc<VringEpollHandler<Arc<VhostUserFs>>>>) {
+        *lock(&self.handlers) = handlers;
+    }
+
+    /// Gives the backend a way to close its connection, once the daemon has accepted one.
+    pub fn connected(&self, handle: Option<ShutdownHandle>) {
+        self.connection.connected(handle);
+    }
+
+    /// Stops every queue for good (a request is always completed within its pass), then
+    /// closes the connection.
+    pub fn disconnect(&self) {
+        self.quiesce();
+        self.connection.close();
+    }
+
+    fn quiesce(&self) {
+        self.shut_down.store(true, Ordering::Release);
+        for queue in &self.queues {
+            queue.stop.store(true, Ordering::Release);
+            drop(lock(&queue.worker));
+        }
+        for handler in lock(&self.handlers).drain(..) {
+            handler.send_exit_event();
+        }
+    }
+
+    /// Ends the connection: stops the queues, drops the daemon (which joins its threads) and
+    /// only then closes the exit eventfds they polled.
+    pub fn end(&self, daemon: VhostUserDaemon<Arc<VhostUserFs>>) {
+        self.quiesce();
+        drop(daemon);
+        self.connection.close_exit_fds();
+    }
+}
+
+impl VhostUserBackend for VhostUserFs {
+    type Bitmap = super::dirty_log::DirtyLog;
+    type Vring = Vring;
+
+    fn num_queues(&self) -> usize {
+        self.queues.len()
+    }
+
+    fn max_queue_size(&self) -> usize {
+        usize::from(self.max_queue_size)
+    }
+
+    fn features(&self) -> u64 {
+        // No VHOST_F_LOG_ALL: the passthrough's reads do not mark the pages they fill, so a VM
+        // with a share is not offered live migration (QEMU's vhost-user-fs refuses it anyway).
+        (1 << VIRTIO_F_VERSION_1)
+            | (1 << VIRTIO_RING_F_EVENT_IDX)
+            | (1 << VIRTIO_RING_F_INDIRECT_DESC)
+            | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        // No CONFIG: QEMU's vhost-user-fs keeps the configuration space itself.
+        VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+    }
+
+    fn acked_features(&self, features: u64) {
+        if features & (1 << VIRTIO_F_VERSION_1) == 0 {
+            crate::limited!(
+                warn,
+                "the frontend acked features {features:#x} without VIRTIO_F_VERSION_1: closing"
+            );
+            self.connection.close();
+        }
+    }
+
+    fn set_event_idx(&self, _enabled: bool) {
+        // The crate sets it on each vring; the workers read it from there.
+    }
+
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        let config = self.device.config();
+        let mut out = vec![0u8; size.min(256) as usize];
+        let start = (offset as usize).min(config.len());
+        let end = start.saturating_add(out.len()).min(config.len());
+        out[..end - start].copy_from_slice(&config[start..end]);
+        out
+    }
+
+    fn set_config(&self, offset: u32, buf: &[u8]) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("SET_CONFIG of {} bytes at {offset}: read-only", buf.len()),
+        ))
+    }
+
+    fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemory>) -> io::Result<()> {
+        let map = mem.memory();
+        self.connection.check_memory(&map)?;
+        self.connection.replace_memory((*map).clone());
+        Ok(())
+    }
+
+    fn queues_per_thread(&self) -> Vec<u64> {
+        (0..self.queues.len()).map(|i| 1u64 << i).collect()
+    }
+
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        self.connection.exit_event()
+    }
+
+    fn stop_vring(&self, queue_index: u32) -> io::Result<()> {
+        if let Some(queue) = self.queues.get(queue_index as usize) {
+            // Taken once the serving thread has left its pass: nothing is in flight after it.
+            queue.stop.store(true, Ordering::Release);
+            drop(lock(&queue.worker));
+            queue.stop.store(false, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    fn handle_event(
+        &self,
+        device_event: u16,
+        _evset: EventSet,
+        vrings: &[Vring],
+        thread_id: usize,
+    ) -> io::Result<()> {
+        // Errors are logged, never returned: the crate would end this queue's thread.
+        if self.shut_down.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let (Some(queue), Some(vring)) = (self.queues.get(thread_id), vrings.first()) else {
+            crate::limited!(warn, "event {device_event} for unknown thread {thread_id}");
+            return Ok(());
+        };
+        lock(&queue.worker).run(vring, &queue.stop);
+        self.connection.close_if_memory_broke(thread_id);
+        Ok(())
+    }
+}
+
+impl Drop for VhostUserFs {
+    fn drop(&mut self) {
+        // Before the fields, whose guest memory maps are the last to unmap the regions.
+        self.connection.release_memory_faults();
+    }
+}

@@ -1,0 +1,10 @@
+//! The virtio-fs device (virtio device id 26): FUSE requests from the guest's `virtiofs`
+//! driver, served by `fuse-backend-rs`'s protocol server over a passthrough of one host
+//! directory. The queue threads call [`FsDevice::handle`] with each descriptor chain.
+
+mod config_space;
+mod readonly;
+mod share;
+
+pub use config_space::{TAG_LEN, config_space};
+pub use share::{FsDevice, ShareError};
