@@ -745,7 +745,8 @@ pub enum Opcode {
 
 impl From<u32> for Opcode {
     fn from(op: u32) -> Opcode {
-        if op >= Opcode::MaxOpcode as u32 {
+        // 0, 7 and 19 name no opcode: transmuting them would make an invalid enum value.
+        if op >= Opcode::MaxOpcode as u32 || op == 0 || op == 7 || op == 19 {
             return Opcode::MaxOpcode;
         }
         unsafe { mem::transmute(op) }
