@@ -444,6 +444,9 @@ fn run(input: &Input) {
 /// One input: FUSE requests through a real virtio-fs queue worker over a scratch share.
 pub fn fs_requests(data: &[u8]) {
     if let Ok(input) = Input::arbitrary_take_rest(Unstructured::new(data)) {
+        if std::env::var_os("VBMQ_FUZZ_DEBUG").is_some() {
+            eprintln!("{input:#?}");
+        }
         run(&input);
     }
 }

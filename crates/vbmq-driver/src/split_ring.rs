@@ -1,5 +1,5 @@
-//! A driver's side of a split virtqueue in guest memory. Test code: a write outside guest
-//! memory is a bug in the test and panics.
+//! A driver's side of a split virtqueue in guest memory. The driver owns that memory: a ring
+//! placed outside it is a bug of the caller and panics.
 
 use std::sync::atomic::{Ordering, fence};
 
@@ -161,12 +161,4 @@ impl SplitRing {
         mem.store(value.to_le(), GuestAddress(gpa), Ordering::Release)
             .expect("avail ring outside guest memory");
     }
-}
-
-/// A virtio-blk request header: type, reserved, sector.
-pub fn blk_header(request_type: u32, sector: u64) -> [u8; 16] {
-    let mut header = [0u8; 16];
-    header[0..4].copy_from_slice(&request_type.to_le_bytes());
-    header[8..16].copy_from_slice(&sector.to_le_bytes());
-    header
 }

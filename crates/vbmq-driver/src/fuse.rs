@@ -1,0 +1,33 @@
+//! FUSE requests as the guest's driver frames them: an `InHeader`, the operation's arguments,
+//! then its names, each NUL-terminated.
+
+pub use fuse_backend_rs::abi::fuse_abi::{
+    AttrOut, EntryOut, GetattrIn, InHeader, InitIn, InitOut, KERNEL_MINOR_VERSION, KERNEL_VERSION,
+    Opcode, OpenIn, OpenOut, OutHeader, ROOT_ID, ReadIn, ReleaseIn,
+};
+use vm_memory::ByteValued;
+
+/// The whole request: header (its `len` set), `args`, then `names`.
+pub fn request(opcode: Opcode, unique: u64, node: u64, args: &[u8], names: &[&[u8]]) -> Vec<u8> {
+    let mut body = args.to_vec();
+    for name in names {
+        body.extend_from_slice(name);
+        body.push(0);
+    }
+    let len = size_of::<InHeader>() + body.len();
+    let header = InHeader {
+        len: u32::try_from(len).unwrap_or(u32::MAX),
+        opcode: opcode as u32,
+        unique,
+        nodeid: node,
+        ..InHeader::default()
+    };
+    let mut out = header.as_slice().to_vec();
+    out.extend(body);
+    out
+}
+
+/// A request's argument struct as bytes.
+pub fn args<T: ByteValued>(value: &T) -> &[u8] {
+    value.as_slice()
+}
