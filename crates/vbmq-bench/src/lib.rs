@@ -12,6 +12,7 @@ mod client;
 mod cpus;
 mod disk;
 mod error;
+mod fs_study;
 mod goals;
 mod histogram;
 mod launcher;
@@ -74,6 +75,7 @@ fn bench(opts: &Options) -> Result<bool> {
             && !cache_study::selects(opts.quick, text)
             && !shared_cpu_study::selects(text)
             && !rbd_study::selects(text)
+            && !fs_study::selects(text)
         {
             return Err(BenchError::Usage(format!(
                 "--only {text}: no case or system matches"
@@ -201,6 +203,19 @@ fn bench(opts: &Options) -> Result<bool> {
         println!("{text}");
         studies_measured |= !text.starts_with("not measured");
         let path = out.join("rbd.txt");
+        fs::write(&path, &text)
+            .map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
+    }
+    let run_fs = opts.only.as_deref().is_none_or(fs_study::selects);
+    if complete && run_fs && !STOP.load(Ordering::Relaxed) {
+        println!(
+            "== Files (virtio-fs): vbmq --fs beside virtiofsd and the host's pread, one user-space \
+             client"
+        );
+        let text = fs_study::run(&launcher.vbmq, &launcher.run_dir, &cpus, settings, &STOP);
+        println!("{text}");
+        studies_measured |= !text.starts_with("not measured");
+        let path = out.join("fs.txt");
         fs::write(&path, &text)
             .map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
     }

@@ -14,7 +14,7 @@ use crate::host::{Host, RunTimePolicy};
 use crate::vhost_user::{DiskServer, ShareServer, Stopper};
 use crate::virtio_blk::BlkDevice;
 use crate::virtio_fs::FsDevice;
-use crate::worker::QueueSettings;
+use crate::worker::{QueueSettings, WaitMode};
 
 /// What `vbmq serve` was asked to do.
 #[derive(Clone, Debug)]
@@ -222,12 +222,13 @@ fn build_share(spec: &FsSpec) -> Result<ShareServer, FsSpecError> {
     let queues = u32::try_from(spec.queues).unwrap_or(u32::MAX);
     let device = FsDevice::open(&spec.dir, &spec.tag, queues, spec.readonly)
         .map_err(|e| bad("dir", e.to_string()))?;
-    // The high-priority queue first, then the request queues; `cpus=` pins them in that order.
+    // The high-priority queue first, then the request queues. The first carries only FORGET
+    // and INTERRUPT: it waits for kicks whatever the mode, beside the first request queue.
     let settings = (0..=spec.queues)
         .map(|i| QueueSettings {
-            mode: spec.mode,
+            mode: if i == 0 { WaitMode::Event } else { spec.mode },
             poll: Duration::from_micros(spec.poll_us),
-            cpu: spec.cpus.get(i).copied(),
+            cpu: spec.cpus.get(i.saturating_sub(1)).copied(),
             batch: true,
             max_size: spec.queue_size,
         })

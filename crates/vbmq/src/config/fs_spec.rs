@@ -66,7 +66,8 @@ pub struct FsSpec {
     pub mode: WaitMode,
     /// Adaptive mode: microseconds of polling after the last request.
     pub poll_us: u64,
-    /// CPUs to pin request queue threads to, in order; the high-priority queue takes the first.
+    /// CPUs to pin request queue threads to, in order; the high-priority queue (event-driven)
+    /// shares the first.
     pub cpus: Vec<usize>,
     /// Refuse changes with `EROFS`.
     pub readonly: bool,
