@@ -208,10 +208,10 @@ inside_chroot() {
     find "$root/var/lib/apt/lists" -maxdepth 1 -type f -delete
     cp /etc/resolv.conf "$root/etc/resolv.conf"
     # Rust as rustup leaves it: this machine's toolchains (read-only) and rustup's proxies; a
-    # CARGO_HOME of its own, so crates and cargo-fuzz are fetched and built afresh.
+    # CARGO_HOME of its own, so crates, cargo-fuzz and virtiofsd are fetched and built afresh.
     mkdir -p "$root/root/.cargo/bin" "$root/root/.rustup"
     cp -a "${CARGO_HOME:-$HOME/.cargo}/bin/." "$root/root/.cargo/bin/"
-    rm -f "$root/root/.cargo/bin/cargo-fuzz"
+    rm -f "$root/root/.cargo/bin/cargo-fuzz" "$root/root/.cargo/bin/virtiofsd"
     mount --bind "${RUSTUP_HOME:-$HOME/.rustup}" "$root/root/.rustup"
     mount -o remount,bind,ro "$root/root/.rustup"
     # The project, without build output.

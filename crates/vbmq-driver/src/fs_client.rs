@@ -110,6 +110,11 @@ impl FsClient {
         // A round trip: every message before it has been handled when it returns.
         fe.set_hdr_flags(VhostUserHeaderFlag::empty());
         fe.get_features().map_err(other)?;
+        // The client finds completions by polling: no interrupts (VRING_AVAIL_F_NO_INTERRUPT).
+        self.ram
+            .mem
+            .store(1u16.to_le(), GuestAddress(ring.avail), Ordering::Release)
+            .map_err(other)?;
         self.queues.push(Queue {
             ring,
             kick,
