@@ -152,3 +152,56 @@ fn a_read_only_share_refuses_every_change() {
     names.sort();
     assert_eq!(names, ["d", "f"]);
 }
+
+/// Seed 001's comparison, for correctness (TCG makes its timings meaningless; they are printed,
+/// not asserted): the same verified file workload on a share, and on ext4 in the guest over a
+/// vbmq block disk (the nested stack a share removes). Both must pass verification.
+#[test]
+#[cfg_attr(
+    not(feature = "guest-tests"),
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
+)]
+fn the_same_file_workload_on_a_share_and_on_ext4_over_a_disk() {
+    let dir = TestDir::new("fs-vs-ext4");
+    let shared = dir.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    let image = dir.disk("ext4.img", 128);
+    let fs_socket = dir.join("fs.sock");
+    let disk_socket = dir.join("disk.sock");
+    let vbmq = Vbmq::serve_with(
+        &[format!(
+            "socket={},path={},queues=1",
+            disk_socket.display(),
+            image.display()
+        )],
+        &[share_spec(&fs_socket, &shared, "")],
+        dir.join("vbmq.log"),
+    );
+    let workload = |path: &str| {
+        format!(
+            "fio --name=seed001 --directory={path} --size=8M --nrfiles=4 --bs=4k \
+                 --rw=randrw --ioengine=psync --verify=crc32c --verify_fatal=1 \
+                 --runtime=5 --time_based=0 --output-format=terse --terse-version=3 \
+                 | awk -F';' '{{print \"IOPS {path} \" $8 + $49}}'"
+        )
+    };
+    let run = Vm::new(1)
+        .share(&fs_socket, "share", 2)
+        .disk(&disk_socket, 1)
+        .run(&script(&format!(
+            "mount -t virtiofs share /mnt
+             mkdir -p /ext4
+             mkfs.ext4 -q /dev/vda
+             mount /dev/vda /ext4
+             {}
+             {}
+             umount /mnt /ext4",
+            workload("/mnt"),
+            workload("/ext4")
+        )));
+    run.assert_success();
+    vbmq.stop();
+    let iops = tagged(&run.output, "IOPS");
+    assert_eq!(iops.len(), 2, "{}", run.output);
+    eprintln!("TCG guest, 1 vCPU, fio randrw 4K psync with verify: {iops:?}");
+}
