@@ -138,6 +138,14 @@ impl FsSpec {
         spec.socket = socket.ok_or_else(|| bad("socket", "required"))?;
         spec.dir = dir.ok_or_else(|| bad("dir", "required"))?;
         spec.tag = tag.ok_or_else(|| bad("tag", "required"))?;
+        // As for disks: a spinning thread owns its CPU, so it must be told which.
+        if !spec.cpus.is_empty() && spec.cpus.len() < spec.queues {
+            let reason = format!("{} CPUs for {} queues", spec.cpus.len(), spec.queues);
+            return Err(bad("cpus", reason).into());
+        }
+        if spec.mode == WaitMode::Poll && spec.cpus.is_empty() {
+            return Err(bad("cpus", "required with mode=poll").into());
+        }
         Ok(spec)
     }
 }
@@ -172,5 +180,7 @@ mod tests {
         );
         assert_eq!(key("socket=/s,dir=/d,tag=t,cpus=7"), "cpus");
         assert_eq!(key("socket=/s,dir=/d,tag=t,path=/x"), "path");
+        assert_eq!(key("socket=/s,dir=/d,tag=t,mode=poll"), "cpus");
+        assert_eq!(key("socket=/s,dir=/d,tag=t,queues=2,cpus=0"), "cpus");
     }
 }

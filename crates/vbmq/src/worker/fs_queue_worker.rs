@@ -31,6 +31,9 @@ pub struct FsQueueWorker {
     set_up: bool,
     /// A ring set-up the driver or frontend broke: not served until it is set up again.
     broken: Option<RingSetup>,
+    /// The ring placement last found wholly inside guest memory (checked again when the ring
+    /// or the memory map changes, not on every pass).
+    checked: Option<RingSetup>,
     /// When the thread went back to sleep (`now_ns`; 0: it is awake).
     asleep_since: u64,
 }
@@ -52,6 +55,7 @@ impl FsQueueWorker {
             stats,
             set_up: false,
             broken: None,
+            checked: None,
             asleep_since: 0,
         }
     }
@@ -165,9 +169,12 @@ impl FsQueueWorker {
                 self.broken = Some(setup);
                 break;
             }
-            if waiting > 0 && !setup.fits(&mem) {
-                stop_outside_memory(self.index, &mut self.broken, setup);
-                break;
+            if waiting > 0 && self.checked != Some(setup.placement()) {
+                if !setup.fits(&mem) {
+                    stop_outside_memory(self.index, &mut self.broken, setup);
+                    break;
+                }
+                self.checked = Some(setup.placement());
             }
             while waiting > 0 {
                 let Some(chain) = queue.pop_descriptor_chain(&*mem) else {
