@@ -10,15 +10,15 @@
 
 use std::fmt::Write as _;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use vbmq_driver::FsClient;
 use vbmq_driver::fuse::ROOT_ID;
 
+use super::backend_process::BackendProcess;
 use super::cpus::{CpuPlan, pin_to};
 use super::error::{BenchError, Result};
 use super::launcher::find_in_path;
@@ -58,55 +58,6 @@ impl SharedDir {
 impl Drop for SharedDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A backend process pinned to the backend CPUs, stopped on drop.
-struct Backend {
-    child: Child,
-    socket: PathBuf,
-}
-
-impl Backend {
-    fn start(mut cmd: Command, socket: &Path, cpus: &[usize]) -> Result<Self> {
-        let _ = std::fs::remove_file(socket);
-        let cpus = cpus.to_vec();
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // SAFETY: setsid and sched_setaffinity are async-signal-safe (see `launcher`).
-        unsafe {
-            cmd.pre_exec(move || {
-                libc::setsid();
-                pin_to(&cpus)
-            });
-        }
-        let child = cmd
-            .spawn()
-            .map_err(|e| BenchError::io("starting a virtio-fs backend", e))?;
-        let backend = Backend {
-            child,
-            socket: socket.to_path_buf(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !backend.socket.exists() {
-            if Instant::now() > deadline {
-                return Err(BenchError::Backend(
-                    "a virtio-fs backend did not listen".into(),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(backend)
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        // SAFETY: a signal to our own child, not yet reaped.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.socket);
     }
 }
 
@@ -346,8 +297,8 @@ fn measure(
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            let backend = Backend::start(command(), &socket, &cpus.backend)?;
-            results[i].push(measure_backend(&backend.socket, settings)?);
+            let backend = BackendProcess::start(command(), &socket, &cpus.backend)?;
+            results[i].push(measure_backend(backend.socket(), settings)?);
         }
         results[systems.len()].push(measure_host(&shared.0, cpus, settings)?);
     }

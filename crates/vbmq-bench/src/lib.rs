@@ -5,6 +5,7 @@
 //! of interleaved runs, so the ratios between systems hold on a noisy shared machine even when
 //! absolute figures drift. The method is in `BENCHMARKS.md`.
 
+mod backend_process;
 mod cache_study;
 mod calibrate;
 pub mod ceph_cluster;

@@ -10,16 +10,16 @@
 //! (scripts/deps/ceph.sh; qemu-storage-daemon's rbd driver is Debian's qemu-block-extra).
 
 use std::fmt::Write as _;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use super::backend_process::BackendProcess;
 use super::ceph_cluster::Cluster;
 use super::client::{LoadSpec, run_load};
-use super::cpus::{CpuPlan, pin_to};
-use super::error::{BenchError, Result};
+use super::cpus::CpuPlan;
+use super::error::Result;
 use super::launcher::find_in_path;
 use super::runner::Settings;
 use super::stats::Stat;
@@ -44,49 +44,6 @@ pub fn missing() -> Option<String> {
     .iter()
     .find(|tool| find_in_path(tool).is_none())
     .map(|tool| format!("{tool} is not installed (scripts/deps/ceph.sh)"))
-}
-
-/// A vhost-user backend on the image, pinned to the backend CPUs, stopped on drop.
-struct Backend {
-    child: Child,
-    socket: PathBuf,
-}
-
-impl Backend {
-    fn start(mut cmd: Command, socket: PathBuf, cpus: &[usize]) -> Result<Self> {
-        let cpus = cpus.to_vec();
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // SAFETY: setsid and sched_setaffinity are async-signal-safe (see `launcher`).
-        unsafe {
-            cmd.pre_exec(move || {
-                libc::setsid();
-                pin_to(&cpus)
-            });
-        }
-        let child = cmd
-            .spawn()
-            .map_err(|e| BenchError::io("starting an RBD backend", e))?;
-        let backend = Backend { child, socket };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !backend.socket.exists() {
-            if Instant::now() > deadline {
-                return Err(BenchError::Backend("an RBD backend did not listen".into()));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(backend)
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        // SAFETY: a signal to our own child, not yet reaped.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.socket);
-    }
 }
 
 /// The cases: what is measured, by which figure.
@@ -186,7 +143,7 @@ fn measure(
                 backend_cpus[0]
             ),
         ]);
-        Backend::start(cmd, vbmq_socket.clone(), &backend_cpus)
+        BackendProcess::start(cmd, &vbmq_socket, &backend_cpus)
     };
     let start_qsd = |qsd: &Path| {
         let mut cmd = Command::new(qsd);
@@ -202,7 +159,7 @@ fn measure(
                 qsd_socket.display()
             ),
         ]);
-        Backend::start(cmd, qsd_socket.clone(), &backend_cpus)
+        BackendProcess::start(cmd, &qsd_socket, &backend_cpus)
     };
     let mut out = String::new();
     let _ = writeln!(
@@ -225,9 +182,9 @@ fn measure(
             measure: Duration::from_secs_f64(settings.measure_s),
         };
         // One run against `socket`: its figure, and the backend's share of a CPU.
-        let measure_one = |socket: &Path, backend: &Backend| -> Result<(f64, f64)> {
+        let measure_one = |socket: &Path, backend: &BackendProcess| -> Result<(f64, f64)> {
             let target = Target::VhostUser(socket.to_path_buf());
-            let load = run_load(&target, &spec, cpus, Some(backend.child.id()), stop)?;
+            let load = run_load(&target, &spec, cpus, Some(backend.pid()), stop)?;
             let cpu = load.backend_cpu_seconds.unwrap_or(0.0) / load.seconds;
             let value = if latency {
                 load.latency.quantile_us(0.5).unwrap_or(0.0)

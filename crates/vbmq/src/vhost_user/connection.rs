@@ -138,3 +138,21 @@ impl Connection {
         lock(&self.memory_faults).clear();
     }
 }
+
+/// `size` bytes of a configuration space from `offset` (GET_CONFIG): what lies past its end
+/// reads as zeros, and no more than 256 bytes are ever answered.
+pub(super) fn config_bytes(config: &[u8], offset: u32, size: u32) -> Vec<u8> {
+    let mut out = vec![0u8; size.min(256) as usize];
+    let start = (offset as usize).min(config.len());
+    let end = start.saturating_add(out.len()).min(config.len());
+    out[..end - start].copy_from_slice(&config[start..end]);
+    out
+}
+
+/// SET_CONFIG: every field vbmq's devices offer is read-only (refused, NACKed with REPLY_ACK).
+pub(super) fn refuse_set_config(offset: u32, buf: &[u8]) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!("SET_CONFIG of {} bytes at {offset}: read-only", buf.len()),
+    ))
+}

@@ -13,7 +13,7 @@ use vhost_user_backend::VhostUserDaemon;
 use vm_memory::GuestMemoryAtomic;
 
 use super::connection::lock;
-use super::socket::listen;
+use super::socket::{listen, serve_until_stopped};
 use super::{GuestMemory, SocketError, Stopper, VhostUserFs};
 use crate::virtio_fs::FsDevice;
 use crate::worker::{QueueSettings, QueueStats};
@@ -81,17 +81,8 @@ impl ShareServer {
 
     /// Serves frontends one after another, until stopped.
     pub fn run(mut self) {
-        while !self.stopped.load(Ordering::Acquire) {
-            let result = self.serve_one();
-            if self.stopped.load(Ordering::Acquire) {
-                break;
-            }
-            if let Err(e) = result {
-                crate::limited!(error, "{}: {e}", self.socket.display());
-                // Do not spin if accepting keeps failing.
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-        }
+        let (socket, stopped) = (self.socket.clone(), self.stopped.clone());
+        serve_until_stopped(&socket, &stopped, || self.serve_one());
     }
 
     fn serve_one(&mut self) -> Result<(), String> {

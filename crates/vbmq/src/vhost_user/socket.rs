@@ -202,17 +202,8 @@ impl DiskServer {
 
     /// Serves frontends one after another, until stopped.
     pub fn run(mut self) {
-        while !self.stopped.load(Ordering::Acquire) {
-            let result = self.serve_one();
-            if self.stopped.load(Ordering::Acquire) {
-                break;
-            }
-            if let Err(e) = result {
-                crate::limited!(error, "{}: {e}", self.socket.display());
-                // Do not spin if accepting keeps failing.
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-        }
+        let (socket, stopped) = (self.socket.clone(), self.stopped.clone());
+        serve_until_stopped(&socket, &stopped, || self.serve_one());
     }
 
     fn serve_one(&mut self) -> Result<(), String> {
@@ -294,6 +285,25 @@ pub(super) fn listen(
             listen_error(e.to_string())
         })?;
     Ok((listener, lock, lock_path))
+}
+
+/// Serves one frontend after another with `serve_one` until `stopped` is set; a failure is
+/// logged and retried after a pause (accepting may keep failing).
+pub(super) fn serve_until_stopped(
+    socket: &Path,
+    stopped: &AtomicBool,
+    mut serve_one: impl FnMut() -> Result<(), String>,
+) {
+    while !stopped.load(Ordering::Acquire) {
+        let result = serve_one();
+        if stopped.load(Ordering::Acquire) {
+            break;
+        }
+        if let Err(e) = result {
+            crate::limited!(error, "{}: {e}", socket.display());
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
 }
 
 fn dup_descriptor(fd: std::os::fd::RawFd) -> io::Result<OwnedFd> {

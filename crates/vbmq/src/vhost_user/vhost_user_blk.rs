@@ -21,7 +21,7 @@ use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
-use super::connection::{Connection, lock};
+use super::connection::{Connection, config_bytes, lock, refuse_set_config};
 use super::{dirty_log, inflight_region};
 use crate::backend::{Disk, Engine};
 use crate::virtio_blk::{BlkDevice, config_space};
@@ -309,10 +309,7 @@ impl VhostUserBackend for VhostUserBlk {
     fn set_config(&self, offset: u32, buf: &[u8]) -> io::Result<()> {
         // Every field vbmq offers is read-only (`writeback` is writable only with
         // VIRTIO_BLK_F_CONFIG_WCE, which it does not offer): refused, and NACKed with REPLY_ACK.
-        Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("SET_CONFIG of {} bytes at {offset}: read-only", buf.len()),
-        ))
+        refuse_set_config(offset, buf)
     }
 
     fn set_event_idx(&self, _enabled: bool) {
@@ -322,11 +319,7 @@ impl VhostUserBackend for VhostUserBlk {
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
         // Made anew each time: the capacity changes with a resize.
         let config = config_space(&self.device);
-        let mut out = vec![0u8; size.min(256) as usize];
-        let start = (offset as usize).min(config.len());
-        let end = start.saturating_add(out.len()).min(config.len());
-        out[..end - start].copy_from_slice(&config[start..end]);
-        out
+        config_bytes(&config, offset, size)
     }
 
     fn set_backend_req_fd(&self, backend: Backend) {

@@ -7,7 +7,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::connection::{Connection, lock};
+use super::connection::{Connection, config_bytes, lock, refuse_set_config};
 use super::{GuestMemory, Vring};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VhostUserDaemon, VringEpollHandler};
@@ -153,18 +153,11 @@ impl VhostUserBackend for VhostUserFs {
 
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
         let config = self.device.config();
-        let mut out = vec![0u8; size.min(256) as usize];
-        let start = (offset as usize).min(config.len());
-        let end = start.saturating_add(out.len()).min(config.len());
-        out[..end - start].copy_from_slice(&config[start..end]);
-        out
+        config_bytes(&config, offset, size)
     }
 
     fn set_config(&self, offset: u32, buf: &[u8]) -> io::Result<()> {
-        Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("SET_CONFIG of {} bytes at {offset}: read-only", buf.len()),
-        ))
+        refuse_set_config(offset, buf)
     }
 
     fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemory>) -> io::Result<()> {
