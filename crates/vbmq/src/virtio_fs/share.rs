@@ -75,9 +75,7 @@ impl FsDevice {
     /// used ring. A chain whose buffers lie outside guest memory, or whose request the server
     /// cannot decode, is returned with nothing written (FORGET has no reply either).
     pub fn handle(&self, mem: &GuestMemory, chain: DescriptorChain<&GuestMemory>) -> u32 {
-        let reader = Reader::from_descriptor_chain(mem, chain.clone());
-        let writer = VirtioFsWriter::new(mem, chain);
-        let (Ok(reader), Ok(writer)) = (reader, writer) else {
+        let Ok((reader, writer)) = Reader::with_writer(mem, chain) else {
             crate::limited!(
                 warn,
                 "virtio-fs: a request's buffers are not in guest memory"

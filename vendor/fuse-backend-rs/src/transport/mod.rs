@@ -296,11 +296,27 @@ impl<S: BitmapSlice> IoBuffers<'_, S> {
     where
         F: FnOnce(&[FileVolatileSlice]) -> io::Result<usize>,
     {
-        let bufs = self.allocate_file_volatile_slice(count);
+        // The common case, the first buffer holding all `count` bytes (a request's header, a
+        // page of data), needs no allocation.
+        let one;
+        let many;
+        let bufs: &[FileVolatileSlice] = match self.buffers.front() {
+            Some(buf) if count > 0 && count <= buf.len() => {
+                let part = buf
+                    .subslice(0, count)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                one = [FileVolatileSlice::from_volatile_slice(&part)];
+                &one
+            }
+            _ => {
+                many = self.allocate_file_volatile_slice(count);
+                &many
+            }
+        };
         if bufs.is_empty() {
             Ok(0)
         } else {
-            let bytes_consumed = f(&bufs)?;
+            let bytes_consumed = f(bufs)?;
             if mark_dirty {
                 self.mark_dirty(bytes_consumed);
             }

@@ -73,9 +73,8 @@ impl<'a> Reader<'a> {
         M::Target: GuestMemoryBackend + Sized,
     {
         let mut total_len: usize = 0;
-        // Allocate VecDeque with 64 capacity and hope it could hold all slices to avoid expending
-        // VecDeque repeatedly.
-        let mut buffers = VecDeque::with_capacity(64);
+        // Most chains have a few descriptors; a small capacity keeps the allocation cheap.
+        let mut buffers = VecDeque::with_capacity(4);
         for desc in desc_chain.readable() {
             // Verify that summing the descriptor sizes does not overflow.
             // This can happen if a driver tricks a device into reading more data than
@@ -106,6 +105,61 @@ impl<'a> Reader<'a> {
             },
         })
     }
+
+    /// A [Reader] over the device-readable descriptors of `desc_chain` and a [VirtioFsWriter]
+    /// over its device-writable ones, from one walk of the chain (`from_descriptor_chain` and
+    /// `VirtioFsWriter::new` walk it once each).
+    #[allow(clippy::type_complexity)]
+    pub fn with_writer<M>(
+        mem: &'a M::Target,
+        desc_chain: DescriptorChain<M>,
+    ) -> Result<(
+        Reader<'a, MS<'a, M::Target>>,
+        VirtioFsWriter<'a, MS<'a, M::Target>>,
+    )>
+    where
+        M: Deref,
+        M::Target: GuestMemoryBackend + Sized,
+    {
+        let mut readable = VecDeque::with_capacity(4);
+        let mut writable = VecDeque::with_capacity(4);
+        let (mut read_len, mut write_len) = (0usize, 0usize);
+        for desc in desc_chain {
+            let (buffers, total_len) = if desc.is_write_only() {
+                (&mut writable, &mut write_len)
+            } else {
+                (&mut readable, &mut read_len)
+            };
+            *total_len = total_len
+                .checked_add(desc.len() as usize)
+                .ok_or(Error::DescriptorChainOverflow)?;
+            let region = mem
+                .find_region(desc.addr())
+                .ok_or(Error::FindMemoryRegion)?;
+            let offset = desc
+                .addr()
+                .checked_sub(region.start_addr().raw_value())
+                .ok_or(Error::FindMemoryRegion)?;
+            buffers.push_back(
+                region
+                    .get_slice(MemoryRegionAddress(offset.raw_value()), desc.len() as usize)
+                    .map_err(Error::GuestMemoryError)?,
+            );
+        }
+        let reader = Reader {
+            buffers: IoBuffers {
+                buffers: readable,
+                bytes_consumed: 0,
+            },
+        };
+        let writer = VirtioFsWriter {
+            buffers: IoBuffers {
+                buffers: writable,
+                bytes_consumed: 0,
+            },
+        };
+        Ok((reader, writer))
+    }
 }
 
 /// Provide high-level interface over the sequence of memory regions
@@ -131,9 +185,8 @@ impl<'a> VirtioFsWriter<'a> {
         M::Target: GuestMemoryBackend + Sized,
     {
         let mut total_len: usize = 0;
-        // Allocate VecDeque with 64 capacity and hope it could hold all slices to avoid expending
-        // VecDeque repeatedly.
-        let mut buffers = VecDeque::with_capacity(64);
+        // Most chains have a few descriptors; a small capacity keeps the allocation cheap.
+        let mut buffers = VecDeque::with_capacity(4);
         for desc in desc_chain.writable() {
             // Verify that summing the descriptor sizes does not overflow.
             // This can happen if a driver tricks a device into writing more data than
