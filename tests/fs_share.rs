@@ -126,6 +126,23 @@ fn a_client_reads_the_hosts_bytes_with_many_requests_in_flight() {
         assert!(data == expected[offset..offset + 4096], "slot {slot}");
     }
     client.release(entry.nodeid, fh).unwrap();
+
+    // SIGUSR1 prints each queue's count: INIT, LOOKUP, GETATTR, OPEN, 32 READs and RELEASE
+    // went to the request queue.
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(share.child.id() as i32, libc::SIGUSR1) };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !share.log().contains("[queue 1: requests=") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = share.log();
+    let requests: u64 = log
+        .split("[queue 1: requests=")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no statistics: {log}"));
+    assert_eq!(requests, 37, "{log}");
 }
 
 #[test]

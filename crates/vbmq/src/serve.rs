@@ -241,18 +241,21 @@ fn build_share(spec: &FsSpec) -> Result<ShareServer, FsSpecError> {
 /// A share being served: how to stop it, and its files to remove.
 struct RunningShare {
     stopper: Stopper,
+    report: Box<dyn Fn() -> String + Send>,
     files: [PathBuf; 2],
     thread: std::thread::JoinHandle<()>,
 }
 
 fn start_share(server: ShareServer) -> std::io::Result<RunningShare> {
     let stopper = server.stopper()?;
+    let report = Box::new(server.stats_reporter());
     let files = server.files();
     let thread = std::thread::Builder::new()
         .name("vbmq-fs-socket".into())
         .spawn(move || server.run())?;
     Ok(RunningShare {
         stopper,
+        report,
         files,
         thread,
     })
@@ -435,8 +438,12 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
         for line in host.report() {
             eprintln!("vbmq: statistics {line}");
         }
+        for share in &shares {
+            eprintln!("vbmq: statistics {}", (share.report)());
+        }
     }
-    let report = host.report();
+    let mut report = host.report();
+    report.extend(shares.iter().map(|share| (share.report)()));
     stop_shares(shares);
     host.stop_all();
     crate::backend::release_image_locks();

@@ -74,6 +74,22 @@ impl ShareServer {
         )
     }
 
+    /// A report of the share's counters, for the log: each queue's requests and passes.
+    pub fn stats_reporter(&self) -> impl Fn() -> String + Send + 'static {
+        let (socket, stats) = (self.socket.clone(), self.stats.clone());
+        move || {
+            let mut report = format!("{}:", socket.display());
+            for (index, queue) in stats.iter().enumerate() {
+                let passes = queue.passes.load(std::sync::atomic::Ordering::Relaxed);
+                let requests = queue.requests.load(std::sync::atomic::Ordering::Relaxed);
+                report.push_str(&format!(
+                    " [queue {index}: requests={requests} passes={passes}]"
+                ));
+            }
+            report
+        }
+    }
+
     /// The socket file and its lock file, to remove at exit.
     pub fn files(&self) -> [PathBuf; 2] {
         [self.socket.clone(), self.lock_path.clone()]

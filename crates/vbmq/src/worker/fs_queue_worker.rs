@@ -203,6 +203,7 @@ impl FsQueueWorker {
             }
         }
         self.stats.pass(served > 0, 0);
+        self.stats.served(served as u64);
         Some(served)
     }
 }

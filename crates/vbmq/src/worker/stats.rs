@@ -98,6 +98,12 @@ impl QueueStats {
         bump(&self.latency_ns, latency_ns);
     }
 
+    /// Counts requests served whole within a pass (a share's: no status, bytes or latency of
+    /// their own here).
+    pub fn served(&self, requests: u64) {
+        bump(&self.requests, requests);
+    }
+
     /// Adds time the serving thread slept for this queue.
     pub fn slept(&self, ns: u64) {
         bump(&self.sleep_ns, ns);
