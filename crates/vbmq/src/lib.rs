@@ -15,6 +15,7 @@ pub mod confine;
 pub mod host;
 pub mod log_limit;
 pub mod serve;
+mod shares;
 pub mod systemd;
 #[cfg(any(test, feature = "test-utils"))]
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // Test inputs are cut to size.

@@ -1,4 +1,4 @@
-//! `vbmq serve`: open the disks, bind their sockets, serve until SIGTERM or SIGINT.
+//! `vbmq serve`: open the disks and shares, bind their sockets, serve until SIGTERM or SIGINT.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -8,13 +8,13 @@ use tracing::info;
 
 use crate::backend::cache::ImageId;
 use crate::backend::{CachedDisk, DelayedDisk, Disk, FileDisk, MemoryDisk, NullDisk, RbdDisk};
-use crate::config::{DiskSpec, FsSpec, FsSpecError, SpecError, Storage};
+use crate::config::{DiskSpec, SpecError, Storage};
 use crate::confine::{CephAccess, ConfineOptions, DiskAccess, confine};
 use crate::host::{Host, RunTimePolicy};
-use crate::vhost_user::{DiskServer, ShareServer, Stopper};
+use crate::shares::{build_share, start_share, stop_shares};
+use crate::vhost_user::DiskServer;
 use crate::virtio_blk::BlkDevice;
-use crate::virtio_fs::FsDevice;
-use crate::worker::{QueueSettings, WaitMode};
+use crate::worker::QueueSettings;
 
 /// What `vbmq serve` was asked to do.
 #[derive(Clone, Debug)]
@@ -24,7 +24,7 @@ pub struct ServeOptions {
     /// Each disk's `--disk` text, as `list` shows it.
     pub texts: Vec<String>,
     /// The directories shared over vhost-user-fs.
-    pub shares: Vec<FsSpec>,
+    pub shares: Vec<crate::config::FsSpec>,
     /// Confine the process with seccomp (Landlock applies either way).
     pub seccomp: bool,
     /// The directory of the control socket, when there is one: run-time disks' sockets go
@@ -209,66 +209,6 @@ pub(crate) fn build_server(spec: &DiskSpec) -> Result<Built, SpecError> {
             key: "socket".into(),
             reason: e.to_string(),
         })
-}
-
-/// Opens a share's directory and binds its socket (before confinement).
-fn build_share(spec: &FsSpec) -> Result<ShareServer, FsSpecError> {
-    let bad = |key: &str, reason: String| {
-        FsSpecError(SpecError {
-            key: key.into(),
-            reason,
-        })
-    };
-    let queues = u32::try_from(spec.queues).unwrap_or(u32::MAX);
-    let device = FsDevice::open(&spec.dir, &spec.tag, queues, spec.readonly)
-        .map_err(|e| bad("dir", e.to_string()))?;
-    // The high-priority queue first, then the request queues. The first carries only FORGET
-    // and INTERRUPT: it waits for kicks whatever the mode, beside the first request queue.
-    let settings = (0..=spec.queues)
-        .map(|i| QueueSettings {
-            mode: if i == 0 { WaitMode::Event } else { spec.mode },
-            poll: Duration::from_micros(spec.poll_us),
-            cpu: spec.cpus.get(i.saturating_sub(1)).copied(),
-            batch: true,
-            max_size: spec.queue_size,
-        })
-        .collect();
-    let (mode, group) = (spec.socket_mode, spec.socket_group);
-    ShareServer::bind(&spec.socket, mode, group, Arc::new(device), settings)
-        .map_err(|e| bad("socket", e.to_string()))
-}
-
-/// A share being served: how to stop it, and its files to remove.
-struct RunningShare {
-    stopper: Stopper,
-    report: Box<dyn Fn() -> String + Send>,
-    files: [PathBuf; 2],
-    thread: std::thread::JoinHandle<()>,
-}
-
-fn start_share(server: ShareServer) -> std::io::Result<RunningShare> {
-    let stopper = server.stopper()?;
-    let report = Box::new(server.stats_reporter());
-    let files = server.files();
-    let thread = std::thread::Builder::new()
-        .name("vbmq-fs-socket".into())
-        .spawn(move || server.run())?;
-    Ok(RunningShare {
-        stopper,
-        report,
-        files,
-        thread,
-    })
-}
-
-fn stop_shares(shares: Vec<RunningShare>) {
-    for share in shares {
-        share.stopper.stop();
-        let _ = share.thread.join();
-        for file in share.files {
-            let _ = std::fs::remove_file(file);
-        }
-    }
 }
 
 /// What the process may still reach once serving: its disks and its sockets.
