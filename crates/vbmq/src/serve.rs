@@ -11,7 +11,7 @@ use crate::backend::{CachedDisk, DelayedDisk, Disk, FileDisk, MemoryDisk, NullDi
 use crate::config::{DiskSpec, SpecError, Storage};
 use crate::confine::{CephAccess, ConfineOptions, DiskAccess, confine};
 use crate::host::{Host, RunTimePolicy};
-use crate::shares::{build_share, start_share, stop_shares};
+use crate::shares::{build_share, raise_descriptor_limit, start_share, stop_shares};
 use crate::vhost_user::DiskServer;
 use crate::virtio_blk::BlkDevice;
 use crate::worker::QueueSettings;
@@ -304,6 +304,9 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
                 return 2;
             }
         }
+    }
+    if !options.shares.is_empty() {
+        raise_descriptor_limit();
     }
     let mut share_servers = Vec::new();
     for share in &options.shares {

@@ -70,3 +70,25 @@ pub(crate) fn stop_shares(shares: Vec<RunningShare>) {
         }
     }
 }
+
+/// A share keeps a descriptor open for every file its guests looked up and have not forgotten
+/// (the passthrough's `O_PATH` handles, as virtiofsd's): the process gets as many descriptors as
+/// its hard limit allows, as virtiofsd does. (What a guest can still do with them: SECURITY.md.)
+pub(crate) fn raise_descriptor_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the struct passed, nothing else.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 || limit.rlim_cur >= limit.rlim_max
+        {
+            return;
+        }
+        let old = limit.rlim_cur;
+        limit.rlim_cur = limit.rlim_max;
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+            tracing::info!("descriptor limit raised from {old} to {}", limit.rlim_max);
+        }
+    }
+}
