@@ -131,8 +131,8 @@ fn serve() -> Command {
                 .value_name("FILE")
                 .value_parser(value_parser!(PathBuf))
                 .help(
-                    "TOML: disk = [\"--disk values\"], control, metrics (docs/operate.md); \
-                     read again on SIGHUP or `vbmq ctl reload`",
+                    "TOML: disk = [\"--disk values\"], fs = [\"--fs values\"], control, metrics \
+                     (docs/operate.md); disks read again on SIGHUP or `vbmq ctl reload`",
                 ),
         )
         .arg(

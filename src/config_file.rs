@@ -8,7 +8,10 @@
 //!     "socket=/run/vbmq/vm1.sock,path=/var/lib/vbmq/vm1.raw,queues=4,cpus=2-5",
 //!     "socket=/run/vbmq/vm2.sock,rbd=volumes/vm2,cache=2G",
 //! ]
+//! fs = ["socket=/run/vbmq/vm1-fs.sock,dir=/srv/vm1,tag=share"]
 //! ```
+//!
+//! Shares (`fs`) are read at start only: a reload changes the disks and leaves the shares.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -26,6 +29,9 @@ pub struct ConfigFile {
     /// The disks, each exactly a `--disk` value.
     #[serde(default)]
     pub disk: Vec<String>,
+    /// The shares, each exactly an `--fs` value.
+    #[serde(default)]
+    pub fs: Vec<String>,
 }
 
 /// Reads and parses the file; the error is one line naming it.

@@ -60,6 +60,17 @@ fn serve(
                 }
             }
         }
+        let mut shares = Vec::new();
+        for text in &file.fs {
+            match vbmq::config::FsSpec::parse(text, &cpus) {
+                Ok(spec) => shares.push(spec),
+                Err(e) => {
+                    eprintln!("vbmq: --config {}: {e}", path.display());
+                    return 2;
+                }
+            }
+        }
+        options.shares.splice(0..0, shares);
         options.disks.splice(0..0, specs);
         options.texts.splice(0..0, file.disk.iter().cloned());
         control = control.or(file.control);

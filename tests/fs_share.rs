@@ -332,3 +332,52 @@ fn a_handle_the_host_cannot_use_is_refused_without_closing_it() {
     still_serves(&mut client);
     assert!(share.alive(), "{}", share.log());
 }
+
+/// Shares come from `--config` too (`fs = [...]`); a bad one is refused at start, naming its key.
+#[test]
+fn a_share_from_the_config_file_is_served_and_a_bad_one_refused() {
+    let dir = std::env::temp_dir().join(format!("vbmq-fs-{}-config", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("share")).unwrap();
+    std::fs::write(dir.join("share/file"), b"from the config").unwrap();
+    let socket = dir.join("fs.sock");
+    let config = dir.join("vbmq.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "fs = [\"socket={},dir={},tag=t,mode=event\"]\n",
+            socket.display(),
+            dir.join("share").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !socket.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut client = FsClient::connect(&socket).unwrap();
+    let entry = client.lookup(ROOT_ID, "file").unwrap();
+    assert_eq!(entry.attr.size, 15);
+    drop(client);
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+
+    std::fs::write(&config, "fs = [\"socket=/tmp/x.sock,dir=/tmp,tag=\"]\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--fs tag:"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
