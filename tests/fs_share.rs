@@ -381,3 +381,42 @@ fn a_share_from_the_config_file_is_served_and_a_bad_one_refused() {
     assert!(stderr.contains("--fs tag:"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A frontend that goes away (its VM rebooted or died) takes its FUSE session with it: the
+/// descriptors its lookups and opens held are closed, so reconnecting guests leak nothing.
+#[test]
+fn a_frontend_that_goes_leaves_no_descriptors_behind() {
+    let mut share = Share::start("session", "");
+    for i in 0..50 {
+        std::fs::write(share.dir.join(format!("share/sub/f{i}")), b"x").unwrap();
+    }
+    let fds = |share: &Share| {
+        std::fs::read_dir(format!("/proc/{}/fd", share.child.id()))
+            .unwrap()
+            .count()
+    };
+    let session = |share: &Share| {
+        let mut client = FsClient::connect(&share.socket()).unwrap();
+        let sub = client.lookup(ROOT_ID, "sub").unwrap();
+        for i in 0..50 {
+            let entry = client.lookup(sub.nodeid, &format!("f{i}")).unwrap();
+            client.open(entry.nodeid, libc::O_RDONLY as u32).unwrap();
+        }
+    };
+    let settle = |share: &Share, want: usize| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while fds(share) != want && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        fds(share)
+    };
+    session(&share);
+    // The first connection made what stays (the listener's state, the root): the baseline.
+    std::thread::sleep(Duration::from_millis(200));
+    let baseline = fds(&share);
+    for _ in 0..3 {
+        session(&share);
+        assert_eq!(settle(&share, baseline), baseline, "{}", share.log());
+    }
+    assert!(share.alive());
+}

@@ -129,6 +129,8 @@ impl ShareServer {
         }
         *lock(&self.current) = None;
         backend.end(daemon);
+        // The queue threads are gone: the next frontend starts a session of its own.
+        self.device.end_session();
         result
     }
 }

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fuse_backend_rs::abi::fuse_abi::{InHeader, OutHeader};
+use fuse_backend_rs::api::filesystem::FileSystem;
 use fuse_backend_rs::api::server::Server;
 use fuse_backend_rs::passthrough::{CachePolicy, Config, PassthroughFs};
 use fuse_backend_rs::transport::{Reader, VirtioFsWriter};
@@ -26,6 +27,7 @@ pub struct FsDevice {
     tag: String,
     request_queues: u32,
     readonly: bool,
+    fs: Arc<PassthroughFs>,
     server: Server<Arc<PassthroughFs>>,
 }
 
@@ -51,19 +53,26 @@ impl FsDevice {
             do_import: true,
             ..Config::default()
         };
-        let fs = PassthroughFs::<()>::new(config).map_err(error)?;
+        let fs = Arc::new(PassthroughFs::<()>::new(config).map_err(error)?);
         fs.import().map_err(error)?;
         Ok(FsDevice {
             tag: tag.to_string(),
             request_queues,
             readonly,
-            server: Server::new(Arc::new(fs)),
+            server: Server::new(fs.clone()),
+            fs,
         })
     }
 
     /// The configuration space the guest reads.
     pub fn config(&self) -> [u8; super::TAG_LEN + 4] {
         super::config_space(&self.tag, self.request_queues)
+    }
+
+    /// Forgets everything a frontend's guest looked up or opened (its FUSE session ended with
+    /// the connection, DESTROY or not): the descriptors are closed, the root stays.
+    pub fn end_session(&self) {
+        self.fs.destroy();
     }
 
     /// The number of request queues (besides the high-priority queue).
