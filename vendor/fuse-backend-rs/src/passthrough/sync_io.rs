@@ -28,6 +28,9 @@ use crate::bytes_to_cstr;
 #[cfg(any(feature = "vhost-user-fs", feature = "virtiofs"))]
 use crate::transport::FsCacheReqHandler;
 
+/// Linux's XATTR_SIZE_MAX and XATTR_LIST_MAX: the longest xattr value, and name list.
+const XATTR_MAX: u32 = 65536;
+
 impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
     fn open_inode(&self, inode: Inode, flags: i32) -> io::Result<File> {
         let data = self.inode_map.get(inode)?;
@@ -1178,6 +1181,8 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
 
         let data = self.inode_map.get(inode)?;
         let file = data.get_file()?;
+        // No value is longer than the kernel's XATTR_SIZE_MAX, whatever size the guest asks for.
+        let size = size.min(XATTR_MAX);
         let mut buf = Vec::<u8>::with_capacity(size as usize);
         let pathname = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd(),))
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
@@ -1213,6 +1218,8 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
 
         let data = self.inode_map.get(inode)?;
         let file = data.get_file()?;
+        // No name list is longer than the kernel's XATTR_LIST_MAX, whatever size the guest asks.
+        let size = size.min(XATTR_MAX);
         let mut buf = Vec::<u8>::with_capacity(size as usize);
         let pathname = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
