@@ -166,6 +166,21 @@ pub(super) fn cpus(key: &str, value: &str, online_cpus: &[usize]) -> Result<Vec<
     Ok(cpus)
 }
 
+/// `cpus=` against the queues it pins: one CPU per queue, and a spinning thread (`mode=poll`)
+/// must be told which CPU it owns.
+pub(super) fn check_cpus(cpus: &[usize], queues: usize, mode: WaitMode) -> Result<(), SpecError> {
+    if !cpus.is_empty() && cpus.len() < queues {
+        return Err(bad(
+            "cpus",
+            format!("{} CPUs for {queues} queues", cpus.len()),
+        ));
+    }
+    if mode == WaitMode::Poll && cpus.is_empty() {
+        return Err(bad("cpus", "required with mode=poll"));
+    }
+    Ok(())
+}
+
 /// `socket-group=`: a group name or GID.
 pub(super) fn socket_group(key: &str, value: &str) -> Result<u32, SpecError> {
     let gid = value.parse().ok().or_else(|| group_id(value));
@@ -362,15 +377,7 @@ impl DiskSpec {
         if spec.cache_preload && !matches!(spec.storage, Storage::File(_)) {
             return Err(bad("cache-preload", "only with path="));
         }
-        if !spec.cpus.is_empty() && spec.cpus.len() < spec.queues {
-            return Err(bad(
-                "cpus",
-                format!("{} CPUs for {} queues", spec.cpus.len(), spec.queues),
-            ));
-        }
-        if spec.mode == WaitMode::Poll && spec.cpus.is_empty() {
-            return Err(bad("cpus", "required with mode=poll"));
-        }
+        check_cpus(&spec.cpus, spec.queues, spec.mode)?;
         Ok(spec)
     }
 

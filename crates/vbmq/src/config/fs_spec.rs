@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use super::disk_spec::{
-    bad, cpus, on_off, poll_us, queue_size, queues, socket_group, socket_mode, wait_mode,
+    bad, check_cpus, cpus, on_off, poll_us, queue_size, queues, socket_group, socket_mode,
+    wait_mode,
 };
 use super::{DiskSpec, SpecError};
 use crate::virtio_fs::TAG_LEN;
@@ -138,14 +139,7 @@ impl FsSpec {
         spec.socket = socket.ok_or_else(|| bad("socket", "required"))?;
         spec.dir = dir.ok_or_else(|| bad("dir", "required"))?;
         spec.tag = tag.ok_or_else(|| bad("tag", "required"))?;
-        // As for disks: a spinning thread owns its CPU, so it must be told which.
-        if !spec.cpus.is_empty() && spec.cpus.len() < spec.queues {
-            let reason = format!("{} CPUs for {} queues", spec.cpus.len(), spec.queues);
-            return Err(bad("cpus", reason).into());
-        }
-        if spec.mode == WaitMode::Poll && spec.cpus.is_empty() {
-            return Err(bad("cpus", "required with mode=poll").into());
-        }
+        check_cpus(&spec.cpus, spec.queues, spec.mode)?;
         Ok(spec)
     }
 }
