@@ -163,7 +163,8 @@ impl UringEngine {
         0
     }
 
-    /// Reads or writes at once with `preadv`/`pwritev`; `None` for other operations.
+    /// Reads or writes at once with `pread`/`pwrite` (one segment) or `preadv`/`pwritev`; `None`
+    /// for other operations.
     fn inline_rw(&self, op: IoOp) -> Option<i32> {
         let (write, offset, list) = match op {
             IoOp::Read { offset, iov } => (false, offset, iov),
@@ -174,12 +175,14 @@ impl UringEngine {
         let (iov, count) = (list.as_ptr(), list.count());
         let offset = offset as libc::off_t;
         // SAFETY: the worker guarantees `iov` points to `count` iovecs over mapped guest memory
-        // (device-writable for reads), valid for the duration of the call.
+        // (device-writable for reads), valid for the duration of the call. One segment (most
+        // requests) goes by `pread`/`pwrite`: the kernel then skips importing an iovec array.
         let ret = unsafe {
-            if write {
-                libc::pwritev(fd, iov, count as libc::c_int, offset)
-            } else {
-                libc::preadv(fd, iov, count as libc::c_int, offset)
+            match (write, list.iovecs()) {
+                (true, [one]) => libc::pwrite(fd, one.iov_base, one.iov_len, offset),
+                (false, [one]) => libc::pread(fd, one.iov_base, one.iov_len, offset),
+                (true, _) => libc::pwritev(fd, iov, count as libc::c_int, offset),
+                (false, _) => libc::preadv(fd, iov, count as libc::c_int, offset),
             }
         };
         Some(if ret < 0 {
