@@ -257,8 +257,17 @@ impl InflightRecord {
 
     /// Its used entry was published and the ring's used index is now `used_idx`.
     pub fn published(&self, head: u16, used_idx: u16) {
-        if let Some(desc) = self.desc(head) {
-            self.inflight_flag(desc).store(0, Ordering::Release);
+        self.published_batch([head], used_idx);
+    }
+
+    /// The used entries of `heads`, each announced with [`Self::publishing`], were published
+    /// together and the ring's used index is now `used_idx`. Every head is cleared before the
+    /// index is recorded, so that a death in between is repaired by walking the batch.
+    pub fn published_batch(&self, heads: impl IntoIterator<Item = u16>, used_idx: u16) {
+        for head in heads {
+            if let Some(desc) = self.desc(head) {
+                self.inflight_flag(desc).store(0, Ordering::Release);
+            }
         }
         self.header_u16(14).store(used_idx, Ordering::Release);
     }
@@ -385,6 +394,33 @@ mod tests {
         let recovery = again[0].recover(1);
         assert_eq!(recovery.heads, vec![4]);
         assert_eq!(recovery.next_avail, 2);
+    }
+
+    #[test]
+    fn a_death_inside_a_published_batch_is_repaired() {
+        let (file, mut records) = region(1, 8);
+        records[0].recover(0);
+        for head in [2, 4, 6, 7] {
+            records[0].taken(head);
+        }
+        // 6, 2 and 4 complete in one batch: announced, the used index moved to 3, then the
+        // process died before clearing them.
+        for head in [6, 2, 4] {
+            records[0].publishing(head);
+        }
+        drop(records);
+        let mut again = map(&request_of(&file, 1, 8), &file, 4).unwrap();
+        let recovery = again[0].recover(3);
+        assert_eq!(recovery.heads, vec![7]);
+        assert_eq!(recovery.next_avail, 4);
+        // And a batch cleared in full leaves only what is still in flight.
+        again[0].taken(1);
+        again[0].publishing(7);
+        again[0].publishing(1);
+        again[0].published_batch([7, 1], 5);
+        drop(again);
+        let mut third = map(&request_of(&file, 1, 8), &file, 4).unwrap();
+        assert_eq!(third[0].recover(5).heads, Vec::<u16>::new());
     }
 
     #[test]

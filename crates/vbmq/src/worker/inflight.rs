@@ -44,6 +44,8 @@ pub struct InFlight {
     pub count: usize,
     /// Heads whose read or write came back short, to be pushed again for the rest.
     pub retries: Vec<u16>,
+    /// Finished requests (head, used length) whose used entries are not published yet.
+    pub finished: Vec<(u16, u32)>,
 }
 
 // SAFETY: the iovecs point into guest memory that the owning worker keeps mapped while they are
@@ -62,6 +64,7 @@ impl InFlight {
             ranges: vec![Range::default(); size * DISCARD_SEG_MAX as usize],
             count: 0,
             retries: Vec::with_capacity(size),
+            finished: Vec::with_capacity(size),
         }
     }
 

@@ -435,23 +435,23 @@ impl QueueWorker {
             crate::limited!(error, "I/O submission failed: {e}");
         }
         let queue = state.get_queue_mut();
-        let mut used = 0;
         let mut completed = 0;
         loop {
             engine.reap(&mut |tag, result| {
                 completed += 1;
-                used += ctx.complete(queue, tag, result);
+                ctx.complete(tag, result);
             });
             if ctx.inflight.retries.is_empty() {
                 break;
             }
             // Short transfers go on at once; an engine that completes at push time has their
             // results for the next round. Each round moves bytes or ends a request, so it ends.
-            used += ctx.resubmit(queue, engine.as_mut());
+            ctx.resubmit(engine.as_mut());
             if let Err(e) = engine.submit() {
                 crate::limited!(error, "I/O submission failed: {e}");
             }
         }
+        let used = ctx.publish_finished(queue);
         ctx.engine = Some(engine);
         pass.completed += completed;
         used

@@ -236,13 +236,13 @@ impl Ctx<'_> {
         0
     }
 
-    /// Records one engine completion; returns the used entries added.
-    pub fn complete(&mut self, queue: &mut Queue, tag: u64, result: i32) -> usize {
+    /// Records one engine completion.
+    pub fn complete(&mut self, tag: u64, result: i32) {
         let Some(i) = usize::try_from(tag)
             .ok()
             .filter(|&i| self.inflight.slots.get(i).is_some_and(|slot| slot.busy))
         else {
-            return 0;
+            return;
         };
         let slot = &self.inflight.slots[i];
         // Checked after the kernel or the engine wrote the buffers: a migration that starts
@@ -262,7 +262,7 @@ impl Ctx<'_> {
                 self.inflight
                     .retries
                     .push(u16::try_from(tag).unwrap_or(u16::MAX));
-                return 0;
+                return;
             }
             crate::limited!(
                 debug,
@@ -273,15 +273,14 @@ impl Ctx<'_> {
         }
         slot.pending -= 1;
         if slot.pending > 0 {
-            return 0;
+            return;
         }
-        self.finish(queue, tag)
+        self.finish(tag);
     }
 
-    /// Pushes again the rest of every read or write that came back short; returns the used
-    /// entries added (requests the engine refused).
-    pub fn resubmit(&mut self, queue: &mut Queue, engine: &mut dyn Engine) -> usize {
-        let mut used = 0;
+    /// Pushes again the rest of every read or write that came back short (a request
+    /// the engine refuses fails).
+    pub fn resubmit(&mut self, engine: &mut dyn Engine) {
         while let Some(head) = self.inflight.retries.pop() {
             let h = usize::from(head);
             let Some(slot) = self.inflight.slots.get(h) else {
@@ -303,20 +302,20 @@ impl Ctx<'_> {
                 slot.failed = true;
                 slot.pending -= 1;
                 if slot.pending == 0 {
-                    used += self.finish(queue, u64::from(head));
+                    self.finish(u64::from(head));
                 }
             }
         }
-        used
     }
 
-    /// Completes the request in slot `tag` whose operations are all done.
-    fn finish(&mut self, queue: &mut Queue, tag: u64) -> usize {
+    /// Completes the request in slot `tag` whose operations are all done: its status is written
+    /// and its used entry waits for [`Self::publish_finished`].
+    fn finish(&mut self, tag: u64) {
         let Some(slot) = usize::try_from(tag)
             .ok()
             .and_then(|i| self.inflight.slots.get_mut(i))
         else {
-            return 0;
+            return;
         };
         slot.busy = false;
         let (status, len) = if slot.failed {
@@ -333,6 +332,30 @@ impl Ctx<'_> {
         write_status(self.mem, addr, status);
         // The slot exists, so the tag is a head index below the queue size.
         let head = u16::try_from(tag).unwrap_or(0);
-        add_used(self.record.as_deref(), queue, self.mem, head, len)
+        self.inflight.finished.push((head, len));
+    }
+
+    /// Publishes the used entries of the requests finished since the last call, with one update
+    /// of the used index; returns the entries added.
+    pub fn publish_finished(&mut self, queue: &mut Queue) -> usize {
+        let finished = &mut self.inflight.finished;
+        if finished.is_empty() {
+            return 0;
+        }
+        let record = self.record.as_deref();
+        if let Some(record) = record {
+            for &(head, _) in finished.iter() {
+                record.publishing(head);
+            }
+        }
+        let before = queue.next_used();
+        if let Err(e) = queue.add_used_batch(self.mem, finished) {
+            crate::limited!(debug, "cannot return finished descriptors: {e}");
+        }
+        if let Some(record) = record {
+            record.published_batch(finished.iter().map(|&(head, _)| head), queue.next_used());
+        }
+        finished.clear();
+        usize::from(queue.next_used().wrapping_sub(before))
     }
 }
