@@ -49,6 +49,24 @@ fn cases(dir: &Path) -> Vec<Case> {
             seeded: true,
         },
         Case {
+            name: "file through the ring",
+            disk: Arc::new(FileDisk::open(&file("ring.raw"), false, true).unwrap().ring_only()),
+            stores: true,
+            seeded: true,
+        },
+        Case {
+            name: "file through the ring, SQPOLL",
+            disk: Arc::new(
+                FileDisk::open(&file("sqpoll.raw"), false, true)
+                    .unwrap()
+                    .ring_only()
+                    .sqpoll(0)
+                    .unwrap(),
+            ),
+            stores: true,
+            seeded: true,
+        },
+        Case {
             name: "file buffered",
             disk: Arc::new(FileDisk::open(&file("buffered.raw"), false, false).unwrap()),
             stores: true,
@@ -444,6 +462,12 @@ fn daemon_conformance() {
         (
             "file buffered",
             format!("path={},direct=off", file("b.raw")),
+            true,
+            true,
+        ),
+        (
+            "file ring sqpoll",
+            format!("path={},io=ring,sqpoll=0", file("s.raw")),
             true,
             true,
         ),

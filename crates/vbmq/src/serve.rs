@@ -131,6 +131,10 @@ fn open_local_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
                         disk
                     }
                 })
+                .and_then(|disk| match spec.sqpoll {
+                    Some(cpu) => disk.sqpoll(cpu),
+                    None => Ok(disk),
+                })
                 .map(Arc::new)
                 .map_err(|e| SpecError {
                     key: "path".into(),

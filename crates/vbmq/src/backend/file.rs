@@ -36,6 +36,8 @@ pub struct FileDisk {
     /// through the page cache instead.
     direct_align: usize,
     lock: Option<ImageLock>,
+    /// The CPU of each ring's kernel submission thread (`sqpoll=`), if submissions are polled.
+    sqpoll: Option<u32>,
 }
 
 fn ioctl_value<T: Default>(file: &File, request: libc::c_ulong) -> io::Result<T> {
@@ -103,6 +105,7 @@ impl FileDisk {
             direct,
             direct_align,
             lock: None,
+            sqpoll: None,
             capacity: AtomicU64::new(capacity),
             geometry: Geometry {
                 capacity,
@@ -148,6 +151,14 @@ impl FileDisk {
             *inline_rw = false;
         }
         self
+    }
+
+    /// Has each queue's ring polled for submissions by a kernel thread on `cpu` (SQPOLL).
+    pub fn sqpoll(mut self, cpu: usize) -> io::Result<Self> {
+        let cpu = u32::try_from(cpu)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "CPU number too large"))?;
+        self.sqpoll = Some(cpu);
+        Ok(self)
     }
 
     /// Whether the block device `rdev` accepts discards (its queue says how many bytes).
@@ -222,7 +233,12 @@ impl Disk for FileDisk {
         };
         let align = self.direct_align;
         Ok(Box::new(UringEngine::new(
-            direct, buffered, align, self.kind, options,
+            direct,
+            buffered,
+            align,
+            self.kind,
+            options,
+            self.sqpoll,
         )?))
     }
 

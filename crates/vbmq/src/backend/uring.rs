@@ -17,6 +17,10 @@ const DIRECT: types::Fixed = types::Fixed(0);
 /// Registered-file index of the buffered descriptor, for buffers `O_DIRECT` cannot take.
 const BUFFERED: types::Fixed = types::Fixed(1);
 
+/// How long an SQPOLL thread spins without work before it sleeps until the next submission
+/// wakes it (one system call then).
+const SQPOLL_IDLE_MS: u32 = 10;
+
 /// `BLOCK_URING_CMD_DISCARD` from <linux/blkdev.h>: `_IO(0x12, 0)`, Linux 6.12.
 const BLOCK_URING_CMD_DISCARD: u32 = 0x1200;
 
@@ -58,13 +62,15 @@ pub struct UringEngine {
 
 impl UringEngine {
     /// A ring over `direct` (possibly the same file as `buffered`) with room for
-    /// `options.depth` operations.
+    /// `options.depth` operations; with `sqpoll`, its submissions are taken by a kernel thread
+    /// spinning on that CPU.
     pub fn new(
         direct: OwnedFd,
         buffered: OwnedFd,
         align: usize,
         kind: FileKind,
         options: EngineOptions,
+        sqpoll: Option<u32>,
     ) -> io::Result<Self> {
         let entries = options.depth.max(8).next_power_of_two();
         // Room for every completion that can be outstanding: a request is at most
@@ -73,11 +79,13 @@ impl UringEngine {
         let cq_entries = entries.saturating_mul(DISCARD_SEG_MAX);
         // Created disabled so that, once the files and the eventfd are registered, the ring is
         // restricted to vbmq's opcodes on registered files before it accepts any SQE.
-        let ring = IoUring::builder()
-            .setup_cqsize(cq_entries)
-            .setup_clamp()
-            .setup_r_disabled()
-            .build(entries)?;
+        let mut builder = IoUring::builder();
+        builder.setup_cqsize(cq_entries).setup_clamp().setup_r_disabled();
+        if let Some(cpu) = sqpoll {
+            // Pinned: it would otherwise inherit the queue thread's CPU and compete with it.
+            builder.setup_sqpoll(SQPOLL_IDLE_MS).setup_sqpoll_cpu(cpu);
+        }
+        let ring = builder.build(entries)?;
         ring.submitter()
             .register_files(&[direct.as_raw_fd(), buffered.as_raw_fd()])?;
         let notifier = if options.notify {

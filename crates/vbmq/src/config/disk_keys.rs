@@ -220,6 +220,13 @@ pub const DISK_KEYS: &[DiskKey] = &[
         "ring: every read and write through io_uring, even on tmpfs",
     ),
     key(
+        "sqpoll",
+        "off|CPU",
+        Some("off"),
+        "io_uring submissions taken by a kernel thread spinning on CPU: no system call to \
+         submit (fast block devices; with io=ring on files)",
+    ),
+    key(
         "socket-mode",
         "OCTAL",
         Some("0600"),

@@ -71,6 +71,8 @@ pub struct DiskSpec {
     /// Every read and write through io_uring, even on files whose reads would be handed to
     /// kernel workers (`io=ring`; default `io=auto`).
     pub ring_only: bool,
+    /// io_uring submission by a kernel thread polling on this CPU (`sqpoll=CPU`; `None`: off).
+    pub sqpoll: Option<usize>,
     /// Permission bits of the socket file.
     pub socket_mode: u32,
     /// Group owning the socket file (`socket-group=NAME|GID`); the process's own if `None`.
@@ -234,6 +236,7 @@ impl DiskSpec {
             serial: None,
             batch: true,
             ring_only: false,
+            sqpoll: None,
             socket_mode: 0o600,
             socket_group: None,
             cache: 0,
@@ -331,6 +334,15 @@ impl DiskSpec {
                         _ => return Err(bad(key, "must be auto or ring")),
                     }
                 }
+                "sqpoll" => {
+                    spec.sqpoll = match value {
+                        "off" => None,
+                        cpu => match cpus(key, cpu, online_cpus)?.as_slice() {
+                            &[cpu] => Some(cpu),
+                            _ => return Err(bad(key, "off or one CPU")),
+                        },
+                    }
+                }
                 "serial" => {
                     if value.len() > 20 {
                         return Err(bad(key, "at most 20 bytes"));
@@ -376,6 +388,9 @@ impl DiskSpec {
         }
         if spec.cache_preload && !matches!(spec.storage, Storage::File(_)) {
             return Err(bad("cache-preload", "only with path="));
+        }
+        if spec.sqpoll.is_some() && !matches!(spec.storage, Storage::File(_)) {
+            return Err(bad("sqpoll", "only with path="));
         }
         check_cpus(&spec.cpus, spec.queues, spec.mode)?;
         Ok(spec)
@@ -466,6 +481,11 @@ mod tests {
         );
         assert_eq!(key_of("socket=/s,null=1G,colour=red"), "colour");
         assert_eq!(key_of("socket=/s,null=1G,io=fast"), "io");
+        assert_eq!(key_of("socket=/s,path=/x,sqpoll=9"), "sqpoll");
+        assert_eq!(key_of("socket=/s,path=/x,sqpoll=1-2"), "sqpoll");
+        assert_eq!(key_of("socket=/s,null=1G,sqpoll=1"), "sqpoll");
+        let spec = DiskSpec::parse("socket=/s,path=/x,io=ring,sqpoll=3", CPUS).unwrap();
+        assert_eq!((spec.ring_only, spec.sqpoll), (true, Some(3)));
         assert_eq!(
             key_of("socket=/s,null=1G,socket-group=no-such-group"),
             "socket-group"
