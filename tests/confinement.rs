@@ -75,6 +75,7 @@ fn options(dir: &Path, seccomp: bool) -> ConfineOptions {
         run_time_socket_dirs: Vec::new(),
         read_dirs: Vec::new(),
         ceph: None,
+        uring_register: false,
         seccomp,
     }
 }

@@ -50,7 +50,11 @@ fn cases(dir: &Path) -> Vec<Case> {
         },
         Case {
             name: "file through the ring",
-            disk: Arc::new(FileDisk::open(&file("ring.raw"), false, true).unwrap().ring_only()),
+            disk: Arc::new(
+                FileDisk::open(&file("ring.raw"), false, true)
+                    .unwrap()
+                    .ring_only(),
+            ),
             stores: true,
             seeded: true,
         },
@@ -468,6 +472,12 @@ fn daemon_conformance() {
         (
             "file ring sqpoll",
             format!("path={},io=ring,sqpoll=0", file("s.raw")),
+            true,
+            true,
+        ),
+        (
+            "file ring fixed buffers",
+            format!("path={},io=ring,fixed-buffers=on", file("f.raw")),
             true,
             true,
         ),

@@ -263,3 +263,45 @@ fn tmpfs_file_read_inline_and_through_the_ring() {
         assert!(daemon.terminate().success());
     }
 }
+
+/// The kernel's count of pages pinned for the process (`VmPin`, kB): io_uring's registered
+/// buffers.
+fn pinned_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmPin:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn fixed_buffers_pin_guest_memory_while_a_guest_is_connected() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = image(dir.path(), "disk.raw", 4 << 20, 9);
+    let (spec, socket) = disk(
+        dir.path(),
+        "fixed",
+        &format!("path={},io=ring,fixed-buffers=on,queues=2", file.display()),
+    );
+    let daemon = Daemon::start(&[spec]);
+    let pid = daemon.child.id();
+    assert_eq!(pinned_kb(pid), 0, "nothing pinned before a guest connects");
+    let mut client = Client::connect(&socket, 2, false).unwrap();
+    for q in 0..2 {
+        let data = pattern(90 + q as u64, 64 << 10);
+        let offset = (q as u64 + 1) << 20;
+        assert_eq!(client.write(q, offset, &data), 0, "write on queue {q}");
+        assert_eq!(client.read(1 - q, offset, data.len()), (0, data));
+    }
+    // Each queue's ring holds the guest's memory, registered once the first request came.
+    assert!(pinned_kb(pid) > 0, "no guest memory registered");
+    drop(client);
+    // Let go when the guest leaves.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while pinned_kb(pid) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(pinned_kb(pid), 0, "guest memory still pinned after it left");
+    assert!(daemon.terminate().success());
+}

@@ -135,6 +135,13 @@ fn open_local_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
                     Some(cpu) => disk.sqpoll(cpu),
                     None => Ok(disk),
                 })
+                .map(|disk| {
+                    if spec.fixed_buffers {
+                        disk.fixed_buffers()
+                    } else {
+                        disk
+                    }
+                })
                 .map(Arc::new)
                 .map_err(|e| SpecError {
                     key: "path".into(),
@@ -264,6 +271,7 @@ fn confine_options(
                 }
             })
             .collect(),
+        uring_register: specs.iter().any(|spec| spec.fixed_buffers),
         seccomp: options.seccomp,
     }
 }

@@ -191,4 +191,9 @@ impl Engine for DelayedEngine {
     fn completion_fd(&self) -> Option<RawFd> {
         self.wake.as_ref().map(|wake| wake.epoll.as_raw_fd())
     }
+
+    unsafe fn guest_memory(&mut self, regions: &[libc::iovec]) -> io::Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.inner.guest_memory(regions) }
+    }
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::direct_align::direct_alignment;
 use super::handover::WriterSeat;
 use super::image_lock::ImageLock;
-use super::uring::{FileKind, UringEngine};
+use super::uring::{FileKind, RingOptions, UringEngine};
 use super::{Disk, Engine, EngineOptions, Geometry};
 
 // Block-device ioctls from <linux/fs.h>, which libc does not carry.
@@ -36,8 +36,8 @@ pub struct FileDisk {
     /// through the page cache instead.
     direct_align: usize,
     lock: Option<ImageLock>,
-    /// The CPU of each ring's kernel submission thread (`sqpoll=`), if submissions are polled.
-    sqpoll: Option<u32>,
+    /// SQPOLL and fixed buffers for every queue's ring.
+    ring: RingOptions,
 }
 
 fn ioctl_value<T: Default>(file: &File, request: libc::c_ulong) -> io::Result<T> {
@@ -105,7 +105,7 @@ impl FileDisk {
             direct,
             direct_align,
             lock: None,
-            sqpoll: None,
+            ring: RingOptions::default(),
             capacity: AtomicU64::new(capacity),
             geometry: Geometry {
                 capacity,
@@ -157,8 +157,14 @@ impl FileDisk {
     pub fn sqpoll(mut self, cpu: usize) -> io::Result<Self> {
         let cpu = u32::try_from(cpu)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "CPU number too large"))?;
-        self.sqpoll = Some(cpu);
+        self.ring.sqpoll = Some(cpu);
         Ok(self)
+    }
+
+    /// Has each queue's ring register the guest's memory as fixed buffers.
+    pub fn fixed_buffers(mut self) -> Self {
+        self.ring.fixed_buffers = true;
+        self
     }
 
     /// Whether the block device `rdev` accepts discards (its queue says how many bytes).
@@ -233,12 +239,7 @@ impl Disk for FileDisk {
         };
         let align = self.direct_align;
         Ok(Box::new(UringEngine::new(
-            direct,
-            buffered,
-            align,
-            self.kind,
-            options,
-            self.sqpoll,
+            direct, buffered, align, self.kind, options, self.ring,
         )?))
     }
 

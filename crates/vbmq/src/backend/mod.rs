@@ -15,6 +15,7 @@ mod iovec;
 mod memory;
 mod null;
 mod rbd;
+mod registered_memory;
 mod uring;
 
 use std::io;
@@ -163,4 +164,15 @@ pub trait Engine: Send {
     fn reap(&mut self, done: &mut dyn FnMut(u64, i32));
     /// An eventfd that becomes readable when completions arrive, for sleeping workers.
     fn completion_fd(&self) -> Option<RawFd>;
+    /// The guest's memory is now `regions` (host mappings; none: the guest is gone). Engines
+    /// that register buffers with the kernel do it here; the worker calls it with nothing in
+    /// flight.
+    ///
+    /// # Safety
+    ///
+    /// The regions stay mapped until the next call or until the engine is dropped.
+    unsafe fn guest_memory(&mut self, regions: &[libc::iovec]) -> io::Result<()> {
+        let _ = regions;
+        Ok(())
+    }
 }

@@ -7,6 +7,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use io_uring::{IoUring, opcode, squeue, types};
 use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
+use super::registered_memory::{self, RegisteredMemory};
 use super::{Engine, EngineOptions, IoOp, IovList};
 use crate::confine::{RingPolicy, restrict_ring};
 use crate::host_size;
@@ -39,6 +40,15 @@ pub enum FileKind {
     BlockDevice { discard: bool },
 }
 
+/// How a disk's rings are set up, beyond what each queue asks for.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RingOptions {
+    /// Submissions taken by a kernel thread spinning on this CPU (`sqpoll=`).
+    pub sqpoll: Option<u32>,
+    /// The guest's memory registered as fixed buffers (`fixed-buffers=on`).
+    pub fixed_buffers: bool,
+}
+
 /// An engine over one file, through a private io_uring.
 ///
 /// A file whose reads the kernel cannot start without possibly blocking (tmpfs: no
@@ -58,20 +68,22 @@ pub struct UringEngine {
     inline_done: Vec<(u64, i32)>,
     /// The `O_DIRECT` and buffered descriptors, registered with the ring.
     files: [OwnedFd; 2],
+    /// The guest memory registered as fixed buffers, with `fixed-buffers=on`.
+    fixed: Option<RegisteredMemory>,
 }
 
 impl UringEngine {
     /// A ring over `direct` (possibly the same file as `buffered`) with room for
-    /// `options.depth` operations; with `sqpoll`, its submissions are taken by a kernel thread
-    /// spinning on that CPU.
+    /// `options.depth` operations, set up as `ring` says.
     pub fn new(
         direct: OwnedFd,
         buffered: OwnedFd,
         align: usize,
         kind: FileKind,
         options: EngineOptions,
-        sqpoll: Option<u32>,
+        ring: RingOptions,
     ) -> io::Result<Self> {
+        let (sqpoll, fixed_buffers) = (ring.sqpoll, ring.fixed_buffers);
         let entries = options.depth.max(8).next_power_of_two();
         // Room for every completion that can be outstanding: a request is at most
         // `DISCARD_SEG_MAX` operations (a multi-range discard). Completions past the CQ would
@@ -80,7 +92,10 @@ impl UringEngine {
         // Created disabled so that, once the files and the eventfd are registered, the ring is
         // restricted to vbmq's opcodes on registered files before it accepts any SQE.
         let mut builder = IoUring::builder();
-        builder.setup_cqsize(cq_entries).setup_clamp().setup_r_disabled();
+        builder
+            .setup_cqsize(cq_entries)
+            .setup_clamp()
+            .setup_r_disabled();
         if let Some(cpu) = sqpoll {
             // Pinned: it would otherwise inherit the queue thread's CPU and compete with it.
             builder.setup_sqpoll(SQPOLL_IDLE_MS).setup_sqpoll_cpu(cpu);
@@ -97,8 +112,13 @@ impl UringEngine {
         };
         let policy = RingPolicy {
             extra_ops: &[opcode::UringCmd16::CODE],
+            // Registering guest memory again when the memory table changes.
+            register_ops: if fixed_buffers {
+                registered_memory::REGISTER_OPS
+            } else {
+                &[]
+            },
             fixed_files_only: true,
-            ..RingPolicy::default()
         };
         restrict_ring(&ring.submitter(), &policy)?;
         Ok(UringEngine {
@@ -110,6 +130,7 @@ impl UringEngine {
             queued: 0,
             notifier,
             files: [direct, buffered],
+            fixed: fixed_buffers.then(RegisteredMemory::default),
         })
     }
 
@@ -214,8 +235,38 @@ impl UringEngine {
         if aligned { DIRECT } else { BUFFERED }
     }
 
+    /// The registered buffer holding a one-segment operation's whole buffer, if any.
+    fn fixed_buffer(&self, iov: IovList) -> Option<(libc::iovec, u16)> {
+        let fixed = self.fixed.as_ref()?;
+        match iov.iovecs() {
+            [one] => Some((*one, fixed.index_of(one.iov_base, one.iov_len)?)),
+            _ => None,
+        }
+    }
+
     fn entry(&self, op: IoOp) -> squeue::Entry {
         match op {
+            // A buffer in registered guest memory: the kernel pins nothing per request.
+            IoOp::Read { offset, iov } if let Some((one, index)) = self.fixed_buffer(iov) => {
+                opcode::ReadFixed::new(
+                    self.file_for(offset, iov),
+                    one.iov_base.cast(),
+                    u32::try_from(one.iov_len).unwrap_or(u32::MAX),
+                    index,
+                )
+                .offset(offset)
+                .build()
+            }
+            IoOp::Write { offset, iov } if let Some((one, index)) = self.fixed_buffer(iov) => {
+                opcode::WriteFixed::new(
+                    self.file_for(offset, iov),
+                    one.iov_base.cast(),
+                    u32::try_from(one.iov_len).unwrap_or(u32::MAX),
+                    index,
+                )
+                .offset(offset)
+                .build()
+            }
             // One segment (most requests) skips the kernel's iovec import.
             IoOp::Read { offset, iov } if iov.count() == 1 => {
                 let one = iov.iovecs()[0];
@@ -368,5 +419,14 @@ impl Engine for UringEngine {
 
     fn completion_fd(&self) -> Option<RawFd> {
         self.notifier.as_ref().map(|fd| fd.as_raw_fd())
+    }
+
+    unsafe fn guest_memory(&mut self, regions: &[libc::iovec]) -> io::Result<()> {
+        let Some(fixed) = self.fixed.as_mut() else {
+            return Ok(());
+        };
+        // SAFETY: the caller keeps the regions mapped until it calls this again or drops the
+        // engine.
+        unsafe { fixed.replace(&self.ring, regions) }
     }
 }

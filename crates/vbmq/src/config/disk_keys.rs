@@ -227,6 +227,13 @@ pub const DISK_KEYS: &[DiskKey] = &[
          submit (fast block devices; with io=ring on files)",
     ),
     key(
+        "fixed-buffers",
+        "on|off",
+        Some("off"),
+        "register the guest's memory with each queue's io_uring: no page pinning per O_DIRECT \
+         request (block devices; pins the guest's RAM once per queue)",
+    ),
+    key(
         "socket-mode",
         "OCTAL",
         Some("0600"),

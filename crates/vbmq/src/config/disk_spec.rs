@@ -73,6 +73,8 @@ pub struct DiskSpec {
     pub ring_only: bool,
     /// io_uring submission by a kernel thread polling on this CPU (`sqpoll=CPU`; `None`: off).
     pub sqpoll: Option<usize>,
+    /// The guest's memory registered with each queue's io_uring (`fixed-buffers=on`).
+    pub fixed_buffers: bool,
     /// Permission bits of the socket file.
     pub socket_mode: u32,
     /// Group owning the socket file (`socket-group=NAME|GID`); the process's own if `None`.
@@ -237,6 +239,7 @@ impl DiskSpec {
             batch: true,
             ring_only: false,
             sqpoll: None,
+            fixed_buffers: false,
             socket_mode: 0o600,
             socket_group: None,
             cache: 0,
@@ -343,6 +346,7 @@ impl DiskSpec {
                         },
                     }
                 }
+                "fixed-buffers" => spec.fixed_buffers = on_off(key, value)?,
                 "serial" => {
                     if value.len() > 20 {
                         return Err(bad(key, "at most 20 bytes"));
@@ -391,6 +395,9 @@ impl DiskSpec {
         }
         if spec.sqpoll.is_some() && !matches!(spec.storage, Storage::File(_)) {
             return Err(bad("sqpoll", "only with path="));
+        }
+        if spec.fixed_buffers && !matches!(spec.storage, Storage::File(_)) {
+            return Err(bad("fixed-buffers", "only with path="));
         }
         check_cpus(&spec.cpus, spec.queues, spec.mode)?;
         Ok(spec)
@@ -486,6 +493,9 @@ mod tests {
         assert_eq!(key_of("socket=/s,null=1G,sqpoll=1"), "sqpoll");
         let spec = DiskSpec::parse("socket=/s,path=/x,io=ring,sqpoll=3", CPUS).unwrap();
         assert_eq!((spec.ring_only, spec.sqpoll), (true, Some(3)));
+        assert_eq!(key_of("socket=/s,mem=1G,fixed-buffers=on"), "fixed-buffers");
+        let spec = DiskSpec::parse("socket=/s,path=/x,fixed-buffers=on", CPUS).unwrap();
+        assert!(spec.fixed_buffers);
         assert_eq!(
             key_of("socket=/s,null=1G,socket-group=no-such-group"),
             "socket-group"

@@ -52,6 +52,9 @@ pub struct ConfineOptions {
     pub ceph: Option<CephAccess>,
     /// Directories whose files stay readable: the configuration file's, read again on reload.
     pub read_dirs: Vec<PathBuf>,
+    /// A disk registers guest memory with its rings after setup (`fixed-buffers=on`):
+    /// `io_uring_register` stays allowed. Its rings accept only the buffer registrations.
+    pub uring_register: bool,
     /// Install the seccomp filter (turned off only for debugging, e.g. under strace or gdb).
     pub seccomp: bool,
 }
@@ -115,6 +118,7 @@ pub fn confine(opts: &ConfineOptions) -> Result<Confinement, ConfineError> {
             opts.ceph.is_some(),
             !opts.run_time_socket_dirs.is_empty(),
             !opts.shares.is_empty(),
+            opts.uring_register,
         )?;
         let clone3 = syscalls::clone3_fallback()?;
         // The allowlist forbids seccomp(2) itself, so it goes last.

@@ -18,6 +18,8 @@ const ALLOWED: &[libc::c_long] = &[
     // storage engine and guest memory. Rings are created and registered before confinement:
     // `io_uring_setup` and `io_uring_register` are refused after it, so no code in vbmq can
     // build a ring without the restrictions (a ring's SOCKET or OPENAT would bypass this filter).
+    // (`fixed-buffers=on` keeps `io_uring_register`: every ring is restricted, and only those
+    // rings accept a register operation, the buffer registrations.)
     libc::SYS_io_uring_enter,
     libc::SYS_read,
     libc::SYS_write,
@@ -188,6 +190,7 @@ pub(super) fn filter(
     ceph: bool,
     run_time_disks: bool,
     shares: bool,
+    uring_register: bool,
 ) -> Result<BpfProgram, BackendError> {
     let extra: &[libc::c_long] = if ceph { CEPH } else { &[] };
     let run_time: &[libc::c_long] = if run_time_disks { RUN_TIME_DISKS } else { &[] };
@@ -197,6 +200,7 @@ pub(super) fn filter(
         .chain(extra)
         .chain(run_time)
         .chain(share_calls)
+        .chain(uring_register.then_some(&libc::SYS_io_uring_register))
         .map(|&nr| (nr, Vec::new()))
         .collect();
     // TCP over IPv4 or IPv6 only for Ceph, Unix stream sockets only for run-time disks: no
@@ -296,7 +300,7 @@ mod tests {
 
     /// Runs `body` in a child process under the allowlist; returns how the child ended.
     fn under_filter(body: fn()) -> libc::c_int {
-        let filter = filter(false, false, false).expect("filter");
+        let filter = filter(false, false, false, false).expect("filter");
         // SAFETY: the child only installs a filter, runs `body` and exits; glibc's fork leaves
         // malloc usable in the child.
         let pid = unsafe { libc::fork() };

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use crate::vhost_user::{GuestMemory, Vring};
 use vhost_user_backend::{VringState, VringT};
 use virtio_queue::QueueT;
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
+use vm_memory::{
+    GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend as _, GuestMemoryRegion as _,
+};
 
 use super::WaitMode;
 use super::affinity::{name_current_thread, pin_current_thread};
@@ -100,6 +102,8 @@ pub struct QueueWorker {
     limited: bool,
     /// When this queue's own thread went back to sleep (`now_ns`; 0: it is awake).
     asleep_since: u64,
+    /// The guest memory snapshot the engine was last shown (its address; 0: none).
+    engine_memory: usize,
 }
 
 impl QueueWorker {
@@ -139,6 +143,7 @@ impl QueueWorker {
                 .ok(),
             limited: false,
             asleep_since: 0,
+            engine_memory: 0,
         }
     }
 
@@ -269,12 +274,50 @@ impl QueueWorker {
         }
         drop(current);
         self.drain(vring);
-        self.mem = self.atomic_mem.memory().into_inner();
+        let old = std::mem::replace(&mut self.mem, self.atomic_mem.memory().into_inner());
+        // The engine lets go of the old mappings before they can be unmapped.
+        self.show_engine_memory();
+        drop(old);
+    }
+
+    /// Tells the engine which guest memory requests point into (an engine that registers it
+    /// with the kernel must know), once per memory snapshot, with nothing in flight.
+    fn show_engine_memory(&mut self) {
+        let mem: *const GuestMemory = &*self.mem;
+        if self.engine_memory == mem as usize {
+            return;
+        }
+        let Some(engine) = self.engine.as_mut() else {
+            return;
+        };
+        let regions: Vec<libc::iovec> = self
+            .mem
+            .iter()
+            .filter_map(|region| {
+                Some(libc::iovec {
+                    iov_base: self.mem.get_host_address(region.start_addr()).ok()?.cast(),
+                    iov_len: usize::try_from(region.len()).ok()?,
+                })
+            })
+            .collect();
+        // SAFETY: `self.mem` keeps these mappings until the next snapshot, which the engine is
+        // shown before this one is dropped (`refresh_memory`), or until the engine is taken
+        // back (`take_engine`, which shows it nothing).
+        if let Err(e) = unsafe { engine.guest_memory(&regions) } {
+            crate::limited!(
+                warn,
+                "queue {}: guest memory not registered with io_uring ({e}): requests use it \
+                 unregistered",
+                self.index
+            );
+        }
+        self.engine_memory = mem as usize;
     }
 
     /// One pass: take the available requests (at most `budget`), submit them together, complete
     /// what is done, and notify the guest once. `rearm` keeps kicks enabled (event mode).
     fn pass(&mut self, vring: &Vring, rearm: bool, budget: u16) -> Pass {
+        self.show_engine_memory();
         loop {
             let (pass, stale) = self.pass_with_current_memory(vring, rearm, budget);
             if !stale {
@@ -533,13 +576,15 @@ impl QueueWorker {
     /// Gives the worker an engine created earlier (before confinement); it will open none.
     pub fn lend_engine(&mut self, engine: Option<Box<dyn Engine>>) {
         self.engine = engine;
+        self.engine_memory = 0;
         self.may_open_engine = false;
     }
 
     /// Takes the engine back once the worker has drained it: an engine with operations still
     /// in flight would complete them into the next connection's requests, so it is dropped.
     pub fn take_engine(&mut self) -> Option<Box<dyn Engine>> {
-        let engine = self.engine.take();
+        let mut engine = self.engine.take();
+        self.engine_memory = 0;
         if self.inflight.count > 0 {
             crate::limited!(
                 error,
@@ -548,6 +593,16 @@ impl QueueWorker {
                 self.inflight.count
             );
             return None;
+        }
+        if let Some(engine) = engine.as_mut() {
+            // SAFETY: no regions: the departed guest's memory is let go.
+            if let Err(e) = unsafe { engine.guest_memory(&[]) } {
+                crate::limited!(
+                    warn,
+                    "queue {}: unregistering guest memory: {e}",
+                    self.index
+                );
+            }
         }
         engine
     }

@@ -454,6 +454,11 @@ impl Engine for CachedEngine {
     fn completion_fd(&self) -> Option<RawFd> {
         self.inner.completion_fd()
     }
+
+    unsafe fn guest_memory(&mut self, regions: &[libc::iovec]) -> io::Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.inner.guest_memory(regions) }
+    }
 }
 
 impl Drop for CachedEngine {
