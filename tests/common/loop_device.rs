@@ -72,6 +72,24 @@ impl FourKn {
 
 impl Drop for FourKn {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.mount.path()).status();
+        unmount(self.mount.path());
+    }
+}
+
+/// Unmounts `dir`, waiting (up to 5 s) for what still holds it: a loop device over a file in it
+/// is released by the kernel a little after `losetup -d`, and a daemon just terminated may
+/// still be closing its files.
+pub fn unmount(dir: &std::path::Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let out = Command::new("umount").arg(dir).output();
+        if out.as_ref().is_ok_and(|out| out.status.success()) {
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            let err = out.map(|out| String::from_utf8_lossy(&out.stderr).into_owned());
+            panic!("umount {}: {err:?}", dir.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
