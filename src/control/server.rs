@@ -2,7 +2,7 @@
 
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -54,15 +54,8 @@ impl Server {
             }
             std::fs::remove_file(path)?;
         }
-        let mut temp = path.as_os_str().to_owned();
-        temp.push(format!(".{}.tmp", std::process::id()));
-        let temp = PathBuf::from(temp);
-        let listener = UnixListener::bind(&temp)?;
-        std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(0o600))
-            .and_then(|()| std::fs::rename(&temp, path))
-            .inspect_err(|_| {
-                let _ = std::fs::remove_file(&temp);
-            })?;
+        // Owner-only from its bind on, and at its path only once listening.
+        let listener = vbmq::socket_files::bind_listener(path, 0o600, None)?;
         Ok(Server { listener })
     }
 

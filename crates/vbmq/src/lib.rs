@@ -16,6 +16,7 @@ pub mod host;
 pub mod log_limit;
 pub mod serve;
 mod shares;
+pub mod socket_files;
 pub mod systemd;
 #[cfg(any(test, feature = "test-utils"))]
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // Test inputs are cut to size.

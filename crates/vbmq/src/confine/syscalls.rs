@@ -120,16 +120,19 @@ const CEPH: &[libc::c_long] = &[
 
 /// Calls added with a control socket: its clients' requests and replies (std's socket reads
 /// and writes are recv and send), and disks added at run time: binding a new disk's socket
-/// (under a temporary name, given its mode and group, renamed into place) and taking its lock.
+/// (owner-only by `fchmod` before `bind`, under a temporary name, given its group and mode
+/// through an `O_PATH` descriptor, renamed into place), taking its lock, and checking that
+/// both files are vbmq's user's (`geteuid`).
 const RUN_TIME_DISKS: &[libc::c_long] = &[
     libc::SYS_recvfrom,
     libc::SYS_sendto,
     libc::SYS_bind,
     libc::SYS_listen,
     libc::SYS_flock,
+    libc::SYS_geteuid,
+    libc::SYS_fchmod,
     libc::SYS_chmod,
     libc::SYS_fchmodat,
-    libc::SYS_chown,
     libc::SYS_fchownat,
     libc::SYS_rename,
     libc::SYS_renameat,
@@ -266,6 +269,19 @@ pub(super) fn filter(
                 socket_option(libc::SO_DOMAIN)?,
                 socket_option(libc::SO_TYPE)?,
             ],
+        );
+    }
+    // A share's queue threads take a umask of their own (`unshare(CLONE_FS)`), and nothing
+    // else: no namespace.
+    if shares {
+        rules.insert(
+            libc::SYS_unshare,
+            vec![SeccompRule::new(vec![SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::Eq,
+                libc::CLONE_FS as u64,
+            )?])?],
         );
     }
     // Threads only: a clone without CLONE_THREAD would be a new process.

@@ -1,10 +1,9 @@
 //! A disk's vhost-user socket: bound once, it serves one frontend after another until the
 //! process stops or its [`Stopper`] is used.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -94,11 +93,7 @@ impl Stopper {
 }
 
 fn take_lock(path: &Path) -> Result<File, SocketError> {
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
+    let file = crate::socket_files::open_lock_file(path)
         .map_err(|e| SocketError::Lock(path.to_path_buf(), e))?;
     // SAFETY: flock on a descriptor we own.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
@@ -270,21 +265,10 @@ pub(super) fn listen(
         SocketError::InUse(_) => SocketError::InUse(socket.to_path_buf()),
         other => other,
     })?;
-    // Bound and given its mode under a temporary name, then renamed: the socket appears
-    // at its path already listening, with its final permissions.
-    let listen_error = |e: String| SocketError::Listen(socket.to_path_buf(), e);
-    let mut temp_name = socket.as_os_str().to_owned();
-    temp_name.push(format!(".{}.tmp", std::process::id()));
-    let temp = PathBuf::from(temp_name);
-    let listener = Listener::new(&temp, true).map_err(|e| listen_error(e.to_string()))?;
-    std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(mode))
-        .and_then(|()| std::os::unix::fs::chown(&temp, None, group))
-        .and_then(|()| std::fs::rename(&temp, socket))
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&temp);
-            listen_error(e.to_string())
-        })?;
-    Ok((listener, lock, lock_path))
+    // Owner-only until it has its group and mode, and only then at its path.
+    let listener = crate::socket_files::bind_listener(socket, mode, group)
+        .map_err(|e| SocketError::Listen(socket.to_path_buf(), e.to_string()))?;
+    Ok((Listener::from(listener), lock, lock_path))
 }
 
 /// Serves one frontend after another with `serve_one` until `stopped` is set; a failure is

@@ -5,6 +5,7 @@
 mod config_space;
 mod readonly;
 mod share;
+pub mod thread_umask;
 
 pub use config_space::{TAG_LEN, config_space};
 pub use share::{FsDevice, ShareError};

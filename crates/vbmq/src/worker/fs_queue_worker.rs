@@ -19,7 +19,7 @@ use super::ring_setup::{RingSetup, stop_outside_memory};
 use super::stats::{QueueStats, now_ns};
 use super::{QueueSettings, WaitMode};
 use crate::vhost_user::{GuestMemory, Vring};
-use crate::virtio_fs::FsDevice;
+use crate::virtio_fs::{FsDevice, thread_umask};
 
 /// The state a virtio-fs queue's thread owns.
 pub struct FsQueueWorker {
@@ -66,6 +66,13 @@ impl FsQueueWorker {
         if !self.set_up {
             self.set_up = true;
             name_current_thread(&format!("vbmq-fs-q{}", self.index));
+            if let Err(e) = thread_umask::clear_for_this_thread() {
+                crate::limited!(
+                    warn,
+                    "fs queue {}: the process umask applies to files guests create: {e}",
+                    self.index
+                );
+            }
             if let Some(cpu) = self.settings.cpu
                 && let Err(e) = pin_current_thread(cpu)
             {
