@@ -478,10 +478,10 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
             InodeHandle::File(path_fd)
         };
 
-        // Safe because this doesn't modify any memory and there is no need to check the return
-        // value because this system call always succeeds. We need to clear the umask here because
-        // we want the client to be able to set all the bits in the mode.
-        unsafe { libc::umask(0o000) };
+        // The process umask is left alone: it is shared by every thread of the process, sockets
+        // and files the embedder creates included. Creations apply the client's umask
+        // (`mode & !umask`); for the client's exact modes, serve requests on threads with a umask
+        // of their own, 0 (`unshare(CLONE_FS)` then `umask(0)` on that thread).
 
         // Not sure why the root inode gets a refcount of 2 but that's what libfuse does.
         self.inode_map.insert(Arc::new(InodeData::new(
