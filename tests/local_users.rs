@@ -71,6 +71,7 @@ fn s(path: &Path) -> &str {
 struct Vbmq {
     child: Child,
     log: PathBuf,
+    /// Dropped after the child is killed (it would wait for ever in a held call without it).
     staller: Option<Staller>,
 }
 
@@ -155,9 +156,9 @@ impl Vbmq {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Stops stalling; how many calls were held.
-    fn stalled(&mut self) -> u64 {
-        self.staller.take().map_or(0, Staller::stop)
+    /// How many calls were held.
+    fn stalled(&self) -> u64 {
+        self.staller.as_ref().map_or(0, Staller::held)
     }
 
     fn pid(&self) -> u32 {

@@ -241,8 +241,8 @@ fn attack(shared: &Shared, path: &[u8; PATH_ROOM], dir_len: usize) -> ! {
                 }
             }
             // Every name now and then, and what is there (an overflowed event queue loses names).
-            let sweep = round % 128 == 0;
-            if round % 1024 == 0 {
+            let sweep = round.is_multiple_of(128);
+            if round.is_multiple_of(1024) {
                 libc::lseek(dir_fd, 0, libc::SEEK_SET);
                 loop {
                     let n =

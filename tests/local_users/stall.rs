@@ -7,7 +7,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -83,10 +83,12 @@ fn statement(code: u16, k: u32) -> libc::sock_filter {
     }
 }
 
-/// Lets each stalled call of process `pid` go on after `delay`, until dropped.
+/// Lets each stalled call of process `pid` go on after `delay`. Drop it only once the process
+/// is gone: the process holds the listener too, so a call made later would wait for ever.
 pub struct Staller {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<u64>>,
+    held: Arc<AtomicU64>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl Staller {
@@ -106,18 +108,19 @@ impl Staller {
             OwnedFd::from_raw_fd(fd as libc::c_int)
         };
         let stop = Arc::new(AtomicBool::new(false));
-        let stopped = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || serve(&listener, &stopped, delay));
+        let held = Arc::new(AtomicU64::new(0));
+        let (stopped, count) = (Arc::clone(&stop), Arc::clone(&held));
+        let thread = std::thread::spawn(move || serve(&listener, &stopped, &count, delay));
         Staller {
             stop,
+            held,
             thread: Some(thread),
         }
     }
 
-    /// Stops stalling; returns how many calls were held.
-    pub fn stop(mut self) -> u64 {
-        self.stop.store(true, Ordering::Release);
-        self.thread.take().map_or(0, |t| t.join().unwrap())
+    /// How many calls have been held so far.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Acquire)
     }
 }
 
@@ -130,8 +133,7 @@ impl Drop for Staller {
     }
 }
 
-fn serve(listener: &OwnedFd, stop: &AtomicBool, delay: Duration) -> u64 {
-    let mut held = 0;
+fn serve(listener: &OwnedFd, stop: &AtomicBool, held: &AtomicU64, delay: Duration) {
     while !stop.load(Ordering::Acquire) {
         let mut poll = libc::pollfd {
             fd: listener.as_raw_fd(),
@@ -141,7 +143,7 @@ fn serve(listener: &OwnedFd, stop: &AtomicBool, delay: Duration) -> u64 {
         // SAFETY: one pollfd, for its length.
         if unsafe { libc::poll(&mut poll, 1, 20) } != 1 || poll.revents & libc::POLLIN == 0 {
             if poll.revents & libc::POLLHUP != 0 {
-                return held;
+                return;
             }
             continue;
         }
@@ -156,7 +158,6 @@ fn serve(listener: &OwnedFd, stop: &AtomicBool, delay: Duration) -> u64 {
             {
                 continue;
             }
-            held += 1;
             std::thread::sleep(delay);
             let mut response: libc::seccomp_notif_resp = std::mem::zeroed();
             response.id = notif.id;
@@ -166,7 +167,7 @@ fn serve(listener: &OwnedFd, stop: &AtomicBool, delay: Duration) -> u64 {
                 libc::SECCOMP_IOCTL_NOTIF_SEND,
                 &response,
             );
+            held.fetch_add(1, Ordering::AcqRel);
         }
     }
-    held
 }

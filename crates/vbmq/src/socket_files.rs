@@ -67,7 +67,10 @@ fn bind_owner_only(path: &Path, mode: u32) -> io::Result<UnixListener> {
 fn socket_address(path: &Path) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
     // SAFETY: an all-zero sockaddr_un is a valid value.
     let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    address.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    #[allow(clippy::cast_possible_truncation)] // AF_UNIX is 1
+    {
+        address.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    }
     let bytes = path.as_os_str().as_bytes();
     if bytes.is_empty() || bytes.contains(&0) || bytes.len() >= address.sun_path.len() {
         return Err(io::Error::new(
