@@ -218,12 +218,20 @@ fn mode_and_group(path: &Path) -> (u32, u32, bool) {
 /// The usual umask: the share (which set the process umask to 0) must not open the sockets
 /// bound after it, the run-time disks' above all.
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs feature root-tests: root, to be nobody and to stall vbmq's calls (scripts/test.sh)"
+)]
 fn an_unprivileged_user_never_connects_while_vbmq_binds_its_sockets() {
     never_gets_in(0o022);
 }
 
 /// And whatever the operator's umask, no socket is ever open to others.
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs feature root-tests: root, to be nobody and to stall vbmq's calls (scripts/test.sh)"
+)]
 fn an_unprivileged_user_never_connects_even_with_umask_0() {
     never_gets_in(0);
 }
@@ -278,6 +286,10 @@ fn never_gets_in(umask: libc::mode_t) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs feature root-tests: root, to give sockets a group of its choice (scripts/test.sh)"
+)]
 fn sockets_and_lock_files_get_their_configured_modes() {
     let dirs = Dirs::new();
     let (control, a, b, old) = (
