@@ -316,13 +316,17 @@ mod tests {
 
     /// Runs `body` in a child process under the allowlist; returns how the child ended.
     fn under_filter(body: fn()) -> libc::c_int {
-        let filter = filter(false, false, false, false).expect("filter");
+        under(&filter(false, false, false, false).expect("filter"), body)
+    }
+
+    /// Runs `body` in a child process under `filter`; returns how the child ended.
+    fn under(filter: &BpfProgram, body: fn()) -> libc::c_int {
         // SAFETY: the child only installs a filter, runs `body` and exits; glibc's fork leaves
         // malloc usable in the child.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork");
         if pid == 0 {
-            let status = match seccompiler::apply_filter(&filter) {
+            let status = match seccompiler::apply_filter(filter) {
                 Ok(()) => {
                     body();
                     0
@@ -363,6 +367,29 @@ mod tests {
         assert!(
             libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSYS,
             "io_uring_setup must be refused: status {status:#x}"
+        );
+    }
+
+    #[test]
+    fn a_share_thread_may_unshare_its_umask_and_nothing_else() {
+        let shares = filter(false, false, true, false).expect("filter");
+        let status = under(&shares, || {
+            // SAFETY: detaches this thread's cwd, root and umask; the child exits after.
+            let ret = unsafe { libc::unshare(libc::CLONE_FS) };
+            // SAFETY: ends the child without running the parent's exit handlers.
+            unsafe { libc::_exit(if ret == 0 { 0 } else { 4 }) };
+        });
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "unshare(CLONE_FS): status {status:#x}"
+        );
+        let status = under(&shares, || {
+            // SAFETY: refused by the filter before it does anything.
+            unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) };
+        });
+        assert!(
+            libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSYS,
+            "unshare of a namespace must be refused: status {status:#x}"
         );
     }
 }
