@@ -11,6 +11,7 @@
 //! Helper structure for working with mmaped memory regions in Unix.
 
 use std::io;
+use std::mem::ManuallyDrop;
 use std::os::unix::io::AsRawFd;
 use std::ptr::null_mut;
 use std::result;
@@ -169,7 +170,7 @@ impl<B: Bitmap> MmapRegionBuilder<B> {
         Ok(MmapRegion {
             addr: addr as *mut u8,
             size: self.size,
-            bitmap: self.bitmap,
+            bitmap: ManuallyDrop::new(self.bitmap),
             file_offset: self.file_offset,
             prot: self.prot,
             flags: self.flags,
@@ -192,7 +193,7 @@ impl<B: Bitmap> MmapRegionBuilder<B> {
         Ok(MmapRegion {
             addr,
             size: self.size,
-            bitmap: self.bitmap,
+            bitmap: ManuallyDrop::new(self.bitmap),
             file_offset: self.file_offset,
             prot: self.prot,
             flags: self.flags,
@@ -215,7 +216,8 @@ impl<B: Bitmap> MmapRegionBuilder<B> {
 pub struct MmapRegion<B = ()> {
     addr: *mut u8,
     size: usize,
-    bitmap: B,
+    /// Dropped before the mapping is unmapped, so a bitmap may refer to the mapping.
+    bitmap: ManuallyDrop<B>,
     file_offset: Option<FileOffset>,
     prot: i32,
     flags: i32,
@@ -415,6 +417,8 @@ impl<B: Bitmap> VolatileMemory for MmapRegion<B> {
 
 impl<B> Drop for MmapRegion<B> {
     fn drop(&mut self) {
+        // SAFETY: dropped once, here; the field is never used again.
+        unsafe { ManuallyDrop::drop(&mut self.bitmap) };
         if self.owned {
             // SAFETY: This is safe because we mmap the area at addr ourselves, and nobody
             // else is holding a reference to it.
