@@ -449,6 +449,48 @@ mod tests {
     #[cfg(feature = "backend-bitmap")]
     use crate::bitmap::AtomicBitmap;
 
+    /// Records, when dropped, whether the mapping at the address it was given is still there.
+    #[derive(Debug, Default)]
+    struct MappedAtDrop(Arc<(std::sync::atomic::AtomicUsize, std::sync::atomic::AtomicBool)>);
+
+    impl crate::bitmap::WithBitmapSlice<'_> for MappedAtDrop {
+        type S = ();
+    }
+
+    impl Bitmap for MappedAtDrop {
+        fn mark_dirty(&self, _offset: usize, _len: usize) {}
+
+        fn dirty_at(&self, _offset: usize) -> bool {
+            false
+        }
+
+        fn slice_at(&self, _offset: usize) {}
+    }
+
+    impl Drop for MappedAtDrop {
+        fn drop(&mut self) {
+            use std::sync::atomic::Ordering::Relaxed;
+            let addr = self.0 .0.load(Relaxed) as *mut libc::c_void;
+            // msync fails (ENOMEM) on an address that is not mapped.
+            let mapped = unsafe { libc::msync(addr, 0x1000, libc::MS_ASYNC) } == 0;
+            self.0 .1.store(mapped, Relaxed);
+        }
+    }
+
+    #[test]
+    #[cfg(not(miri))]
+    fn test_bitmap_dropped_before_unmap() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let state = Arc::default();
+        let region = MmapRegionBuilder::new_with_bitmap(0x1000, MappedAtDrop(Arc::clone(&state)))
+            .with_mmap_prot(libc::PROT_READ | libc::PROT_WRITE)
+            .build()
+            .unwrap();
+        state.0.store(region.as_ptr() as usize, Relaxed);
+        drop(region);
+        assert!(state.1.load(Relaxed), "the bitmap was dropped after the unmap");
+    }
+
     use matches::assert_matches;
 
     type MmapRegion = super::MmapRegion<()>;
