@@ -14,7 +14,7 @@
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use arc_swap::ArcSwapOption;
 
@@ -36,8 +36,9 @@ const LOG_PAGE: usize = 0x1000;
 /// The frontend's log, as seen from one region: the bits of the region's pages.
 /// (`Debug` by hand: the registration has nothing to show.)
 pub struct RegionLog {
-    /// Dropped before `log` can unmap (fields drop in order).
-    _faults: memory_faults::Guard,
+    /// Dropped before `log` can unmap (fields drop in order); shared by the regions that log
+    /// to the same log.
+    _faults: Arc<memory_faults::Guard>,
     log: Arc<MmapLogReg>,
     /// Guest-physical page number of the region's first byte.
     first_page: usize,
@@ -69,7 +70,7 @@ impl MemRegionBitmap for RegionLog {
         }
         // The frontend's file is never seen here: it may shrink under the mapping, and a mark
         // would then raise SIGBUS (see `memory_faults`).
-        let faults = memory_faults::guard_range(&raw const log[0] as *const u8, log.len())?;
+        let faults = log_guard(&raw const log[0] as *const u8, log.len())?;
         Ok(RegionLog {
             _faults: faults,
             log,
@@ -77,6 +78,26 @@ impl MemRegionBitmap for RegionLog {
             pages: last / LOG_PAGE - start / LOG_PAGE + 1,
         })
     }
+}
+
+/// The guard of the log mapped at `start`: one per log, however many regions log to it. A live
+/// guard names a live log (each holder holds the log too), so equal ranges are the same log.
+fn log_guard(start: *const u8, len: usize) -> io::Result<Arc<memory_faults::Guard>> {
+    type Guards = Vec<(usize, usize, Weak<memory_faults::Guard>)>;
+    static GUARDS: Mutex<Guards> = Mutex::new(Vec::new());
+    let mut guards = GUARDS.lock().unwrap_or_else(PoisonError::into_inner);
+    guards.retain(|(_, _, guard)| guard.strong_count() > 0);
+    let start = start as usize;
+    let live = guards
+        .iter()
+        .filter(|&&(at, size, _)| at == start && size == len)
+        .find_map(|(_, _, guard)| guard.upgrade());
+    if let Some(guard) = live {
+        return Ok(guard);
+    }
+    let guard = Arc::new(memory_faults::guard_range(start as *const u8, len)?);
+    guards.push((start, len, Arc::downgrade(&guard)));
+    Ok(guard)
 }
 
 impl RegionLog {
@@ -268,5 +289,35 @@ impl BitmapState for vm_memory::GuestRegionMmap<DirtyLog> {
     fn bitmap_state(&self) -> &DirtyLog {
         // The mapping's bitmap, through `Deref` to the `MmapRegion`.
         (**self).bitmap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+    use vm_memory::GuestAddress;
+
+    #[test]
+    fn regions_that_log_to_one_log_share_one_fault_guard() {
+        let mem = GuestMemory::from_ranges(&[
+            (GuestAddress(0), 0x10000),
+            (GuestAddress(0x10000), 0x10000),
+        ])
+        .unwrap();
+        let file = tempfile::tempfile().unwrap();
+        file.set_len(4096).unwrap();
+        let log = Arc::new(MmapLogReg::from_file(file.as_fd(), 0, 4096).unwrap());
+        inherit_log(&mem, &log).unwrap();
+        let guards: Vec<_> = mem
+            .iter()
+            .map(|region| region.bitmap_state().state.log.load_full().unwrap())
+            .collect();
+        assert!(Arc::ptr_eq(&guards[0]._faults, &guards[1]._faults));
+        // A log mapped anew gets a guard of its own.
+        let other = Arc::new(MmapLogReg::from_file(file.as_fd(), 0, 4096).unwrap());
+        let region = mem.iter().next().unwrap();
+        let mine = RegionLog::new(region, other).unwrap();
+        assert!(!Arc::ptr_eq(&mine._faults, &guards[0]._faults));
     }
 }
