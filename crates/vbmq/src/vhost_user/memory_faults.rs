@@ -85,15 +85,15 @@ impl Slot {
     }
 }
 
-static REGISTRY: [Slot; SLOTS] = [const {
-    Slot {
-        seq: AtomicUsize::new(0),
-        taken: AtomicBool::new(false),
-        start: AtomicUsize::new(0),
-        end: AtomicUsize::new(0),
-        broken: AtomicPtr::new(std::ptr::null_mut()),
-    }
-}; SLOTS];
+const FREE: Slot = Slot {
+    seq: AtomicUsize::new(0),
+    taken: AtomicBool::new(false),
+    start: AtomicUsize::new(0),
+    end: AtomicUsize::new(0),
+    broken: AtomicPtr::new(std::ptr::null_mut()),
+};
+
+static REGISTRY: [Slot; SLOTS] = [FREE; SLOTS];
 
 /// What a connection's guards share: the flag a fault sets, and how many guards it holds.
 #[derive(Debug)]
@@ -325,6 +325,36 @@ mod tests {
         let ours = |(_, _, flag): (usize, usize, *mut AtomicBool)| flag == broken;
         assert!(!slot.read().is_some_and(ours), "unguarded with its mapping");
         assert_eq!(owner.guards(), 0);
+    }
+
+    #[test]
+    fn the_handler_never_reads_half_of_a_guard() {
+        let slot = FREE;
+        let done = AtomicBool::new(false);
+        let (a, b) = ((0x1000, 0x3000), (0x10_0000, 0x50_0000));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..200_000 {
+                    let (start, end) = if i % 3 == 0 { a } else { b };
+                    slot.publish(start, end, std::ptr::null_mut());
+                    if i % 7 == 0 {
+                        slot.publish(0, 0, std::ptr::null_mut());
+                    }
+                }
+                done.store(true, Ordering::Release);
+            });
+            let mut seen = 0;
+            while !done.load(Ordering::Acquire) {
+                if let Some((start, end, _)) = slot.read() {
+                    assert!(
+                        (start, end) == a || (start, end) == b,
+                        "{start:#x}..{end:#x}"
+                    );
+                    seen += 1;
+                }
+            }
+            assert!(seen > 0);
+        });
     }
 
     #[test]
