@@ -146,12 +146,17 @@ fn can_fault(file: &std::fs::File) -> bool {
     // SAFETY: F_GET_SEALS on a descriptor we hold; it fails harmlessly on files without seals.
     let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
     let sealed = seals >= 0 && seals & libc::F_SEAL_SHRINK != 0;
+    // Unknown file systems are guarded.
+    !sealed || on_hugetlbfs(file) != Some(false)
+}
+
+/// Whether `file` lives on hugetlbfs (`None`: cannot tell).
+pub(super) fn on_hugetlbfs(file: &std::fs::File) -> Option<bool> {
     // SAFETY: a zeroed statfs is a valid buffer for fstatfs to fill.
     let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: fstatfs on a descriptor we hold, into our own buffer.
     let stat = unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) };
-    // Unknown file systems are guarded.
-    !sealed || stat != 0 || fs.f_type as libc::c_long == HUGETLBFS_MAGIC
+    (stat == 0).then_some(fs.f_type as libc::c_long == HUGETLBFS_MAGIC)
 }
 
 /// Guards every region of `map` that can fault and has no guard yet (an ADD_MEM_REG table
