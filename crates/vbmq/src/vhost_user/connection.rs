@@ -78,14 +78,11 @@ impl Connection {
     pub fn check_memory(&self, map: &GuestMemory) -> io::Result<()> {
         let checked =
             memory_table::check(map).and_then(|()| memory_faults::guard(map, &self.fault_owner));
-        match checked {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                crate::limited!(warn, "memory table refused, closing the connection: {e}");
-                self.close();
-                Err(e)
-            }
+        if let Err(e) = &checked {
+            crate::limited!(warn, "memory table refused, closing the connection: {e}");
+            self.close();
         }
+        checked
     }
 
     /// Makes a checked map the one the queues see.
