@@ -476,10 +476,8 @@ mod tests {
             file.set_len(2 << 20).unwrap();
             let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
             // SAFETY: F_ADD_SEALS on our own memfd.
-            assert_eq!(
-                unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) },
-                0
-            );
+            let sealed = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) };
+            assert_eq!(sealed, 0);
             map(&request_of(&file, 1, 8), &file, 4).is_err()
         });
         if grown {

@@ -85,15 +85,19 @@ impl Slot {
     }
 }
 
-const FREE: Slot = Slot {
-    seq: AtomicUsize::new(0),
-    taken: AtomicBool::new(false),
-    start: AtomicUsize::new(0),
-    end: AtomicUsize::new(0),
-    broken: AtomicPtr::new(std::ptr::null_mut()),
-};
+impl Slot {
+    const fn free() -> Self {
+        Slot {
+            seq: AtomicUsize::new(0),
+            taken: AtomicBool::new(false),
+            start: AtomicUsize::new(0),
+            end: AtomicUsize::new(0),
+            broken: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+}
 
-static REGISTRY: [Slot; SLOTS] = [FREE; SLOTS];
+static REGISTRY: [Slot; SLOTS] = [const { Slot::free() }; SLOTS];
 
 /// What a connection's guards share: the flag a fault sets, and how many guards it holds.
 #[derive(Debug)]
@@ -334,7 +338,7 @@ mod tests {
 
     #[test]
     fn the_handler_never_reads_half_of_a_guard() {
-        let slot = FREE;
+        let slot = Slot::free();
         let done = AtomicBool::new(false);
         let (a, b) = ((0x1000, 0x3000), (0x10_0000, 0x50_0000));
         std::thread::scope(|s| {
