@@ -17,6 +17,7 @@ mod hostile {
     pub mod known_bugs;
     pub mod layouts;
     pub mod memory;
+    pub mod memory_guard;
     pub mod ranges;
     pub mod raw;
     pub mod requests;
@@ -365,4 +366,30 @@ fn guest_memory_truncated_under_vbmq_takes_down_only_its_connection() {
             true,
         );
     }
+}
+
+/// A guest rebooted 2000 times (a new memory table of unsealable memfds each time: more than
+/// the process's guards if replaced tables kept theirs) is still served, and other disks attach.
+#[test]
+fn memory_tables_replaced_2000_times_leave_guards_for_other_disks() {
+    hostile::memory_guard::reboots(2000);
+}
+
+/// A region mapped where a replaced table was, truncated under a request: only its own
+/// connection is closed; the frontend whose table lay there before is still served.
+#[test]
+fn a_fault_where_a_replaced_table_was_closes_only_its_own_connection() {
+    hostile::memory_guard::region_where_a_replaced_table_was();
+}
+
+/// Sealed is not "cannot fault": a hugetlb memfd with no huge pages behind it.
+#[test]
+fn hugetlb_memory_without_huge_pages_takes_down_only_its_connection() {
+    hostile::memory_guard::hugetlb_without_huge_pages();
+}
+
+/// One frontend cannot hold more guarded regions than its bound; other disks still attach.
+#[test]
+fn one_connection_cannot_take_every_memory_guard() {
+    hostile::memory_guard::more_guarded_regions_than_one_connection_may_hold();
 }

@@ -58,6 +58,19 @@ impl GuestRam {
         GuestRam { file, mem }
     }
 
+    /// One region of `size` bytes at guest address 0, a memfd of its own (sparse: only the
+    /// pages touched cost memory).
+    pub fn single(name: &std::ffi::CStr, size: u64) -> Self {
+        let file = memfd(name, size);
+        let ranges = [(
+            GuestAddress(0),
+            size as usize,
+            Some(FileOffset::new(file.try_clone().unwrap(), 0)),
+        )];
+        let mem = GuestMemoryMmap::from_ranges_with_files(ranges).unwrap();
+        GuestRam { file, mem }
+    }
+
     /// The SET_MEM_TABLE description of this memory.
     pub fn regions(&self) -> Vec<VhostUserMemoryRegionInfo> {
         let offsets = [0, REGION1_FILE_OFFSET];

@@ -25,7 +25,7 @@ pub enum Cut {
 
 /// Publishes one request (its data in region 1) without a kick, truncates the memory file,
 /// then kicks. Returns the status byte if it can still be read and vbmq wrote one.
-fn truncate_under_a_request(guest: &mut Guest, cut: Cut, write: bool) -> Option<u8> {
+pub fn truncate_under_a_request(guest: &mut Guest, cut: Cut, write: bool) -> Option<u8> {
     let mut c = Ctx::new(guest);
     let kind = if write {
         VIRTIO_BLK_T_OUT

@@ -38,6 +38,8 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_fstat,
     libc::SYS_newfstatat,
     libc::SYS_statx,
+    // whether a guest memory region lives on hugetlbfs (`memory_faults`)
+    libc::SYS_fstatfs,
     // The allocator: brk and mmap for new memory, mremap when realloc grows a chunk that
     // lives in its own mapping (above malloc's mmap threshold), munmap and madvise when memory
     // is returned, mprotect when a thread arena's heap grows and for thread stack guards.

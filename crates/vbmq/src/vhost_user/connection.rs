@@ -27,8 +27,9 @@ pub(super) struct Connection {
     pub guest_memory: GuestMemoryAtomic<GuestMemory>,
     /// Set by the SIGBUS handler when this connection's guest memory shrank under it.
     pub memory_broken: Arc<AtomicBool>,
-    /// This connection's guest memory regions that could shrink (see [`memory_faults`]).
-    memory_faults: Mutex<Vec<memory_faults::Registration>>,
+    /// The owner of this connection's fault guards, one per region that can fault (see
+    /// [`memory_faults`]); each region holds its own, for as long as it is mapped.
+    fault_owner: Arc<memory_faults::Owner>,
     /// Closes the connection when the frontend sends what cannot be served.
     handle: Mutex<Option<ShutdownHandle>>,
     /// A close asked for before [`Self::connected`] gave the handle (the crate's thread may
@@ -41,10 +42,11 @@ pub(super) struct Connection {
 
 impl Connection {
     pub fn new() -> Self {
+        let memory_broken = Arc::new(AtomicBool::new(false));
         Connection {
             guest_memory: GuestMemoryAtomic::new(GuestMemory::new()),
-            memory_broken: Arc::new(AtomicBool::new(false)),
-            memory_faults: Mutex::new(Vec::new()),
+            fault_owner: memory_faults::Owner::new(memory_broken.clone()),
+            memory_broken,
             handle: Mutex::new(None),
             close_requested: AtomicBool::new(false),
             exit_fds: Mutex::new(Vec::new()),
@@ -71,22 +73,16 @@ impl Connection {
         }
     }
 
-    /// Checks a memory table the frontend sent and guards its regions against shrinking;
-    /// closes the connection if it is refused.
+    /// Checks a memory table the frontend sent and guards its regions that can fault (sealed
+    /// first, then asked); closes the connection if it is refused.
     pub fn check_memory(&self, map: &GuestMemory) -> io::Result<()> {
-        let checked = memory_table::check(map)
-            .and_then(|()| memory_faults::register(map, &self.memory_broken));
-        match checked {
-            Ok(registration) => {
-                lock(&self.memory_faults).push(registration);
-                Ok(())
-            }
-            Err(e) => {
-                crate::limited!(warn, "memory table refused, closing the connection: {e}");
-                self.close();
-                Err(e)
-            }
+        let checked =
+            memory_table::check(map).and_then(|()| memory_faults::guard(map, &self.fault_owner));
+        if let Err(e) = &checked {
+            crate::limited!(warn, "memory table refused, closing the connection: {e}");
+            self.close();
         }
+        checked
     }
 
     /// Makes a checked map the one the queues see.
@@ -131,11 +127,6 @@ impl Connection {
         );
         self.close();
         true
-    }
-
-    /// Stops guarding the regions: before the maps are the last to unmap them.
-    pub fn release_memory_faults(&self) {
-        lock(&self.memory_faults).clear();
     }
 }
 

@@ -13,8 +13,8 @@
 //! while off, marking costs one load of a flag that never changes.
 
 use std::io;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use arc_swap::ArcSwapOption;
 
@@ -36,8 +36,9 @@ const LOG_PAGE: usize = 0x1000;
 /// The frontend's log, as seen from one region: the bits of the region's pages.
 /// (`Debug` by hand: the registration has nothing to show.)
 pub struct RegionLog {
-    /// Unregistered before `log` can unmap (fields drop in order).
-    _faults: memory_faults::Registration,
+    /// Dropped before `log` can unmap (fields drop in order); shared by the regions that log
+    /// to the same log.
+    _faults: Arc<memory_faults::Guard>,
     log: Arc<MmapLogReg>,
     /// Guest-physical page number of the region's first byte.
     first_page: usize,
@@ -69,7 +70,7 @@ impl MemRegionBitmap for RegionLog {
         }
         // The frontend's file is never seen here: it may shrink under the mapping, and a mark
         // would then raise SIGBUS (see `memory_faults`).
-        let faults = memory_faults::register_range(&raw const log[0] as *const u8, log.len())?;
+        let faults = log_guard(&raw const log[0] as *const u8, log.len())?;
         Ok(RegionLog {
             _faults: faults,
             log,
@@ -77,6 +78,26 @@ impl MemRegionBitmap for RegionLog {
             pages: last / LOG_PAGE - start / LOG_PAGE + 1,
         })
     }
+}
+
+/// The guard of the log mapped at `start`: one per log, however many regions log to it. A live
+/// guard names a live log (each holder holds the log too), so equal ranges are the same log.
+fn log_guard(start: *const u8, len: usize) -> io::Result<Arc<memory_faults::Guard>> {
+    type Guards = Vec<(usize, usize, Weak<memory_faults::Guard>)>;
+    static GUARDS: Mutex<Guards> = Mutex::new(Vec::new());
+    let mut guards = GUARDS.lock().unwrap_or_else(PoisonError::into_inner);
+    guards.retain(|(_, _, guard)| guard.strong_count() > 0);
+    let start = start as usize;
+    let live = guards
+        .iter()
+        .filter(|&&(at, size, _)| at == start && size == len)
+        .find_map(|(_, _, guard)| guard.upgrade());
+    if let Some(guard) = live {
+        return Ok(guard);
+    }
+    let guard = Arc::new(memory_faults::guard_range(start as *const u8, len)?);
+    guards.push((start, len, Arc::downgrade(&guard)));
+    Ok(guard)
 }
 
 impl RegionLog {
@@ -104,44 +125,60 @@ struct State {
 }
 
 /// One region's dirty log: a `vm-memory` bitmap whose backing the frontend gives at run time.
-#[derive(Clone, Debug, Default)]
-pub struct DirtyLog(Arc<State>);
+/// It also holds the region's fault guard, the one object of vbmq's that a region owns:
+/// vm-memory drops a region's bitmap before it unmaps the region.
+#[derive(Debug, Default)]
+pub struct DirtyLog {
+    state: Arc<State>,
+    /// Set once the region is checked, if it can fault (see [`memory_faults`]).
+    fault_guard: OnceLock<memory_faults::Guard>,
+}
+
+impl Clone for DirtyLog {
+    /// The same log; the guard stays with the region.
+    fn clone(&self) -> Self {
+        DirtyLog {
+            state: self.state.clone(),
+            fault_guard: OnceLock::new(),
+        }
+    }
+}
 
 impl DirtyLog {
     /// Turns marking on or off.
     pub fn set_logging(&self, on: bool) {
-        self.0.on.store(on, Ordering::SeqCst);
+        self.state.on.store(on, Ordering::SeqCst);
     }
 
     /// Whether marking is on.
     pub fn logging(&self) -> bool {
-        self.0.on.load(Ordering::Acquire)
+        self.state.on.load(Ordering::Acquire)
     }
 
     /// The log memory this region writes to, if the frontend gave one.
     pub fn log_memory(&self) -> Option<Arc<MmapLogReg>> {
-        self.0.log.load().as_ref().map(|log| log.log.clone())
+        self.state.log.load().as_ref().map(|log| log.log.clone())
     }
 
     /// Whether the frontend gave this region a log.
     pub fn has_log(&self) -> bool {
-        self.0.log.load().is_some()
+        self.state.log.load().is_some()
     }
 }
 
 impl Bitmap for DirtyLog {
     #[inline]
     fn mark_dirty(&self, offset: usize, len: usize) {
-        if !self.0.on.load(Ordering::Acquire) {
+        if !self.state.on.load(Ordering::Acquire) {
             return;
         }
-        if let Some(log) = self.0.log.load().as_ref() {
+        if let Some(log) = self.state.log.load().as_ref() {
             log.mark(offset, len);
         }
     }
 
     fn dirty_at(&self, offset: usize) -> bool {
-        let guard = self.0.log.load();
+        let guard = self.state.log.load();
         let Some(log) = guard.as_ref() else {
             return false;
         };
@@ -172,7 +209,7 @@ impl BitmapReplace for DirtyLog {
     type InnerBitmap = RegionLog;
 
     fn replace(&self, log: RegionLog) {
-        self.0.log.store(Some(Arc::new(log)));
+        self.state.log.store(Some(Arc::new(log)));
     }
 }
 
@@ -236,6 +273,13 @@ pub fn log_to(mem: &GuestMemory, file: &std::fs::File) -> io::Result<()> {
     Ok(())
 }
 
+/// Where `region`'s fault guard is kept (see [`memory_faults`]).
+pub(super) fn fault_guard(
+    region: &vm_memory::GuestRegionMmap<DirtyLog>,
+) -> &OnceLock<memory_faults::Guard> {
+    &region.bitmap_state().fault_guard
+}
+
 /// The region's own [`DirtyLog`] (not a slice of it).
 trait BitmapState {
     fn bitmap_state(&self) -> &DirtyLog;
@@ -245,5 +289,35 @@ impl BitmapState for vm_memory::GuestRegionMmap<DirtyLog> {
     fn bitmap_state(&self) -> &DirtyLog {
         // The mapping's bitmap, through `Deref` to the `MmapRegion`.
         (**self).bitmap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+    use vm_memory::GuestAddress;
+
+    #[test]
+    fn regions_that_log_to_one_log_share_one_fault_guard() {
+        let mem = GuestMemory::from_ranges(&[
+            (GuestAddress(0), 0x10000),
+            (GuestAddress(0x10000), 0x10000),
+        ])
+        .unwrap();
+        let file = tempfile::tempfile().unwrap();
+        file.set_len(4096).unwrap();
+        let log = Arc::new(MmapLogReg::from_file(file.as_fd(), 0, 4096).unwrap());
+        inherit_log(&mem, &log).unwrap();
+        let guards: Vec<_> = mem
+            .iter()
+            .map(|region| region.bitmap_state().state.log.load_full().unwrap())
+            .collect();
+        assert!(Arc::ptr_eq(&guards[0]._faults, &guards[1]._faults));
+        // A log mapped anew gets a guard of its own.
+        let other = Arc::new(MmapLogReg::from_file(file.as_fd(), 0, 4096).unwrap());
+        let region = mem.iter().next().unwrap();
+        let mine = RegionLog::new(region, other).unwrap();
+        assert!(!Arc::ptr_eq(&mine._faults, &guards[0]._faults));
     }
 }

@@ -130,6 +130,10 @@ pub fn map(
             "in-flight region file not sealed against shrinking",
         ));
     }
+    // A hugetlbfs page punched out of the file faults, sealed or not, once the pool is dry.
+    if super::memory_faults::on_hugetlbfs(file) != Some(false) {
+        return Err(invalid("in-flight region file on hugetlbfs"));
+    }
     let end = offset
         .checked_add(size as u64)
         .ok_or_else(|| invalid("in-flight region past the end of its file"))?;
@@ -454,6 +458,35 @@ mod tests {
         let mut more = reply;
         more.num_queues = 2;
         assert!(map(&more, &file, 4).is_err());
+    }
+
+    #[test]
+    fn an_in_flight_region_on_hugetlbfs_is_refused() {
+        // With a huge page in the pool the mapping succeeds (and reserves it); the frontend
+        // could then punch it out of the file and drain the pool: the next record write faults.
+        const POOL: &str = "/proc/sys/vm/nr_hugepages";
+        let was = std::fs::read_to_string(POOL).unwrap_or_default();
+        let grown = was.trim() == "0" && std::fs::write(POOL, "1").is_ok();
+        let flags = libc::MFD_CLOEXEC | libc::MFD_HUGETLB | libc::MFD_ALLOW_SEALING;
+        // SAFETY: a NUL-terminated name; the descriptor is owned by the File below.
+        let fd = unsafe { libc::memfd_create(c"vbmq-test-huge".as_ptr(), flags) };
+        let refused = (fd >= 0).then(|| {
+            // SAFETY: a fresh descriptor nobody else owns.
+            let file = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            file.set_len(2 << 20).unwrap();
+            let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+            // SAFETY: F_ADD_SEALS on our own memfd.
+            let sealed = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) };
+            assert_eq!(sealed, 0);
+            map(&request_of(&file, 1, 8), &file, 4).is_err()
+        });
+        if grown {
+            let _ = std::fs::write(POOL, "0");
+        }
+        match refused {
+            Some(refused) => assert!(refused, "a sealed hugetlb memfd was mapped"),
+            None => eprintln!("skipped: no hugetlb memfds on this kernel"),
+        }
     }
 
     fn request_of(file: &File, queues: u16, size: u16) -> VhostUserInflight {

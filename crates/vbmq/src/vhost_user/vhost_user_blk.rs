@@ -477,10 +477,3 @@ impl VhostUserBlk {
         poller.wake();
     }
 }
-
-impl Drop for VhostUserBlk {
-    fn drop(&mut self) {
-        // Before the fields, whose guest memory maps are the last to unmap the regions.
-        self.connection.release_memory_faults();
-    }
-}

@@ -205,10 +205,3 @@ impl VhostUserBackend for VhostUserFs {
         Ok(())
     }
 }
-
-impl Drop for VhostUserFs {
-    fn drop(&mut self) {
-        // Before the fields, whose guest memory maps are the last to unmap the regions.
-        self.connection.release_memory_faults();
-    }
-}

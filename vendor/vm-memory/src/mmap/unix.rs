@@ -11,6 +11,7 @@
 //! Helper structure for working with mmaped memory regions in Unix.
 
 use std::io;
+use std::mem::ManuallyDrop;
 use std::os::unix::io::AsRawFd;
 use std::ptr::null_mut;
 use std::result;
@@ -169,7 +170,7 @@ impl<B: Bitmap> MmapRegionBuilder<B> {
         Ok(MmapRegion {
             addr: addr as *mut u8,
             size: self.size,
-            bitmap: self.bitmap,
+            bitmap: ManuallyDrop::new(self.bitmap),
             file_offset: self.file_offset,
             prot: self.prot,
             flags: self.flags,
@@ -192,7 +193,7 @@ impl<B: Bitmap> MmapRegionBuilder<B> {
         Ok(MmapRegion {
             addr,
             size: self.size,
-            bitmap: self.bitmap,
+            bitmap: ManuallyDrop::new(self.bitmap),
             file_offset: self.file_offset,
             prot: self.prot,
             flags: self.flags,
@@ -215,7 +216,8 @@ impl<B: Bitmap> MmapRegionBuilder<B> {
 pub struct MmapRegion<B = ()> {
     addr: *mut u8,
     size: usize,
-    bitmap: B,
+    /// Dropped before the mapping is unmapped, so a bitmap may refer to the mapping.
+    bitmap: ManuallyDrop<B>,
     file_offset: Option<FileOffset>,
     prot: i32,
     flags: i32,
@@ -415,6 +417,8 @@ impl<B: Bitmap> VolatileMemory for MmapRegion<B> {
 
 impl<B> Drop for MmapRegion<B> {
     fn drop(&mut self) {
+        // SAFETY: dropped once, here; the field is never used again.
+        unsafe { ManuallyDrop::drop(&mut self.bitmap) };
         if self.owned {
             // SAFETY: This is safe because we mmap the area at addr ourselves, and nobody
             // else is holding a reference to it.
@@ -444,6 +448,48 @@ mod tests {
 
     #[cfg(feature = "backend-bitmap")]
     use crate::bitmap::AtomicBitmap;
+
+    /// Records, when dropped, whether the mapping at the address it was given is still there.
+    #[derive(Debug, Default)]
+    struct MappedAtDrop(Arc<(std::sync::atomic::AtomicUsize, std::sync::atomic::AtomicBool)>);
+
+    impl crate::bitmap::WithBitmapSlice<'_> for MappedAtDrop {
+        type S = ();
+    }
+
+    impl Bitmap for MappedAtDrop {
+        fn mark_dirty(&self, _offset: usize, _len: usize) {}
+
+        fn dirty_at(&self, _offset: usize) -> bool {
+            false
+        }
+
+        fn slice_at(&self, _offset: usize) {}
+    }
+
+    impl Drop for MappedAtDrop {
+        fn drop(&mut self) {
+            use std::sync::atomic::Ordering::Relaxed;
+            let addr = self.0 .0.load(Relaxed) as *mut libc::c_void;
+            // msync fails (ENOMEM) on an address that is not mapped.
+            let mapped = unsafe { libc::msync(addr, 0x1000, libc::MS_ASYNC) } == 0;
+            self.0 .1.store(mapped, Relaxed);
+        }
+    }
+
+    #[test]
+    #[cfg(not(miri))]
+    fn test_bitmap_dropped_before_unmap() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let state = Arc::default();
+        let region = MmapRegionBuilder::new_with_bitmap(0x1000, MappedAtDrop(Arc::clone(&state)))
+            .with_mmap_prot(libc::PROT_READ | libc::PROT_WRITE)
+            .build()
+            .unwrap();
+        state.0.store(region.as_ptr() as usize, Relaxed);
+        drop(region);
+        assert!(state.1.load(Relaxed), "the bitmap was dropped after the unmap");
+    }
 
     use matches::assert_matches;
 
