@@ -423,6 +423,20 @@ fn device_nodes_set_id_bits_and_privileged_xattrs_are_refused() {
         libc::EPERM
     );
     assert!(!share.path("share/blk").exists() && !share.path("share/chr").exists());
+    // And the process could not make one: CAP_MKNOD is gone from every set of every thread
+    // (as root; a process without CAP_SETPCAP keeps its bounding set).
+    // SAFETY: geteuid has no arguments and cannot fail. (27: CAP_MKNOD.)
+    if unsafe { libc::geteuid() } == 0 {
+        let tasks = format!("/proc/{}/task", share.child.id());
+        for task in std::fs::read_dir(tasks).unwrap() {
+            let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
+            for line in status.lines().filter(|l| l.starts_with("Cap")) {
+                let (set, bits) = line.split_once(':').unwrap();
+                let bits = u64::from_str_radix(bits.trim(), 16).unwrap();
+                assert_eq!(bits & (1 << 27), 0, "CAP_MKNOD in {set}");
+            }
+        }
+    }
     // A FIFO is no privilege; a set-user-ID node loses the bit.
     assert_eq!(mknod(&mut client, b"fifo", libc::S_IFIFO | 0o4644, 0), 0);
     let fifo = std::fs::symlink_metadata(share.path("share/fifo")).unwrap();
