@@ -198,6 +198,21 @@ fn outside(share: &Share) -> Outside {
     }
 }
 
+/// OPENDIR of `node`: its handle.
+fn opendir(client: &mut FsClient, node: u64) -> std::io::Result<u64> {
+    let open = OpenIn {
+        flags: (libc::O_RDONLY | libc::O_DIRECTORY) as u32,
+        fuse_flags: 0,
+    };
+    let (out, body) = client.call(Opcode::Opendir, node, fuse::args(&open), &[], 4096)?;
+    if out.error != 0 {
+        return Err(std::io::Error::from_raw_os_error(-out.error));
+    }
+    Ok(OpenOut::from_slice(&body[..size_of::<OpenOut>()])
+        .unwrap()
+        .fh)
+}
+
 fn entry(body: &[u8]) -> EntryOut {
     *EntryOut::from_slice(&body[..size_of::<EntryOut>()]).unwrap()
 }
@@ -281,7 +296,10 @@ fn moved_out_directory_case(name: &str, extra: &str) {
     let mut client = share.client();
     let a = client.lookup(ROOT_ID, "a").unwrap().nodeid;
     let b = client.lookup(a, "b").unwrap().nodeid;
+    let listing = opendir(&mut client, a).unwrap();
     std::fs::rename(share.path("share/a"), share.path("outside/moved")).unwrap();
+    // What the host puts in the directory now is not the share's.
+    std::fs::write(share.path("outside/moved/host-only"), b"").unwrap();
     let before = outside(&share);
     let root_ino = std::fs::metadata(share.path("share")).unwrap().ino();
 
@@ -318,6 +336,24 @@ fn moved_out_directory_case(name: &str, extra: &str) {
             "LOOKUP under a node that left the share"
         );
     }
+    // A listing opened before the move reads nothing more; none opens after it.
+    let read = ReadIn {
+        fh: listing,
+        size: 4096,
+        ..ReadIn::default()
+    };
+    let (out, body) = client
+        .call(Opcode::Readdir, a, fuse::args(&read), &[], 8192)
+        .unwrap();
+    assert_eq!(
+        -out.error,
+        libc::ENOENT,
+        "READDIR of a moved-out directory: {body:?}"
+    );
+    assert_eq!(
+        opendir(&mut client, a).err().and_then(|e| e.raw_os_error()),
+        Some(libc::ENOENT)
+    );
     // The old code's route: `..` to the outside directory (and no further: the old code would
     // change the host's `/`), and the canary in it.
     let outside_ino = std::fs::metadata(share.path("outside")).unwrap().ino();
@@ -333,7 +369,7 @@ fn moved_out_directory_case(name: &str, extra: &str) {
         before,
         "something outside the share changed"
     );
-    assert_eq!(names(&share.path("outside/moved")), ["b"]);
+    assert_eq!(names(&share.path("outside/moved")), ["b", "host-only"]);
 
     // The root's `..` is the root.
     let up = client.lookup(ROOT_ID, "..").unwrap();
@@ -552,17 +588,7 @@ fn a_huge_readdir_size_gets_at_most_one_mebibyte() {
         std::fs::File::create(share.path(&format!("share/{long}{i:05}"))).unwrap();
     }
     let mut client = share.client();
-    let open = OpenIn {
-        flags: (libc::O_RDONLY | libc::O_DIRECTORY) as u32,
-        fuse_flags: 0,
-    };
-    let (out, body) = client
-        .call(Opcode::Opendir, ROOT_ID, fuse::args(&open), &[], 4096)
-        .unwrap();
-    assert_eq!(out.error, 0);
-    let fh = OpenOut::from_slice(&body[..size_of::<OpenOut>()])
-        .unwrap()
-        .fh;
+    let fh = opendir(&mut client, ROOT_ID).unwrap();
     const ROOM: u32 = 16 << 20;
     let read = ReadIn {
         fh,

@@ -767,7 +767,17 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
         if !self.cfg.stay_in_root || data.inode == fuse::ROOT_ID {
             return Ok(());
         }
-        containment::is_inside(file, data.mode, &self.proc_self_fd, self.root_dev_ino()?)
+        let root = self.inode_map.get(fuse::ROOT_ID)?;
+        let root_id = containment::DevIno {
+            dev: root.id.dev,
+            ino: root.id.ino,
+        };
+        let root_file = root.get_file()?;
+        let id = containment::DevIno {
+            dev: data.id.dev,
+            ino: data.id.ino,
+        };
+        containment::is_inside(file, id, data.mode, &self.proc_self_fd, &root_file, root_id)
     }
 
     /// The inode `inode` and its `O_PATH` file, once it is known to be inside the root.

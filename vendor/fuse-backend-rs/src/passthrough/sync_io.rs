@@ -100,9 +100,7 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
         let size = size.min(READDIR_MAX);
         let mut buf = Vec::<u8>::with_capacity(size as usize);
         let data = self.get_dirdata(handle, inode, libc::O_RDONLY)?;
-        if self.cfg.stay_in_root && inode != fuse::ROOT_ID {
-            super::containment::dir_is_inside(data.get_file(), self.root_dev_ino()?)?;
-        }
+        self.inode_inside(inode)?;
 
         {
             // Since we are going to work with the kernel offset, we have to acquire the file lock
