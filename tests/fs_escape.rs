@@ -415,6 +415,37 @@ fn a_file_moved_out_of_the_share_cannot_be_changed() {
     share.still_serves(&mut client);
 }
 
+/// Not an escape (the old code passes too): a file the host renames inside the share, then
+/// unlinks, while the client holds it stays the client's to use, as on any file system.
+#[test]
+fn a_file_renamed_then_unlinked_under_its_holder_still_serves_it() {
+    let mut share = Share::start("unlinked", "");
+    std::fs::create_dir(share.path("share/d")).unwrap();
+    std::fs::write(share.path("share/d/tmp"), b"scratch").unwrap();
+    let mut client = share.client();
+    let d = client.lookup(ROOT_ID, "d").unwrap().nodeid;
+    let tmp = client.lookup(d, "tmp").unwrap().nodeid;
+    let fh = client.open(tmp, libc::O_RDWR as u32).unwrap();
+    // Renamed by the host inside the share: still inside.
+    std::fs::rename(share.path("share/d/tmp"), share.path("share/tmp2")).unwrap();
+    assert_eq!(client.getattr(tmp).unwrap().attr.size, 7);
+    std::fs::remove_file(share.path("share/tmp2")).unwrap();
+    assert_eq!(client.getattr(tmp).unwrap().attr.size, 7);
+    let truncate = SetattrIn {
+        valid: 0x8 | 0x40, // FATTR_SIZE | FATTR_FH
+        fh,
+        size: 3,
+        ..SetattrIn::default()
+    };
+    let (out, _) = client
+        .call(Opcode::Setattr, tmp, fuse::args(&truncate), &[], 4096)
+        .unwrap();
+    assert_eq!(out.error, 0);
+    assert_eq!(client.getattr(tmp).unwrap().attr.size, 3);
+    client.release(tmp, fh).unwrap();
+    share.still_serves(&mut client);
+}
+
 fn mknod(client: &mut FsClient, name: &[u8], mode: u32, rdev: u32) -> i32 {
     let args = MknodIn {
         mode,
