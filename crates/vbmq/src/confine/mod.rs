@@ -39,8 +39,8 @@ pub struct CephAccess {
 pub struct ConfineOptions {
     /// Backing files of the file-backed disks (`null=` and `mem=` disks have none).
     pub disks: Vec<DiskAccess>,
-    /// Directories shared with guests (`--fs`): everything beneath them, or reading only when
-    /// the share is read-only.
+    /// Directories shared with guests (`--fs`): everything beneath them but device nodes, or
+    /// reading only when the share is read-only. With any, `CAP_MKNOD` is dropped too.
     pub shares: Vec<DiskAccess>,
     /// vhost-user listening socket paths; their directories keep the right to create and remove
     /// a socket so the listener can be bound again.
