@@ -2,8 +2,9 @@
 //! then its names, each NUL-terminated.
 
 pub use fuse_backend_rs::abi::fuse_abi::{
-    AttrOut, EntryOut, GetattrIn, InHeader, InitIn, InitOut, KERNEL_MINOR_VERSION, KERNEL_VERSION,
-    Opcode, OpenIn, OpenOut, OutHeader, ROOT_ID, ReadIn, ReleaseIn,
+    AttrOut, CreateIn, EntryOut, GetattrIn, GetxattrIn, InHeader, InitIn, InitOut,
+    KERNEL_MINOR_VERSION, KERNEL_VERSION, LinkIn, MkdirIn, MknodIn, Opcode, OpenIn, OpenOut,
+    OutHeader, ROOT_ID, ReadIn, ReleaseIn, SetattrIn, SetxattrIn,
 };
 use vm_memory::ByteValued;
 

@@ -47,7 +47,10 @@ pub(super) fn restrict(opts: &ConfineOptions) -> Result<FilesystemStatus, Confin
     }
     for share in &opts.shares {
         let access = if share.writable {
-            AccessFs::from_all(ABI_TARGET) & !AccessFs::Execute
+            // No device nodes made there, and no device ioctls (SECURITY.md).
+            let denied =
+                AccessFs::Execute | AccessFs::MakeBlock | AccessFs::MakeChar | AccessFs::IoctlDev;
+            AccessFs::from_all(ABI_TARGET) & !denied
         } else {
             AccessFs::ReadFile | AccessFs::ReadDir
         };

@@ -4,6 +4,7 @@
 //! limits the filesystem to the disks and sockets named on the command line, and a seccomp filter
 //! limits the process to the system calls vbmq makes. Both are applied to every thread.
 
+mod caps;
 mod fs;
 mod sigsys;
 mod syscalls;
@@ -38,8 +39,8 @@ pub struct CephAccess {
 pub struct ConfineOptions {
     /// Backing files of the file-backed disks (`null=` and `mem=` disks have none).
     pub disks: Vec<DiskAccess>,
-    /// Directories shared with guests (`--fs`): everything beneath them, or reading only when
-    /// the share is read-only.
+    /// Directories shared with guests (`--fs`): everything beneath them but device nodes, or
+    /// reading only when the share is read-only. With any, `CAP_MKNOD` is dropped too.
     pub shares: Vec<DiskAccess>,
     /// vhost-user listening socket paths; their directories keep the right to create and remove
     /// a socket so the listener can be bound again.
@@ -98,6 +99,9 @@ pub struct Confinement {
 /// sockets bound. Landlock is best effort (kernels without it are logged and served); a seccomp
 /// failure is an error because the operator asked for it.
 pub fn confine(opts: &ConfineOptions) -> Result<Confinement, ConfineError> {
+    if !opts.shares.is_empty() {
+        caps::drop_mknod();
+    }
     let filesystem = fs::restrict(opts)?;
     match filesystem {
         FilesystemStatus::Full => tracing::info!("landlock: filesystem confined"),

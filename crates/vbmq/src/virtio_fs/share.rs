@@ -51,6 +51,10 @@ impl FsDevice {
             cache_policy: CachePolicy::Auto,
             xattr: true,
             do_import: true,
+            // No request reaches a file outside `dir=`, whatever the host moves (SECURITY.md).
+            stay_in_root: true,
+            // No device nodes, set-ID bits, file capabilities or trusted xattrs from a guest.
+            refuse_privileged: true,
             ..Config::default()
         };
         let fs = Arc::new(PassthroughFs::<()>::new(config).map_err(error)?);

@@ -181,6 +181,22 @@ pub struct Config {
     ///
     /// The default is `true`.
     pub allow_direct_io: bool,
+
+    /// Whether every request that names an inode checks first that the inode is still inside
+    /// `root_dir`, and `..` never leads above it, even when the host moves directories out of
+    /// it under inodes the client holds (see the `containment` module).
+    ///
+    /// The default is `false`.
+    pub stay_in_root: bool,
+
+    /// Whether the client is refused what would give it privileges on the host: block and
+    /// character device nodes (`EPERM`), set-user-ID bits and set-group-ID bits on files
+    /// (stripped from the modes of MKNOD, CREATE, MKDIR and SETATTR), and setting or removing
+    /// `security.*` and `trusted.*` xattrs (`EPERM`; `trusted.*` ones read as absent). READDIR
+    /// sizes are capped in any case.
+    ///
+    /// The default is `false`.
+    pub refuse_privileged: bool,
 }
 
 impl Default for Config {
@@ -205,6 +221,8 @@ impl Default for Config {
             dir_attr_timeout: None,
             use_host_ino: false,
             allow_direct_io: true,
+            stay_in_root: false,
+            refuse_privileged: false,
         }
     }
 }

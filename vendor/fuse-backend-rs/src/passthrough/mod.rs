@@ -48,6 +48,7 @@ use crate::api::{
 #[cfg(feature = "async-io")]
 mod async_io;
 mod config;
+mod containment;
 mod file_handle;
 mod inode_store;
 mod mount_fd;
@@ -648,6 +649,10 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
         let dir = self.inode_map.get(parent)?;
         let dir_file = dir.get_file()?;
         let (path_fd, handle_opt, st) = Self::open_file_and_handle(self, &dir_file, name)?;
+        if self.cfg.stay_in_root && name.to_bytes_with_nul() == PARENT_DIR_CSTR {
+            // The kernel's `..`, taken only if it is still inside the root.
+            containment::dir_is_inside(&path_fd, self.root_dev_ino()?)?;
+        }
         let id = InodeId::from_stat(&st);
 
         let mut found = None;
@@ -746,6 +751,40 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
             attr_timeout,
             entry_timeout,
         })
+    }
+
+    fn root_dev_ino(&self) -> io::Result<containment::DevIno> {
+        let root = self.inode_map.get(fuse::ROOT_ID)?;
+        Ok(containment::DevIno {
+            dev: root.id.dev,
+            ino: root.id.ino,
+        })
+    }
+
+    /// With `cfg.stay_in_root`: `ENOENT` unless inode `data` (open as `file`) is still inside
+    /// the root (see the `containment` module).
+    fn check_inside(&self, data: &InodeData, file: &impl AsRawFd) -> io::Result<()> {
+        if !self.cfg.stay_in_root || data.inode == fuse::ROOT_ID {
+            return Ok(());
+        }
+        let root = self.inode_map.get(fuse::ROOT_ID)?;
+        let root_id = containment::DevIno {
+            dev: root.id.dev,
+            ino: root.id.ino,
+        };
+        let root_file = root.get_file()?;
+        let id = containment::DevIno {
+            dev: data.id.dev,
+            ino: data.id.ino,
+        };
+        containment::is_inside(file, id, data.mode, &self.proc_self_fd, &root_file, root_id)
+    }
+
+    /// The inode `inode` and its `O_PATH` file, once it is known to be inside the root.
+    fn inode_inside(&self, inode: Inode) -> io::Result<Arc<InodeData>> {
+        let data = self.inode_map.get(inode)?;
+        self.check_inside(&data, &data.get_file()?)?;
+        Ok(data)
     }
 
     fn forget_one(&self, inodes: &mut InodeStore, inode: Inode, count: u64) {

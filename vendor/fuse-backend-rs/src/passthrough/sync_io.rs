@@ -31,9 +31,19 @@ use crate::transport::FsCacheReqHandler;
 /// Linux's XATTR_SIZE_MAX and XATTR_LIST_MAX: the longest xattr value, and name list.
 const XATTR_MAX: u32 = 65536;
 
+/// The largest READDIR and READDIRPLUS buffer (the largest FUSE request's, 256 pages).
+const READDIR_MAX: u32 = 1 << 20;
+
+/// Xattr namespaces that carry privileges on the host (file capabilities, LSM labels, and the
+/// trusted namespace overlayfs and others keep their metadata in).
+fn privileged_xattr(name: &CStr) -> bool {
+    let name = name.to_bytes();
+    name.starts_with(b"security.") || name.starts_with(b"trusted.")
+}
+
 impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
     fn open_inode(&self, inode: Inode, flags: i32) -> io::Result<File> {
-        let data = self.inode_map.get(inode)?;
+        let data = self.inode_inside(inode)?;
         if !is_safe_inode(data.mode) {
             Err(ebadf())
         } else {
@@ -61,6 +71,19 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
         Ok(())
     }
 
+    /// With `cfg.refuse_privileged`: `mode` without the set-user-ID bit, and without the
+    /// set-group-ID bit unless it is a directory's (there it only passes the group on).
+    fn unprivileged_mode(&self, mode: u32, dir: bool) -> u32 {
+        if !self.cfg.refuse_privileged {
+            return mode;
+        }
+        if dir {
+            mode & !libc::S_ISUID
+        } else {
+            mode & !(libc::S_ISUID | libc::S_ISGID)
+        }
+    }
+
     fn do_readdir(
         &self,
         inode: Inode,
@@ -73,8 +96,11 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
             return Ok(());
         }
 
+        // A reply never holds more than the largest FUSE buffer, whatever size the client names.
+        let size = size.min(READDIR_MAX);
         let mut buf = Vec::<u8>::with_capacity(size as usize);
         let data = self.get_dirdata(handle, inode, libc::O_RDONLY)?;
+        self.inode_inside(inode)?;
 
         {
             // Since we are going to work with the kernel offset, we have to acquire the file lock
@@ -257,7 +283,7 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
     }
 
     fn do_unlink(&self, parent: Inode, name: &CStr, flags: libc::c_int) -> io::Result<()> {
-        let data = self.inode_map.get(parent)?;
+        let data = self.inode_inside(parent)?;
         let file = data.get_file()?;
         // Safe because this doesn't modify any memory and we check the return value.
         let res = unsafe { libc::unlinkat(file.as_raw_fd(), name.as_ptr(), flags) };
@@ -357,7 +383,7 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
 
     fn statfs(&self, _ctx: &Context, inode: Inode) -> io::Result<libc::statvfs64> {
         let mut out = MaybeUninit::<libc::statvfs64>::zeroed();
-        let data = self.inode_map.get(inode)?;
+        let data = self.inode_inside(inode)?;
         let file = data.get_file()?;
 
         // Safe because this will only modify `out` and we check the return value.
@@ -373,6 +399,7 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
         if name.to_bytes_with_nul().contains(&SLASH_ASCII) {
             return Err(einval());
         }
+        self.inode_inside(parent)?;
         self.do_lookup(parent, name)
     }
 
@@ -430,14 +457,15 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
     ) -> io::Result<Entry> {
         self.validate_path_component(name)?;
 
-        let data = self.inode_map.get(parent)?;
+        let data = self.inode_inside(parent)?;
 
         let res = {
             let (_uid, _gid) = set_creds(ctx.uid, ctx.gid)?;
 
             let file = data.get_file()?;
             // Safe because this doesn't modify any memory and we check the return value.
-            unsafe { libc::mkdirat(file.as_raw_fd(), name.as_ptr(), mode & !umask) }
+            let mode = self.unprivileged_mode(mode & !umask, true);
+            unsafe { libc::mkdirat(file.as_raw_fd(), name.as_ptr(), mode) }
         };
         if res < 0 {
             return Err(io::Error::last_os_error());
@@ -561,14 +589,15 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
     ) -> io::Result<(Entry, Option<Handle>, OpenOptions, Option<u32>)> {
         self.validate_path_component(name)?;
 
-        let dir = self.inode_map.get(parent)?;
+        let dir = self.inode_inside(parent)?;
         let dir_file = dir.get_file()?;
 
         let new_file = {
             let (_uid, _gid) = set_creds(ctx.uid, ctx.gid)?;
 
             let flags = self.get_writeback_open_flags(args.flags as i32);
-            Self::create_file_excl(&dir_file, name, flags, args.mode & !(args.umask & 0o777))?
+            let mode = self.unprivileged_mode(args.mode & !(args.umask & 0o777), false);
+            Self::create_file_excl(&dir_file, name, flags, mode)?
         };
 
         let entry = self.do_lookup(parent, name)?;
@@ -725,6 +754,9 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
         inode: Inode,
         handle: Option<Handle>,
     ) -> io::Result<(libc::stat64, Duration)> {
+        if handle.is_none() || self.no_open.load(Ordering::Relaxed) {
+            self.inode_inside(inode)?;
+        }
         self.do_getattr(inode, handle)
     }
 
@@ -736,7 +768,7 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
         handle: Option<Handle>,
         valid: SetattrValid,
     ) -> io::Result<(libc::stat64, Duration)> {
-        let inode_data = self.inode_map.get(inode)?;
+        let inode_data = self.inode_inside(inode)?;
 
         enum Data {
             Handle(Arc<HandleData>),
@@ -765,12 +797,13 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
         }
 
         if valid.contains(SetattrValid::MODE) {
+            let mode = self.unprivileged_mode(attr.st_mode, is_dir(inode_data.mode));
             // Safe because this doesn't modify any memory and we check the return value.
             let res = unsafe {
                 match data {
-                    Data::Handle(ref h) => libc::fchmod(h.borrow_fd().as_raw_fd(), attr.st_mode),
+                    Data::Handle(ref h) => libc::fchmod(h.borrow_fd().as_raw_fd(), mode),
                     Data::ProcPath(ref p) => {
-                        libc::fchmodat(self.proc_self_fd.as_raw_fd(), p.as_ptr(), attr.st_mode, 0)
+                        libc::fchmodat(self.proc_self_fd.as_raw_fd(), p.as_ptr(), mode, 0)
                     }
                 }
             };
@@ -892,8 +925,8 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
         self.validate_path_component(oldname)?;
         self.validate_path_component(newname)?;
 
-        let old_inode = self.inode_map.get(olddir)?;
-        let new_inode = self.inode_map.get(newdir)?;
+        let old_inode = self.inode_inside(olddir)?;
+        let new_inode = self.inode_inside(newdir)?;
         let old_file = old_inode.get_file()?;
         let new_file = new_inode.get_file()?;
 
@@ -927,8 +960,14 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
         umask: u32,
     ) -> io::Result<Entry> {
         self.validate_path_component(name)?;
+        if self.cfg.refuse_privileged
+            && matches!(mode & libc::S_IFMT, libc::S_IFBLK | libc::S_IFCHR)
+        {
+            return Err(eperm());
+        }
+        let mode = self.unprivileged_mode(mode, false);
 
-        let data = self.inode_map.get(parent)?;
+        let data = self.inode_inside(parent)?;
         let file = data.get_file()?;
 
         let res = {
@@ -960,8 +999,8 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
     ) -> io::Result<Entry> {
         self.validate_path_component(newname)?;
 
-        let data = self.inode_map.get(inode)?;
-        let new_inode = self.inode_map.get(newparent)?;
+        let data = self.inode_inside(inode)?;
+        let new_inode = self.inode_inside(newparent)?;
         let file = data.get_file()?;
         let new_file = new_inode.get_file()?;
 
@@ -994,7 +1033,7 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
     ) -> io::Result<Entry> {
         self.validate_path_component(name)?;
 
-        let data = self.inode_map.get(parent)?;
+        let data = self.inode_inside(parent)?;
 
         let res = {
             let (_uid, _gid) = set_creds(ctx.uid, ctx.gid)?;
@@ -1014,7 +1053,7 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
         // Safe because this is a constant value and a valid C string.
         let empty = unsafe { CStr::from_bytes_with_nul_unchecked(EMPTY_CSTR) };
         let mut buf = Vec::<u8>::with_capacity(libc::PATH_MAX as usize);
-        let data = self.inode_map.get(inode)?;
+        let data = self.inode_inside(inode)?;
         let file = data.get_file()?;
 
         // Safe because this will only modify the contents of `buf` and we check the return value.
@@ -1091,7 +1130,7 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
     }
 
     fn access(&self, ctx: &Context, inode: Inode, mask: u32) -> io::Result<()> {
-        let data = self.inode_map.get(inode)?;
+        let data = self.inode_inside(inode)?;
         let st = stat_fd(&data.get_file()?, None)?;
         let mode = mask as i32 & (libc::R_OK | libc::W_OK | libc::X_OK);
 
@@ -1143,8 +1182,11 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
         if !self.cfg.xattr {
             return Err(enosys());
         }
+        if self.cfg.refuse_privileged && privileged_xattr(name) {
+            return Err(eperm());
+        }
 
-        let data = self.inode_map.get(inode)?;
+        let data = self.inode_inside(inode)?;
         let file = data.get_file()?;
         let pathname = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
@@ -1178,8 +1220,11 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
         if !self.cfg.xattr {
             return Err(enosys());
         }
+        if self.cfg.refuse_privileged && name.to_bytes().starts_with(b"trusted.") {
+            return Err(io::Error::from_raw_os_error(libc::ENODATA));
+        }
 
-        let data = self.inode_map.get(inode)?;
+        let data = self.inode_inside(inode)?;
         let file = data.get_file()?;
         // No value is longer than the kernel's XATTR_SIZE_MAX, whatever size the guest asks for.
         let size = size.min(XATTR_MAX);
@@ -1216,7 +1261,7 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
             return Err(enosys());
         }
 
-        let data = self.inode_map.get(inode)?;
+        let data = self.inode_inside(inode)?;
         let file = data.get_file()?;
         // No name list is longer than the kernel's XATTR_LIST_MAX, whatever size the guest asks.
         let size = size.min(XATTR_MAX);
@@ -1251,8 +1296,13 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
         if !self.cfg.xattr {
             return Err(enosys());
         }
+        if self.cfg.refuse_privileged
+            && privileged_xattr(name)
+            && name.to_bytes() != b"security.capability" {
+            return Err(eperm());
+        }
 
-        let data = self.inode_map.get(inode)?;
+        let data = self.inode_inside(inode)?;
         let file = data.get_file()?;
         let pathname = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;

@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//! Keeping requests inside the root directory when the host's tree changes under held inodes.
+//!
+//! The passthrough keeps an `O_PATH` descriptor for every inode the client looked up. When the
+//! host moves a directory out of the root, the descriptor follows it: `..` from it, and any change
+//! made through it or beneath it, would reach the host's files outside the root. With
+//! [`Config::stay_in_root`](super::Config::stay_in_root), every request that names an inode by
+//! node id (LOOKUP, the calls that create, remove, rename or link, SETATTR, the xattr calls, OPEN,
+//! OPENDIR, READDIR, GETATTR and READLINK without a handle, STATFS, ACCESS) first checks that the
+//! inode is still inside the root, and fails with `ENOENT` otherwise (as the kernel answers `..`
+//! from a path that left its bind mount, which virtiofsd's mount-namespace sandbox relies on):
+//!
+//! - a directory: its real `..` chain is walked (`openat(fd, "..", O_PATH)`, `fstat`) until the
+//!   root's `(st_dev, st_ino)`; reaching the process's `/` (whose `..` is itself) or more than
+//!   [`MAX_DEPTH`] levels means it has left;
+//! - another file: the directory of its current path (`/proc/self/fd/N`) must still hold the
+//!   same inode under that name, and that directory must pass the walk. An unlinked file has no
+//!   place anywhere and is let be.
+//!
+//! `..` is looked up only from a directory inside the root (the root's own `..` is the root), and
+//! its result is walked again, so no request climbs above the root even while the host moves
+//! directories. Reads and writes on open handles are not checked: they were opened inside.
+//!
+//! Most inodes are inside, so a fast test comes first, five system calls whatever the depth: the
+//! inode's current path (`/proc/self/fd/N`) less the root's is opened beneath the root with
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, and must lead to the very same inode (the
+//! path is only a hint; the kernel keeps the resolution beneath the root). Only when it does not
+//! (the inode left, was unlinked, a rename raced, no `openat2` before Linux 5.6) is the walk above
+//! done, at two system calls per level.
+
+use std::convert::TryFrom;
+use std::ffi::{CStr, CString};
+use std::fs::File;
+use std::io;
+use std::os::unix::io::AsRawFd;
+
+use super::util::{openat, stat_fd};
+
+/// The deepest a directory may lie below the root (a path of `PATH_MAX` bytes has fewer levels).
+pub(super) const MAX_DEPTH: usize = 2048;
+
+/// A file's identity on the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct DevIno {
+    pub(super) dev: u64,
+    pub(super) ino: u64,
+}
+
+impl DevIno {
+    fn of(st: &libc::stat64) -> Self {
+        DevIno {
+            dev: st.st_dev,
+            ino: st.st_ino,
+        }
+    }
+}
+
+/// What a request on an inode that has left the root gets.
+pub(super) fn left_root() -> io::Error {
+    io::Error::from_raw_os_error(libc::ENOENT)
+}
+
+fn open_parent(dir: &impl AsRawFd) -> io::Result<File> {
+    // Safe because this is a constant, NUL-terminated string.
+    let dotdot = unsafe { CStr::from_bytes_with_nul_unchecked(b"..\0") };
+    openat(
+        dir,
+        dotdot,
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        0,
+    )
+}
+
+/// Whether directory `dir` lies at or below `root`: its `..` chain is walked up to it.
+pub(super) fn dir_is_inside(dir: &impl AsRawFd, root: DevIno) -> io::Result<()> {
+    let mut here = DevIno::of(&stat_fd(dir, None)?);
+    let mut upper: Option<File> = None;
+    for _ in 0..MAX_DEPTH {
+        if here == root {
+            return Ok(());
+        }
+        let parent = match &upper {
+            Some(file) => open_parent(file),
+            None => open_parent(dir),
+        }
+        .map_err(|_| left_root())?;
+        let up = DevIno::of(&stat_fd(&parent, None)?);
+        if up == here {
+            // The process's `/`: the root is not above.
+            return Err(left_root());
+        }
+        here = up;
+        upper = Some(parent);
+    }
+    Err(left_root())
+}
+
+/// `struct open_how` of `openat2(2)` (libc's is `non_exhaustive`).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+fn fd_path(fd: &impl AsRawFd, proc_self_fd: &File) -> io::Result<Vec<u8>> {
+    let fd_name = CString::new(fd.as_raw_fd().to_string())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let path = super::PassthroughFs::<()>::readlinkat(proc_self_fd.as_raw_fd(), &fd_name)?;
+    Ok(std::os::unix::ffi::OsStringExt::into_vec(
+        path.into_os_string(),
+    ))
+}
+
+/// The fast test: `file`'s current path, taken beneath `root_file` without following any
+/// symlink, leads to `file`'s very inode, `id`.
+fn found_beneath(
+    file: &impl AsRawFd,
+    id: DevIno,
+    root_file: &impl AsRawFd,
+    proc_self_fd: &File,
+) -> bool {
+    let (Ok(path), Ok(root_path)) = (fd_path(file, proc_self_fd), fd_path(root_file, proc_self_fd))
+    else {
+        return false;
+    };
+    let rel = match path.strip_prefix(root_path.as_slice()) {
+        Some([b'/', rel @ ..]) if !rel.is_empty() => rel,
+        // The root's path is "/" when the root is the process's root.
+        _ if root_path == b"/" && path.len() > 1 => &path[1..],
+        _ => return false,
+    };
+    let Ok(rel) = CString::new(rel) else {
+        return false;
+    };
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    };
+    // Safe because the kernel reads the NUL-terminated path and `how`, of the size given, and we
+    // check the return value (a new descriptor, owned below).
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root_file.as_raw_fd(),
+            rel.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    let Ok(fd) = i32::try_from(fd) else {
+        return false;
+    };
+    if fd < 0 {
+        return false;
+    }
+    // Safe because the descriptor was just opened and is owned by nothing else.
+    let found = unsafe { <File as std::os::unix::io::FromRawFd>::from_raw_fd(fd) };
+    stat_fd(&found, None).map_or(false, |there| DevIno::of(&there) == id)
+}
+
+/// Whether the inode `id` behind `file` (any type; `mode` its type) lies inside `root`, open
+/// as `root_file`.
+pub(super) fn is_inside(
+    file: &impl AsRawFd,
+    id: DevIno,
+    mode: u32,
+    proc_self_fd: &File,
+    root_file: &impl AsRawFd,
+    root: DevIno,
+) -> io::Result<()> {
+    if found_beneath(file, id, root_file, proc_self_fd) {
+        return Ok(());
+    }
+    if mode & libc::S_IFMT == libc::S_IFDIR {
+        return dir_is_inside(file, root);
+    }
+    let st = stat_fd(file, None)?;
+    if st.st_nlink == 0 {
+        return Ok(());
+    }
+    let path = fd_path(file, proc_self_fd)?;
+    // "/dir/name"; anything else ("(unreachable)/...", "name (deleted)" races) has left.
+    let slash = match path.iter().rposition(|&b| b == b'/') {
+        Some(slash) if path.first() == Some(&b'/') && slash + 1 < path.len() => slash,
+        _ => return Err(left_root()),
+    };
+    let dir_path = CString::new(&path[..slash.max(1)]).map_err(|_| left_root())?;
+    let name = CString::new(&path[slash + 1..]).map_err(|_| left_root())?;
+    let dir = openat(
+        &libc::AT_FDCWD,
+        &dir_path,
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        0,
+    )
+    .map_err(|_| left_root())?;
+    // The path is only a hint: the directory found must hold this very inode.
+    match stat_fd(&dir, Some(&name)) {
+        Ok(there) if DevIno::of(&there) == DevIno::of(&st) => dir_is_inside(&dir, root),
+        _ => Err(left_root()),
+    }
+}
