@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 
 use crate::backend::Disk;
 use crate::config::{DiskSpec, SpecError, Storage};
-use crate::serve::{Built, build_server, check_disks};
+use crate::serve::{Built, build_server, check_sockets};
 use crate::vhost_user::{Stopper, VhostUserBlk};
 use crate::virtio_blk::BlkDevice;
 use crate::worker::{LATENCY_BUCKETS, Limits, QueueStats, online_cpus};
@@ -120,6 +120,9 @@ pub struct Host {
     policy: Mutex<RunTimePolicy>,
     /// The configuration file's disks as last applied, and how to read it again.
     config: Mutex<(Vec<String>, Option<Reloader>)>,
+    /// Sockets the process serves besides its disks' (shares, the control socket), with what
+    /// they are: no disk may take their path.
+    other_sockets: Mutex<Vec<(&'static str, PathBuf)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -139,6 +142,28 @@ impl Host {
         Self::default()
     }
 
+    /// `path` is served as `what` (a share, the control socket): no disk may be given it.
+    pub fn reserve_socket(&self, what: &'static str, path: PathBuf) {
+        lock(&self.other_sockets).push((what, path));
+    }
+
+    /// Every disk's socket, `spec`'s included, is its own: no two are the same path, and none is
+    /// a share's or the control socket.
+    fn check_sockets(
+        disks: &[Running],
+        spec: &DiskSpec,
+        others: &Mutex<Vec<(&'static str, PathBuf)>>,
+    ) -> Result<(), SpecError> {
+        let mut all: Vec<DiskSpec> = disks.iter().map(|r| r.spec.clone()).collect();
+        all.push(spec.clone());
+        let others = lock(others);
+        let others: Vec<(&str, &Path)> = others
+            .iter()
+            .map(|(what, path)| (*what, path.as_path()))
+            .collect();
+        check_sockets(&all, &[], &others)
+    }
+
     /// What run-time disks may be from now on.
     pub fn set_policy(&self, policy: RunTimePolicy) {
         *lock(&self.policy) = policy;
@@ -146,9 +171,7 @@ impl Host {
 
     /// Opens and binds a disk without serving it yet (start-up disks: before confinement).
     pub fn prepare(&self, text: &str, spec: DiskSpec) -> Result<Prepared, HostError> {
-        let mut all: Vec<DiskSpec> = lock(&self.disks).iter().map(|r| r.spec.clone()).collect();
-        all.push(spec.clone());
-        check_disks(&all)?;
+        Self::check_sockets(&lock(&self.disks), &spec, &self.other_sockets)?;
         let built = build_server(&spec)?;
         Ok(Prepared {
             text: text.to_string(),
@@ -163,9 +186,7 @@ impl Host {
         let (server, disk, _files): Built = built;
         let mut disks = lock(&self.disks);
         // Checked again under the lock: two adds of one socket cannot both pass.
-        let mut all: Vec<DiskSpec> = disks.iter().map(|r| r.spec.clone()).collect();
-        all.push(spec.clone());
-        check_disks(&all)?;
+        Self::check_sockets(&disks, &spec, &self.other_sockets)?;
         let stopper = server
             .stopper()
             .map_err(|e| HostError::Start(format!("socket: {e}")))?;
