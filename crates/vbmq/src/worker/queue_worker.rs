@@ -610,6 +610,17 @@ impl QueueWorker {
     /// The frontend stopped the ring (`GET_VRING_BASE`): whatever the driver broke is gone
     /// with it, and the ring may be served again once started.
     pub fn ring_stopped(&mut self) {
+        if !self.inflight.finished.is_empty() {
+            // Entries the used ring could not take: the ring they belong to is gone (a record
+            // keeps them in flight, for the restarted ring to take them again).
+            crate::limited!(
+                warn,
+                "queue {}: {} finished requests never returned to the stopped ring",
+                self.index,
+                self.inflight.finished.len()
+            );
+            self.inflight.finished.clear();
+        }
         self.broken = None;
         self.checked = None;
         self.recover = self.record.is_some();

@@ -52,7 +52,10 @@ fn add_used(
             0
         }
     };
-    if let Some(record) = record {
+    if let Some(record) = record
+        && added > 0
+    {
+        // Not published: the record keeps it in flight, for a restart to take it again.
         record.published(head, queue.next_used());
     }
     added
@@ -336,7 +339,9 @@ impl Ctx<'_> {
     }
 
     /// Publishes the used entries of the requests finished since the last call, with one update
-    /// of the used index; returns the entries added.
+    /// of the used index; returns the entries added. Those the used ring cannot take now (not
+    /// mapped, while the frontend changes its memory table) stay for the next call, and in
+    /// flight in the record.
     pub fn publish_finished(&mut self, queue: &mut Queue) -> usize {
         let finished = &mut self.inflight.finished;
         if finished.is_empty() {
@@ -344,18 +349,29 @@ impl Ctx<'_> {
         }
         let record = self.record.as_deref();
         if let Some(record) = record {
-            for &(head, _) in finished.iter() {
+            // Last first: the record's batch list then starts with the first entry, so that a
+            // death after part of the batch was published clears exactly that part.
+            for &(head, _) in finished.iter().rev() {
                 record.publishing(head);
             }
         }
         let before = queue.next_used();
-        if let Err(e) = queue.add_used_batch(self.mem, finished) {
-            crate::limited!(debug, "cannot return finished descriptors: {e}");
-        }
+        let result = queue.add_used_batch(self.mem, finished);
+        let published = usize::from(queue.next_used().wrapping_sub(before)).min(finished.len());
         if let Some(record) = record {
-            record.published_batch(finished.iter().map(|&(head, _)| head), queue.next_used());
+            let heads = finished[..published].iter().map(|&(head, _)| head);
+            record.published_batch(heads, queue.next_used());
         }
-        finished.clear();
-        usize::from(queue.next_used().wrapping_sub(before))
+        finished.drain(..published);
+        if let Err(e) = result {
+            crate::limited!(
+                debug,
+                "cannot return {} finished descriptors yet: {e}",
+                finished.len()
+            );
+            // A head the ring no longer has room for can never be returned.
+            finished.retain(|&(head, _)| head < queue.size());
+        }
+        published
     }
 }

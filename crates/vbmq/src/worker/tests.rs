@@ -203,3 +203,61 @@ fn get_id_split_across_buffers_gets_the_whole_serial() {
     assert_eq!(&id, serial.as_bytes());
     assert_eq!(mem.read_obj::<u8>(GuestAddress(0x11000 + 13)).unwrap(), 0);
 }
+
+/// A batch the used ring cannot wholly take (its end not mapped, as while a frontend changes its
+/// memory table region by region): the entries it did not take are kept, and published once it
+/// can take them, none lost.
+#[test]
+fn finished_requests_the_used_ring_cannot_take_yet_are_kept() {
+    use super::inflight::InFlight;
+    use super::requests::Ctx;
+    use virtio_queue::{Queue, QueueT};
+
+    const END: u64 = 0x4000;
+    let mem = GuestMemory::from_ranges(&[(GuestAddress(0), END as usize)]).unwrap();
+    let disk: Arc<dyn Disk> = Arc::new(NullDisk::new(1 << 20));
+    let device = BlkDevice::new(disk.as_ref(), false, 1, "");
+    let stats = super::QueueStats::default();
+    let dirty_logging = AtomicBool::new(false);
+    let mut inflight = InFlight::new(usize::from(SIZE));
+    let mut queue = Queue::new(SIZE).unwrap();
+    queue.set_size(SIZE);
+    queue.set_desc_table_address(Some(DESC as u32), Some(0));
+    queue.set_avail_ring_address(Some(AVAIL as u32), Some(0));
+    // Used entries 0..=13 lie inside guest memory, 14 and 15 past its end.
+    let short_used = END - 4 - 8 * 14;
+    queue.set_used_ring_address(Some(short_used as u32), Some(0));
+    queue.set_ready(true);
+    queue.set_next_used(13);
+    inflight.finished.extend([(1, 10), (2, 20), (3, 30)]);
+    let mut ctx = Ctx {
+        mem: &mem,
+        device: &device,
+        engine: None,
+        inflight: &mut inflight,
+        stats: &stats,
+        record: None,
+        clock: 0,
+        dirty_logging: &dirty_logging,
+    };
+    assert_eq!(ctx.publish_finished(&mut queue), 1);
+    assert_eq!(
+        ctx.inflight.finished,
+        [(2, 20), (3, 30)],
+        "entries forgotten"
+    );
+    assert_eq!(
+        mem.read_obj::<u16>(GuestAddress(short_used + 2)).unwrap(),
+        14
+    );
+    // The ring where all of it is mapped: the rest goes out.
+    queue.set_used_ring_address(Some(USED as u32), Some(0));
+    assert_eq!(ctx.publish_finished(&mut queue), 2);
+    assert!(ctx.inflight.finished.is_empty());
+    assert_eq!(mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(), 16);
+    for (slot, (id, len)) in [(14u64, (2u32, 20u32)), (15, (3, 30))] {
+        let at = USED + 4 + 8 * slot;
+        assert_eq!(mem.read_obj::<u32>(GuestAddress(at)).unwrap(), id);
+        assert_eq!(mem.read_obj::<u32>(GuestAddress(at + 4)).unwrap(), len);
+    }
+}
