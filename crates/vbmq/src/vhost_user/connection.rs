@@ -27,6 +27,10 @@ pub(super) struct Connection {
     pub guest_memory: GuestMemoryAtomic<GuestMemory>,
     /// Set by the SIGBUS handler when this connection's guest memory shrank under it.
     pub memory_broken: Arc<AtomicBool>,
+    /// Set by a queue's worker when the driver broke its ring (an avail index further ahead
+    /// than the ring holds): vhost-user has no way to say `DEVICE_NEEDS_RESET`, so the
+    /// connection is closed for the frontend to notice and reset the device.
+    pub ring_broken: Arc<AtomicBool>,
     /// This connection's guest memory regions that could shrink (see [`memory_faults`]).
     memory_faults: Mutex<Vec<memory_faults::Registration>>,
     /// Closes the connection when the frontend sends what cannot be served.
@@ -44,6 +48,7 @@ impl Connection {
         Connection {
             guest_memory: GuestMemoryAtomic::new(GuestMemory::new()),
             memory_broken: Arc::new(AtomicBool::new(false)),
+            ring_broken: Arc::new(AtomicBool::new(false)),
             memory_faults: Mutex::new(Vec::new()),
             handle: Mutex::new(None),
             close_requested: AtomicBool::new(false),
@@ -119,16 +124,18 @@ impl Connection {
         lock(&self.exit_fds).clear();
     }
 
-    /// Says guest memory shrank under `queue` and closes the connection, if it did.
-    pub fn close_if_memory_broke(&self, queue: usize) -> bool {
-        if !self.memory_broken.load(Ordering::Acquire) {
+    /// Closes the connection if guest memory shrank under `queue` (said here) or a driver broke
+    /// a ring (said by its worker); true if it did.
+    pub fn close_if_broken(&self, queue: usize) -> bool {
+        if self.memory_broken.load(Ordering::Acquire) {
+            crate::limited!(
+                warn,
+                "guest memory shrank under queue {queue} (the frontend truncated its file): \
+                 closing the connection"
+            );
+        } else if !self.ring_broken.load(Ordering::Acquire) {
             return false;
         }
-        crate::limited!(
-            warn,
-            "guest memory shrank under queue {queue} (the frontend truncated its file): \
-             closing the connection"
-        );
         self.close();
         true
     }

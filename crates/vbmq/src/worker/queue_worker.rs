@@ -77,6 +77,9 @@ pub struct QueueWorker {
     engine: Option<Box<dyn Engine>>,
     /// Ends the polling loop like `stop` (see [`Self::stop_also_on`]).
     also_stop: Arc<AtomicBool>,
+    /// Set when the driver broke the ring: the connection is to be closed (see
+    /// [`Self::report_broken_ring_to`]).
+    ring_broken: Arc<AtomicBool>,
     /// The connection's dirty logging is on (see [`Self::log_dirty_pages_on`]).
     dirty_logging: Arc<AtomicBool>,
     /// Whether [`Self::set_up`] may open an engine (no: a confined process, whose engines were
@@ -128,6 +131,7 @@ impl QueueWorker {
             engine: None,
             may_open_engine: true,
             also_stop: Arc::new(AtomicBool::new(false)),
+            ring_broken: Arc::new(AtomicBool::new(false)),
             dirty_logging: Arc::new(AtomicBool::new(false)),
             vring: None,
             set_up: false,
@@ -391,15 +395,17 @@ impl QueueWorker {
                     .map_or(0, |idx| idx.0.wrapping_sub(queue.next_avail()));
                 if waiting > queue.size() {
                     // No driver can make more entries available than the ring holds. Stop at
-                    // once, and say so once: retrying would log (or spin) once per pass.
+                    // once, say so once, and have the connection closed: the frontend then
+                    // resets the device (a stopped queue alone would stall the guest silently).
                     crate::limited!(
                         warn,
                         "queue {}: avail index {} is {waiting} entries ahead of a {}-entry ring; \
-                         queue stopped until the frontend sets it up again",
+                         queue stopped, closing the connection for the frontend to reset it",
                         self.index,
                         queue.next_avail().wrapping_add(waiting),
                         queue.size()
                     );
+                    self.ring_broken.store(true, Ordering::Release);
                     self.broken = Some(setup);
                     pass.ready = false;
                     break;
@@ -568,6 +574,11 @@ impl QueueWorker {
         self.also_stop = flag;
     }
 
+    /// The flag to set when the driver breaks the ring, for the connection to be closed.
+    pub fn report_broken_ring_to(&mut self, flag: Arc<AtomicBool>) {
+        self.ring_broken = flag;
+    }
+
     /// The flag that says the frontend logs dirty pages (a live migration is under way).
     pub fn log_dirty_pages_on(&mut self, flag: Arc<AtomicBool>) {
         self.dirty_logging = flag;
@@ -671,9 +682,10 @@ impl QueueWorker {
         self.rearm_kicks(vring)
     }
 
-    /// The connection's guest memory shrank under it (see [`Self::stop_also_on`]).
-    pub fn memory_broke(&self) -> bool {
-        self.also_stop.load(Ordering::Relaxed)
+    /// The connection's guest memory shrank under it (see [`Self::stop_also_on`]) or the driver
+    /// broke this ring: the connection is to be closed.
+    pub fn connection_broke(&self) -> bool {
+        self.also_stop.load(Ordering::Relaxed) || self.ring_broken.load(Ordering::Relaxed)
     }
 
     /// Whether the engine wakes a sleeping thread when its operations complete.
