@@ -26,6 +26,9 @@ use crate::timer::Timer;
 use crate::vhost_user::inflight_region::InflightRecord;
 use crate::virtio_blk::BlkDevice;
 
+/// Failed waits after which [`QueueWorker::drain`] gives up on the requests in flight.
+const DRAIN_ATTEMPTS: u32 = 100;
+
 /// How a queue's worker runs.
 #[derive(Clone, Copy, Debug)]
 pub struct QueueSettings {
@@ -271,17 +274,21 @@ impl QueueWorker {
     }
 
     /// Switches to the current guest memory once nothing in flight points into the old one.
-    fn refresh_memory(&mut self, vring: &Vring) {
+    /// Returns false if requests are still in flight: the old memory is kept, mapped, for them.
+    fn refresh_memory(&mut self, vring: &Vring) -> bool {
         let current = self.atomic_mem.memory();
         if std::ptr::eq(&*current, &*self.mem) {
-            return;
+            return true;
         }
         drop(current);
-        self.drain(vring);
+        if !self.drain(vring) {
+            return false;
+        }
         let old = std::mem::replace(&mut self.mem, self.atomic_mem.memory().into_inner());
         // The engine lets go of the old mappings before they can be unmapped.
         self.show_engine_memory();
         drop(old);
+        true
     }
 
     /// Tells the engine which guest memory requests point into (an engine that registers it
@@ -324,10 +331,9 @@ impl QueueWorker {
         self.show_engine_memory();
         loop {
             let (pass, stale) = self.pass_with_current_memory(vring, rearm, budget);
-            if !stale {
+            if !stale || !self.refresh_memory(vring) {
                 return pass;
             }
-            self.refresh_memory(vring);
         }
     }
 
@@ -537,11 +543,14 @@ impl QueueWorker {
         }
     }
 
-    /// Completes every request in flight, blocking until the engine returns them all.
-    pub fn drain(&mut self, vring: &Vring) {
+    /// Completes every request in flight, blocking until the engine returns them all. Returns
+    /// false if the engine keeps failing to wait for them: they are still in flight then, and
+    /// the memory they point into and the engine they are in must not be let go (see [`Drop`]).
+    pub fn drain(&mut self, vring: &Vring) -> bool {
+        let mut failures = 0;
         while self.inflight.count > 0 {
             let Some(engine) = self.engine.as_mut() else {
-                return;
+                break;
             };
             if let Err(e) = engine.wait() {
                 crate::limited!(
@@ -549,8 +558,14 @@ impl QueueWorker {
                     "queue {}: waiting for in-flight I/O failed: {e}",
                     self.index
                 );
-                return;
+                failures += 1;
+                if failures == DRAIN_ATTEMPTS {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
             }
+            // Reaped even after a failed wait: what did complete (an overflowing completion
+            // queue's entries, say) is taken, and the next wait may succeed.
             let mut state = vring.get_mut();
             let mut ctx = Ctx {
                 mem: &self.mem,
@@ -567,6 +582,17 @@ impl QueueWorker {
                 Self::notify_guest(&mut state, ctx.mem);
             }
         }
+        if self.inflight.count > 0 {
+            crate::limited!(
+                error,
+                "queue {}: {} requests still in flight after {failures} failed waits: their \
+                 guest memory and engine are kept",
+                self.index,
+                self.inflight.count
+            );
+            return false;
+        }
+        true
     }
 
     /// A flag that stops the polling loop as `stop` does: the connection's guest memory broke.
@@ -586,6 +612,10 @@ impl QueueWorker {
 
     /// Gives the worker an engine created earlier (before confinement); it will open none.
     pub fn lend_engine(&mut self, engine: Option<Box<dyn Engine>>) {
+        if self.inflight.count > 0 {
+            // The engine in use still holds operations: never dropped (see `Drop`).
+            std::mem::forget(self.engine.take());
+        }
         self.engine = engine;
         self.engine_memory = 0;
         self.may_open_engine = false;
@@ -594,17 +624,19 @@ impl QueueWorker {
     /// Takes the engine back once the worker has drained it: an engine with operations still
     /// in flight would complete them into the next connection's requests, so it is dropped.
     pub fn take_engine(&mut self) -> Option<Box<dyn Engine>> {
-        let mut engine = self.engine.take();
-        self.engine_memory = 0;
         if self.inflight.count > 0 {
+            // Nor can it be dropped: the kernel may still carry its operations out, into memory
+            // that would be unmapped. It stays with this worker, which leaks it (see `Drop`).
             crate::limited!(
                 error,
-                "queue {}: {} requests never completed; its engine is dropped",
+                "queue {}: {} requests never completed; its engine is kept from reuse",
                 self.index,
                 self.inflight.count
             );
             return None;
         }
+        let mut engine = self.engine.take();
+        self.engine_memory = 0;
         if let Some(engine) = engine.as_mut() {
             // SAFETY: no regions: the departed guest's memory is let go.
             if let Err(e) = unsafe { engine.guest_memory(&[]) } {
@@ -698,5 +730,24 @@ impl QueueWorker {
     /// The vring this worker serves, once it has been set up.
     pub fn vring(&self) -> Option<&Vring> {
         self.vring.as_ref()
+    }
+}
+
+impl Drop for QueueWorker {
+    fn drop(&mut self) {
+        if self.inflight.count == 0 {
+            return;
+        }
+        // Requests the engine never returned: the kernel may still read or write their guest
+        // memory, and dropping an io_uring does not wait for its operations. Both are leaked
+        // rather than freed early.
+        crate::limited!(
+            error,
+            "queue {}: {} requests never completed: their engine and guest memory are leaked",
+            self.index,
+            self.inflight.count
+        );
+        std::mem::forget(self.engine.take());
+        std::mem::forget(Arc::clone(&self.mem));
     }
 }

@@ -261,3 +261,78 @@ fn finished_requests_the_used_ring_cannot_take_yet_are_kept() {
         assert_eq!(mem.read_obj::<u32>(GuestAddress(at + 4)).unwrap(), len);
     }
 }
+
+/// An engine that takes operations and never completes them, and whose every wait fails (a
+/// device gone bad): it says whether it was dropped with operations in it.
+struct StuckEngine {
+    pending: usize,
+    dropped_with_pending: Arc<AtomicBool>,
+}
+
+impl crate::backend::Engine for StuckEngine {
+    fn push(&mut self, _: crate::backend::IoOp, _: u64) -> std::io::Result<()> {
+        self.pending += 1;
+        Ok(())
+    }
+    fn submit(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn wait(&mut self) -> std::io::Result<()> {
+        Err(std::io::Error::other("the device does not answer"))
+    }
+    fn reap(&mut self, _: &mut dyn FnMut(u64, i32)) {}
+    fn completion_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+}
+
+impl Drop for StuckEngine {
+    fn drop(&mut self) {
+        if self.pending > 0 {
+            self.dropped_with_pending
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+/// `drain` gives up on a request the engine never returns (its waits fail): the guest memory the
+/// request points into stays mapped and its engine is never dropped (an io_uring dropped with
+/// operations in it lets the kernel write into memory unmapped meanwhile), not when the frontend
+/// replaces the memory table, not when the engine is taken back, not when the worker goes.
+#[test]
+fn a_drain_that_gives_up_frees_neither_memory_nor_engine() {
+    use std::sync::atomic::Ordering;
+    let mem = guest_memory();
+    offer_read(&mem);
+    let atomic = GuestMemoryAtomic::new(mem);
+    let old_memory = Arc::downgrade(&atomic.memory().into_inner());
+    let mut worker = worker(WaitMode::Event, &atomic);
+    let dropped_with_pending = Arc::new(AtomicBool::new(false));
+    worker.lend_engine(Some(Box::new(StuckEngine {
+        pending: 0,
+        dropped_with_pending: dropped_with_pending.clone(),
+    })));
+    let vring = Vring::new(atomic.clone(), SIZE).unwrap();
+    vring.set_queue_size(SIZE);
+    vring.set_queue_info(DESC, AVAIL, USED).unwrap();
+    vring.set_queue_ready(true);
+    vring.set_enabled(true);
+    worker.set_up(&vring, true);
+    worker.run(&vring, &AtomicBool::new(false));
+    assert_eq!(worker.in_flight(), 1);
+    // A new memory table: the worker must keep the old one while the read may land in it.
+    atomic.lock().unwrap().replace(guest_memory());
+    worker.begin_polling(&vring);
+    assert!(
+        old_memory.upgrade().is_some(),
+        "the old guest memory was let go with a request in flight"
+    );
+    assert!(worker.take_engine().is_none());
+    assert!(
+        !dropped_with_pending.load(Ordering::SeqCst),
+        "the engine was dropped with a request in it"
+    );
+    drop(worker);
+    assert!(!dropped_with_pending.load(Ordering::SeqCst));
+    assert!(old_memory.upgrade().is_some());
+}
