@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crate::backend::Disk;
 use crate::config::{DiskSpec, SpecError, Storage};
@@ -112,6 +113,41 @@ pub struct RunTimePolicy {
 
 /// Reads the configuration file again: its disks' `--disk` texts, or why it cannot be used.
 pub type Reloader = Box<dyn Fn() -> Result<Vec<String>, String> + Send + Sync>;
+
+/// How long a shrinking resize waits for the writes in flight past the new end.
+const SHRINK_WAIT: Duration = Duration::from_secs(10);
+
+/// Gives `disk` `bytes` (`shrink`: even fewer than it has) and `device` the capacity it got.
+/// Shrinking, requests past the new end are refused first, and the writes already in flight
+/// waited for (at most `wait`) before the storage is cut: done after the cut, they would grow
+/// the file again. A shrink they outlast is not done.
+pub(crate) fn resize_disk(
+    device: &BlkDevice,
+    disk: &dyn Disk,
+    bytes: u64,
+    shrink: bool,
+    wait: Duration,
+) -> Result<u64, String> {
+    let before = device.capacity();
+    device.set_capacity(before.min(bytes));
+    if bytes < before && !device.writes.wait_for_older(wait) {
+        device.set_capacity(before);
+        return Err(format!(
+            "writes in flight did not complete within {} s: not shrunk",
+            wait.as_secs()
+        ));
+    }
+    match disk.resize(bytes, shrink) {
+        Ok(now) => {
+            device.set_capacity(now);
+            Ok(now)
+        }
+        Err(e) => {
+            device.set_capacity(before);
+            Err(e.to_string())
+        }
+    }
+}
 
 /// The disks being served.
 #[derive(Default)]
@@ -306,15 +342,14 @@ impl Host {
             .find(|r| r.spec.socket == socket)
             .ok_or_else(|| HostError::NoSuchDisk(socket.to_path_buf()))?;
         let before = running.device.capacity();
-        // Shrinking: requests past the new end are refused before the storage goes.
-        running.device.set_capacity(before.min(bytes));
-        match running.disk.resize(bytes, shrink) {
-            Ok(now) => running.device.set_capacity(now),
-            Err(e) => {
-                running.device.set_capacity(before);
-                return Err(HostError::Resize(e.to_string()));
-            }
-        }
+        resize_disk(
+            &running.device,
+            running.disk.as_ref(),
+            bytes,
+            shrink,
+            SHRINK_WAIT,
+        )
+        .map_err(HostError::Resize)?;
         if let Some(connection) = lock(&running.current).clone() {
             connection.config_changed();
         }

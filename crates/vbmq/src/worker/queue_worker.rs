@@ -351,6 +351,7 @@ impl QueueWorker {
         let atomic_mem = &self.atomic_mem;
         let limit_timer = self.limit_timer.as_ref();
         let mut ctx = Ctx {
+            queue: self.index,
             mem: &self.mem,
             device: &self.device,
             engine: self.engine.as_mut(),
@@ -568,6 +569,7 @@ impl QueueWorker {
             // queue's entries, say) is taken, and the next wait may succeed.
             let mut state = vring.get_mut();
             let mut ctx = Ctx {
+                queue: self.index,
                 mem: &self.mem,
                 device: &self.device,
                 engine: self.engine.as_mut(),

@@ -15,6 +15,8 @@ use crate::virtio_blk::{BlkDevice, RequestType, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S
 
 /// Everything a pass needs, borrowed apart from the worker so the queue lock can be held.
 pub(super) struct Ctx<'a> {
+    /// The queue's index.
+    pub queue: usize,
     pub mem: &'a GuestMemory,
     pub device: &'a BlkDevice,
     pub engine: Option<&'a mut Box<dyn Engine>>,
@@ -71,6 +73,20 @@ fn kind_of(kind: RequestType) -> OpKind {
 }
 
 impl Ctx<'_> {
+    /// The byte past the last a write, discard or write-zeroes in slot `h` reaches.
+    fn request_end(&self, request: &crate::virtio_blk::Request, h: usize) -> u64 {
+        match request.kind {
+            RequestType::Out => request.offset.saturating_add(u64::from(request.data_len)),
+            _ => (0..request.range_count as usize)
+                .map(|i| {
+                    let range = self.inflight.range(h, i);
+                    range.offset.saturating_add(range.len)
+                })
+                .max()
+                .unwrap_or(0),
+        }
+    }
+
     /// The time for this batch of requests, read once.
     fn now(&mut self) -> u64 {
         if self.clock == 0 {
@@ -175,7 +191,26 @@ impl Ctx<'_> {
             RequestType::Out | RequestType::Flush => (1, request.data_len as i32, 1),
             RequestType::Discard | RequestType::WriteZeroes => (request.range_count, 0, 1),
         };
+        let write_ticket = match request.kind {
+            RequestType::Out | RequestType::Discard | RequestType::WriteZeroes => {
+                let ticket = self.device.writes.begin(self.queue);
+                if !self.device.write_fits(self.request_end(&request, h)) {
+                    // A shrinking resize came between the parse and now.
+                    self.device.writes.end(self.queue, ticket);
+                    return complete_now(VIRTIO_BLK_S_IOERR, 1, queue);
+                }
+                Some(ticket)
+            }
+            _ => None,
+        };
+        let (device, queue_index) = (self.device, self.queue);
+        let end_write = || {
+            if let Some(ticket) = write_ticket {
+                device.writes.end(queue_index, ticket);
+            }
+        };
         let Some(engine) = self.engine.as_deref_mut() else {
+            end_write();
             return complete_now(VIRTIO_BLK_S_IOERR, 1, queue);
         };
         let mut pushed = 0;
@@ -215,6 +250,7 @@ impl Ctx<'_> {
             pushed += 1;
         }
         if pushed == 0 {
+            end_write();
             return complete_now(VIRTIO_BLK_S_IOERR, 1, queue);
         }
         let slot = &mut self.inflight.slots[h];
@@ -226,6 +262,7 @@ impl Ctx<'_> {
         slot.status = request.status;
         slot.offset = request.offset;
         slot.is_write = request.kind == RequestType::Out;
+        slot.write_ticket = write_ticket;
         slot.iov_start = 0;
         slot.iov_count = request.iov_count;
         slot.kind = kind;
@@ -321,6 +358,9 @@ impl Ctx<'_> {
             return;
         };
         slot.busy = false;
+        if let Some(ticket) = slot.write_ticket.take() {
+            self.device.writes.end(self.queue, ticket);
+        }
         let (status, len) = if slot.failed {
             (VIRTIO_BLK_S_IOERR, 1)
         } else {

@@ -231,6 +231,7 @@ fn finished_requests_the_used_ring_cannot_take_yet_are_kept() {
     queue.set_next_used(13);
     inflight.finished.extend([(1, 10), (2, 20), (3, 30)]);
     let mut ctx = Ctx {
+        queue: 0,
         mem: &mem,
         device: &device,
         engine: None,
@@ -335,4 +336,153 @@ fn a_drain_that_gives_up_frees_neither_memory_nor_engine() {
     drop(worker);
     assert!(!dropped_with_pending.load(Ordering::SeqCst));
     assert!(old_memory.upgrade().is_some());
+}
+
+/// A disk modelled by its length only: a write reaching past the end grows it, as `pwrite`
+/// grows a file; its engine holds every operation until the test lets them go.
+struct GrowingDisk {
+    len: Arc<std::sync::Mutex<u64>>,
+    release: Arc<AtomicBool>,
+}
+
+struct HeldEngine {
+    len: Arc<std::sync::Mutex<u64>>,
+    release: Arc<AtomicBool>,
+    held: Vec<(u64, crate::backend::IoOp)>,
+}
+
+impl Disk for GrowingDisk {
+    fn geometry(&self) -> crate::backend::Geometry {
+        crate::backend::Geometry {
+            capacity: *self.len.lock().unwrap(),
+            block_size: 512,
+            physical_block_exp: 0,
+        }
+    }
+    fn engine(
+        &self,
+        _: crate::backend::EngineOptions,
+    ) -> std::io::Result<Box<dyn crate::backend::Engine>> {
+        Ok(Box::new(HeldEngine {
+            len: self.len.clone(),
+            release: self.release.clone(),
+            held: Vec::new(),
+        }))
+    }
+    fn supports_discard(&self) -> bool {
+        false
+    }
+    fn resize(&self, bytes: u64, _shrink: bool) -> std::io::Result<u64> {
+        *self.len.lock().unwrap() = bytes;
+        Ok(bytes)
+    }
+}
+
+// SAFETY: the held operations' iovecs point into guest memory the worker keeps mapped until
+// they complete; the engine moves between threads only with its worker.
+unsafe impl Send for HeldEngine {}
+
+impl crate::backend::Engine for HeldEngine {
+    fn push(&mut self, op: crate::backend::IoOp, tag: u64) -> std::io::Result<()> {
+        self.held.push((tag, op));
+        Ok(())
+    }
+    fn submit(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn wait(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
+        if !self.release.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        for (tag, op) in self.held.drain(..) {
+            let moved = match op {
+                crate::backend::IoOp::Write { offset, iov } => {
+                    let mut len = self.len.lock().unwrap();
+                    *len = (*len).max(offset + iov.len() as u64);
+                    iov.len() as i32
+                }
+                _ => 0,
+            };
+            done(tag, moved);
+        }
+    }
+    fn completion_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+}
+
+/// A shrinking resize while a write near the old end is in flight: the write must not land after
+/// the cut (it would grow the file again). The resize waits for it, then cuts.
+#[test]
+fn a_shrinking_resize_waits_for_writes_in_flight() {
+    use std::sync::atomic::Ordering;
+    const BEFORE: u64 = 1 << 20;
+    const AFTER: u64 = 512 << 10;
+    let len = Arc::new(std::sync::Mutex::new(BEFORE));
+    let release = Arc::new(AtomicBool::new(false));
+    let disk: Arc<dyn Disk> = Arc::new(GrowingDisk {
+        len: len.clone(),
+        release: release.clone(),
+    });
+    let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, ""));
+    let mem = guest_memory();
+    let sector = (BEFORE - 4096) / 512;
+    mem.write_slice(
+        &blk_header(virtio_bindings::virtio_blk::VIRTIO_BLK_T_OUT, sector),
+        GuestAddress(0x8000),
+    )
+    .unwrap();
+    let mut ring = SplitRing::new(SIZE, DESC, AVAIL, USED);
+    let buffers = [
+        Buffer::readable(0x8000, 16),
+        Buffer::readable(0x10000, 4096),
+        Buffer::writable(0x8010, 1),
+    ];
+    let head = ring.write_chain(&mem, 0, &buffers);
+    ring.publish(&mem, &[head]);
+    let atomic = GuestMemoryAtomic::new(mem);
+    let settings = QueueSettings {
+        mode: WaitMode::Event,
+        poll: Duration::ZERO,
+        cpu: None,
+        batch: true,
+        max_size: SIZE,
+    };
+    let mut worker = QueueWorker::new(
+        0,
+        settings,
+        device.clone(),
+        disk.clone(),
+        atomic.clone(),
+        Default::default(),
+    );
+    let vring = Vring::new(atomic.clone(), SIZE).unwrap();
+    vring.set_queue_size(SIZE);
+    vring.set_queue_info(DESC, AVAIL, USED).unwrap();
+    vring.set_queue_ready(true);
+    vring.set_enabled(true);
+    worker.set_up(&vring, true);
+    let stop = AtomicBool::new(false);
+    worker.run(&vring, &stop);
+    assert_eq!(worker.in_flight(), 1, "the write is held in flight");
+    std::thread::scope(|scope| {
+        let resize = scope.spawn(|| {
+            crate::host::resize_disk(&device, disk.as_ref(), AFTER, true, Duration::from_secs(5))
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        // The write lands now, then completes.
+        release.store(true, Ordering::SeqCst);
+        worker.run(&vring, &stop);
+        assert_eq!(resize.join().unwrap(), Ok(AFTER));
+    });
+    assert_eq!(worker.in_flight(), 0);
+    assert_eq!(
+        *len.lock().unwrap(),
+        AFTER,
+        "a write in flight grew the storage again after the shrink"
+    );
+    assert_eq!(device.capacity(), AFTER);
 }
