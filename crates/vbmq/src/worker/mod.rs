@@ -23,6 +23,7 @@ pub use stop_flag::{StopFlag, StopHold};
 pub use wait_mode::WaitMode;
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation)] // Test inputs are cut to size.
 mod tests;
 
 #[cfg(test)]
