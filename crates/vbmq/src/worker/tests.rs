@@ -486,3 +486,49 @@ fn a_shrinking_resize_waits_for_writes_in_flight() {
     );
     assert_eq!(device.capacity(), AFTER);
 }
+
+/// A used ring whose index cannot be written (a hole in guest memory under it) while its entries
+/// can: nothing was published, so nothing is forgotten.
+#[test]
+fn finished_requests_whose_used_index_cannot_be_written_are_kept() {
+    use super::inflight::InFlight;
+    use super::requests::Ctx;
+    use virtio_queue::{Queue, QueueT};
+
+    let mem =
+        GuestMemory::from_ranges(&[(GuestAddress(0), 0x1000), (GuestAddress(0x2000), 0x1000)])
+            .unwrap();
+    let disk: Arc<dyn Disk> = Arc::new(NullDisk::new(1 << 20));
+    let device = BlkDevice::new(disk.as_ref(), false, 1, "");
+    let stats = super::QueueStats::default();
+    let dirty_logging = AtomicBool::new(false);
+    let mut inflight = InFlight::new(usize::from(SIZE));
+    let mut queue = Queue::new(SIZE).unwrap();
+    queue.set_size(SIZE);
+    // The used index at 0x1ffe lies in the hole; the entries from 0x2000 on do not.
+    queue.set_used_ring_address(Some(0x1ffc), Some(0));
+    queue.set_ready(true);
+    inflight.finished.extend([(1, 10), (2, 20)]);
+    let mut ctx = Ctx {
+        queue: 0,
+        mem: &mem,
+        device: &device,
+        engine: None,
+        inflight: &mut inflight,
+        stats: &stats,
+        record: None,
+        clock: 0,
+        dirty_logging: &dirty_logging,
+    };
+    assert_eq!(ctx.publish_finished(&mut queue), 0);
+    assert_eq!(
+        queue.next_used(),
+        0,
+        "entries counted the driver cannot see"
+    );
+    assert_eq!(
+        ctx.inflight.finished,
+        [(1, 10), (2, 20)],
+        "entries forgotten"
+    );
+}
