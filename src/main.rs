@@ -30,6 +30,9 @@ fn main() {
     std::process::exit(status);
 }
 
+/// What the control socket is called in errors about socket paths.
+const CONTROL_SOCKET: &str = "the control socket (--control)";
+
 /// `vbmq serve`, with its control socket and metrics listener bound before the process is
 /// confined, and served once it is.
 fn serve(
@@ -81,6 +84,16 @@ fn serve(
         config_texts = file.disk;
     }
     let options = &options;
+    // Before the control socket is bound: a disk or share given its path would take it over.
+    let control_socket: Vec<(&str, &std::path::Path)> = control
+        .as_deref()
+        .map(|path| (CONTROL_SOCKET, path))
+        .into_iter()
+        .collect();
+    if let Err(e) = vbmq::serve::check_sockets(&options.disks, &options.shares, &control_socket) {
+        eprintln!("vbmq: {e}");
+        return 2;
+    }
     let control_start = match &control {
         Some(path) => match control::Server::bind(path) {
             Ok(server) => Some(server.starter()),
@@ -102,6 +115,7 @@ fn serve(
         None => None,
     };
     let config_path = options.config.clone();
+    let control_path = control.clone();
     let start: Option<vbmq::serve::ControlStart> =
         if control_start.is_none() && metrics_server.is_none() && config_path.is_none() {
             None
@@ -116,7 +130,8 @@ fn serve(
                 if let Some(server) = metrics_server {
                     server.start(std::sync::Arc::clone(&host));
                 }
-                if let Some(start) = control_start {
+                if let (Some(start), Some(path)) = (control_start, &control_path) {
+                    host.reserve_socket(CONTROL_SOCKET, path.clone());
                     start(host);
                 }
             }))

@@ -1,13 +1,15 @@
 //! `--metrics ADDR`: Prometheus (OpenMetrics text) at `http://ADDR/metrics`, per disk (label
 //! `disk`, its socket path) and queue (label `queue`). Encoded by the `prometheus-client` crate
 //! from a snapshot of the per-queue counters taken at each scrape: the data path only bumps its
-//! own queue's counters. The listener is bound before the process is confined; the server is one
-//! thread answering one scrape at a time, with bounded request size and time.
+//! own queue's counters. The listener is bound before the process is confined; each scrape is
+//! answered on a thread of its own, with bounded request size and time and a bound on the
+//! scrapes answered at once: a client that sends nothing or reads slowly holds only its own.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use prometheus_client::collector::Collector;
@@ -21,6 +23,8 @@ use vbmq::worker::OpKind;
 const MAX_REQUEST: usize = 8 * 1024;
 /// How long a scraper has to send its request and read the reply.
 const TIMEOUT: Duration = Duration::from_secs(5);
+/// Scrapes answered at once; a connection past them is closed at once.
+const MAX_CLIENTS: usize = 64;
 
 /// The disks' counters, read at each scrape.
 struct Disks(Arc<Host>);
@@ -205,12 +209,14 @@ impl Server {
     pub fn start(self, host: Arc<Host>) {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(Disks(host)));
+        let registry = Arc::new(registry);
+        let clients = Arc::new(AtomicUsize::new(0));
         let spawned = std::thread::Builder::new()
             .name("vbmq-metrics".into())
             .spawn(move || {
                 for stream in self.listener.incoming() {
                     match stream {
-                        Ok(stream) => scrape(stream, &registry),
+                        Ok(stream) => answer(stream, &registry, &clients),
                         Err(_) => std::thread::sleep(Duration::from_millis(10)),
                     }
                 }
@@ -218,6 +224,26 @@ impl Server {
         if let Err(e) = spawned {
             eprintln!("vbmq: cannot start the metrics thread: {e}");
         }
+    }
+}
+
+/// Answers `stream` on a thread of its own, unless [`MAX_CLIENTS`] are being answered (it is
+/// closed then).
+fn answer(stream: TcpStream, registry: &Arc<Registry>, clients: &Arc<AtomicUsize>) {
+    if clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+        clients.fetch_sub(1, Ordering::AcqRel);
+        return;
+    }
+    let (registry, done) = (Arc::clone(registry), Arc::clone(clients));
+    let spawned = std::thread::Builder::new()
+        .name("vbmq-scrape".into())
+        .stack_size(256 << 10)
+        .spawn(move || {
+            scrape(stream, &registry);
+            done.fetch_sub(1, Ordering::AcqRel);
+        });
+    if spawned.is_err() {
+        clients.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

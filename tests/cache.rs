@@ -412,10 +412,10 @@ fn daemon_disks_share_a_cache_and_report_statistics() {
     let log = dir.path().join("vbmq.log");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
     cmd.arg("serve");
-    // Two writable disks on one image: deliberately (vm2 is the only one that writes).
-    for socket in &sockets {
+    // A read-only disk and a writable one on one image.
+    for (socket, extra) in sockets.iter().zip([",readonly=on", ""]) {
         cmd.arg("--disk").arg(format!(
-            "socket={},path={},cache=2M,queues=2,handover=on",
+            "socket={},path={},cache=2M,queues=2{extra}",
             socket.display(),
             path.display()
         ));
@@ -424,7 +424,7 @@ fn daemon_disks_share_a_cache_and_report_statistics() {
     let child = cmd.stdin(Stdio::null()).stderr(stderr).spawn().unwrap();
     let daemon = Daemon { child };
     sockets.iter().for_each(|s| wait_for(s));
-    let mut vm1 = Client::connect(&sockets[0], 2, false).unwrap();
+    let mut vm1 = Client::connect_with(&sockets[0], 2, false, true).unwrap();
     let mut vm2 = Client::connect(&sockets[1], 2, false).unwrap();
     let (ret, old) = vm1.read(0, 1 << 20, 64 << 10);
     assert_eq!(ret, 0);
@@ -463,6 +463,45 @@ fn daemon_disks_share_a_cache_and_report_statistics() {
     );
     drop((vm1, vm2));
     assert!(daemon.terminate().success());
+}
+
+/// A `handover=on` disk may hand its image to another process, whose writes a cache here would
+/// never see: `cache=` with `handover=on` is refused at start, one line naming both, exit 2.
+#[test]
+fn cache_with_handover_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "base.raw", 1 << 20, 10);
+    let socket = dir.path().join("vm.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .arg("serve")
+        .arg("--disk")
+        .arg(format!(
+            "socket={},path={},cache=2M,handover=on",
+            socket.display(),
+            path.display()
+        ))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let served = child.try_wait().unwrap().is_none();
+    if served {
+        child.kill().unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!served, "vbmq served cache= with handover=on");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--disk cache:") && stderr.contains("handover=on"),
+        "{stderr}"
+    );
+    assert!(!socket.exists());
 }
 
 #[test]

@@ -121,6 +121,79 @@ fn disks_come_and_go(placement: &str) {
     assert!(!control.exists(), "control socket left behind at exit");
 }
 
+/// A disk given the control socket's path or a share's, or two shares given one socket: the
+/// second bind would take the path from the first. Refused at start, one line, exit 2.
+#[test]
+fn a_socket_path_given_twice_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    let control = run.join("ctl.sock");
+    let share_socket = run.join("fs.sock");
+    let disk = |socket: &Path| format!("socket={},null=1G", s(socket));
+    let share = |tag: &str| format!("socket={},dir={},tag={tag}", s(&share_socket), s(&shared));
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "--control".into(),
+                s(&control).into(),
+                "--disk".into(),
+                disk(&control),
+            ],
+            "is given to a disk and to the control socket (--control)",
+        ),
+        (
+            vec![
+                "--disk".into(),
+                disk(&share_socket),
+                "--fs".into(),
+                share("a"),
+            ],
+            "is given to a disk and to a share",
+        ),
+        (
+            vec!["--fs".into(), share("a"), "--fs".into(), share("b")],
+            "is given to two shares (--fs socket)",
+        ),
+        (
+            vec![
+                "--control".into(),
+                s(&share_socket).into(),
+                "--fs".into(),
+                share("a"),
+            ],
+            "is given to a share and to the control socket (--control)",
+        ),
+    ];
+    for (args, expected) in &cases {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vbmq"))
+            .arg("serve")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run vbmq");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let served = child.try_wait().unwrap().is_none();
+        if served {
+            child.kill().unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!served, "{args:?}: vbmq served: {stderr}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(!control.exists(), "{args:?}: a socket was bound");
+        assert!(!share_socket.exists(), "{args:?}: a socket was bound");
+    }
+}
+
 #[test]
 fn a_refused_spec_is_one_line_and_exit_2_and_the_daemon_goes_on() {
     let dir = tempfile::tempdir().unwrap();
@@ -157,6 +230,19 @@ fn a_refused_spec_is_one_line_and_exit_2_and_the_daemon_goes_on() {
     let out = ctl(&control, &["add-disk", &spec]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("given to two disks"));
+    // The control socket's own path: it would be taken from the control server.
+    let out = ctl(
+        &control,
+        &["add-disk", &format!("socket={},null=1G", s(&control))],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the control socket (--control)"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(ctl(&control, &["list"]).status.success());
     let out = ctl(&control, &["remove-disk", s(&run.join("none.sock"))]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(

@@ -453,3 +453,35 @@ fn xattr_requests_cannot_make_vbmq_allocate_what_the_guest_asks() {
     still_serves(&mut client);
     assert!(share.alive(), "{}", share.log());
 }
+
+/// A driver that breaks its ring (an avail index further ahead than the ring holds): the queue
+/// stops, said once, and the connection is closed so that the frontend notices and resets the
+/// device; the next frontend is served.
+#[test]
+fn a_ring_the_driver_broke_ends_the_connection_and_the_next_is_served() {
+    let mut share = Share::start("broken-ring", "");
+    let mut client = FsClient::connect(&share.socket()).unwrap();
+    still_serves(&mut client);
+    let bad = client
+        .avail_idx()
+        .wrapping_add(vbmq_driver::fs_client::QUEUE_SIZE + 1);
+    client.publish_avail_idx(bad).unwrap();
+    assert!(
+        client.closed_by_backend(Duration::from_secs(5)),
+        "the queue stopped but the connection stayed open:\n{}",
+        share.log()
+    );
+    assert_eq!(
+        share
+            .log()
+            .matches("queue stopped, closing the connection")
+            .count(),
+        1,
+        "{}",
+        share.log()
+    );
+    drop(client);
+    assert!(share.alive());
+    let mut next = FsClient::connect(&share.socket()).unwrap();
+    still_serves(&mut next);
+}

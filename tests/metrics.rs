@@ -109,3 +109,39 @@ fn metrics_follow_the_io_and_stats_give_percentiles() {
     drop(client);
     assert!(daemon.terminate().success());
 }
+
+/// A client that connects and sends nothing, or sends its request and reads nothing, holds
+/// only its own connection: another scraper is answered at once, not after their time-outs.
+#[test]
+fn an_idle_or_slow_client_does_not_hold_the_metrics_endpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("d.sock");
+    let port = free_port();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
+    cmd.arg("serve")
+        .args(["--metrics", &format!("127.0.0.1:{port}")])
+        .arg("--disk")
+        .arg(format!("socket={},null=1G", socket.display()));
+    let daemon = Daemon {
+        child: cmd.stdin(Stdio::null()).spawn().expect("spawn vbmq"),
+    };
+    wait_for(&socket);
+    assert!(get(port, "/metrics").starts_with("HTTP/1.1 200"));
+    let idle: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(slow, "GET /metrics HTTP/1.1\r\n").unwrap();
+    for round in 0..3 {
+        let started = std::time::Instant::now();
+        let reply = get(port, "/metrics");
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "round {round}: answered after {:?}, behind the idle clients",
+            started.elapsed()
+        );
+    }
+    drop((idle, slow));
+    assert!(daemon.terminate().success());
+}

@@ -183,7 +183,7 @@ impl Battery {
 
         let wanted = match expect.outcome {
             Outcome::Reused { .. } => 2,
-            Outcome::NoCompletion | Outcome::QueueMayStop => 0,
+            Outcome::NoCompletion | Outcome::ConnectionEnds => 0,
             _ => 1,
         };
         let mut used = guest.wait_used(wanted, COMPLETION_TIMEOUT);
@@ -246,9 +246,19 @@ impl Battery {
                     return Err("broken chain reported OK".into());
                 }
             }
-            Outcome::NoCompletion | Outcome::QueueMayStop => {
+            Outcome::NoCompletion => {
                 if !used.is_empty() {
                     return Err(format!("{} unexpected completions", used.len()));
+                }
+            }
+            Outcome::ConnectionEnds => {
+                if !used.is_empty() {
+                    return Err(format!("{} unexpected completions", used.len()));
+                }
+                if !guest.closed_by_vbmq(COMPLETION_TIMEOUT) {
+                    return Err("the queue stopped but the connection stayed open: the \
+                                frontend cannot know it must reset the device"
+                        .into());
                 }
             }
             Outcome::Reused { status_at } => {
@@ -311,9 +321,13 @@ impl Battery {
         // The queue still serves a good request (a new frontend for a queue vbmq stopped).
         self.good_round += 1;
         let round = self.good_round;
-        let good = good_request(served.guest.as_mut().unwrap(), &mut served.model, round);
+        let good = if matches!(expect.outcome, Outcome::ConnectionEnds) {
+            Err("the connection ended".to_string())
+        } else {
+            good_request(served.guest.as_mut().unwrap(), &mut served.model, round)
+        };
         if let Err(why) = good {
-            if !matches!(expect.outcome, Outcome::QueueMayStop) {
+            if !matches!(expect.outcome, Outcome::ConnectionEnds) {
                 return Err(format!("queue no longer serves: {why}"));
             }
             served.guest = None;

@@ -1,6 +1,8 @@
 //! A ring broken by its driver or its frontend, held broken for seconds: the queue must stop at
-//! once (nothing more taken, one line said, no thread spinning on it, other disks served) and
-//! serve again once the frontend sets the ring up anew.
+//! once (nothing more taken, one line said, no thread spinning on it, other disks served). A ring
+//! the driver broke also ends the connection, so that the frontend notices and resets the
+//! device (vhost-user has no `DEVICE_NEEDS_RESET`): the next frontend is served. A ring the
+//! frontend broke is served again once the frontend sets it up anew.
 
 use std::time::{Duration, Instant};
 
@@ -84,10 +86,11 @@ pub fn hold_then_reset(mode: &str, breakage: Breakage) -> Result<(), String> {
     }
     let cpu = cpu_time(daemon.pid()).saturating_sub(cpu_before);
     let grown = log_len() - log_before;
-    let stopped = daemon
-        .log()
-        .matches("queue stopped until the frontend sets it up again")
-        .count();
+    let said = match breakage {
+        Breakage::AvailPastTheRing => "queue stopped, closing the connection",
+        Breakage::MemoryShrunkUnderTheRing => "queue stopped until the frontend sets it up again",
+    };
+    let stopped = daemon.log().matches(said).count();
     if grown > LOG_BOUND {
         return Err(format!("{what}: the log grew by {grown} bytes"));
     }
@@ -100,6 +103,25 @@ pub fn hold_then_reset(mode: &str, breakage: Breakage) -> Result<(), String> {
         return Err(format!(
             "{what}: said {stopped} times that the queue stopped"
         ));
+    }
+    if let Breakage::AvailPastTheRing = breakage {
+        if !guest.closed_by_vbmq(Duration::from_secs(1)) {
+            return Err(format!(
+                "{what}: the queue stopped but the connection stayed open: the frontend \
+                 cannot know it must reset the device"
+            ));
+        }
+        victim
+            .check()
+            .map_err(|e| format!("{what}: the other disk: {e}"))?;
+        drop(guest);
+        let mut next = Guest::connect(&daemon.path("target.sock"), QUEUE_SIZE)
+            .map_err(|e| format!("{what}: the next frontend: {e}"))?;
+        for round in 1..20 {
+            good_request(&mut next, &mut model, round)
+                .map_err(|e| format!("{what}: the next frontend: {e}"))?;
+        }
+        return check_after_reset(&what, &daemon, &mut victim, &model);
     }
     victim
         .check()
@@ -123,6 +145,16 @@ pub fn hold_then_reset(mode: &str, breakage: Breakage) -> Result<(), String> {
         good_request(&mut guest, &mut model, round)
             .map_err(|e| format!("{what}: after the reset: {e}"))?;
     }
+    check_after_reset(&what, &daemon, &mut victim, &model)
+}
+
+/// The other disk still serves, and the attacked one holds what was written to it.
+fn check_after_reset(
+    what: &str,
+    daemon: &Daemon,
+    victim: &mut Victim,
+    model: &[u8],
+) -> Result<(), String> {
     victim
         .check()
         .map_err(|e| format!("{what}: the other disk: {e}"))?;

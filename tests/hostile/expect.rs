@@ -39,9 +39,10 @@ pub enum Outcome {
     Broken { status_at: Option<u64> },
     /// The head cannot be returned (index >= queue size): no completion, the queue goes on.
     NoCompletion,
-    /// A ring the device must stop trusting (avail index jumps): vbmq may stop the queue; the
-    /// next frontend must get a working queue.
-    QueueMayStop,
+    /// A ring the device must stop trusting (avail index jumps): vbmq stops the queue and
+    /// closes the connection, so that the frontend notices and resets the device; the next
+    /// frontend must get a working queue.
+    ConnectionEnds,
     /// The same head twice while in flight: at most two completions, each OK if it has a status.
     Reused { status_at: u64 },
 }
@@ -93,9 +94,9 @@ impl Expect {
             read: None,
         }
     }
-    pub fn queue_may_stop() -> Self {
+    pub fn connection_ends() -> Self {
         Expect {
-            outcome: Outcome::QueueMayStop,
+            outcome: Outcome::ConnectionEnds,
             change: FileChange::None,
             read: None,
         }

@@ -210,6 +210,31 @@ impl Guest {
         self.kick();
     }
 
+    /// Waits until vbmq has closed the connection (the socket reads end-of-file); false if it is
+    /// still open after `timeout`.
+    pub fn closed_by_vbmq(&self, timeout: Duration) -> bool {
+        use std::os::fd::AsRawFd;
+        let fd = self.frontend.as_raw_fd();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            let mut byte = 0u8;
+            // SAFETY: peeks at most one byte into a local from a socket the frontend owns.
+            let n = unsafe {
+                libc::recv(
+                    fd,
+                    (&mut byte as *mut u8).cast(),
+                    1,
+                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                )
+            };
+            if n == 0 {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
     pub fn kick(&self) {
         self.kick.write(1).unwrap();
     }

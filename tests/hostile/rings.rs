@@ -280,7 +280,7 @@ fn heads(v: &mut Vec<Case>) {
             Disk::Target,
             move |c, _| {
                 c.avail_idx_override = Some(c.g.ring.avail_idx().wrapping_add(jump));
-                Expect::queue_may_stop()
+                Expect::connection_ends()
             },
         ));
     }

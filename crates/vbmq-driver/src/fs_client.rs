@@ -171,6 +171,42 @@ impl FsClient {
         queue.ring.publish(mem, &[head]);
     }
 
+    /// Publishes any avail index on the request queue and kicks (a lying driver).
+    pub fn publish_avail_idx(&mut self, idx: u16) -> io::Result<()> {
+        let queue = &mut self.queues[1];
+        queue.ring.publish_avail_idx(&self.ram.mem, idx);
+        queue.kick.write(1)
+    }
+
+    /// The request queue's avail index as this client last published it.
+    pub fn avail_idx(&self) -> u16 {
+        self.queues[1].ring.avail_idx()
+    }
+
+    /// Waits until the backend has closed the connection; false if it is still open after
+    /// `timeout`.
+    pub fn closed_by_backend(&self, timeout: Duration) -> bool {
+        use std::os::fd::AsRawFd;
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            let mut byte = 0u8;
+            // SAFETY: peeks at most one byte into a local from a socket the frontend owns.
+            let n = unsafe {
+                libc::recv(
+                    self.frontend.as_raw_fd(),
+                    (&mut byte as *mut u8).cast(),
+                    1,
+                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                )
+            };
+            if n == 0 {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
     /// The guest memory, for requests framed by hand.
     pub fn memory(&self) -> &vm_memory::GuestMemoryMmap<()> {
         &self.ram.mem

@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crate::backend::Disk;
 use crate::config::{DiskSpec, SpecError, Storage};
-use crate::serve::{Built, build_server, check_disks};
+use crate::serve::{Built, build_server, check_sockets};
 use crate::vhost_user::{Stopper, VhostUserBlk};
 use crate::virtio_blk::BlkDevice;
 use crate::worker::{LATENCY_BUCKETS, Limits, QueueStats, online_cpus};
@@ -113,6 +114,41 @@ pub struct RunTimePolicy {
 /// Reads the configuration file again: its disks' `--disk` texts, or why it cannot be used.
 pub type Reloader = Box<dyn Fn() -> Result<Vec<String>, String> + Send + Sync>;
 
+/// How long a shrinking resize waits for the writes in flight past the new end.
+const SHRINK_WAIT: Duration = Duration::from_secs(10);
+
+/// Gives `disk` `bytes` (`shrink`: even fewer than it has) and `device` the capacity it got.
+/// Shrinking, requests past the new end are refused first, and the writes already in flight
+/// waited for (at most `wait`) before the storage is cut: done after the cut, they would grow
+/// the file again. A shrink they outlast is not done.
+pub(crate) fn resize_disk(
+    device: &BlkDevice,
+    disk: &dyn Disk,
+    bytes: u64,
+    shrink: bool,
+    wait: Duration,
+) -> Result<u64, String> {
+    let before = device.capacity();
+    device.set_capacity(before.min(bytes));
+    if bytes < before && !device.writes.wait_for_older(wait) {
+        device.set_capacity(before);
+        return Err(format!(
+            "writes in flight did not complete within {} s: not shrunk",
+            wait.as_secs()
+        ));
+    }
+    match disk.resize(bytes, shrink) {
+        Ok(now) => {
+            device.set_capacity(now);
+            Ok(now)
+        }
+        Err(e) => {
+            device.set_capacity(before);
+            Err(e.to_string())
+        }
+    }
+}
+
 /// The disks being served.
 #[derive(Default)]
 pub struct Host {
@@ -120,6 +156,9 @@ pub struct Host {
     policy: Mutex<RunTimePolicy>,
     /// The configuration file's disks as last applied, and how to read it again.
     config: Mutex<(Vec<String>, Option<Reloader>)>,
+    /// Sockets the process serves besides its disks' (shares, the control socket), with what
+    /// they are: no disk may take their path.
+    other_sockets: Mutex<Vec<(&'static str, PathBuf)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -139,6 +178,28 @@ impl Host {
         Self::default()
     }
 
+    /// `path` is served as `what` (a share, the control socket): no disk may be given it.
+    pub fn reserve_socket(&self, what: &'static str, path: PathBuf) {
+        lock(&self.other_sockets).push((what, path));
+    }
+
+    /// Every disk's socket, `spec`'s included, is its own: no two are the same path, and none is
+    /// a share's or the control socket.
+    fn check_sockets(
+        disks: &[Running],
+        spec: &DiskSpec,
+        others: &Mutex<Vec<(&'static str, PathBuf)>>,
+    ) -> Result<(), SpecError> {
+        let mut all: Vec<DiskSpec> = disks.iter().map(|r| r.spec.clone()).collect();
+        all.push(spec.clone());
+        let others = lock(others);
+        let others: Vec<(&str, &Path)> = others
+            .iter()
+            .map(|(what, path)| (*what, path.as_path()))
+            .collect();
+        check_sockets(&all, &[], &others)
+    }
+
     /// What run-time disks may be from now on.
     pub fn set_policy(&self, policy: RunTimePolicy) {
         *lock(&self.policy) = policy;
@@ -146,9 +207,7 @@ impl Host {
 
     /// Opens and binds a disk without serving it yet (start-up disks: before confinement).
     pub fn prepare(&self, text: &str, spec: DiskSpec) -> Result<Prepared, HostError> {
-        let mut all: Vec<DiskSpec> = lock(&self.disks).iter().map(|r| r.spec.clone()).collect();
-        all.push(spec.clone());
-        check_disks(&all)?;
+        Self::check_sockets(&lock(&self.disks), &spec, &self.other_sockets)?;
         let built = build_server(&spec)?;
         Ok(Prepared {
             text: text.to_string(),
@@ -163,9 +222,7 @@ impl Host {
         let (server, disk, _files): Built = built;
         let mut disks = lock(&self.disks);
         // Checked again under the lock: two adds of one socket cannot both pass.
-        let mut all: Vec<DiskSpec> = disks.iter().map(|r| r.spec.clone()).collect();
-        all.push(spec.clone());
-        check_disks(&all)?;
+        Self::check_sockets(&disks, &spec, &self.other_sockets)?;
         let stopper = server
             .stopper()
             .map_err(|e| HostError::Start(format!("socket: {e}")))?;
@@ -285,15 +342,14 @@ impl Host {
             .find(|r| r.spec.socket == socket)
             .ok_or_else(|| HostError::NoSuchDisk(socket.to_path_buf()))?;
         let before = running.device.capacity();
-        // Shrinking: requests past the new end are refused before the storage goes.
-        running.device.set_capacity(before.min(bytes));
-        match running.disk.resize(bytes, shrink) {
-            Ok(now) => running.device.set_capacity(now),
-            Err(e) => {
-                running.device.set_capacity(before);
-                return Err(HostError::Resize(e.to_string()));
-            }
-        }
+        resize_disk(
+            &running.device,
+            running.disk.as_ref(),
+            bytes,
+            shrink,
+            SHRINK_WAIT,
+        )
+        .map_err(HostError::Resize)?;
         if let Some(connection) = lock(&running.current).clone() {
             connection.config_changed();
         }

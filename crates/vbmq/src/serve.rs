@@ -41,15 +41,37 @@ pub type ControlStart = Box<dyn FnOnce(Arc<Host>)>;
 /// Checks what no single disk can see on its own: one socket given to two disks. (Queues of
 /// several disks may share a CPU: its one thread serves them all.)
 pub fn check_disks(specs: &[DiskSpec]) -> Result<(), SpecError> {
-    let mut sockets: Vec<&Path> = specs.iter().map(|s| s.socket.as_path()).collect();
+    check_sockets(specs, &[], &[])
+}
+
+/// Checks that no socket path is given twice: to two disks, two shares, a disk and a share,
+/// or to either and a socket the process serves besides (`others`: the control socket, named by
+/// its flag). The second bind would take the first's path from it.
+pub fn check_sockets(
+    disks: &[DiskSpec],
+    shares: &[crate::config::FsSpec],
+    others: &[(&str, &Path)],
+) -> Result<(), SpecError> {
+    let mut sockets: Vec<(&Path, &str)> = disks
+        .iter()
+        .map(|s| (s.socket.as_path(), "a disk"))
+        .chain(shares.iter().map(|s| (s.socket.as_path(), "a share")))
+        .chain(others.iter().map(|&(what, path)| (path, what)))
+        .collect();
     sockets.sort_unstable();
-    if let Some(pair) = sockets.windows(2).find(|pair| pair[0] == pair[1]) {
-        return Err(SpecError {
-            key: "socket".into(),
-            reason: format!("{} is given to two disks", pair[0].display()),
-        });
-    }
-    Ok(())
+    let Some(pair) = sockets.windows(2).find(|pair| pair[0].0 == pair[1].0) else {
+        return Ok(());
+    };
+    let (path, a, b) = (pair[0].0.display(), pair[0].1, pair[1].1);
+    let reason = match (a, b) {
+        ("a disk", "a disk") => format!("{path} is given to two disks"),
+        ("a share", "a share") => format!("{path} is given to two shares (--fs socket)"),
+        _ => format!("{path} is given to {a} and to {b}"),
+    };
+    Err(SpecError {
+        key: "socket".into(),
+        reason,
+    })
 }
 
 fn default_serial(spec: &DiskSpec) -> String {
@@ -296,7 +318,7 @@ fn block_stop_signals() -> libc::sigset_t {
 /// Runs `vbmq serve`; returns the exit status. `control` starts the control server.
 pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
     let specs = &options.disks;
-    if let Err(e) = check_disks(specs) {
+    if let Err(e) = check_sockets(specs, &options.shares, &[]) {
         eprintln!("vbmq: {e}");
         return 2;
     }
@@ -319,6 +341,9 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
     }
     if !options.shares.is_empty() {
         raise_descriptor_limit();
+    }
+    for share in &options.shares {
+        host.reserve_socket("a share", share.socket.clone());
     }
     let mut share_servers = Vec::new();
     for share in &options.shares {

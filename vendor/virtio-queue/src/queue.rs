@@ -195,8 +195,8 @@ impl Queue {
     ///
     /// The same as [`QueueT::add_used`] for each, except that the driver sees them together and
     /// the used index, whose cache line a polling driver keeps reading, is written once. If an
-    /// element cannot be added, those before it are published and the error is returned;
-    /// `next_used` tells how many went in.
+    /// element cannot be added, those before it are published and the error is returned; if the
+    /// used index cannot be written, none is. `next_used` tells how many went in.
     pub fn add_used_batch<M: GuestMemory>(
         &mut self,
         mem: &M,
@@ -234,16 +234,18 @@ impl Queue {
         if added.0 == 0 {
             return result;
         }
-        self.next_used += added;
-        self.num_added += added;
+        let next_used = self.next_used + added;
         mem.store(
-            u16::to_le(self.next_used.0),
+            u16::to_le(next_used.0),
             self.used_ring
                 .checked_add(2)
                 .ok_or(Error::AddressOverflow)?,
             Ordering::Release,
         )
         .map_err(Error::GuestMemory)?;
+        // Only now can the driver see them.
+        self.next_used = next_used;
+        self.num_added += added;
         result
     }
 
@@ -964,6 +966,16 @@ mod tests {
         // Nothing to add: nothing written.
         q.add_used_batch(mem, &[]).unwrap();
         assert_eq!(u16::from_le(vq.used().idx().load()), 18);
+
+        // The elements can be written but not the used index: none went in.
+        let holed = &GuestMemoryMmap::<()>::from_ranges(&[
+            (GuestAddress(0), 0x1000),
+            (GuestAddress(0x2000), 0x1000),
+        ])
+        .unwrap();
+        q.set_used_ring_address(Some(0x1ffc), Some(0));
+        assert!(q.add_used_batch(holed, &[(5, 1)]).is_err());
+        assert_eq!(q.next_used, Wrapping(18));
     }
 
     #[test]

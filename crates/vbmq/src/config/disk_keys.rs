@@ -78,7 +78,7 @@ pub const DISK_KEYS: &[DiskKey] = &[
         "cache",
         "SIZE",
         Some("none"),
-        "with path= or rbd=: a DRAM read cache shared by the disks on that image",
+        "with path= or rbd=, not with handover=on: a DRAM read cache shared by the disks on that image",
     ),
     key(
         "cache-preload",

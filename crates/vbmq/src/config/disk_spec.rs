@@ -387,6 +387,14 @@ impl DiskSpec {
         if spec.cache > 0 && !matches!(spec.storage, Storage::File(_) | Storage::Rbd(_)) {
             return Err(bad("cache", "only with path= or rbd="));
         }
+        if spec.cache > 0 && spec.handover {
+            // The disk that takes the image over may be another process's: what it writes
+            // would never reach this cache, which would serve the old blocks again.
+            return Err(bad(
+                "cache",
+                "not with handover=on: another process writing the image would leave it stale",
+            ));
+        }
         if spec.cache_preload && spec.cache == 0 {
             return Err(bad("cache-preload", "only with cache="));
         }
@@ -506,6 +514,7 @@ mod tests {
         assert_eq!(key_of("socket=/s,path=/x,image=/y"), "image");
         assert_eq!(key_of("socket=/s,mem=1G,cache=1G"), "cache");
         assert_eq!(key_of("socket=/s,path=/x,cache=lots"), "cache");
+        assert_eq!(key_of("socket=/s,path=/x,cache=1G,handover=on"), "cache");
         assert_eq!(
             key_of("socket=/s,path=/x,cache-preload=on"),
             "cache-preload"

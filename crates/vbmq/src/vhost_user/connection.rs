@@ -27,6 +27,10 @@ pub(super) struct Connection {
     pub guest_memory: GuestMemoryAtomic<GuestMemory>,
     /// Set by the SIGBUS handler when this connection's guest memory shrank under it.
     pub memory_broken: Arc<AtomicBool>,
+    /// Set by a queue's worker when the driver broke its ring (an avail index further ahead
+    /// than the ring holds): vhost-user has no way to say `DEVICE_NEEDS_RESET`, so the
+    /// connection is closed for the frontend to notice and reset the device.
+    pub ring_broken: Arc<AtomicBool>,
     /// The owner of this connection's fault guards, one per region that can fault (see
     /// [`memory_faults`]); each region holds its own, for as long as it is mapped.
     fault_owner: Arc<memory_faults::Owner>,
@@ -47,6 +51,7 @@ impl Connection {
             guest_memory: GuestMemoryAtomic::new(GuestMemory::new()),
             fault_owner: memory_faults::Owner::new(memory_broken.clone()),
             memory_broken,
+            ring_broken: Arc::new(AtomicBool::new(false)),
             handle: Mutex::new(None),
             close_requested: AtomicBool::new(false),
             exit_fds: Mutex::new(Vec::new()),
@@ -115,16 +120,18 @@ impl Connection {
         lock(&self.exit_fds).clear();
     }
 
-    /// Says guest memory shrank under `queue` and closes the connection, if it did.
-    pub fn close_if_memory_broke(&self, queue: usize) -> bool {
-        if !self.memory_broken.load(Ordering::Acquire) {
+    /// Closes the connection if guest memory shrank under `queue` (said here) or a driver broke
+    /// a ring (said by its worker); true if it did.
+    pub fn close_if_broken(&self, queue: usize) -> bool {
+        if self.memory_broken.load(Ordering::Acquire) {
+            crate::limited!(
+                warn,
+                "guest memory shrank under queue {queue} (the frontend truncated its file): \
+                 closing the connection"
+            );
+        } else if !self.ring_broken.load(Ordering::Acquire) {
             return false;
         }
-        crate::limited!(
-            warn,
-            "guest memory shrank under queue {queue} (the frontend truncated its file): \
-             closing the connection"
-        );
         self.close();
         true
     }

@@ -103,6 +103,7 @@ impl VhostUserBlk {
                     stats.clone(),
                 );
                 worker.stop_also_on(connection.memory_broken.clone());
+                worker.report_broken_ring_to(connection.ring_broken.clone());
                 worker.log_dirty_pages_on(dirty_logging.clone());
                 QueueHandle {
                     cell: Arc::new(QueueCell::new(worker)),
@@ -194,7 +195,7 @@ impl VhostUserBlk {
     pub fn quiesce(&self) {
         self.shut_down.store(true, Ordering::Release);
         for (index, queue) in self.queues.iter().enumerate() {
-            queue.stop.store(true, Ordering::Release);
+            queue.stop.stop_for_good();
             let mut worker = queue.lock();
             if let Some(vring) = worker.vring().cloned() {
                 worker.drain(&vring);
@@ -268,9 +269,7 @@ impl VhostUserBackend for VhostUserBlk {
         let records = inflight_region::map(inflight, &file, self.queues.len())?;
         // Only between runs of the rings: a queue's thread holds its worker while it serves,
         // and a record changed under requests in flight would lose them.
-        for queue in &self.queues {
-            queue.stop.store(true, Ordering::Release);
-        }
+        let holds: Vec<_> = self.queues.iter().map(|queue| queue.stop.hold()).collect();
         let workers: Vec<_> = self.queues.iter().map(|queue| queue.lock()).collect();
         let busy = workers.iter().any(|worker| worker.in_flight() > 0);
         if !busy {
@@ -281,9 +280,7 @@ impl VhostUserBackend for VhostUserBlk {
         } else {
             drop(workers);
         }
-        for queue in &self.queues {
-            queue.stop.store(false, Ordering::Release);
-        }
+        drop(holds);
         if busy {
             return Err(io::Error::new(
                 io::ErrorKind::ResourceBusy,
@@ -357,7 +354,7 @@ impl VhostUserBackend for VhostUserBlk {
             return Ok(());
         };
         let started = std::time::Instant::now();
-        queue.stop.store(true, Ordering::Release);
+        let hold = queue.stop.hold();
         let mut worker = queue.lock();
         let locked = started.elapsed();
         let in_flight = worker.in_flight();
@@ -365,7 +362,8 @@ impl VhostUserBackend for VhostUserBlk {
             worker.drain(&vring);
         }
         worker.ring_stopped();
-        queue.stop.store(false, Ordering::Release);
+        drop(worker);
+        drop(hold);
         crate::limited!(
             debug,
             "queue {queue_index} stopped in {} us ({} us to take it, {in_flight} requests drained)",
@@ -418,9 +416,9 @@ impl VhostUserBackend for VhostUserBlk {
         if device_event == self.completion_event() {
             worker.clear_completion_event();
         }
-        worker.run(vring, &queue.stop);
+        worker.run(vring, queue.stop.flag());
         drop(worker);
-        self.connection.close_if_memory_broke(thread_id);
+        self.connection.close_if_broken(thread_id);
         Ok(())
     }
 }
@@ -438,7 +436,7 @@ impl VhostUserBlk {
 
     /// The crate's thread of a queue a CPU thread serves: hands the queue over on its first
     /// event, then passes kicks on, and closes the connection when the CPU thread found its
-    /// guest memory broken.
+    /// guest memory or its ring broken.
     fn pass_on(
         &self,
         thread_id: usize,
@@ -449,7 +447,7 @@ impl VhostUserBlk {
     ) {
         if device_event == self.completion_event() {
             queue.notice.read();
-            self.connection.close_if_memory_broke(thread_id);
+            self.connection.close_if_broken(thread_id);
             return;
         }
         if !queue.attached.swap(true, Ordering::AcqRel) {
@@ -475,5 +473,44 @@ impl VhostUserBlk {
         }
         poller.watch_kick(&queue.cell, vring);
         poller.wake();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use vhost_user_backend::VhostUserBackend;
+
+    use super::VhostUserBlk;
+    use crate::backend::{Disk, NullDisk};
+    use crate::virtio_blk::BlkDevice;
+    use crate::worker::{QueueSettings, WaitMode};
+
+    /// The connection ends (`quiesce`) while the frontend stops a ring (`GET_VRING_BASE`): the
+    /// queue must stay stopped for good, whichever comes last.
+    #[test]
+    fn a_ring_stopped_after_quiesce_stays_stopped() {
+        let disk: Arc<dyn Disk> = Arc::new(NullDisk::new(1 << 20));
+        let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, ""));
+        let settings = [QueueSettings {
+            mode: WaitMode::Event,
+            poll: Duration::ZERO,
+            cpu: None,
+            batch: true,
+            max_size: 16,
+        }];
+        let blk = VhostUserBlk::new(device, disk, &settings, &[Default::default()]);
+        blk.quiesce();
+        assert!(blk.queues[0].stop.is_set());
+        blk.stop_vring(0).unwrap();
+        assert!(
+            blk.queues[0].stop.is_set(),
+            "GET_VRING_BASE cleared the stop that quiesce set"
+        );
+        let _hold = blk.queues[0].stop.hold();
+        blk.stop_vring(0).unwrap();
+        assert!(blk.queues[0].stop.is_set(), "cleared under another stopper");
     }
 }

@@ -18,12 +18,12 @@ use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
 use crate::virtio_fs::FsDevice;
-use crate::worker::{FsQueueWorker, QueueSettings, QueueStats};
+use crate::worker::{FsQueueWorker, QueueSettings, QueueStats, StopFlag};
 
 /// One queue, as its serving thread and the control thread share it.
 struct FsQueue {
     /// Asks the serving thread to leave the queue alone (to stop it).
-    stop: AtomicBool,
+    stop: StopFlag,
     worker: Mutex<FsQueueWorker>,
 }
 
@@ -51,15 +51,19 @@ impl VhostUserFs {
             .iter()
             .zip(stats)
             .enumerate()
-            .map(|(index, (settings, stats))| FsQueue {
-                stop: AtomicBool::new(false),
-                worker: Mutex::new(FsQueueWorker::new(
+            .map(|(index, (settings, stats))| {
+                let mut worker = FsQueueWorker::new(
                     index,
                     *settings,
                     device.clone(),
                     connection.guest_memory.clone(),
                     stats.clone(),
-                )),
+                );
+                worker.report_broken_ring_to(connection.ring_broken.clone());
+                FsQueue {
+                    stop: StopFlag::new(),
+                    worker: Mutex::new(worker),
+                }
             })
             .collect();
         VhostUserFs {
@@ -92,7 +96,7 @@ impl VhostUserFs {
     fn quiesce(&self) {
         self.shut_down.store(true, Ordering::Release);
         for queue in &self.queues {
-            queue.stop.store(true, Ordering::Release);
+            queue.stop.stop_for_good();
             drop(lock(&queue.worker));
         }
         for handler in lock(&self.handlers).drain(..) {
@@ -178,9 +182,9 @@ impl VhostUserBackend for VhostUserFs {
     fn stop_vring(&self, queue_index: u32) -> io::Result<()> {
         if let Some(queue) = self.queues.get(queue_index as usize) {
             // Taken once the serving thread has left its pass: nothing is in flight after it.
-            queue.stop.store(true, Ordering::Release);
+            let hold = queue.stop.hold();
             drop(lock(&queue.worker));
-            queue.stop.store(false, Ordering::Release);
+            drop(hold);
         }
         Ok(())
     }
@@ -200,8 +204,8 @@ impl VhostUserBackend for VhostUserFs {
             crate::limited!(warn, "event {device_event} for unknown thread {thread_id}");
             return Ok(());
         };
-        lock(&queue.worker).run(vring, &queue.stop);
-        self.connection.close_if_memory_broke(thread_id);
+        lock(&queue.worker).run(vring, queue.stop.flag());
+        self.connection.close_if_broken(thread_id);
         Ok(())
     }
 }

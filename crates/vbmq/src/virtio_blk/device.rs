@@ -7,6 +7,7 @@ use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRE
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use super::WritesInFlight;
 use crate::backend::{Disk, Geometry, WriterSeat};
 use crate::worker::DiskLimiter;
 
@@ -38,6 +39,8 @@ pub struct BlkDevice {
     pub serial: [u8; VIRTIO_BLK_ID_BYTES as usize],
     /// Hands the image over with other `handover=on` disks, one writing at a time.
     pub writer_seat: OnceLock<Arc<WriterSeat>>,
+    /// Writes in flight, for a shrinking resize to wait for.
+    pub writes: WritesInFlight,
 }
 
 impl BlkDevice {
@@ -77,6 +80,7 @@ impl BlkDevice {
             num_queues,
             serial: id,
             writer_seat: OnceLock::new(),
+            writes: WritesInFlight::new(usize::from(num_queues)),
         }
     }
 
@@ -115,6 +119,13 @@ impl BlkDevice {
 
     /// The disk now has `bytes`: requests are checked against that from now on.
     pub fn set_capacity(&self, bytes: u64) {
-        self.capacity.store(bytes, Ordering::Relaxed);
+        // Sequentially consistent, for a write's second check (see [`WritesInFlight`]).
+        self.capacity.store(bytes, Ordering::SeqCst);
+    }
+
+    /// Whether a write ending at byte `end` still fits, checked after it was counted in
+    /// [`Self::writes`]: a shrinking resize either waits for it or is seen here.
+    pub fn write_fits(&self, end: u64) -> bool {
+        end <= self.capacity.load(Ordering::SeqCst)
     }
 }

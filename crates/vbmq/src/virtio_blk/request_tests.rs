@@ -30,6 +30,7 @@ pub(super) fn device(readonly: bool) -> BlkDevice {
         num_queues: 1,
         serial: [0; 20],
         writer_seat: Default::default(),
+        writes: super::WritesInFlight::new(1),
     }
 }
 

@@ -23,6 +23,7 @@ use super::WaitMode;
 use super::affinity::{name_current_thread, pin_current_thread};
 use super::queue_worker::QueueWorker;
 use super::stats::now_ns;
+use super::stop_flag::StopFlag;
 
 /// Requests taken from one ring before the thread turns to the next.
 pub const BUDGET: u16 = 32;
@@ -31,7 +32,7 @@ pub const BUDGET: u16 = 32;
 #[repr(align(128))]
 pub struct QueueCell {
     /// Asks the serving thread to leave the queue alone (to stop or drain it).
-    pub stop: AtomicBool,
+    pub stop: StopFlag,
     /// The queue's state, held by whichever thread serves or stops it.
     pub worker: Mutex<QueueWorker>,
     /// The kick eventfd last added to the CPU thread's epoll (-1: none).
@@ -74,7 +75,7 @@ impl QueueCell {
     /// A queue around its worker.
     pub fn new(worker: QueueWorker) -> Self {
         QueueCell {
-            stop: AtomicBool::new(false),
+            stop: StopFlag::new(),
             worker: Mutex::new(worker),
             watched_kick: AtomicI32::new(-1),
             notice: Notice::new(),
@@ -276,7 +277,7 @@ impl CpuPoller {
             // Everything is idle: re-arm every ring's kicks, look once more, then sleep.
             self.sleeping.store(true, Ordering::SeqCst);
             let arrived = entries.iter().any(|entry| {
-                !entry.cell.stop.load(Ordering::Acquire)
+                !entry.cell.stop.is_set()
                     && try_lock(&entry.cell).is_none_or(|mut worker| worker.rearm(&entry.vring))
             });
             let mut slept = 0;
@@ -296,7 +297,7 @@ impl CpuPoller {
         let mut workers: Vec<Option<MutexGuard<'_, QueueWorker>>> = entries
             .iter()
             .map(|entry| {
-                if entry.cell.stop.load(Ordering::Acquire) {
+                if entry.cell.stop.is_set() {
                     None
                 } else {
                     try_lock(&entry.cell)
@@ -323,7 +324,7 @@ impl CpuPoller {
     fn waking(&self, entries: &[Entry], states: &mut [QueueState], slept: u64) {
         for (entry, state) in entries.iter().zip(states.iter_mut()) {
             state.idle_since = None;
-            if entry.cell.stop.load(Ordering::Acquire) {
+            if entry.cell.stop.is_set() {
                 continue;
             }
             if let Some(mut worker) = try_lock(&entry.cell) {
@@ -358,7 +359,7 @@ fn serve(
         let Some(worker) = slot.as_mut() else {
             continue;
         };
-        if entry.cell.stop.load(Ordering::Relaxed) {
+        if entry.cell.stop.is_set() {
             // The control thread waits for this queue: let go of it now.
             *slot = None;
             return Serve::Yield;
@@ -367,7 +368,7 @@ fn serve(
             continue;
         }
         let pass = worker.step(&entry.vring, BUDGET);
-        if worker.memory_broke() {
+        if worker.connection_broke() {
             // The connection's thread closes it; this queue is left alone until then.
             state.noticed = true;
             entry.cell.notice.write();

@@ -31,6 +31,8 @@ pub struct FsQueueWorker {
     set_up: bool,
     /// A ring set-up the driver or frontend broke: not served until it is set up again.
     broken: Option<RingSetup>,
+    /// Set when the driver broke the ring, for the connection to be closed.
+    ring_broken: Arc<AtomicBool>,
     /// The ring placement last found wholly inside guest memory (checked again when the ring
     /// or the memory map changes, not on every pass).
     checked: Option<RingSetup>,
@@ -55,9 +57,15 @@ impl FsQueueWorker {
             stats,
             set_up: false,
             broken: None,
+            ring_broken: Arc::new(AtomicBool::new(false)),
             checked: None,
             asleep_since: 0,
         }
+    }
+
+    /// The flag to set when the driver breaks the ring, for the connection to be closed.
+    pub fn report_broken_ring_to(&mut self, flag: Arc<AtomicBool>) {
+        self.ring_broken = flag;
     }
 
     /// Serves the queue after a kick or the ring being enabled, in the queue's mode; returns
@@ -168,11 +176,12 @@ impl FsQueueWorker {
                 crate::limited!(
                     warn,
                     "fs queue {}: avail index {} is {waiting} entries ahead of a {}-entry ring; \
-                     queue stopped until the frontend sets it up again",
+                     queue stopped, closing the connection for the frontend to reset it",
                     self.index,
                     avail.0,
                     queue.size()
                 );
+                self.ring_broken.store(true, Ordering::Release);
                 self.broken = Some(setup);
                 break;
             }

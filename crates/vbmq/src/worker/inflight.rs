@@ -5,7 +5,7 @@ use vm_memory::GuestAddress;
 
 use super::stats::OpKind;
 use crate::backend::IovList;
-use crate::virtio_blk::{DISCARD_SEG_MAX, Range, SEG_MAX};
+use crate::virtio_blk::{DISCARD_SEG_MAX, Range, SEG_MAX, WriteTicket};
 
 /// A request that has been handed to the engine.
 #[derive(Clone, Copy, Debug, Default)]
@@ -26,6 +26,8 @@ pub struct Slot {
     /// A read or write: where it goes on, for the rest after a short transfer.
     pub offset: u64,
     pub is_write: bool,
+    /// A write, discard or write-zeroes, counted in the device's writes in flight.
+    pub write_ticket: Option<WriteTicket>,
     /// The slot's iovecs not yet transferred: `iov_count` from `iov_start`.
     pub iov_start: u32,
     pub iov_count: u32,

@@ -11,6 +11,7 @@ mod recovery;
 mod requests;
 mod ring_setup;
 mod stats;
+mod stop_flag;
 mod wait_mode;
 
 pub use affinity::{name_current_thread, online_cpus, pin_current_thread};
@@ -18,9 +19,11 @@ pub use fs_queue_worker::FsQueueWorker;
 pub use limits::{DiskLimiter, Limits};
 pub use queue_worker::{Pass, QueueSettings, QueueWorker};
 pub use stats::{LATENCY_BUCKETS, OpKind, QueueStats};
+pub use stop_flag::{StopFlag, StopHold};
 pub use wait_mode::WaitMode;
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation)] // Test inputs are cut to size.
 mod tests;
 
 #[cfg(test)]

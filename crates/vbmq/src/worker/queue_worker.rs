@@ -26,6 +26,9 @@ use crate::timer::Timer;
 use crate::vhost_user::inflight_region::InflightRecord;
 use crate::virtio_blk::BlkDevice;
 
+/// Failed waits after which [`QueueWorker::drain`] gives up on the requests in flight.
+const DRAIN_ATTEMPTS: u32 = 100;
+
 /// How a queue's worker runs.
 #[derive(Clone, Copy, Debug)]
 pub struct QueueSettings {
@@ -77,6 +80,9 @@ pub struct QueueWorker {
     engine: Option<Box<dyn Engine>>,
     /// Ends the polling loop like `stop` (see [`Self::stop_also_on`]).
     also_stop: Arc<AtomicBool>,
+    /// Set when the driver broke the ring: the connection is to be closed (see
+    /// [`Self::report_broken_ring_to`]).
+    ring_broken: Arc<AtomicBool>,
     /// The connection's dirty logging is on (see [`Self::log_dirty_pages_on`]).
     dirty_logging: Arc<AtomicBool>,
     /// Whether [`Self::set_up`] may open an engine (no: a confined process, whose engines were
@@ -128,6 +134,7 @@ impl QueueWorker {
             engine: None,
             may_open_engine: true,
             also_stop: Arc::new(AtomicBool::new(false)),
+            ring_broken: Arc::new(AtomicBool::new(false)),
             dirty_logging: Arc::new(AtomicBool::new(false)),
             vring: None,
             set_up: false,
@@ -267,17 +274,21 @@ impl QueueWorker {
     }
 
     /// Switches to the current guest memory once nothing in flight points into the old one.
-    fn refresh_memory(&mut self, vring: &Vring) {
+    /// Returns false if requests are still in flight: the old memory is kept, mapped, for them.
+    fn refresh_memory(&mut self, vring: &Vring) -> bool {
         let current = self.atomic_mem.memory();
         if std::ptr::eq(&*current, &*self.mem) {
-            return;
+            return true;
         }
         drop(current);
-        self.drain(vring);
+        if !self.drain(vring) {
+            return false;
+        }
         let old = std::mem::replace(&mut self.mem, self.atomic_mem.memory().into_inner());
         // The engine lets go of the old mappings before they can be unmapped.
         self.show_engine_memory();
         drop(old);
+        true
     }
 
     /// Tells the engine which guest memory requests point into (an engine that registers it
@@ -320,10 +331,9 @@ impl QueueWorker {
         self.show_engine_memory();
         loop {
             let (pass, stale) = self.pass_with_current_memory(vring, rearm, budget);
-            if !stale {
+            if !stale || !self.refresh_memory(vring) {
                 return pass;
             }
-            self.refresh_memory(vring);
         }
     }
 
@@ -341,6 +351,7 @@ impl QueueWorker {
         let atomic_mem = &self.atomic_mem;
         let limit_timer = self.limit_timer.as_ref();
         let mut ctx = Ctx {
+            queue: self.index,
             mem: &self.mem,
             device: &self.device,
             engine: self.engine.as_mut(),
@@ -391,15 +402,17 @@ impl QueueWorker {
                     .map_or(0, |idx| idx.0.wrapping_sub(queue.next_avail()));
                 if waiting > queue.size() {
                     // No driver can make more entries available than the ring holds. Stop at
-                    // once, and say so once: retrying would log (or spin) once per pass.
+                    // once, say so once, and have the connection closed: the frontend then
+                    // resets the device (a stopped queue alone would stall the guest silently).
                     crate::limited!(
                         warn,
                         "queue {}: avail index {} is {waiting} entries ahead of a {}-entry ring; \
-                         queue stopped until the frontend sets it up again",
+                         queue stopped, closing the connection for the frontend to reset it",
                         self.index,
                         queue.next_avail().wrapping_add(waiting),
                         queue.size()
                     );
+                    self.ring_broken.store(true, Ordering::Release);
                     self.broken = Some(setup);
                     pass.ready = false;
                     break;
@@ -531,11 +544,14 @@ impl QueueWorker {
         }
     }
 
-    /// Completes every request in flight, blocking until the engine returns them all.
-    pub fn drain(&mut self, vring: &Vring) {
+    /// Completes every request in flight, blocking until the engine returns them all. Returns
+    /// false if the engine keeps failing to wait for them: they are still in flight then, and
+    /// the memory they point into and the engine they are in must not be let go (see [`Drop`]).
+    pub fn drain(&mut self, vring: &Vring) -> bool {
+        let mut failures = 0;
         while self.inflight.count > 0 {
             let Some(engine) = self.engine.as_mut() else {
-                return;
+                break;
             };
             if let Err(e) = engine.wait() {
                 crate::limited!(
@@ -543,10 +559,17 @@ impl QueueWorker {
                     "queue {}: waiting for in-flight I/O failed: {e}",
                     self.index
                 );
-                return;
+                failures += 1;
+                if failures == DRAIN_ATTEMPTS {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
             }
+            // Reaped even after a failed wait: what did complete (an overflowing completion
+            // queue's entries, say) is taken, and the next wait may succeed.
             let mut state = vring.get_mut();
             let mut ctx = Ctx {
+                queue: self.index,
                 mem: &self.mem,
                 device: &self.device,
                 engine: self.engine.as_mut(),
@@ -561,11 +584,27 @@ impl QueueWorker {
                 Self::notify_guest(&mut state, ctx.mem);
             }
         }
+        if self.inflight.count > 0 {
+            crate::limited!(
+                error,
+                "queue {}: {} requests still in flight after {failures} failed waits: their \
+                 guest memory and engine are kept",
+                self.index,
+                self.inflight.count
+            );
+            return false;
+        }
+        true
     }
 
     /// A flag that stops the polling loop as `stop` does: the connection's guest memory broke.
     pub fn stop_also_on(&mut self, flag: Arc<AtomicBool>) {
         self.also_stop = flag;
+    }
+
+    /// The flag to set when the driver breaks the ring, for the connection to be closed.
+    pub fn report_broken_ring_to(&mut self, flag: Arc<AtomicBool>) {
+        self.ring_broken = flag;
     }
 
     /// The flag that says the frontend logs dirty pages (a live migration is under way).
@@ -575,6 +614,10 @@ impl QueueWorker {
 
     /// Gives the worker an engine created earlier (before confinement); it will open none.
     pub fn lend_engine(&mut self, engine: Option<Box<dyn Engine>>) {
+        if self.inflight.count > 0 {
+            // The engine in use still holds operations: never dropped (see `Drop`).
+            std::mem::forget(self.engine.take());
+        }
         self.engine = engine;
         self.engine_memory = 0;
         self.may_open_engine = false;
@@ -583,17 +626,19 @@ impl QueueWorker {
     /// Takes the engine back once the worker has drained it: an engine with operations still
     /// in flight would complete them into the next connection's requests, so it is dropped.
     pub fn take_engine(&mut self) -> Option<Box<dyn Engine>> {
-        let mut engine = self.engine.take();
-        self.engine_memory = 0;
         if self.inflight.count > 0 {
+            // Nor can it be dropped: the kernel may still carry its operations out, into memory
+            // that would be unmapped. It stays with this worker, which leaks it (see `Drop`).
             crate::limited!(
                 error,
-                "queue {}: {} requests never completed; its engine is dropped",
+                "queue {}: {} requests never completed; its engine is kept from reuse",
                 self.index,
                 self.inflight.count
             );
             return None;
         }
+        let mut engine = self.engine.take();
+        self.engine_memory = 0;
         if let Some(engine) = engine.as_mut() {
             // SAFETY: no regions: the departed guest's memory is let go.
             if let Err(e) = unsafe { engine.guest_memory(&[]) } {
@@ -610,6 +655,17 @@ impl QueueWorker {
     /// The frontend stopped the ring (`GET_VRING_BASE`): whatever the driver broke is gone
     /// with it, and the ring may be served again once started.
     pub fn ring_stopped(&mut self) {
+        if !self.inflight.finished.is_empty() {
+            // Entries the used ring could not take: the ring they belong to is gone (a record
+            // keeps them in flight, for the restarted ring to take them again).
+            crate::limited!(
+                warn,
+                "queue {}: {} finished requests never returned to the stopped ring",
+                self.index,
+                self.inflight.finished.len()
+            );
+            self.inflight.finished.clear();
+        }
         self.broken = None;
         self.checked = None;
         self.recover = self.record.is_some();
@@ -660,9 +716,10 @@ impl QueueWorker {
         self.rearm_kicks(vring)
     }
 
-    /// The connection's guest memory shrank under it (see [`Self::stop_also_on`]).
-    pub fn memory_broke(&self) -> bool {
-        self.also_stop.load(Ordering::Relaxed)
+    /// The connection's guest memory shrank under it (see [`Self::stop_also_on`]) or the driver
+    /// broke this ring: the connection is to be closed.
+    pub fn connection_broke(&self) -> bool {
+        self.also_stop.load(Ordering::Relaxed) || self.ring_broken.load(Ordering::Relaxed)
     }
 
     /// Whether the engine wakes a sleeping thread when its operations complete.
@@ -675,5 +732,24 @@ impl QueueWorker {
     /// The vring this worker serves, once it has been set up.
     pub fn vring(&self) -> Option<&Vring> {
         self.vring.as_ref()
+    }
+}
+
+impl Drop for QueueWorker {
+    fn drop(&mut self) {
+        if self.inflight.count == 0 {
+            return;
+        }
+        // Requests the engine never returned: the kernel may still read or write their guest
+        // memory, and dropping an io_uring does not wait for its operations. Both are leaked
+        // rather than freed early.
+        crate::limited!(
+            error,
+            "queue {}: {} requests never completed: their engine and guest memory are leaked",
+            self.index,
+            self.inflight.count
+        );
+        std::mem::forget(self.engine.take());
+        std::mem::forget(Arc::clone(&self.mem));
     }
 }

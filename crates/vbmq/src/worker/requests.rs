@@ -15,6 +15,8 @@ use crate::virtio_blk::{BlkDevice, RequestType, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S
 
 /// Everything a pass needs, borrowed apart from the worker so the queue lock can be held.
 pub(super) struct Ctx<'a> {
+    /// The queue's index.
+    pub queue: usize,
     pub mem: &'a GuestMemory,
     pub device: &'a BlkDevice,
     pub engine: Option<&'a mut Box<dyn Engine>>,
@@ -52,7 +54,10 @@ fn add_used(
             0
         }
     };
-    if let Some(record) = record {
+    if let Some(record) = record
+        && added > 0
+    {
+        // Not published: the record keeps it in flight, for a restart to take it again.
         record.published(head, queue.next_used());
     }
     added
@@ -68,6 +73,20 @@ fn kind_of(kind: RequestType) -> OpKind {
 }
 
 impl Ctx<'_> {
+    /// The byte past the last a write, discard or write-zeroes in slot `h` reaches.
+    fn request_end(&self, request: &crate::virtio_blk::Request, h: usize) -> u64 {
+        match request.kind {
+            RequestType::Out => request.offset.saturating_add(u64::from(request.data_len)),
+            _ => (0..request.range_count as usize)
+                .map(|i| {
+                    let range = self.inflight.range(h, i);
+                    range.offset.saturating_add(range.len)
+                })
+                .max()
+                .unwrap_or(0),
+        }
+    }
+
     /// The time for this batch of requests, read once.
     fn now(&mut self) -> u64 {
         if self.clock == 0 {
@@ -172,7 +191,26 @@ impl Ctx<'_> {
             RequestType::Out | RequestType::Flush => (1, request.data_len as i32, 1),
             RequestType::Discard | RequestType::WriteZeroes => (request.range_count, 0, 1),
         };
+        let write_ticket = match request.kind {
+            RequestType::Out | RequestType::Discard | RequestType::WriteZeroes => {
+                let ticket = self.device.writes.begin(self.queue);
+                if !self.device.write_fits(self.request_end(&request, h)) {
+                    // A shrinking resize came between the parse and now.
+                    self.device.writes.end(self.queue, ticket);
+                    return complete_now(VIRTIO_BLK_S_IOERR, 1, queue);
+                }
+                Some(ticket)
+            }
+            _ => None,
+        };
+        let (device, queue_index) = (self.device, self.queue);
+        let end_write = || {
+            if let Some(ticket) = write_ticket {
+                device.writes.end(queue_index, ticket);
+            }
+        };
         let Some(engine) = self.engine.as_deref_mut() else {
+            end_write();
             return complete_now(VIRTIO_BLK_S_IOERR, 1, queue);
         };
         let mut pushed = 0;
@@ -212,6 +250,7 @@ impl Ctx<'_> {
             pushed += 1;
         }
         if pushed == 0 {
+            end_write();
             return complete_now(VIRTIO_BLK_S_IOERR, 1, queue);
         }
         let slot = &mut self.inflight.slots[h];
@@ -223,6 +262,7 @@ impl Ctx<'_> {
         slot.status = request.status;
         slot.offset = request.offset;
         slot.is_write = request.kind == RequestType::Out;
+        slot.write_ticket = write_ticket;
         slot.iov_start = 0;
         slot.iov_count = request.iov_count;
         slot.kind = kind;
@@ -318,6 +358,9 @@ impl Ctx<'_> {
             return;
         };
         slot.busy = false;
+        if let Some(ticket) = slot.write_ticket.take() {
+            self.device.writes.end(self.queue, ticket);
+        }
         let (status, len) = if slot.failed {
             (VIRTIO_BLK_S_IOERR, 1)
         } else {
@@ -336,7 +379,9 @@ impl Ctx<'_> {
     }
 
     /// Publishes the used entries of the requests finished since the last call, with one update
-    /// of the used index; returns the entries added.
+    /// of the used index; returns the entries added. Those the used ring cannot take now (not
+    /// mapped, while the frontend changes its memory table) stay for the next call, and in
+    /// flight in the record.
     pub fn publish_finished(&mut self, queue: &mut Queue) -> usize {
         let finished = &mut self.inflight.finished;
         if finished.is_empty() {
@@ -344,18 +389,29 @@ impl Ctx<'_> {
         }
         let record = self.record.as_deref();
         if let Some(record) = record {
-            for &(head, _) in finished.iter() {
+            // Last first: the record's batch list then starts with the first entry, so that a
+            // death after part of the batch was published clears exactly that part.
+            for &(head, _) in finished.iter().rev() {
                 record.publishing(head);
             }
         }
         let before = queue.next_used();
-        if let Err(e) = queue.add_used_batch(self.mem, finished) {
-            crate::limited!(debug, "cannot return finished descriptors: {e}");
-        }
+        let result = queue.add_used_batch(self.mem, finished);
+        let published = usize::from(queue.next_used().wrapping_sub(before)).min(finished.len());
         if let Some(record) = record {
-            record.published_batch(finished.iter().map(|&(head, _)| head), queue.next_used());
+            let heads = finished[..published].iter().map(|&(head, _)| head);
+            record.published_batch(heads, queue.next_used());
         }
-        finished.clear();
-        usize::from(queue.next_used().wrapping_sub(before))
+        finished.drain(..published);
+        if let Err(e) = result {
+            crate::limited!(
+                debug,
+                "cannot return {} finished descriptors yet: {e}",
+                finished.len()
+            );
+            // A head the ring no longer has room for can never be returned.
+            finished.retain(|&(head, _)| head < queue.size());
+        }
+        published
     }
 }

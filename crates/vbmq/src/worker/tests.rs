@@ -203,3 +203,332 @@ fn get_id_split_across_buffers_gets_the_whole_serial() {
     assert_eq!(&id, serial.as_bytes());
     assert_eq!(mem.read_obj::<u8>(GuestAddress(0x11000 + 13)).unwrap(), 0);
 }
+
+/// A batch the used ring cannot wholly take (its end not mapped, as while a frontend changes its
+/// memory table region by region): the entries it did not take are kept, and published once it
+/// can take them, none lost.
+#[test]
+fn finished_requests_the_used_ring_cannot_take_yet_are_kept() {
+    use super::inflight::InFlight;
+    use super::requests::Ctx;
+    use virtio_queue::{Queue, QueueT};
+
+    const END: u64 = 0x4000;
+    let mem = GuestMemory::from_ranges(&[(GuestAddress(0), END as usize)]).unwrap();
+    let disk: Arc<dyn Disk> = Arc::new(NullDisk::new(1 << 20));
+    let device = BlkDevice::new(disk.as_ref(), false, 1, "");
+    let stats = super::QueueStats::default();
+    let dirty_logging = AtomicBool::new(false);
+    let mut inflight = InFlight::new(usize::from(SIZE));
+    let mut queue = Queue::new(SIZE).unwrap();
+    queue.set_size(SIZE);
+    queue.set_desc_table_address(Some(DESC as u32), Some(0));
+    queue.set_avail_ring_address(Some(AVAIL as u32), Some(0));
+    // Used entries 0..=13 lie inside guest memory, 14 and 15 past its end.
+    let short_used = END - 4 - 8 * 14;
+    queue.set_used_ring_address(Some(short_used as u32), Some(0));
+    queue.set_ready(true);
+    queue.set_next_used(13);
+    inflight.finished.extend([(1, 10), (2, 20), (3, 30)]);
+    let mut ctx = Ctx {
+        queue: 0,
+        mem: &mem,
+        device: &device,
+        engine: None,
+        inflight: &mut inflight,
+        stats: &stats,
+        record: None,
+        clock: 0,
+        dirty_logging: &dirty_logging,
+    };
+    assert_eq!(ctx.publish_finished(&mut queue), 1);
+    assert_eq!(
+        ctx.inflight.finished,
+        [(2, 20), (3, 30)],
+        "entries forgotten"
+    );
+    assert_eq!(
+        mem.read_obj::<u16>(GuestAddress(short_used + 2)).unwrap(),
+        14
+    );
+    // The ring where all of it is mapped: the rest goes out.
+    queue.set_used_ring_address(Some(USED as u32), Some(0));
+    assert_eq!(ctx.publish_finished(&mut queue), 2);
+    assert!(ctx.inflight.finished.is_empty());
+    assert_eq!(mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(), 16);
+    for (slot, (id, len)) in [(14u64, (2u32, 20u32)), (15, (3, 30))] {
+        let at = USED + 4 + 8 * slot;
+        assert_eq!(mem.read_obj::<u32>(GuestAddress(at)).unwrap(), id);
+        assert_eq!(mem.read_obj::<u32>(GuestAddress(at + 4)).unwrap(), len);
+    }
+}
+
+/// An engine that takes operations and never completes them, and whose every wait fails (a
+/// device gone bad): it says whether it was dropped with operations in it.
+struct StuckEngine {
+    pending: usize,
+    dropped_with_pending: Arc<AtomicBool>,
+}
+
+impl crate::backend::Engine for StuckEngine {
+    fn push(&mut self, _: crate::backend::IoOp, _: u64) -> std::io::Result<()> {
+        self.pending += 1;
+        Ok(())
+    }
+    fn submit(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn wait(&mut self) -> std::io::Result<()> {
+        Err(std::io::Error::other("the device does not answer"))
+    }
+    fn reap(&mut self, _: &mut dyn FnMut(u64, i32)) {}
+    fn completion_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+}
+
+impl Drop for StuckEngine {
+    fn drop(&mut self) {
+        if self.pending > 0 {
+            self.dropped_with_pending
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+/// `drain` gives up on a request the engine never returns (its waits fail): the guest memory the
+/// request points into stays mapped and its engine is never dropped (an io_uring dropped with
+/// operations in it lets the kernel write into memory unmapped meanwhile), not when the frontend
+/// replaces the memory table, not when the engine is taken back, not when the worker goes.
+#[test]
+fn a_drain_that_gives_up_frees_neither_memory_nor_engine() {
+    use std::sync::atomic::Ordering;
+    let mem = guest_memory();
+    offer_read(&mem);
+    let atomic = GuestMemoryAtomic::new(mem);
+    let old_memory = Arc::downgrade(&atomic.memory().into_inner());
+    let mut worker = worker(WaitMode::Event, &atomic);
+    let dropped_with_pending = Arc::new(AtomicBool::new(false));
+    worker.lend_engine(Some(Box::new(StuckEngine {
+        pending: 0,
+        dropped_with_pending: dropped_with_pending.clone(),
+    })));
+    let vring = Vring::new(atomic.clone(), SIZE).unwrap();
+    vring.set_queue_size(SIZE);
+    vring.set_queue_info(DESC, AVAIL, USED).unwrap();
+    vring.set_queue_ready(true);
+    vring.set_enabled(true);
+    worker.set_up(&vring, true);
+    worker.run(&vring, &AtomicBool::new(false));
+    assert_eq!(worker.in_flight(), 1);
+    // A new memory table: the worker must keep the old one while the read may land in it.
+    atomic.lock().unwrap().replace(guest_memory());
+    worker.begin_polling(&vring);
+    assert!(
+        old_memory.upgrade().is_some(),
+        "the old guest memory was let go with a request in flight"
+    );
+    assert!(worker.take_engine().is_none());
+    assert!(
+        !dropped_with_pending.load(Ordering::SeqCst),
+        "the engine was dropped with a request in it"
+    );
+    drop(worker);
+    assert!(!dropped_with_pending.load(Ordering::SeqCst));
+    assert!(old_memory.upgrade().is_some());
+}
+
+/// A disk modelled by its length only: a write reaching past the end grows it, as `pwrite`
+/// grows a file; its engine holds every operation until the test lets them go.
+struct GrowingDisk {
+    len: Arc<std::sync::Mutex<u64>>,
+    release: Arc<AtomicBool>,
+}
+
+struct HeldEngine {
+    len: Arc<std::sync::Mutex<u64>>,
+    release: Arc<AtomicBool>,
+    held: Vec<(u64, crate::backend::IoOp)>,
+}
+
+impl Disk for GrowingDisk {
+    fn geometry(&self) -> crate::backend::Geometry {
+        crate::backend::Geometry {
+            capacity: *self.len.lock().unwrap(),
+            block_size: 512,
+            physical_block_exp: 0,
+        }
+    }
+    fn engine(
+        &self,
+        _: crate::backend::EngineOptions,
+    ) -> std::io::Result<Box<dyn crate::backend::Engine>> {
+        Ok(Box::new(HeldEngine {
+            len: self.len.clone(),
+            release: self.release.clone(),
+            held: Vec::new(),
+        }))
+    }
+    fn supports_discard(&self) -> bool {
+        false
+    }
+    fn resize(&self, bytes: u64, _shrink: bool) -> std::io::Result<u64> {
+        *self.len.lock().unwrap() = bytes;
+        Ok(bytes)
+    }
+}
+
+// SAFETY: the held operations' iovecs point into guest memory the worker keeps mapped until
+// they complete; the engine moves between threads only with its worker.
+unsafe impl Send for HeldEngine {}
+
+impl crate::backend::Engine for HeldEngine {
+    fn push(&mut self, op: crate::backend::IoOp, tag: u64) -> std::io::Result<()> {
+        self.held.push((tag, op));
+        Ok(())
+    }
+    fn submit(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn wait(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
+        if !self.release.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        for (tag, op) in self.held.drain(..) {
+            let moved = match op {
+                crate::backend::IoOp::Write { offset, iov } => {
+                    let mut len = self.len.lock().unwrap();
+                    *len = (*len).max(offset + iov.len() as u64);
+                    iov.len() as i32
+                }
+                _ => 0,
+            };
+            done(tag, moved);
+        }
+    }
+    fn completion_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+}
+
+/// A shrinking resize while a write near the old end is in flight: the write must not land after
+/// the cut (it would grow the file again). The resize waits for it, then cuts.
+#[test]
+fn a_shrinking_resize_waits_for_writes_in_flight() {
+    use std::sync::atomic::Ordering;
+    const BEFORE: u64 = 1 << 20;
+    const AFTER: u64 = 512 << 10;
+    let len = Arc::new(std::sync::Mutex::new(BEFORE));
+    let release = Arc::new(AtomicBool::new(false));
+    let disk: Arc<dyn Disk> = Arc::new(GrowingDisk {
+        len: len.clone(),
+        release: release.clone(),
+    });
+    let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, ""));
+    let mem = guest_memory();
+    let sector = (BEFORE - 4096) / 512;
+    mem.write_slice(
+        &blk_header(virtio_bindings::virtio_blk::VIRTIO_BLK_T_OUT, sector),
+        GuestAddress(0x8000),
+    )
+    .unwrap();
+    let mut ring = SplitRing::new(SIZE, DESC, AVAIL, USED);
+    let buffers = [
+        Buffer::readable(0x8000, 16),
+        Buffer::readable(0x10000, 4096),
+        Buffer::writable(0x8010, 1),
+    ];
+    let head = ring.write_chain(&mem, 0, &buffers);
+    ring.publish(&mem, &[head]);
+    let atomic = GuestMemoryAtomic::new(mem);
+    let settings = QueueSettings {
+        mode: WaitMode::Event,
+        poll: Duration::ZERO,
+        cpu: None,
+        batch: true,
+        max_size: SIZE,
+    };
+    let mut worker = QueueWorker::new(
+        0,
+        settings,
+        device.clone(),
+        disk.clone(),
+        atomic.clone(),
+        Default::default(),
+    );
+    let vring = Vring::new(atomic.clone(), SIZE).unwrap();
+    vring.set_queue_size(SIZE);
+    vring.set_queue_info(DESC, AVAIL, USED).unwrap();
+    vring.set_queue_ready(true);
+    vring.set_enabled(true);
+    worker.set_up(&vring, true);
+    let stop = AtomicBool::new(false);
+    worker.run(&vring, &stop);
+    assert_eq!(worker.in_flight(), 1, "the write is held in flight");
+    std::thread::scope(|scope| {
+        let resize = scope.spawn(|| {
+            crate::host::resize_disk(&device, disk.as_ref(), AFTER, true, Duration::from_secs(5))
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        // The write lands now, then completes.
+        release.store(true, Ordering::SeqCst);
+        worker.run(&vring, &stop);
+        assert_eq!(resize.join().unwrap(), Ok(AFTER));
+    });
+    assert_eq!(worker.in_flight(), 0);
+    assert_eq!(
+        *len.lock().unwrap(),
+        AFTER,
+        "a write in flight grew the storage again after the shrink"
+    );
+    assert_eq!(device.capacity(), AFTER);
+}
+
+/// A used ring whose index cannot be written (a hole in guest memory under it) while its entries
+/// can: nothing was published, so nothing is forgotten.
+#[test]
+fn finished_requests_whose_used_index_cannot_be_written_are_kept() {
+    use super::inflight::InFlight;
+    use super::requests::Ctx;
+    use virtio_queue::{Queue, QueueT};
+
+    let mem =
+        GuestMemory::from_ranges(&[(GuestAddress(0), 0x1000), (GuestAddress(0x2000), 0x1000)])
+            .unwrap();
+    let disk: Arc<dyn Disk> = Arc::new(NullDisk::new(1 << 20));
+    let device = BlkDevice::new(disk.as_ref(), false, 1, "");
+    let stats = super::QueueStats::default();
+    let dirty_logging = AtomicBool::new(false);
+    let mut inflight = InFlight::new(usize::from(SIZE));
+    let mut queue = Queue::new(SIZE).unwrap();
+    queue.set_size(SIZE);
+    // The used index at 0x1ffe lies in the hole; the entries from 0x2000 on do not.
+    queue.set_used_ring_address(Some(0x1ffc), Some(0));
+    queue.set_ready(true);
+    inflight.finished.extend([(1, 10), (2, 20)]);
+    let mut ctx = Ctx {
+        queue: 0,
+        mem: &mem,
+        device: &device,
+        engine: None,
+        inflight: &mut inflight,
+        stats: &stats,
+        record: None,
+        clock: 0,
+        dirty_logging: &dirty_logging,
+    };
+    assert_eq!(ctx.publish_finished(&mut queue), 0);
+    assert_eq!(
+        queue.next_used(),
+        0,
+        "entries counted the driver cannot see"
+    );
+    assert_eq!(
+        ctx.inflight.finished,
+        [(1, 10), (2, 20)],
+        "entries forgotten"
+    );
+}

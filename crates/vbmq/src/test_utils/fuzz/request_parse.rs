@@ -215,6 +215,7 @@ fn check(input: &Input) {
         num_queues: 1,
         serial: [0; 20],
         writer_seat: Default::default(),
+        writes: crate::virtio_blk::WritesInFlight::new(1),
     };
     let empty = libc::iovec {
         iov_base: std::ptr::null_mut(),

@@ -101,6 +101,7 @@ fn check(split: &Split) {
         num_queues: 1,
         serial: [0; 20],
         writer_seat: Default::default(),
+        writes: crate::virtio_blk::WritesInFlight::new(1),
     };
     let run = |pieces: &[(u64, u64, bool)]| {
         let descs: Vec<RawDescriptor> = pieces
