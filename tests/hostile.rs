@@ -1,4 +1,4 @@
-//! A hostile guest and a hostile frontend against a running `vbmq serve` (HOSTILE-GUEST.md).
+//! A hostile guest and a hostile frontend against a running `vbmq serve` (docs/hostile-guest.md).
 //!
 //! The frontend here is a test-only vhost-user driver that writes descriptor tables, rings and
 //! virtio-blk headers itself. After every case: vbmq is alive, the attacked queue serves a good

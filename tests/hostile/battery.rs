@@ -1,4 +1,4 @@
-//! Runs cases against a live vbmq and checks everything HOSTILE-GUEST.md promises after each.
+//! Runs cases against a live vbmq and checks everything docs/hostile-guest.md promises after each.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! What a case must get, in the terms of HOSTILE-GUEST.md ("What each bad input gets").
+//! What a case must get, in the terms of docs/hostile-guest.md ("What each bad input gets").
 
 use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};
 

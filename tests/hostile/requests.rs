@@ -1,4 +1,4 @@
-//! The request-level battery: every class of malformed request from HOSTILE-GUEST.md, each with
+//! The request-level battery: every class of malformed request from docs/hostile-guest.md, each with
 //! the outcome it must get. Valid requests (so the checks can fail the other way) and sector
 //! arithmetic are here; layouts and ranges have their own files.
 
