@@ -1,5 +1,6 @@
 //! The result tables, as aligned text for the terminal and as Markdown for report.md.
 
+use crate::bare;
 use crate::goals::GoalResult;
 use crate::stats::{CaseResult, PointResult, Stat};
 use crate::systems::System;
@@ -48,14 +49,8 @@ pub fn case_title(case: &CaseResult) -> String {
 fn case_rows(case: &CaseResult) -> Vec<Vec<String>> {
     let reference = |s: System| case.summary(s).map(|s| s.iops.median);
     // The best of the host's O_DIRECT engines; the cache cases compare with page-cache reads.
-    let direct = match (
-        reference(System::BareMetal),
-        reference(System::BareMetalPsync),
-    ) {
-        (Some(uring), Some(psync)) => Some(uring.max(psync)),
-        (uring, psync) => uring.or(psync),
-    };
-    let bare = direct.or_else(|| reference(System::BareMetalPageCache));
+    let best = |s: System| reference(bare::best(s, true, reference));
+    let bare = best(System::BareMetal).or_else(|| best(System::BareMetalPageCache));
     // qemu-storage-daemon's null-co and page-cache rows run VBDP's one-iothread setup too.
     let vbdp = reference(System::QsdVbdp)
         .or_else(|| reference(System::QsdNull))
