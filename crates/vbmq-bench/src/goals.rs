@@ -196,7 +196,7 @@ pub fn evaluate(cases: &[CaseResult], handover: Option<&Handover>) -> Vec<GoalRe
             });
             let value_of = |s: System| case.and_then(|c| c.summary(s)).and_then(|s| g.metric.of(s));
             let value = value_of(g.system);
-            let reference = bare::best(g.reference, g.metric.higher_is_better(), &value_of);
+            let reference = bare::best(g.reference, g.metric.higher_is_better(), value_of);
             let reference_value = value_of(reference);
             let ratio = match (value, reference_value) {
                 (Some(v), Some(r)) if r > 0.0 => Some(v / r),
