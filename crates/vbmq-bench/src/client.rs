@@ -64,8 +64,8 @@ pub fn run_load(
     backend_pid: Option<u32>,
     stop: &AtomicBool,
 ) -> Result<LoadResult> {
-    if let Target::FileSync(path) = target {
-        return super::sync_client::run_load(path, spec, cpus, stop);
+    if let Target::FileSync { path, direct } = target {
+        return super::sync_client::run_load(path, *direct, spec, cpus, stop);
     }
     let (mut blkio, queues) = open(target, spec)?;
     let capacity = blkio
@@ -197,7 +197,7 @@ pub(super) fn cpu_over_window(
 fn open(target: &Target, spec: &LoadSpec) -> Result<(Blkio, Vec<Blkioq>)> {
     let (driver, path, vhost, direct) = match target {
         Target::File { path, direct } => ("io_uring", path.as_path(), false, *direct),
-        Target::FileSync(_) => {
+        Target::FileSync { .. } => {
             return Err(BenchError::Usage(
                 "a psync target has no libblkio driver".into(),
             ));

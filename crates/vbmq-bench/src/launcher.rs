@@ -32,10 +32,13 @@ impl Launcher {
     /// Starts `system` with `queues` queues and waits until it accepts a frontend. `seq` makes
     /// socket and log names unique.
     pub fn launch(&self, system: System, queues: usize, seq: usize) -> Result<Running> {
-        if system == System::BareMetalPsync {
+        if let System::BareMetalPsync | System::BareMetalPageCachePsync = system {
             return Ok(Running {
                 child: None,
-                target: Target::FileSync(self.disk.clone()),
+                target: Target::FileSync {
+                    path: self.disk.clone(),
+                    direct: system == System::BareMetalPsync,
+                },
                 socket: None,
                 log: None,
             });
@@ -91,7 +94,10 @@ impl Launcher {
         let disk = self.disk.display();
         let sock = socket.display();
         match system {
-            System::BareMetal | System::BareMetalPageCache | System::BareMetalPsync => {
+            System::BareMetal
+            | System::BareMetalPageCache
+            | System::BareMetalPsync
+            | System::BareMetalPageCachePsync => {
                 Err(BenchError::Backend("bare metal has no process".into()))
             }
             System::Vbmq {
@@ -260,6 +266,17 @@ mod tests {
             Target::File { direct: false, .. }
         ));
         assert_eq!(running.pid(), None);
+        let running = launcher().launch(System::BareMetalPsync, 1, 0).unwrap();
+        assert!(matches!(
+            running.target(),
+            Target::FileSync { direct: true, .. }
+        ));
+        let running = launcher()
+            .launch(System::BareMetalPageCachePsync, 1, 0)
+            .unwrap();
+        assert!(matches!(
+            running.target(),
+            Target::FileSync { path, direct: false } if path == Path::new("/dev/shm/d.raw")));
     }
 
     #[test]

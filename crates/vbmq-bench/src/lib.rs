@@ -6,6 +6,7 @@
 //! absolute figures drift. The method is in `BENCHMARKS.md`.
 
 mod backend_process;
+mod bare;
 mod cache_study;
 mod calibrate;
 pub mod ceph_cluster;

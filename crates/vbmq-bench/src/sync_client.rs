@@ -1,7 +1,8 @@
 //! Bare metal the way a host program reads a fast device it owns: synchronous `pread`/`pwrite`
-//! on the file, `O_DIRECT`, one request at a time per client thread (fio's `psync` engine). On
-//! tmpfs this beats io_uring, which hands every read to a kernel worker. A synchronous engine has
-//! one request in flight per thread whatever the workload's depth says, as in fio.
+//! on the file, `O_DIRECT` or through the page cache, one request at a time per client thread
+//! (fio's `psync` engine). On tmpfs, and on the page cache, this beats io_uring, which hands
+//! every such read to a kernel worker. A synchronous engine has one request in flight per thread
+//! whatever the workload's depth says, as in fio.
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -47,9 +48,11 @@ impl Drop for Aligned {
     }
 }
 
-/// Runs `spec` with one synchronous job per client thread on the file at `path`.
+/// Runs `spec` with one synchronous job per client thread on the file at `path`, `O_DIRECT` if
+/// `direct`.
 pub fn run_load(
     path: &Path,
+    direct: bool,
     spec: &LoadSpec,
     cpus: &CpuPlan,
     stop: &AtomicBool,
@@ -70,7 +73,7 @@ pub fn run_load(
                     let file = OpenOptions::new()
                         .read(true)
                         .write(write)
-                        .custom_flags(libc::O_DIRECT)
+                        .custom_flags(if direct { libc::O_DIRECT } else { 0 })
                         .open(path)
                         .map_err(|e| BenchError::io(format!("opening {}", path.display()), e))?;
                     let bs = spec.workload.block_size as usize;

@@ -58,8 +58,12 @@ pub enum System {
     /// `pread`/`pwrite` on the file, O_DIRECT, from the client threads (fio's `psync`): on
     /// tmpfs, where io_uring hands reads to kernel workers, the host's fastest engine.
     BareMetalPsync,
-    /// The same without O_DIRECT: host page-cache reads (seed 003's reference).
+    /// libblkio's io_uring driver on the file without O_DIRECT: host page-cache reads.
     BareMetalPageCache,
+    /// `pread`/`pwrite` on the file without O_DIRECT: host page-cache reads the fastest way on
+    /// this kernel (io_uring hands every tmpfs read to a kernel worker); seed 003's reference
+    /// with [`System::BareMetalPageCache`], the better of the two per case.
+    BareMetalPageCachePsync,
     /// `vbmq serve` (this executable).
     Vbmq {
         /// The I/O thread mode.
@@ -119,6 +123,7 @@ impl System {
             System::BareMetal => "bare-metal".into(),
             System::BareMetalPsync => "bare-metal-psync".into(),
             System::BareMetalPageCache => "bare-metal-pagecache".into(),
+            System::BareMetalPageCachePsync => "bare-metal-pagecache-psync".into(),
             System::Vbmq {
                 mode,
                 batch,
@@ -149,6 +154,7 @@ impl fmt::Display for System {
             System::BareMetal => f.write_str("bare metal"),
             System::BareMetalPsync => f.write_str("bare metal (psync)"),
             System::BareMetalPageCache => f.write_str("bare metal (page cache)"),
+            System::BareMetalPageCachePsync => f.write_str("bare metal (page cache, psync)"),
             System::Vbmq {
                 mode,
                 batch,
@@ -195,8 +201,13 @@ pub enum Target {
     },
     /// A vhost-user-blk socket, through libblkio's virtio-blk-vhost-user driver.
     VhostUser(PathBuf),
-    /// The backing file, O_DIRECT, through synchronous `pread`/`pwrite` (fio's `psync`).
-    FileSync(PathBuf),
+    /// The backing file through synchronous `pread`/`pwrite` (fio's `psync`).
+    FileSync {
+        /// The file.
+        path: PathBuf,
+        /// O_DIRECT (false: through the page cache).
+        direct: bool,
+    },
 }
 
 #[cfg(test)]
@@ -216,6 +227,7 @@ mod tests {
             System::vbmq_on(DiskSetup::Memory, WaitMode::Poll),
             System::vbmq_on(DiskSetup::PageCache, WaitMode::Poll),
             System::BareMetalPageCache,
+            System::BareMetalPageCachePsync,
             System::QsdBaseline,
             System::QsdVbdp,
             System::QsdNull,

@@ -186,6 +186,7 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
     };
     let mut cases = Vec::new();
 
+    // Bare metal is every host engine measured; the best per case is the reference (`bare`).
     let psync = System::BareMetalPsync;
     let all = [bare, psync, poll, event, adaptive, baseline, vbdp];
     let matrix: &[Workload] = if quick {
@@ -214,7 +215,7 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
         &[Workload::randread(1), Workload::randread(32)]
     };
     for &w in irq {
-        let systems = [bare, poll, event, adaptive, vbdp];
+        let systems = [bare, psync, poll, event, adaptive, vbdp];
         cases.push(case(
             Experiment::InterruptClient,
             w,
@@ -225,7 +226,7 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
     }
 
     for queues in queue_counts(ncpu) {
-        let systems = [bare, poll, adaptive, vbdp];
+        let systems = [bare, psync, poll, adaptive, vbdp];
         let w = Workload::randread(32);
         cases.push(case(
             Experiment::Queues,
@@ -238,7 +239,7 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
 
     let jobs: &[usize] = if quick { &[1, 2] } else { &[1, 2, 4] };
     for &j in jobs {
-        let systems = [bare, baseline, vbdp, adaptive];
+        let systems = [bare, psync, baseline, vbdp, adaptive];
         let w = Workload::randread(1);
         cases.push(case(
             Experiment::Jobs,
@@ -370,6 +371,17 @@ mod tests {
         let by_system = filter(all, "qsd-null");
         assert_eq!(by_system.len(), 1);
         assert_eq!(by_system[0].systems, vec![System::QsdNull]);
+    }
+
+    #[test]
+    fn every_case_with_bare_metal_runs_every_host_engine() {
+        let engines = crate::bare::engines(System::BareMetal).unwrap();
+        for quick in [true, false] {
+            for c in plan(quick, 2) {
+                let bare = c.systems.iter().filter(|s| engines.contains(s)).count();
+                assert!(bare == 0 || bare == engines.len(), "{}", c.id());
+            }
+        }
     }
 
     #[test]

@@ -138,8 +138,9 @@ fn setup(report: &Report) -> String {
     let _ = writeln!(
         out,
         "- Client: libblkio (crate `blkio`): `virtio-blk-vhost-user` for vhost-user targets (poll \
-         queues for a polling client, normal queues for an interrupt client), `io_uring` on the \
-         file for bare metal."
+         queues for a polling client, normal queues for an interrupt client); for bare metal \
+         every host engine on the file, `io_uring` and synchronous `pread`/`pwrite` (fio's \
+         `psync`), the better of the two in each case being the reference of ratios and goals."
     );
     let _ = writeln!(
         out,

@@ -1,5 +1,6 @@
 //! The result tables, as aligned text for the terminal and as Markdown for report.md.
 
+use crate::bare;
 use crate::goals::GoalResult;
 use crate::stats::{CaseResult, PointResult, Stat};
 use crate::systems::System;
@@ -48,14 +49,8 @@ pub fn case_title(case: &CaseResult) -> String {
 fn case_rows(case: &CaseResult) -> Vec<Vec<String>> {
     let reference = |s: System| case.summary(s).map(|s| s.iops.median);
     // The best of the host's O_DIRECT engines; the cache cases compare with page-cache reads.
-    let direct = match (
-        reference(System::BareMetal),
-        reference(System::BareMetalPsync),
-    ) {
-        (Some(uring), Some(psync)) => Some(uring.max(psync)),
-        (uring, psync) => uring.or(psync),
-    };
-    let bare = direct.or_else(|| reference(System::BareMetalPageCache));
+    let best = |s: System| reference(bare::best(s, true, reference));
+    let bare = best(System::BareMetal).or_else(|| best(System::BareMetalPageCache));
     // qemu-storage-daemon's null-co and page-cache rows run VBDP's one-iothread setup too.
     let vbdp = reference(System::QsdVbdp)
         .or_else(|| reference(System::QsdNull))
@@ -106,6 +101,17 @@ fn point_row(p: &PointResult, bare: Option<f64>, vbdp: Option<f64>) -> Vec<Strin
     ]
 }
 
+/// The reference's median and, when it is bare metal, which engine was best in the case.
+fn reference(g: &GoalResult) -> String {
+    match g.reference_value {
+        Some(v) if bare::engines(g.reference).is_some() => {
+            format!("{} ({})", short(v), g.reference)
+        }
+        Some(v) => short(v),
+        None => "-".into(),
+    }
+}
+
 fn goal_rows(goals: &[GoalResult]) -> Vec<Vec<String>> {
     let value = |v: Option<f64>| v.map(short).unwrap_or_else(|| "-".into());
     goals
@@ -115,7 +121,7 @@ fn goal_rows(goals: &[GoalResult]) -> Vec<Vec<String>> {
                 g.goal.to_string(),
                 g.target.clone(),
                 value(g.value),
-                value(g.reference_value),
+                reference(g),
                 g.ratio
                     .map(|r| format!("{r:.2}x"))
                     .unwrap_or_else(|| "-".into()),
@@ -209,11 +215,11 @@ fn markdown_table(header: &[&str], rows: &[Vec<String>]) -> String {
 mod tests {
     use super::*;
     use crate::stats::{RunSample, Summary};
-    use crate::systems::WaitMode;
+    use crate::systems::{DiskSetup, WaitMode};
     use crate::workloads::{Case, ClientMode, Experiment, Workload};
 
-    fn sample_case() -> CaseResult {
-        let run = |iops: f64| RunSample {
+    fn run(iops: f64) -> RunSample {
+        RunSample {
             iops,
             mb_s: iops * 4096.0 / 1e6,
             p50_us: 1e6 / iops,
@@ -223,17 +229,21 @@ mod tests {
             backend_cpu_util: Some(1.0),
             client_cpu_util: Some(0.5),
             others_cpu_util: Some(0.25),
-        };
-        let point = |system: System, iops: Option<f64>| {
-            let mut p = PointResult::new(system);
-            if let Some(iops) = iops {
-                p.runs.push(run(iops));
-                p.summary = Summary::of(&p.runs);
-            } else {
-                p.skipped = Some("qemu-storage-daemon is not installed".into());
-            }
-            p
-        };
+        }
+    }
+
+    fn point(system: System, iops: Option<f64>) -> PointResult {
+        let mut p = PointResult::new(system);
+        if let Some(iops) = iops {
+            p.runs.push(run(iops));
+            p.summary = Summary::of(&p.runs);
+        } else {
+            p.skipped = Some("qemu-storage-daemon is not installed".into());
+        }
+        p
+    }
+
+    fn sample_case() -> CaseResult {
         let case = Case {
             experiment: Experiment::Matrix,
             workload: Workload::randread(32),
@@ -261,6 +271,38 @@ mod tests {
         assert_eq!(rows[1][11], "-", "no VBDP to compare with");
         assert_eq!(rows[1][1], "270K");
         assert!(rows[2][1].starts_with("skipped: qemu-storage-daemon"));
+    }
+
+    #[test]
+    fn page_cache_rows_and_goals_name_the_best_engine() {
+        let mut case = sample_case();
+        case.points = vec![
+            point(System::BareMetalPageCache, Some(155_000.0)),
+            point(System::BareMetalPageCachePsync, Some(1_100_000.0)),
+            point(
+                System::vbmq_on(DiskSetup::Memory, WaitMode::Poll),
+                Some(550_000.0),
+            ),
+        ];
+        let rows = case_rows(&case);
+        assert_eq!(rows[0][10], "0.14x");
+        assert_eq!(rows[2][10], "0.50x", "against pread, not io_uring");
+        let goal = GoalResult {
+            goal: "DRAM",
+            target: ">= 1x the best bare page-cache engine".into(),
+            system: System::vbmq_on(DiskSetup::Memory, WaitMode::Poll),
+            reference: System::BareMetalPageCachePsync,
+            metric: crate::goals::Metric::Iops,
+            value: Some(550_000.0),
+            reference_value: Some(1_100_000.0),
+            ratio: Some(0.5),
+            met: Some(false),
+            note: String::new(),
+        };
+        assert_eq!(
+            goal_rows(&[goal])[0][3],
+            "1.1M (bare metal (page cache, psync))"
+        );
     }
 
     #[test]
