@@ -153,7 +153,7 @@ impl Collector for Disks {
             for (index, queue) in disk.queues.iter().enumerate() {
                 in_flight
                     .encode_family(&labels(disk, index))?
-                    .encode_gauge(&(queue.in_flight as i64))?;
+                    .encode_gauge(&i64::try_from(queue.in_flight).unwrap_or(i64::MAX))?;
             }
         }
         let mut latency = encoder.encode_descriptor(

@@ -64,7 +64,7 @@ fn read(engine: &mut dyn Engine, offset: u64, len: usize) -> Vec<u8> {
             iov: unsafe { IovList::new(&iov, 1) },
         },
     );
-    assert_eq!(result, len as i32, "read at {offset}");
+    assert_eq!(result, i32::try_from(len).unwrap(), "read at {offset}");
     buf
 }
 
@@ -185,7 +185,7 @@ fn readers_never_see_data_older_than_a_completed_write() {
         let v = versions[block as usize];
         assert_eq!(
             write(e.as_mut(), block * BLOCK as u64, &versioned(block, v)),
-            BLOCK as i32
+            i32::try_from(BLOCK).unwrap()
         );
         published[block as usize].store(v, Ordering::Release);
     }
@@ -344,7 +344,10 @@ fn disks_on_one_file_share_a_cache_and_see_each_others_writes() {
     assert!(read(eb.as_mut(), 0, 16 * BLOCK) == old);
     assert_eq!(b.stats().hits, 1);
     let new = pattern(7, 4 * BLOCK);
-    assert_eq!(write(eb.as_mut(), 4 * BLOCK as u64, &new), new.len() as i32);
+    assert_eq!(
+        write(eb.as_mut(), 4 * BLOCK as u64, &new),
+        i32::try_from(new.len()).unwrap()
+    );
     let back = read(ea.as_mut(), 0, 16 * BLOCK);
     assert!(back[4 * BLOCK..8 * BLOCK] == new[..] && back[..4 * BLOCK] == old[..4 * BLOCK]);
 }
@@ -441,7 +444,7 @@ fn daemon_disks_share_a_cache_and_report_statistics() {
         "vm1 read stale data after vm2's write"
     );
     // SAFETY: signalling our own child.
-    unsafe { libc::kill(daemon.child.id() as i32, libc::SIGUSR1) };
+    unsafe { libc::kill(daemon.child.id().cast_signed(), libc::SIGUSR1) };
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut text = String::new();
     while !text.contains("vm2.sock") {

@@ -60,7 +60,7 @@ fn a_changed_file_is_applied_on_sighup_and_reload_and_a_bad_one_changes_nothing(
     // SIGHUP: A out, B in.
     write_config(&file, &control, &[disk(&b)]);
     // SAFETY: a signal to our own child.
-    unsafe { libc::kill(daemon.child.id() as i32, libc::SIGHUP) };
+    unsafe { libc::kill(daemon.child.id().cast_signed(), libc::SIGHUP) };
     let start = Instant::now();
     while sockets(&control) != vec![b.display().to_string()] {
         assert!(

@@ -214,7 +214,7 @@ fn read(engine: &mut dyn Engine, offset: u64, len: usize) -> Vec<u8> {
     let mut bufs = Buffers::new();
     let iov = bufs.add(vec![0xee; len]);
     let results = execute(engine, &[(9, IoOp::Read { offset, iov })]);
-    assert_eq!(results[&9], len as i32, "read result");
+    assert_eq!(results[&9], i32::try_from(len).unwrap(), "read result");
     bufs.data(0).to_vec()
 }
 
@@ -261,7 +261,7 @@ fn batched_writes_read_back() {
             let data = pattern(100 + i as u64, *len);
             assert_eq!(
                 write(e.as_mut(), *offset, &data),
-                *len as i32,
+                i32::try_from(*len).unwrap(),
                 "{}",
                 case.name
             );
@@ -283,7 +283,12 @@ fn batched_writes_read_back() {
             .collect();
         let results = execute(e.as_mut(), &ops);
         for (i, (_, len)) in spots.iter().enumerate() {
-            assert_eq!(results[&(i as u64)], *len as i32, "{}: read {i}", case.name);
+            assert_eq!(
+                results[&(i as u64)],
+                i32::try_from(*len).unwrap(),
+                "{}: read {i}",
+                case.name
+            );
         }
         // Spot 2 overlaps spot 1: spot 1 keeps what spot 2 did not overwrite.
         let expect = |i: usize| -> Vec<u8> {

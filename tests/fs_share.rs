@@ -135,7 +135,7 @@ fn a_client_reads_the_hosts_bytes_with_many_requests_in_flight() {
     // SIGUSR1 prints each queue's count: INIT, LOOKUP, GETATTR, OPEN, 32 READs and RELEASE
     // went to the request queue.
     // SAFETY: a signal to our own child.
-    unsafe { libc::kill(share.child.id() as i32, libc::SIGUSR1) };
+    unsafe { libc::kill(share.child.id().cast_signed(), libc::SIGUSR1) };
     let deadline = Instant::now() + Duration::from_secs(5);
     while !share.log().contains("[queue 1: requests=") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -372,7 +372,7 @@ fn a_share_from_the_config_file_is_served_and_a_bad_one_refused() {
     assert_eq!(entry.attr.size, 15);
     drop(client);
     // SAFETY: a signal to our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    unsafe { libc::kill(child.id().cast_signed(), libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
 
     std::fs::write(&config, "fs = [\"socket=/tmp/x.sock,dir=/tmp,tag=\"]\n").unwrap();

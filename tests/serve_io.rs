@@ -189,11 +189,11 @@ fn sigusr1_prints_each_queues_counters() {
     assert_eq!(client.read(1, 0, 4096).0, 0);
     assert_ne!(client.read(1, 64 << 20, 4096).0, 0);
     // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) };
+    unsafe { libc::kill(child.id().cast_signed(), libc::SIGUSR1) };
     std::thread::sleep(std::time::Duration::from_millis(300));
     drop(client);
     // SAFETY: as above.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    unsafe { libc::kill(child.id().cast_signed(), libc::SIGTERM) };
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);

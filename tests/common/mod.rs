@@ -40,7 +40,7 @@ impl Daemon {
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(mut self) -> ExitStatus {
         // SAFETY: sending a signal to our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        unsafe { libc::kill(self.child.id().cast_signed(), libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(status) = self.child.try_wait().expect("wait") {

@@ -171,7 +171,7 @@ impl Daemon {
     /// SIGTERM, then the exit status (vbmq must exit 0).
     pub fn stop(mut self) -> std::process::ExitStatus {
         // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        unsafe { libc::kill(self.child.id().cast_signed(), libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {

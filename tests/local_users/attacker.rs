@@ -339,7 +339,7 @@ fn exchange(socket: libc::c_int) -> bool {
             GET_FEATURES.len(),
             libc::MSG_NOSIGNAL,
         );
-        if sent != GET_FEATURES.len() as isize {
+        if sent != isize::try_from(GET_FEATURES.len()).unwrap() {
             return false;
         }
         let mut poll = libc::pollfd {

@@ -62,7 +62,7 @@ impl BackendProcess {
 impl Drop for BackendProcess {
     fn drop(&mut self) {
         // SAFETY: a signal to our own child, not yet reaped.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        unsafe { libc::kill(self.child.id().cast_signed(), libc::SIGTERM) };
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.socket);
     }

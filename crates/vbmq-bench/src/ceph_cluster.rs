@@ -281,7 +281,7 @@ impl Cluster {
 
     /// The OSD's process id.
     pub fn osd_pid(&self) -> i32 {
-        self.osd.as_ref().map_or(0, |c| c.id() as i32)
+        self.osd.as_ref().map_or(0, |c| c.id().cast_signed())
     }
 
     /// Sends `signal` to the OSD.
@@ -348,7 +348,7 @@ impl Drop for Cluster {
         for child in [self.osd.take(), self.mon.take()].into_iter().flatten() {
             let mut child = child;
             // SAFETY: signals to children this cluster started and has not reaped.
-            unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
+            unsafe { libc::kill(child.id().cast_signed(), libc::SIGCONT) };
             let _ = child.kill();
             let _ = child.wait();
         }

@@ -168,7 +168,7 @@ impl Served {
 impl Drop for Served {
     fn drop(&mut self) {
         // SAFETY: a signal to our own child, not yet reaped.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        unsafe { libc::kill(self.child.id().cast_signed(), libc::SIGTERM) };
         let _ = self.child.wait();
         for socket in &self.sockets {
             let _ = std::fs::remove_file(socket);

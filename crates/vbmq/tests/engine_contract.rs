@@ -82,7 +82,7 @@ fn a_pushed_operation_completes_through_reap_even_when_its_submit_is_refused() {
     }
     assert_eq!(
         done,
-        vec![(7, LEN as i32)],
+        vec![(7, i32::try_from(LEN).unwrap())],
         "one completion, the pushed read's"
     );
     assert_eq!(buffer, pattern[LEN..], "the read's data");

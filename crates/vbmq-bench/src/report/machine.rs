@@ -85,7 +85,7 @@ pub fn utc_now() -> (String, String) {
 }
 
 fn format_utc(secs: u64) -> (String, String) {
-    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+    let (y, m, d) = civil_from_days((secs / 86_400).cast_signed());
     let t = secs % 86_400;
     let (hh, mm, ss) = (t / 3600, t / 60 % 60, t % 60);
     (

@@ -202,7 +202,7 @@ impl UringEngine {
         };
         let fd = self.files[self.file_for(offset, list).0 as usize].as_raw_fd();
         let (iov, count) = (list.as_ptr(), list.count());
-        let offset = offset as libc::off_t;
+        let offset = offset.cast_signed(); // below the capacity, itself below 2^63
         // SAFETY: the worker guarantees `iov` points to `count` iovecs over mapped guest memory
         // (device-writable for reads), valid for the duration of the call. One segment (most
         // requests) goes by `pread`/`pwrite`: the kernel then skips importing an iovec array.
@@ -210,8 +210,8 @@ impl UringEngine {
             match (write, list.iovecs()) {
                 (true, [one]) => libc::pwrite(fd, one.iov_base, one.iov_len, offset),
                 (false, [one]) => libc::pread(fd, one.iov_base, one.iov_len, offset),
-                (true, _) => libc::pwritev(fd, iov, count as libc::c_int, offset),
-                (false, _) => libc::preadv(fd, iov, count as libc::c_int, offset),
+                (true, _) => libc::pwritev(fd, iov, count.cast_signed(), offset),
+                (false, _) => libc::preadv(fd, iov, count.cast_signed(), offset),
             }
         };
         Some(if ret < 0 {

@@ -13,8 +13,9 @@ pub struct Slot {
     pub busy: bool,
     /// Engine operations still to complete.
     pub pending: u32,
-    /// Result every operation must return (bytes for reads and writes, 0 otherwise).
-    pub expect: i32,
+    /// Result every operation must return (bytes for reads and writes, 0 otherwise); a request
+    /// may be as long as 4 GiB - 1, more than an `i32` result can say at once.
+    pub expect: u32,
     pub failed: bool,
     /// Length reported on the used ring on success.
     pub used_len: u32,

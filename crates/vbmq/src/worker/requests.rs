@@ -187,8 +187,8 @@ impl Ctx<'_> {
             RequestType::In | RequestType::Out if request.data_len == 0 => {
                 return complete_now(VIRTIO_BLK_S_OK, 1, queue);
             }
-            RequestType::In => (1, request.data_len as i32, request.data_len + 1),
-            RequestType::Out | RequestType::Flush => (1, request.data_len as i32, 1),
+            RequestType::In => (1, request.data_len, request.data_len + 1),
+            RequestType::Out | RequestType::Flush => (1, request.data_len, 1),
             RequestType::Discard | RequestType::WriteZeroes => (request.range_count, 0, 1),
         };
         let write_ticket = match request.kind {
@@ -291,14 +291,17 @@ impl Ctx<'_> {
             self.mark_dirty(self.inflight.iovecs(i, slot.iov_start, slot.iov_count));
         }
         let slot = &mut self.inflight.slots[i];
-        if result != slot.expect {
+        // A negative result is an errno: never equal to what is expected.
+        let done = u32::try_from(result).ok();
+        if done != Some(slot.expect) {
             // A read or write that moved some bytes but not all (a file that shrank, NFS,
-            // FUSE): the rest is asked again, as QEMU does; only no progress is an error.
-            if result > 0 && result < slot.expect && !slot.failed {
-                slot.expect -= result;
-                slot.offset += u64::from(result.unsigned_abs());
+            // FUSE, or one larger than the kernel moves in one call): the rest is asked
+            // again, as QEMU does; only no progress is an error.
+            if let Some(done) = done.filter(|&d| d > 0 && d < slot.expect && !slot.failed) {
+                slot.expect -= done;
+                slot.offset += u64::from(done);
                 let h = usize::from(u16::try_from(tag).unwrap_or(u16::MAX));
-                self.inflight.advance(h, result.unsigned_abs() as usize);
+                self.inflight.advance(h, done as usize);
                 self.inflight
                     .retries
                     .push(u16::try_from(tag).unwrap_or(u16::MAX));

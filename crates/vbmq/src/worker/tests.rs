@@ -402,7 +402,7 @@ impl crate::backend::Engine for HeldEngine {
                 crate::backend::IoOp::Write { offset, iov } => {
                     let mut len = self.len.lock().unwrap();
                     *len = (*len).max(offset + iov.len() as u64);
-                    iov.len() as i32
+                    i32::try_from(iov.len()).unwrap()
                 }
                 _ => 0,
             };
