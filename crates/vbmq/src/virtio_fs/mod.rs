@@ -4,7 +4,9 @@
 
 mod config_space;
 mod readonly;
+mod request_copy;
 mod share;
 
 pub use config_space::{TAG_LEN, config_space};
+pub use request_copy::RequestCopy;
 pub use share::{FsDevice, ShareError};

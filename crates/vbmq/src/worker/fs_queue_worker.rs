@@ -19,13 +19,15 @@ use super::ring_setup::{RingSetup, stop_outside_memory};
 use super::stats::{QueueStats, now_ns};
 use super::{QueueSettings, WaitMode};
 use crate::vhost_user::{GuestMemory, Vring};
-use crate::virtio_fs::FsDevice;
+use crate::virtio_fs::{FsDevice, RequestCopy};
 
 /// The state a virtio-fs queue's thread owns.
 pub struct FsQueueWorker {
     index: usize,
     settings: QueueSettings,
     device: Arc<FsDevice>,
+    /// The request being served, copied out of guest memory (see `RequestCopy`).
+    copy: RequestCopy,
     atomic_mem: GuestMemoryAtomic<GuestMemory>,
     stats: Arc<QueueStats>,
     set_up: bool,
@@ -51,6 +53,7 @@ impl FsQueueWorker {
             index,
             settings,
             device,
+            copy: RequestCopy::default(),
             atomic_mem,
             stats,
             set_up: false,
@@ -182,7 +185,7 @@ impl FsQueueWorker {
                 };
                 waiting -= 1;
                 let head = chain.head_index();
-                let written = self.device.handle(&mem, chain);
+                let written = self.device.handle(&mem, chain, &mut self.copy);
                 if let Err(e) = queue.add_used(&*mem, head, written) {
                     crate::limited!(
                         warn,
