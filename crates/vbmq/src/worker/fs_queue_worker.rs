@@ -1,9 +1,10 @@
 //! One virtio-fs queue's worker. Like the block worker, it runs on the thread dedicated to its
 //! queue, pinned to the queue's CPU, and in `poll` and `adaptive` modes keeps spinning on the
-//! avail ring instead of returning to epoll. A FUSE request is served where it is taken: the
-//! passthrough reads and writes straight between the host file and the guest's buffers
-//! (`preadv`/`pwritev` on the page cache, the fastest host path for cached files), and every
-//! reply of a pass is published with one notification.
+//! avail ring instead of returning to epoll. A FUSE request is served where it is taken: its
+//! header and arguments are copied once into the worker's buffer (`RequestCopy`, allocated with
+//! the worker), the passthrough reads and writes data straight between the host file and the
+//! guest's buffers (`preadv`/`pwritev` on the page cache, the fastest host path for cached
+//! files), and every reply of a pass is published with one notification.
 
 use std::hint::spin_loop;
 use std::sync::Arc;
