@@ -26,6 +26,9 @@ fn send(client: &mut FsClient, request: &[u8], what: &str) -> u32 {
     written
 }
 
+/// What a case is, its opcode, arguments and names.
+type Case<'a> = (&'a str, Opcode, &'a [u8], &'a [&'a [u8]]);
+
 fn with_len(mut request: Vec<u8>, len: u32) -> Vec<u8> {
     request[0..4].copy_from_slice(&len.to_le_bytes());
     request
@@ -42,7 +45,7 @@ fn requests_before_init(readonly: bool) {
         size: 4096,
         ..ReadIn::default()
     };
-    let cases: [(&str, Opcode, &[u8], &[&[u8]]); 6] = [
+    let cases: [Case; 6] = [
         ("lookup", Opcode::Lookup, &[], &[b"file"]),
         ("getattr", Opcode::Getattr, &[0u8; 16], &[]),
         ("open for writing", Opcode::Open, fuse::args(&open), &[]),

@@ -21,6 +21,10 @@ const FATTR_MTIME_NOW: u32 = 0x100;
 /// STATX.
 const NEWER_OPCODES: [u32; 3] = [50, 51, 52];
 
+/// What a case is, its opcode, node, arguments and names, and the errno it must get (0: any
+/// error).
+type Case = (String, u32, u64, Vec<u8>, Vec<&'static [u8]>, i32);
+
 #[test]
 fn every_mutating_opcode_is_refused_and_nothing_changes() {
     let mut share = Share::start_without_landlock("ro-all", true);
@@ -30,8 +34,7 @@ fn every_mutating_opcode_is_refused_and_nothing_changes() {
     let empty = client.lookup(ROOT_ID, "empty").unwrap().nodeid;
     let fh = client.open(file, libc::O_RDONLY as u32).unwrap();
 
-    // (what, opcode, node, arguments, names, the errno it must get; 0: any error)
-    let mut cases: Vec<(String, u32, u64, Vec<u8>, Vec<&[u8]>, i32)> = Vec::new();
+    let mut cases: Vec<Case> = Vec::new();
     let mut case = |what: &str, op: Opcode, node, a: &[u8], names: Vec<&'static [u8]>, e| {
         cases.push((what.to_string(), op as u32, node, a.to_vec(), names, e));
     };

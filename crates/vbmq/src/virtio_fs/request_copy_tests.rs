@@ -48,7 +48,7 @@ fn take_then_rewrite(
         at = end;
         descs.push(RawDescriptor::from(Descriptor::new(addr, len, 0, 0)));
     }
-    let write = VRING_DESC_F_WRITE as u16;
+    let write = u16::try_from(VRING_DESC_F_WRITE).unwrap();
     descs.push(RawDescriptor::from(Descriptor::new(REPLY, 4096, write, 0)));
     let queue = MockSplitQueue::new(&mem, 16);
     let chain = queue.build_desc_chain(&descs).unwrap();
