@@ -5,13 +5,13 @@
 use std::time::Duration;
 
 use vbmq_driver::fuse::{
-    self, BatchForgetIn, ForgetOne, InHeader, Opcode, OpenIn, ROOT_ID, ReadIn, RenameIn,
+    self, BatchForgetIn, ForgetOne, InHeader, InitIn, Opcode, OpenIn, ROOT_ID, ReadIn, RenameIn,
     SetxattrIn, WriteIn,
 };
 use vbmq_driver::{Buffer, FsClient};
 use vm_memory::{Bytes, GuestAddress};
 
-use super::requests::raw_call;
+use super::requests::{errno, raw_call};
 use super::share::Share;
 
 /// Sends `request` as it is and waits for the chain to come back; the reply is not checked
@@ -53,10 +53,25 @@ fn requests_before_init(readonly: bool) {
         ("unlink", Opcode::Unlink, &[], &[b"file"]),
         ("destroy", Opcode::Destroy, &[], &[]),
     ];
-    for (what, opcode, args, names) in cases {
+    // An INIT the server refuses (major version 1) starts nothing either.
+    let bad_init = InitIn {
+        major: 1,
+        ..InitIn::default()
+    };
+    let init_then = [(
+        "a refused INIT",
+        Opcode::Init,
+        fuse::args(&bad_init),
+        &[][..],
+    )];
+    for (what, opcode, args, names) in cases.into_iter().chain(init_then).chain(cases) {
         let unique = client.next_unique();
         let request = fuse::request(opcode, unique, ROOT_ID, args, names);
         send(&mut client, &request, what);
+        if !matches!(opcode, Opcode::Init) {
+            let out = client.reply_header(0).unwrap();
+            assert_eq!((errno(&out), out.unique), (libc::EIO, unique), "{what}");
+        }
         share.unchanged(what);
     }
     client.init().unwrap();

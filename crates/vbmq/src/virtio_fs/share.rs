@@ -31,8 +31,8 @@ pub struct FsDevice {
     request_queues: u32,
     fs: Arc<PassthroughFs>,
     server: Served,
-    /// The guest's FUSE session began (an INIT was served): until then every other request
-    /// gets `EIO`, as libfuse answers.
+    /// The guest's FUSE session began (an INIT succeeded): until then every other request gets
+    /// `EIO`, as libfuse answers.
     started: AtomicBool,
 }
 
@@ -136,7 +136,8 @@ impl FsDevice {
         };
         match served {
             Ok(written) => {
-                if init {
+                // An INIT answered with its `InitOut`, not with an error alone.
+                if init && written > size_of::<OutHeader>() {
                     self.started.store(true, Ordering::Release);
                 }
                 u32::try_from(written).unwrap_or(u32::MAX)
