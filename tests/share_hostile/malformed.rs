@@ -222,8 +222,28 @@ fn lies(readonly: bool) {
         share.check(&format!("opcode {opcode}"), &mut client);
     }
 
-    // A header split over two descriptors at every byte: served like the whole one.
+    // More header and arguments than the largest request (1 MiB and a page): ENOMEM, nothing
+    // of it read.
     let (req_at, reply_at) = FsClient::slot_addrs(0);
+    let unique = client.next_unique();
+    let lookup = fuse::request(Opcode::Lookup, unique, ROOT_ID, &[], &[b"file"]);
+    client
+        .memory()
+        .write_slice(&lookup, GuestAddress(req_at))
+        .unwrap();
+    let buffers = [
+        Buffer::readable(req_at, lookup.len() as u32),
+        Buffer::readable(32 << 20, 2 << 20),
+        Buffer::writable(reply_at, 4096),
+    ];
+    client.submit_wide(0, &buffers);
+    client.kick().unwrap();
+    client.wait(Duration::from_secs(10)).expect("an answer");
+    let out = client.reply_header(0).unwrap();
+    assert_eq!((errno(&out), out.unique), (libc::ENOMEM, unique));
+    share.check("2 MiB of arguments", &mut client);
+
+    // A header split over two descriptors at every byte: served like the whole one.
     let far = req_at + 2048;
     let lookup = fuse::request(Opcode::Lookup, 1, ROOT_ID, &[], &[b"file"]);
     for at in 1..size_of::<InHeader>() as u32 + 4 {
