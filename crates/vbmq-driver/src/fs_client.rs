@@ -60,6 +60,14 @@ pub struct FsClient {
 impl FsClient {
     /// Connects to `socket`, sets up the queues and sends FUSE INIT.
     pub fn connect(socket: &Path) -> io::Result<Self> {
+        let mut client = Self::connect_without_init(socket)?;
+        client.init()?;
+        Ok(client)
+    }
+
+    /// Connects to `socket` and sets up the queues; the FUSE session is not started (a hostile
+    /// guest sending requests before INIT; [`Self::init`] starts it).
+    pub fn connect_without_init(socket: &Path) -> io::Result<Self> {
         let mut frontend = Frontend::connect(socket, 2).map_err(other)?;
         frontend.set_owner().map_err(other)?;
         let offered = frontend.get_features().map_err(other)?;
@@ -81,7 +89,6 @@ impl FsClient {
         for index in 0..2 {
             client.start_queue(index, offered)?;
         }
-        client.init()?;
         Ok(client)
     }
 
@@ -123,7 +130,8 @@ impl FsClient {
         Ok(())
     }
 
-    fn init(&mut self) -> io::Result<()> {
+    /// FUSE INIT.
+    pub fn init(&mut self) -> io::Result<()> {
         let init = InitIn {
             major: KERNEL_VERSION,
             minor: KERNEL_MINOR_VERSION,
@@ -205,6 +213,25 @@ impl FsClient {
             std::thread::sleep(Duration::from_millis(5));
         }
         false
+    }
+
+    /// As [`Self::submit_buffers`] with up to four buffers: the chain also takes the table
+    /// entries of slot `slot + 1`, which must not be in flight.
+    pub fn submit_wide(&mut self, slot: u16, buffers: &[Buffer]) {
+        let mem = &self.ram.mem;
+        let queue = &mut self.queues[1];
+        let first = (slot % (SLOTS - 1)) * 2;
+        let head = queue
+            .ring
+            .write_chain(mem, first, &buffers[..buffers.len().min(4)]);
+        queue.ring.publish(mem, &[head]);
+    }
+
+    /// Cuts the memory file to `len` bytes under the backend's mapping, as a hostile frontend
+    /// may: the backend's next access past it faults. The rings live below
+    /// [`Self::slot_addrs`]`(0)`; this client must not touch memory past `len` afterwards.
+    pub fn truncate_memory(&self, len: u64) -> io::Result<()> {
+        self.ram.truncate(len)
     }
 
     /// The guest memory, for requests framed by hand.

@@ -2,10 +2,12 @@
 //! then its names, each NUL-terminated.
 
 pub use fuse_backend_rs::abi::fuse_abi::{
-    AttrOut, CreateIn, EntryOut, GetattrIn, GetxattrIn, InHeader, InitIn, InitOut,
-    KERNEL_MINOR_VERSION, KERNEL_VERSION, LinkIn, MkdirIn, MknodIn, Opcode, OpenIn, OpenOut,
-    OutHeader, ROOT_ID, ReadIn, ReleaseIn, SetattrIn, SetxattrIn,
+    AccessIn, AttrOut, BatchForgetIn, CopyFileRangeIn, CreateIn, EntryOut, FallocateIn, ForgetOne,
+    GetattrIn, GetxattrIn, InHeader, InitIn, InitOut, KERNEL_MINOR_VERSION, KERNEL_VERSION, LinkIn,
+    MkdirIn, MknodIn, Opcode, OpenIn, OpenOut, OutHeader, ROOT_ID, ReadIn, ReleaseIn, Rename2In,
+    RenameIn, SetattrIn, SetxattrIn, WriteIn,
 };
+pub use fuse_backend_rs::abi::virtio_fs::SetupmappingIn;
 use vm_memory::ByteValued;
 
 /// The whole request: header (its `len` set), `args`, then `names`.

@@ -35,6 +35,11 @@ impl GuestRam {
         Ok(GuestRam { file, mem })
     }
 
+    /// Cuts the memory file to `len` bytes (the mappings stay; accesses past `len` fault).
+    pub fn truncate(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+
     /// The SET_MEM_TABLE description of this memory.
     pub fn regions(&self) -> Vec<VhostUserMemoryRegionInfo> {
         self.mem

@@ -4,8 +4,10 @@
 
 mod config_space;
 mod readonly;
+mod request_copy;
 mod share;
 pub mod thread_umask;
 
 pub use config_space::{TAG_LEN, config_space};
+pub use request_copy::RequestCopy;
 pub use share::{FsDevice, ShareError};

@@ -3,8 +3,9 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use fuse_backend_rs::abi::fuse_abi::{InHeader, OutHeader};
+use fuse_backend_rs::abi::fuse_abi::{InHeader, Opcode, OutHeader};
 use fuse_backend_rs::api::filesystem::FileSystem;
 use fuse_backend_rs::api::server::Server;
 use fuse_backend_rs::passthrough::{CachePolicy, Config, PassthroughFs};
@@ -12,6 +13,8 @@ use fuse_backend_rs::transport::{Reader, VirtioFsWriter};
 use virtio_queue::DescriptorChain;
 use vm_memory::ByteValued;
 
+use super::readonly::ReadOnlyFs;
+use super::request_copy::{NotCopied, RequestCopy, Slice};
 use crate::vhost_user::GuestMemory;
 
 /// Why a share cannot be served.
@@ -26,9 +29,17 @@ pub enum ShareError {
 pub struct FsDevice {
     tag: String,
     request_queues: u32,
-    readonly: bool,
     fs: Arc<PassthroughFs>,
-    server: Server<Arc<PassthroughFs>>,
+    server: Served,
+    /// The guest's FUSE session began (an INIT succeeded): until then every other request gets
+    /// `EIO`, as libfuse answers.
+    started: AtomicBool,
+}
+
+/// The server over the share: a read-only share's file system refuses every change itself.
+enum Served {
+    Writable(Server<Arc<PassthroughFs>>),
+    ReadOnly(Server<ReadOnlyFs<Arc<PassthroughFs>>>),
 }
 
 impl FsDevice {
@@ -59,12 +70,17 @@ impl FsDevice {
         };
         let fs = Arc::new(PassthroughFs::<()>::new(config).map_err(error)?);
         fs.import().map_err(error)?;
+        let server = if readonly {
+            Served::ReadOnly(Server::new(ReadOnlyFs(fs.clone())))
+        } else {
+            Served::Writable(Server::new(fs.clone()))
+        };
         Ok(FsDevice {
             tag: tag.to_string(),
             request_queues,
-            readonly,
-            server: Server::new(fs.clone()),
             fs,
+            server,
+            started: AtomicBool::new(false),
         })
     }
 
@@ -76,6 +92,7 @@ impl FsDevice {
     /// Forgets everything a frontend's guest looked up or opened (its FUSE session ended with
     /// the connection, DESTROY or not): the descriptors are closed, the root stays.
     pub fn end_session(&self) {
+        self.started.store(false, Ordering::Release);
         self.fs.destroy();
     }
 
@@ -84,27 +101,51 @@ impl FsDevice {
         self.request_queues
     }
 
-    /// Serves one request; returns the bytes written into the chain's writable buffers, for the
-    /// used ring. A chain whose buffers lie outside guest memory, or whose request the server
-    /// cannot decode, is returned with nothing written (FORGET has no reply either).
-    pub fn handle(&self, mem: &GuestMemory, chain: DescriptorChain<&GuestMemory>) -> u32 {
-        let Ok((reader, writer)) = Reader::with_writer(mem, chain) else {
+    /// Serves one request, read once into `copy` (the queue's); returns the bytes written into
+    /// the chain's writable buffers, for the used ring. A chain whose buffers lie outside guest
+    /// memory, or whose request the server cannot decode, is returned with nothing written
+    /// (FORGET has no reply either).
+    pub fn handle(
+        &self,
+        mem: &GuestMemory,
+        chain: DescriptorChain<&GuestMemory>,
+        copy: &mut RequestCopy,
+    ) -> u32 {
+        let Ok((guest, writer)) = Reader::with_writer(mem, chain) else {
             crate::limited!(
                 warn,
                 "virtio-fs: a request's buffers are not in guest memory"
             );
             return 0;
         };
-        if self.readonly
-            && let Some(written) = refuse_change(&reader, writer.clone())
-        {
-            return written;
+        let (header, reader) = match copy.take(guest) {
+            Ok(copied) => copied,
+            Err(NotCopied::Unreadable) => {
+                crate::limited!(debug, "virtio-fs: a request shorter than its header");
+                return 0;
+            }
+            Err(NotCopied::TooLarge(header)) => return reply_error(&header, writer, libc::ENOMEM),
+        };
+        let init = header.opcode == Opcode::Init as u32;
+        if !init && !self.started.load(Ordering::Acquire) {
+            return match Opcode::from(header.opcode) {
+                // No reply expected.
+                Opcode::Forget | Opcode::BatchForget | Opcode::Interrupt => 0,
+                _ => reply_error(&header, writer, libc::EIO),
+            };
         }
-        match self
-            .server
-            .handle_message(reader, writer.into(), None, None)
-        {
-            Ok(written) => u32::try_from(written).unwrap_or(u32::MAX),
+        let served = match &self.server {
+            Served::Writable(server) => serve(server, reader, writer),
+            Served::ReadOnly(server) => serve(server, reader, writer),
+        };
+        match served {
+            Ok(written) => {
+                // An INIT answered with its `InitOut`, not with an error alone.
+                if init && written > size_of::<OutHeader>() {
+                    self.started.store(true, Ordering::Release);
+                }
+                u32::try_from(written).unwrap_or(u32::MAX)
+            }
             Err(e) => {
                 crate::limited!(debug, "virtio-fs: request not served: {e}");
                 0
@@ -113,26 +154,25 @@ impl FsDevice {
     }
 }
 
-/// On a read-only share, answers a request that would change it with `EROFS`; `None` for one
-/// that may go on (its reader untouched).
-fn refuse_change<S: vm_memory::bitmap::BitmapSlice>(
-    reader: &Reader<'_, S>,
-    mut writer: VirtioFsWriter<'_, S>,
-) -> Option<u32> {
-    let mut peek = reader.clone();
-    let header: InHeader = peek.read_obj().ok()?;
-    if !super::readonly::modifies(&header, &peek) {
-        return None;
-    }
+fn serve<'a, F: FileSystem + Sync>(
+    server: &Server<F>,
+    reader: Reader<'a, Slice<'a>>,
+    writer: VirtioFsWriter<'a, Slice<'a>>,
+) -> fuse_backend_rs::Result<usize> {
+    server.handle_message(reader, writer.into(), None, None)
+}
+
+/// Answers the request under `header` with `errno` alone.
+fn reply_error(header: &InHeader, mut writer: VirtioFsWriter<'_, Slice<'_>>, errno: i32) -> u32 {
     #[allow(clippy::cast_possible_truncation)] // 16 bytes.
     const REPLY_LEN: u32 = size_of::<OutHeader>() as u32;
     let reply = OutHeader {
         len: REPLY_LEN,
-        error: -libc::EROFS,
+        error: -errno,
         unique: header.unique,
     };
     match writer.write_all(reply.as_slice()) {
-        Ok(()) => Some(reply.len),
-        Err(_) => Some(0),
+        Ok(()) => reply.len,
+        Err(_) => 0,
     }
 }

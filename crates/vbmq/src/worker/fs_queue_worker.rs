@@ -1,9 +1,10 @@
 //! One virtio-fs queue's worker. Like the block worker, it runs on the thread dedicated to its
 //! queue, pinned to the queue's CPU, and in `poll` and `adaptive` modes keeps spinning on the
-//! avail ring instead of returning to epoll. A FUSE request is served where it is taken: the
-//! passthrough reads and writes straight between the host file and the guest's buffers
-//! (`preadv`/`pwritev` on the page cache, the fastest host path for cached files), and every
-//! reply of a pass is published with one notification.
+//! avail ring instead of returning to epoll. A FUSE request is served where it is taken: its
+//! header and arguments are copied once into the worker's buffer (`RequestCopy`, allocated with
+//! the worker), the passthrough reads and writes data straight between the host file and the
+//! guest's buffers (`preadv`/`pwritev` on the page cache, the fastest host path for cached
+//! files), and every reply of a pass is published with one notification.
 
 use std::hint::spin_loop;
 use std::sync::Arc;
@@ -19,13 +20,15 @@ use super::ring_setup::{RingSetup, stop_outside_memory};
 use super::stats::{QueueStats, now_ns};
 use super::{QueueSettings, WaitMode};
 use crate::vhost_user::{GuestMemory, Vring};
-use crate::virtio_fs::{FsDevice, thread_umask};
+use crate::virtio_fs::{FsDevice, RequestCopy, thread_umask};
 
 /// The state a virtio-fs queue's thread owns.
 pub struct FsQueueWorker {
     index: usize,
     settings: QueueSettings,
     device: Arc<FsDevice>,
+    /// The request being served, copied out of guest memory (see `RequestCopy`).
+    copy: RequestCopy,
     atomic_mem: GuestMemoryAtomic<GuestMemory>,
     stats: Arc<QueueStats>,
     set_up: bool,
@@ -53,6 +56,7 @@ impl FsQueueWorker {
             index,
             settings,
             device,
+            copy: RequestCopy::default(),
             atomic_mem,
             stats,
             set_up: false,
@@ -198,7 +202,7 @@ impl FsQueueWorker {
                 };
                 waiting -= 1;
                 let head = chain.head_index();
-                let written = self.device.handle(&mem, chain);
+                let written = self.device.handle(&mem, chain, &mut self.copy);
                 if let Err(e) = queue.add_used(&*mem, head, written) {
                     crate::limited!(
                         warn,

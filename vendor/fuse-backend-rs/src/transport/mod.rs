@@ -389,7 +389,7 @@ impl<S: BitmapSlice> Default for Reader<'_, S> {
     }
 }
 
-impl<S: BitmapSlice> Reader<'_, S> {
+impl<'a, S: BitmapSlice> Reader<'a, S> {
     /// Reads an object from the descriptor chain buffer.
     pub fn read_obj<T: ByteValued>(&mut self) -> io::Result<T> {
         let mut obj = MaybeUninit::<T>::uninit();
@@ -478,6 +478,15 @@ impl<S: BitmapSlice> Reader<'_, S> {
         self.buffers
             .split_at(offset)
             .map(|buffers| Reader { buffers })
+    }
+
+    /// Puts `front` before the bytes this `Reader` has left: they are read first.
+    ///
+    /// A virtio-fs device copies a request's header and arguments out of guest memory once and
+    /// serves them from that copy, so the guest cannot change them between a check and their
+    /// use; the data of a WRITE can stay in guest memory behind the copy.
+    pub fn prepend(&mut self, front: VolatileSlice<'a, S>) {
+        self.buffers.buffers.push_front(front);
     }
 }
 

@@ -3,7 +3,8 @@
 //! made up, buffers split, too short, the wrong way round or outside guest memory; then served by
 //! the real worker over a passthrough of a scratch directory. Whatever the input, the worker must
 //! not panic or hang, must return only heads that exist with no more bytes than the chain can
-//! take, and nothing outside the shared directory may change (nor inside it, when read-only).
+//! take, and nothing outside the shared directory may change (nor inside it, when read-only):
+//! a canary directory beside the share keeps its contents, modes, owners and times.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -261,32 +262,40 @@ fn encode(op: &Op, node_of: &dyn Fn(Node) -> u64) -> (u32, u64, Vec<u8>) {
     }
 }
 
-/// Every path under `dir` with its contents (directories and symlinks by kind), sorted.
-fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+/// One path as a guest could change it: kind and mode, owner, times (not the access time),
+/// and contents or link target.
+type Seen = (PathBuf, u32, (u32, u32), (i64, i64), (i64, i64), Vec<u8>);
+
+/// Every path under `dir`, `dir` itself included, sorted.
+fn snapshot(dir: &Path) -> Vec<Seen> {
+    use std::os::unix::fs::MetadataExt;
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
+    while let Some(path) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
             continue;
         };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            let contents = if kind.is_dir() {
-                stack.push(path.clone());
-                b"<dir>".to_vec()
-            } else if kind.is_symlink() {
-                std::fs::read_link(&path).map_or_else(
-                    |_| b"<link>".to_vec(),
-                    |t| t.as_os_str().as_bytes().to_vec(),
-                )
-            } else {
-                std::fs::read(&path).unwrap_or_default()
-            };
-            out.push((path, contents));
-        }
+        let contents = if meta.is_dir() {
+            if let Ok(entries) = std::fs::read_dir(&path) {
+                stack.extend(entries.flatten().map(|entry| entry.path()));
+            }
+            b"<dir>".to_vec()
+        } else if meta.file_type().is_symlink() {
+            std::fs::read_link(&path).map_or_else(
+                |_| b"<link>".to_vec(),
+                |t| t.as_os_str().as_bytes().to_vec(),
+            )
+        } else {
+            std::fs::read(&path).unwrap_or_default()
+        };
+        out.push((
+            path,
+            meta.mode(),
+            (meta.uid(), meta.gid()),
+            (meta.mtime(), meta.mtime_nsec()),
+            (meta.ctime(), meta.ctime_nsec()),
+            contents,
+        ));
     }
     out.sort();
     out
