@@ -10,8 +10,12 @@ bash scripts/install-test-deps.sh || {
 }
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+features=vbmq-cli/guest-tests,vbmq-cli/root-tests,vbmq-cli/ceph-tests
+echo "== cargo fmt --check, cargo clippy (warnings denied)"
+cargo fmt --all --check
+cargo clippy --release --workspace --all-targets --features "$features" -- -D warnings
 echo "== cargo test (every crate, guest, root and Ceph tests included)"
-cargo test --release --workspace --all-targets --features vbmq-cli/guest-tests,vbmq-cli/root-tests,vbmq-cli/ceph-tests \
+cargo test --release --workspace --all-targets --features "$features" \
     2>&1 | tee "$log"
 if grep -q 'ignored, needs feature' "$log"; then
     echo "test.sh: tests were skipped for a missing feature (see above)" >&2
