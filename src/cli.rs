@@ -214,24 +214,30 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
         )),
         ("ctl", m) => {
             let control = m.get_one::<PathBuf>("control")?.clone();
-            let socket = |m: &ArgMatches| m.get_one::<PathBuf>("socket").cloned();
+            let socket = |m: &ArgMatches| {
+                m.get_one::<PathBuf>("socket")
+                    .map(|p| p.display().to_string())
+            };
+            use crate::control::Request;
             let command = match m.subcommand()? {
-                ("add-disk", a) => {
-                    crate::ctl::Command::AddDisk(a.get_one::<String>("spec")?.clone())
-                }
-                ("remove-disk", a) => crate::ctl::Command::RemoveDisk(socket(a)?),
-                ("resize", a) => crate::ctl::Command::Resize(
-                    socket(a)?,
-                    a.get_one::<String>("size")?.clone(),
-                    a.get_flag("force"),
-                ),
-                ("set-limits", a) => crate::ctl::Command::SetLimits(
-                    socket(a)?,
-                    a.get_one::<String>("limits")?.clone(),
-                ),
-                ("reload", _) => crate::ctl::Command::Reload,
-                ("list", _) => crate::ctl::Command::List,
-                ("stats", a) => crate::ctl::Command::Stats(socket(a)),
+                ("add-disk", a) => Request::AddDisk {
+                    spec: a.get_one::<String>("spec")?.clone(),
+                },
+                ("remove-disk", a) => Request::RemoveDisk { socket: socket(a)? },
+                ("resize", a) => Request::Resize {
+                    socket: socket(a)?,
+                    size: Some(crate::control::protocol::Size::Text(
+                        a.get_one::<String>("size")?.clone(),
+                    )),
+                    force: a.get_flag("force"),
+                },
+                ("set-limits", a) => Request::SetLimits {
+                    socket: socket(a)?,
+                    limits: a.get_one::<String>("limits")?.clone(),
+                },
+                ("reload", _) => Request::Reload,
+                ("list", _) => Request::List,
+                ("stats", a) => Request::Stats { socket: socket(a) },
                 _ => return None,
             };
             Some(Job::Ctl(crate::ctl::Request { control, command }))

@@ -2,8 +2,9 @@
 //! per line (docs/control.md). Each client has its own thread, a deadline and a size limit, so
 //! a slow or hostile client stalls neither other clients nor any disk's I/O.
 
-mod protocol;
+mod answer;
+pub mod protocol;
 mod server;
 
-pub use protocol::VERSION;
+pub use protocol::{Request, VERSION};
 pub use server::{Server, socket_dir};

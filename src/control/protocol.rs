@@ -1,162 +1,265 @@
-//! Requests and replies as JSON values; the daemon's typed API does the work.
+//! The control protocol's messages, typed once for both ends: `vbmq ctl` serializes a
+//! [`Request`] and reads a [`Reply`]; the daemon reads the request and writes the reply
+//! (docs/control.md gives the wire format).
 
-use std::path::Path;
+use std::collections::BTreeMap;
 
-use serde_json::{Value, json};
-use vbmq::host::{DiskCounters, DiskInfo, Host};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
 
 /// The protocol version every reply carries; a request naming another is refused.
 pub const VERSION: u64 = 1;
 
-/// Answers one request line.
-pub fn answer(host: &Host, line: &[u8]) -> Value {
-    match serde_json::from_slice::<Value>(line) {
-        Ok(request) => match dispatch(host, &request) {
-            Ok(result) => json!({"version": VERSION, "ok": true, "result": result}),
-            Err(error) => error_reply(&error),
-        },
-        Err(e) => error_reply(&format!("malformed request: {e}")),
-    }
+/// One request: the object's `"command"` names the variant, its other keys the arguments.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "kebab-case")]
+pub enum Request {
+    /// Serve one more disk.
+    AddDisk {
+        /// Exactly a `--disk` value.
+        spec: String,
+    },
+    /// Stop the disk on this socket.
+    RemoveDisk {
+        /// The disk's socket path.
+        socket: String,
+    },
+    /// Change a disk's capacity.
+    Resize {
+        /// The disk's socket path.
+        socket: String,
+        /// The new capacity; `None` when absent or neither bytes nor text (refused).
+        #[serde(default, deserialize_with = "loose")]
+        size: Option<Size>,
+        /// Whether it may shrink (anything but `true` is no).
+        #[serde(default, deserialize_with = "loose")]
+        force: bool,
+    },
+    /// Set a disk's I/O limits.
+    SetLimits {
+        /// The disk's socket path.
+        socket: String,
+        /// `iops=N,bps=SIZE,...` or `none`.
+        limits: String,
+    },
+    /// Read the configuration file again and apply what changed.
+    Reload,
+    /// Every disk.
+    List,
+    /// Counters of every disk, or of the one on `socket` (a non-string `socket` is no socket).
+    Stats {
+        /// The disk's socket path.
+        #[serde(
+            default,
+            deserialize_with = "loose",
+            skip_serializing_if = "Option::is_none"
+        )]
+        socket: Option<String>,
+    },
 }
 
-/// A failed request's reply.
-pub fn error_reply(error: &str) -> Value {
-    json!({"version": VERSION, "ok": false, "error": error})
+/// A capacity as sent: a number of bytes or a size text such as `40G`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Size {
+    /// Bytes.
+    Bytes(u64),
+    /// A size text (`40G`), parsed by the daemon.
+    Text(String),
 }
 
-fn dispatch(host: &Host, request: &Value) -> Result<Value, String> {
-    let object = request.as_object().ok_or("a request is a JSON object")?;
-    match object.get("version") {
-        None => {}
-        Some(v) if v.as_u64() == Some(VERSION) => {}
-        Some(v) => {
-            return Err(format!(
-                "unsupported version {v}: this vbmq speaks {VERSION}"
-            ));
-        }
-    }
-    let command = object
-        .get("command")
-        .and_then(Value::as_str)
-        .ok_or("missing \"command\"")?;
-    let text = |key: &str| {
-        object
-            .get(key)
-            .and_then(Value::as_str)
-            .ok_or_else(|| format!("{command}: missing string \"{key}\""))
-    };
-    match command {
-        "add-disk" => host
-            .add_disk(text("spec")?)
-            .map(|info| disk_json(&info))
-            .map_err(|e| e.to_string()),
-        "remove-disk" => host
-            .remove_disk(Path::new(text("socket")?))
-            .map(|()| Value::Null)
-            .map_err(|e| e.to_string()),
-        "resize" => {
-            let size = match object.get("size") {
-                Some(Value::Number(n)) => n.as_u64(),
-                Some(Value::String(text)) => vbmq::config::parse_size(text),
-                _ => None,
+/// A request with the protocol version, as `vbmq ctl` sends it.
+#[derive(Serialize)]
+pub struct Versioned<'a> {
+    /// [`VERSION`].
+    pub version: u64,
+    /// The request.
+    #[serde(flatten)]
+    pub request: &'a Request,
+}
+
+impl Request {
+    /// Reads a request line: the errors are the lines a refused request is answered with.
+    pub fn parse(line: &[u8]) -> Result<Request, String> {
+        let value =
+            serde_json::from_slice::<Value>(line).map_err(|e| format!("malformed request: {e}"))?;
+        let object = value.as_object().ok_or("a request is a JSON object")?;
+        match object.get("version") {
+            None => {}
+            Some(v) if v.as_u64() == Some(VERSION) => {}
+            Some(v) => {
+                return Err(format!(
+                    "unsupported version {v}: this vbmq speaks {VERSION}"
+                ));
             }
-            .ok_or("resize: \"size\" must be bytes or a size such as 40G")?;
-            let force = object
-                .get("force")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            host.resize(Path::new(text("socket")?), size, force)
-                .map(|info| disk_json(&info))
-                .map_err(|e| e.to_string())
         }
-        "set-limits" => {
-            let limits = vbmq::config::parse_limits(text("limits")?).map_err(|e| e.to_string())?;
-            host.set_limits(Path::new(text("socket")?), limits)
-                .map(|info| disk_json(&info))
-                .map_err(|e| e.to_string())
-        }
-        "reload" => host
-            .reload()
-            .map(|done| json!(done))
-            .map_err(|e| e.to_string()),
-        "list" => Ok(Value::Array(host.list().iter().map(disk_json).collect())),
-        "stats" => {
-            let socket = object.get("socket").and_then(Value::as_str).map(Path::new);
-            host.stats(socket)
-                .map(|disks| Value::Array(disks.iter().map(stats_json).collect()))
-                .map_err(|e| e.to_string())
-        }
-        other => Err(format!("unknown command {other:?}")),
+        let command = object
+            .get("command")
+            .and_then(Value::as_str)
+            .ok_or("missing \"command\"")?
+            .to_owned();
+        serde_json::from_value(value).map_err(|e| refusal(&command, &e))
     }
 }
 
-fn disk_json(info: &DiskInfo) -> Value {
-    json!({
-        "socket": info.socket.display().to_string(),
-        "spec": info.spec,
-        "size": info.size,
-        "queues": info.queues,
-        "connected": info.connected,
-        "limits": limits_json(&info.limits),
-    })
+/// Serde's complaint about a named command, in the words the daemon has always used.
+fn refusal(command: &str, error: &serde_json::Error) -> String {
+    let text = error.to_string();
+    if text.starts_with("unknown variant") {
+        return format!("unknown command {command:?}");
+    }
+    match text
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.strip_suffix('`'))
+    {
+        Some(key) => format!("{command}: missing string \"{key}\""),
+        None => format!("{command}: {text}"),
+    }
 }
 
-/// The limits set (zero: none), by their `--disk` key.
-fn limits_json(limits: &vbmq::worker::Limits) -> Value {
-    let all = [
-        ("iops", limits.iops),
-        ("read-iops", limits.read_iops),
-        ("write-iops", limits.write_iops),
-        ("bps", limits.bps),
-        ("read-bps", limits.read_bps),
-        ("write-bps", limits.write_bps),
-        ("iops-burst", limits.iops_burst),
-        ("bps-burst", limits.bps_burst),
-    ];
-    Value::Object(
-        all.iter()
-            .filter(|(_, value)| *value > 0)
-            .map(|(key, value)| ((*key).to_string(), json!(value)))
-            .collect(),
-    )
+/// An optional argument of the wrong type reads as its default, as it always has.
+fn loose<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: DeserializeOwned + Default,
+{
+    let value = Value::deserialize(deserializer)?;
+    Ok(serde_json::from_value(value).unwrap_or_default())
 }
 
-fn stats_json(disk: &DiskCounters) -> Value {
-    let queues: Vec<Value> = disk
-        .queues
-        .iter()
-        .enumerate()
-        .map(|(index, q)| {
-            let ops: serde_json::Map<String, Value> = vbmq::worker::OpKind::NAMES
-                .iter()
-                .zip(q.ops)
-                .map(|(name, count)| ((*name).to_string(), json!(count)))
-                .collect();
-            let [p50, p90, p99, p999] = q.latency_us;
-            json!({
-                "queue": index,
-                "requests": q.requests,
-                "errors": q.errors,
-                "read_bytes": q.read_bytes,
-                "write_bytes": q.write_bytes,
-                "ops": ops,
-                "in_flight": q.in_flight,
-                "passes": q.passes,
-                "busy_passes": q.busy_passes,
-                "unsupported": q.unsupported,
-                "sleep_ms": q.sleep_ns / 1_000_000,
-                "latency_us": {"p50": p50, "p90": p90, "p99": p99, "p999": p999},
-            })
-        })
-        .collect();
-    let engine: serde_json::Map<String, Value> = disk
-        .engine
-        .iter()
-        .map(|(name, value)| ((*name).to_string(), json!(value)))
-        .collect();
-    json!({
-        "socket": disk.socket.display().to_string(),
-        "queues": queues,
-        "engine": engine,
-    })
+/// A key that is there is `Some`, even when `null`.
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Answer>, D::Error> {
+    Answer::deserialize(deserializer).map(Some)
 }
+
+/// One reply line: `{"version", "ok", "result"}` or `{"version", "ok": false, "error"}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    /// [`VERSION`].
+    pub version: u64,
+    /// Whether the request was done.
+    pub ok: bool,
+    /// What a done request returns (`null` for `remove-disk`).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub result: Option<Answer>,
+    /// Why a request was refused, one line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Reply {
+    /// A done request's reply.
+    pub fn done(answer: Answer) -> Reply {
+        Reply {
+            version: VERSION,
+            ok: true,
+            result: Some(answer),
+            error: None,
+        }
+    }
+
+    /// A refused request's reply.
+    pub fn refused(error: impl Into<String>) -> Reply {
+        Reply {
+            version: VERSION,
+            ok: false,
+            result: None,
+            error: Some(error.into()),
+        }
+    }
+}
+
+/// A done request's `result`, by the command's kind.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Answer {
+    /// `remove-disk`: `null`.
+    Nothing,
+    /// `add-disk`, `resize`, `set-limits`: the disk.
+    Disk(DiskEntry),
+    /// `list`.
+    Disks(Vec<DiskEntry>),
+    /// `stats`.
+    Stats(Vec<DiskStats>),
+    /// `reload`: what it did, a line each.
+    Notes(Vec<String>),
+}
+
+/// One disk, as `list` gives it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DiskEntry {
+    /// The vhost-user socket.
+    pub socket: String,
+    /// The `--disk` text it was given.
+    pub spec: String,
+    /// Capacity in bytes.
+    pub size: u64,
+    /// Number of virtqueues.
+    pub queues: usize,
+    /// Whether a frontend is attached.
+    pub connected: bool,
+    /// The limits set, by their `--disk` key (none: empty).
+    pub limits: BTreeMap<String, u64>,
+}
+
+/// One disk's counters, as `stats` gives them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DiskStats {
+    /// The vhost-user socket.
+    pub socket: String,
+    /// Each queue's counters.
+    pub queues: Vec<QueueStats>,
+    /// The storage engine's own counters.
+    pub engine: BTreeMap<String, u64>,
+}
+
+/// One queue's counters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QueueStats {
+    /// The queue's index.
+    pub queue: usize,
+    /// Requests completed.
+    pub requests: u64,
+    /// Requests completed with an error status.
+    pub errors: u64,
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Bytes written.
+    pub write_bytes: u64,
+    /// Requests by kind: read, write, flush, other.
+    pub ops: BTreeMap<String, u64>,
+    /// Requests in flight.
+    pub in_flight: u64,
+    /// Passes over the ring.
+    pub passes: u64,
+    /// Passes that found work.
+    pub busy_passes: u64,
+    /// Requests answered `VIRTIO_BLK_S_UNSUPP`.
+    pub unsupported: u64,
+    /// Time the serving thread slept, milliseconds.
+    pub sleep_ms: u64,
+    /// Latency percentiles, each the upper bound of its power-of-two bucket.
+    pub latency_us: Latency,
+}
+
+/// Latency percentiles in microseconds (`null`: no request completed).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    /// Median.
+    pub p50: Option<u64>,
+    /// 90th percentile.
+    pub p90: Option<u64>,
+    /// 99th percentile.
+    pub p99: Option<u64>,
+    /// 99.9th percentile.
+    pub p999: Option<u64>,
+}
+
+#[cfg(test)]
+#[path = "protocol_tests.rs"]
+mod tests;

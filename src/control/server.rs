@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use vbmq::host::Host;
 
-use super::protocol::{answer, error_reply};
+use super::answer::answer;
+use super::protocol::Reply;
 
 /// The longest request line; a longer one gets an error and the connection is closed.
 pub const MAX_REQUEST: usize = 64 * 1024;
@@ -81,7 +82,7 @@ impl Server {
             if clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
                 clients.fetch_sub(1, Ordering::AcqRel);
                 let _ = stream.set_nonblocking(true);
-                let _ = reply(&mut stream, &error_reply("too many control clients"));
+                let _ = reply(&mut stream, &Reply::refused("too many control clients"));
                 continue;
             }
             let (host, count) = (Arc::clone(host), Arc::clone(&clients));
@@ -109,7 +110,7 @@ fn serve_client(host: &Host, mut stream: UnixStream) {
             Ok(Some(line)) => line,
             Ok(None) => return,
             Err(error) => {
-                let _ = reply(&mut stream, &error_reply(&error));
+                let _ = reply(&mut stream, &Reply::refused(error));
                 return;
             }
         };
@@ -151,8 +152,8 @@ fn read_line(stream: &mut UnixStream, pending: &mut Vec<u8>) -> Result<Option<Ve
 }
 
 /// Writes one reply line, giving a client that does not read a bounded time.
-fn reply(stream: &mut UnixStream, value: &serde_json::Value) -> io::Result<()> {
-    let mut text = value.to_string().into_bytes();
+fn reply(stream: &mut UnixStream, reply: &Reply) -> io::Result<()> {
+    let mut text = serde_json::to_vec(reply).map_err(io::Error::other)?;
     text.push(b'\n');
     let deadline = Instant::now() + REQUEST_TIMEOUT;
     let mut written = 0;

@@ -1,0 +1,127 @@
+//! The daemon's side of the protocol: a [`Request`] done on the [`Host`], its [`Reply`].
+
+use std::path::Path;
+
+use vbmq::host::{DiskCounters, DiskInfo, Host};
+
+use super::protocol::{Answer, DiskEntry, DiskStats, Latency, QueueStats, Reply, Request, Size};
+
+/// Answers one request line.
+pub fn answer(host: &Host, line: &[u8]) -> Reply {
+    match Request::parse(line).and_then(|request| dispatch(host, request)) {
+        Ok(answer) => Reply::done(answer),
+        Err(error) => Reply::refused(error),
+    }
+}
+
+fn dispatch(host: &Host, request: Request) -> Result<Answer, String> {
+    let refused = |e: vbmq::host::HostError| e.to_string();
+    match request {
+        Request::AddDisk { spec } => host.add_disk(&spec).map(disk).map_err(refused),
+        Request::RemoveDisk { socket } => host
+            .remove_disk(Path::new(&socket))
+            .map(|()| Answer::Nothing)
+            .map_err(refused),
+        Request::Resize {
+            socket,
+            size,
+            force,
+        } => {
+            let size = match size {
+                Some(Size::Bytes(bytes)) => Some(bytes),
+                Some(Size::Text(text)) => vbmq::config::parse_size(&text),
+                None => None,
+            }
+            .ok_or("resize: \"size\" must be bytes or a size such as 40G")?;
+            host.resize(Path::new(&socket), size, force)
+                .map(disk)
+                .map_err(refused)
+        }
+        Request::SetLimits { socket, limits } => {
+            let limits = vbmq::config::parse_limits(&limits).map_err(|e| e.to_string())?;
+            host.set_limits(Path::new(&socket), limits)
+                .map(disk)
+                .map_err(refused)
+        }
+        Request::Reload => host.reload().map(Answer::Notes).map_err(refused),
+        Request::List => Ok(Answer::Disks(host.list().iter().map(entry).collect())),
+        Request::Stats { socket } => host
+            .stats(socket.as_deref().map(Path::new))
+            .map(|disks| Answer::Stats(disks.iter().map(stats).collect()))
+            .map_err(refused),
+    }
+}
+
+fn disk(info: DiskInfo) -> Answer {
+    Answer::Disk(entry(&info))
+}
+
+fn entry(info: &DiskInfo) -> DiskEntry {
+    let limits = &info.limits;
+    let all = [
+        ("iops", limits.iops),
+        ("read-iops", limits.read_iops),
+        ("write-iops", limits.write_iops),
+        ("bps", limits.bps),
+        ("read-bps", limits.read_bps),
+        ("write-bps", limits.write_bps),
+        ("iops-burst", limits.iops_burst),
+        ("bps-burst", limits.bps_burst),
+    ];
+    DiskEntry {
+        socket: info.socket.display().to_string(),
+        spec: info.spec.clone(),
+        size: info.size,
+        queues: info.queues,
+        connected: info.connected,
+        // The limits set (zero: none), by their `--disk` key.
+        limits: all
+            .iter()
+            .filter(|(_, value)| *value > 0)
+            .map(|(key, value)| ((*key).to_string(), *value))
+            .collect(),
+    }
+}
+
+fn stats(disk: &DiskCounters) -> DiskStats {
+    let queues = disk
+        .queues
+        .iter()
+        .enumerate()
+        .map(|(index, q)| {
+            let [p50, p90, p99, p999] = q.latency_us;
+            QueueStats {
+                queue: index,
+                requests: q.requests,
+                errors: q.errors,
+                read_bytes: q.read_bytes,
+                write_bytes: q.write_bytes,
+                ops: vbmq::worker::OpKind::NAMES
+                    .iter()
+                    .zip(q.ops)
+                    .map(|(name, count)| ((*name).to_string(), count))
+                    .collect(),
+                in_flight: q.in_flight,
+                passes: q.passes,
+                busy_passes: q.busy_passes,
+                unsupported: q.unsupported,
+                sleep_ms: q.sleep_ns / 1_000_000,
+                latency_us: Latency {
+                    p50,
+                    p90,
+                    p99,
+                    p999,
+                },
+            }
+        })
+        .collect();
+    DiskStats {
+        socket: disk.socket.display().to_string(),
+        queues,
+        engine: disk
+            .engine
+            .iter()
+            .map(|(name, value)| ((*name).to_string(), *value))
+            .collect(),
+    }
+}

@@ -1,0 +1,236 @@
+//! The wire format of every request and reply, both ways, and the refusals.
+
+use serde_json::{Value, json};
+
+use super::*;
+
+fn requests() -> Vec<(Request, Value)> {
+    vec![
+        (
+            Request::AddDisk {
+                spec: "socket=/r/a.sock,null=1G".into(),
+            },
+            json!({"command": "add-disk", "spec": "socket=/r/a.sock,null=1G"}),
+        ),
+        (
+            Request::RemoveDisk {
+                socket: "/r/a.sock".into(),
+            },
+            json!({"command": "remove-disk", "socket": "/r/a.sock"}),
+        ),
+        (
+            Request::Resize {
+                socket: "/r/a.sock".into(),
+                size: Some(Size::Text("40G".into())),
+                force: true,
+            },
+            json!({"command": "resize", "socket": "/r/a.sock", "size": "40G", "force": true}),
+        ),
+        (
+            Request::Resize {
+                socket: "/r/a.sock".into(),
+                size: Some(Size::Bytes(4096)),
+                force: false,
+            },
+            json!({"command": "resize", "socket": "/r/a.sock", "size": 4096, "force": false}),
+        ),
+        (
+            Request::SetLimits {
+                socket: "/r/a.sock".into(),
+                limits: "iops=10".into(),
+            },
+            json!({"command": "set-limits", "socket": "/r/a.sock", "limits": "iops=10"}),
+        ),
+        (Request::Reload, json!({"command": "reload"})),
+        (Request::List, json!({"command": "list"})),
+        (Request::Stats { socket: None }, json!({"command": "stats"})),
+        (
+            Request::Stats {
+                socket: Some("/r/a.sock".into()),
+            },
+            json!({"command": "stats", "socket": "/r/a.sock"}),
+        ),
+    ]
+}
+
+#[test]
+fn every_request_goes_out_as_documented_and_comes_back_the_same() {
+    for (request, mut wire) in requests() {
+        let sent = serde_json::to_vec(&Versioned {
+            version: VERSION,
+            request: &request,
+        })
+        .unwrap();
+        wire["version"] = json!(1);
+        assert_eq!(serde_json::from_slice::<Value>(&sent).unwrap(), wire);
+        assert_eq!(Request::parse(&sent), Ok(request.clone()));
+        // `version` is optional.
+        wire.as_object_mut().unwrap().remove("version");
+        assert_eq!(Request::parse(wire.to_string().as_bytes()), Ok(request));
+    }
+}
+
+#[test]
+fn optional_arguments_of_the_wrong_type_read_as_absent_and_extra_keys_are_ignored() {
+    let parse = |v: Value| Request::parse(v.to_string().as_bytes());
+    assert_eq!(
+        parse(json!({"command": "stats", "socket": 5, "extra": [1]})),
+        Ok(Request::Stats { socket: None })
+    );
+    assert_eq!(
+        parse(json!({"command": "resize", "socket": "s", "size": -1, "force": "yes"})),
+        Ok(Request::Resize {
+            socket: "s".into(),
+            size: None,
+            force: false
+        })
+    );
+    assert_eq!(
+        parse(json!({"command": "resize", "socket": "s"})),
+        Ok(Request::Resize {
+            socket: "s".into(),
+            size: None,
+            force: false
+        })
+    );
+    assert_eq!(
+        parse(json!({"command": "list", "socket": "s"})),
+        Ok(Request::List)
+    );
+}
+
+#[test]
+fn refused_requests_get_the_documented_errors() {
+    for (line, error) in [
+        (
+            &b"not json"[..],
+            "malformed request: expected ident at line 1 column 2",
+        ),
+        (b"[1,2]", "a request is a JSON object"),
+        (
+            b"{\"command\":\"format-c\"}",
+            "unknown command \"format-c\"",
+        ),
+        (
+            b"{\"version\":2,\"command\":\"list\"}",
+            "unsupported version 2: this vbmq speaks 1",
+        ),
+        (
+            b"{\"version\":\"1\",\"command\":\"list\"}",
+            "unsupported version \"1\": this vbmq speaks 1",
+        ),
+        (b"{\"spec\":\"x\"}", "missing \"command\""),
+        (b"{\"command\":7}", "missing \"command\""),
+        (
+            b"{\"command\":\"add-disk\"}",
+            "add-disk: missing string \"spec\"",
+        ),
+        (
+            b"{\"command\":\"remove-disk\"}",
+            "remove-disk: missing string \"socket\"",
+        ),
+        (
+            b"{\"command\":\"set-limits\",\"socket\":\"s\"}",
+            "set-limits: missing string \"limits\"",
+        ),
+    ] {
+        assert_eq!(
+            Request::parse(line),
+            Err(error.to_string()),
+            "{}",
+            String::from_utf8_lossy(line)
+        );
+    }
+    // A required argument of the wrong type is named for what it is.
+    let wrong = Request::parse(b"{\"command\":\"add-disk\",\"spec\":5}").unwrap_err();
+    assert!(wrong.starts_with("add-disk: invalid type"), "{wrong}");
+}
+
+fn entry() -> DiskEntry {
+    DiskEntry {
+        socket: "/r/a.sock".into(),
+        spec: "socket=/r/a.sock,null=1G".into(),
+        size: 1 << 30,
+        queues: 2,
+        connected: true,
+        limits: [("iops".to_string(), 10)].into(),
+    }
+}
+
+fn disk_stats() -> DiskStats {
+    DiskStats {
+        socket: "/r/a.sock".into(),
+        queues: vec![QueueStats {
+            queue: 0,
+            requests: 3,
+            errors: 1,
+            read_bytes: 4096,
+            write_bytes: 512,
+            ops: [("read".to_string(), 2), ("write".to_string(), 1)].into(),
+            in_flight: 0,
+            passes: 9,
+            busy_passes: 3,
+            unsupported: 0,
+            sleep_ms: 5,
+            latency_us: Latency {
+                p50: Some(8),
+                p90: Some(16),
+                p99: None,
+                p999: None,
+            },
+        }],
+        engine: [("hits".to_string(), 7)].into(),
+    }
+}
+
+#[test]
+fn every_reply_goes_out_as_documented_and_comes_back_the_same() {
+    let replies = [
+        (
+            Reply::done(Answer::Nothing),
+            json!({"version": 1, "ok": true, "result": null}),
+        ),
+        (
+            Reply::done(Answer::Disk(entry())),
+            json!({"version": 1, "ok": true, "result": {
+                "socket": "/r/a.sock", "spec": "socket=/r/a.sock,null=1G", "size": 1u64 << 30,
+                "queues": 2, "connected": true, "limits": {"iops": 10}}}),
+        ),
+        (
+            Reply::done(Answer::Disks(vec![])),
+            json!({"version": 1, "ok": true, "result": []}),
+        ),
+        (
+            Reply::done(Answer::Disks(vec![entry(), entry()])),
+            json!({"version": 1, "ok": true, "result": [
+                serde_json::to_value(entry()).unwrap(), serde_json::to_value(entry()).unwrap()]}),
+        ),
+        (
+            Reply::done(Answer::Stats(vec![disk_stats()])),
+            json!({"version": 1, "ok": true, "result": [{
+                "socket": "/r/a.sock",
+                "queues": [{"queue": 0, "requests": 3, "errors": 1, "read_bytes": 4096,
+                    "write_bytes": 512, "ops": {"read": 2, "write": 1}, "in_flight": 0,
+                    "passes": 9, "busy_passes": 3, "unsupported": 0, "sleep_ms": 5,
+                    "latency_us": {"p50": 8, "p90": 16, "p99": null, "p999": null}}],
+                "engine": {"hits": 7}}]}),
+        ),
+        (
+            Reply::done(Answer::Notes(vec!["added /r/b.sock".into()])),
+            json!({"version": 1, "ok": true, "result": ["added /r/b.sock"]}),
+        ),
+        (
+            Reply::refused("unknown command \"x\""),
+            json!({"version": 1, "ok": false, "error": "unknown command \"x\""}),
+        ),
+    ];
+    for (reply, wire) in replies {
+        let text = serde_json::to_string(&reply).unwrap();
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), wire);
+        assert_eq!(
+            serde_json::from_str::<Reply>(&text).unwrap(),
+            reply,
+            "{text}"
+        );
+    }
+}
