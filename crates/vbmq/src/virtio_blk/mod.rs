@@ -8,7 +8,7 @@ mod writes_in_flight;
 
 pub use config_space::config_space;
 pub use device::{BlkDevice, DISCARD_SEG_MAX, SECTOR_SIZE, SEG_MAX};
-pub use request::{Range, Rejection, Request, RequestError, RequestType, parse};
+pub use request::{Payload, Range, Rejection, Request, RequestError, RequestType, parse};
 pub use writes_in_flight::{WriteTicket, WritesInFlight};
 
 pub use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};

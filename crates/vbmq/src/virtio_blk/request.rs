@@ -50,18 +50,104 @@ pub struct Range {
 /// A request whose every address and range has been checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Request {
-    /// What the guest asks.
-    pub kind: RequestType,
-    /// Byte offset on the disk (IN and OUT).
-    pub offset: u64,
-    /// Data bytes (IN, OUT) or the GET_ID buffer length.
-    pub data_len: u32,
-    /// iovecs filled in the caller's buffer (IN, OUT, and GET_ID's buffer).
-    pub iov_count: u32,
-    /// Ranges filled in the caller's buffer (DISCARD, WRITE_ZEROES).
-    pub range_count: u32,
+    /// What the guest asks, with what that needs.
+    pub payload: Payload,
     /// Where the status byte goes.
     pub status: GuestAddress,
+}
+
+/// What a request asks, each kind with its own arguments. The iovecs and ranges are in the
+/// caller's buffers given to [`parse`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Payload {
+    /// `VIRTIO_BLK_T_IN`: read `data_len` bytes at `offset` into `iov_count` iovecs.
+    Read {
+        /// Byte offset on the disk.
+        offset: u64,
+        /// Data bytes.
+        data_len: u32,
+        /// iovecs filled.
+        iov_count: u32,
+    },
+    /// `VIRTIO_BLK_T_OUT`: write `data_len` bytes at `offset` from `iov_count` iovecs.
+    Write {
+        /// Byte offset on the disk.
+        offset: u64,
+        /// Data bytes.
+        data_len: u32,
+        /// iovecs filled.
+        iov_count: u32,
+    },
+    /// `VIRTIO_BLK_T_FLUSH`.
+    Flush,
+    /// `VIRTIO_BLK_T_GET_ID`: the serial into a buffer of `data_len` bytes (at least 1).
+    GetId {
+        /// Buffer bytes.
+        data_len: u32,
+        /// iovecs filled.
+        iov_count: u32,
+    },
+    /// `VIRTIO_BLK_T_DISCARD` of `ranges` ranges.
+    Discard {
+        /// Ranges filled.
+        ranges: u32,
+    },
+    /// `VIRTIO_BLK_T_WRITE_ZEROES` of `ranges` ranges.
+    WriteZeroes {
+        /// Ranges filled.
+        ranges: u32,
+    },
+}
+
+#[cfg(any(test, feature = "test-utils"))]
+impl Request {
+    /// The request's type.
+    pub fn kind(&self) -> RequestType {
+        match self.payload {
+            Payload::Read { .. } => RequestType::In,
+            Payload::Write { .. } => RequestType::Out,
+            Payload::Flush => RequestType::Flush,
+            Payload::GetId { .. } => RequestType::GetId,
+            Payload::Discard { .. } => RequestType::Discard,
+            Payload::WriteZeroes { .. } => RequestType::WriteZeroes,
+        }
+    }
+
+    /// Byte offset on the disk (IN and OUT; 0 otherwise).
+    pub fn offset(&self) -> u64 {
+        match self.payload {
+            Payload::Read { offset, .. } | Payload::Write { offset, .. } => offset,
+            _ => 0,
+        }
+    }
+
+    /// Data bytes (IN, OUT) or the GET_ID buffer length (0 otherwise).
+    pub fn data_len(&self) -> u32 {
+        match self.payload {
+            Payload::Read { data_len, .. }
+            | Payload::Write { data_len, .. }
+            | Payload::GetId { data_len, .. } => data_len,
+            _ => 0,
+        }
+    }
+
+    /// iovecs filled (IN, OUT, GET_ID; 0 otherwise).
+    pub fn iov_count(&self) -> u32 {
+        match self.payload {
+            Payload::Read { iov_count, .. }
+            | Payload::Write { iov_count, .. }
+            | Payload::GetId { iov_count, .. } => iov_count,
+            _ => 0,
+        }
+    }
+
+    /// Ranges filled (DISCARD, WRITE_ZEROES; 0 otherwise).
+    pub fn range_count(&self) -> u32 {
+        match self.payload {
+            Payload::Discard { ranges } | Payload::WriteZeroes { ranges } => ranges,
+            _ => 0,
+        }
+    }
 }
 
 /// Why a chain was refused.
@@ -424,48 +510,66 @@ where
     if device.readonly && writes {
         return Err(reject(RequestError::ReadOnly));
     }
-    let mut request = Request {
-        kind,
-        offset: 0,
-        data_len: body.data_len,
-        iov_count: u32::try_from(body.iov_count).unwrap_or(u32::MAX),
-        range_count: 0,
-        status,
-    };
-    match kind {
+    let data_len = body.data_len;
+    let iov_count = u32::try_from(body.iov_count).unwrap_or(u32::MAX);
+    let payload = match kind {
         RequestType::In | RequestType::Out => {
             let sector = header.sector;
-            if u64::from(request.data_len) % SECTOR_SIZE != 0 {
+            if u64::from(data_len) % SECTOR_SIZE != 0 {
                 return Err(reject(RequestError::Unaligned));
             }
             let end = sector
                 .checked_mul(SECTOR_SIZE)
-                .and_then(|offset| offset.checked_add(u64::from(request.data_len)))
+                .and_then(|offset| offset.checked_add(u64::from(data_len)))
                 .ok_or(reject(RequestError::OutOfRange))?;
             if end > device.capacity() {
                 return Err(reject(RequestError::OutOfRange));
             }
-            request.offset = sector * SECTOR_SIZE;
+            let offset = sector * SECTOR_SIZE;
+            if kind == RequestType::In {
+                Payload::Read {
+                    offset,
+                    data_len,
+                    iov_count,
+                }
+            } else {
+                Payload::Write {
+                    offset,
+                    data_len,
+                    iov_count,
+                }
+            }
         }
         // A GET_ID with no room for the ID is refused.
-        RequestType::GetId if request.data_len == 0 => {
+        RequestType::GetId if data_len == 0 => {
             return Err(reject(RequestError::BadAddress));
         }
-        RequestType::GetId => {}
+        RequestType::GetId => Payload::GetId {
+            data_len,
+            iov_count,
+        },
         RequestType::Discard | RequestType::WriteZeroes => {
+            let discard = kind == RequestType::Discard;
             if !device.discard {
-                return Err(reject(RequestError::Unsupported(match kind {
-                    RequestType::Discard => VIRTIO_BLK_T_DISCARD,
-                    _ => VIRTIO_BLK_T_WRITE_ZEROES,
+                return Err(reject(RequestError::Unsupported(if discard {
+                    VIRTIO_BLK_T_DISCARD
+                } else {
+                    VIRTIO_BLK_T_WRITE_ZEROES
                 })));
             }
             if body.ranges_overflow {
                 return Err(reject(RequestError::BadRanges));
             }
             let raw = &body.ranges[..body.ranges_len];
-            request.range_count = read_ranges(device, kind, raw, ranges).map_err(reject)?;
+            let ranges = read_ranges(device, kind, raw, ranges).map_err(reject)?;
+            if discard {
+                Payload::Discard { ranges }
+            } else {
+                Payload::WriteZeroes { ranges }
+            }
         }
-        RequestType::Flush => {}
-    }
+        RequestType::Flush => Payload::Flush,
+    };
+    let request = Request { payload, status };
     Ok(request)
 }

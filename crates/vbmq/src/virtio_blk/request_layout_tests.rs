@@ -26,7 +26,7 @@ fn parse_at(
         base = m.get_host_address(GuestAddress(0)).unwrap().cast_const();
         setup(m);
     });
-    let count = result.as_ref().map(|r| r.iov_count).unwrap_or(0);
+    let count = result.as_ref().map(|r| r.iov_count()).unwrap_or(0);
     (result, spans(base, &iov, count))
 }
 
@@ -44,7 +44,7 @@ fn a_header_split_at_any_byte_is_read_whole() {
             let (result, iov) = parse_at(&descs, |m| header(m, kind, 6));
             let request = result.unwrap_or_else(|e| panic!("cut at {cut}: {e:?}"));
             assert_eq!(
-                (request.offset, request.data_len, request.status),
+                (request.offset(), request.data_len(), request.status),
                 (6 * 512, 1024, GuestAddress(STATUS)),
                 "cut at {cut}"
             );
@@ -55,7 +55,7 @@ fn a_header_split_at_any_byte_is_read_whole() {
     let mut descs: Vec<_> = (0..16).map(|i| desc(HDR + i, 1, 0)).collect();
     descs.extend([desc(DATA, 512, WRITE), desc(STATUS, 1, WRITE)]);
     let (result, iov) = parse_at(&descs, |m| header(m, VIRTIO_BLK_T_IN, 3));
-    assert_eq!(result.unwrap().offset, 3 * 512);
+    assert_eq!(result.unwrap().offset(), 3 * 512);
     assert_eq!(iov, [(DATA, 512)]);
 }
 
@@ -66,7 +66,7 @@ fn header_and_data_in_one_descriptor() {
     let (result, iov) = parse_at(&descs, |m| header(m, VIRTIO_BLK_T_OUT, 2));
     let request = result.unwrap();
     assert_eq!(
-        (request.kind, request.offset, request.data_len),
+        (request.kind(), request.offset(), request.data_len()),
         (RequestType::Out, 1024, 1024)
     );
     assert_eq!(iov, [(HDR + 16, 1024)]);
@@ -78,7 +78,7 @@ fn header_and_data_in_one_descriptor() {
         desc(STATUS, 1, WRITE),
     ];
     let (result, iov) = parse_at(&descs, |m| header(m, VIRTIO_BLK_T_OUT, 0));
-    assert_eq!(result.unwrap().data_len, 1024);
+    assert_eq!(result.unwrap().data_len(), 1024);
     assert_eq!(iov, [(HDR + 16, 512), (DATA, 512)]);
 }
 
@@ -88,7 +88,7 @@ fn data_and_status_in_one_descriptor() {
     let (result, iov) = parse_at(&descs, |m| header(m, VIRTIO_BLK_T_IN, 1));
     let request = result.unwrap();
     assert_eq!(
-        (request.data_len, request.status),
+        (request.data_len(), request.status),
         (2048, GuestAddress(DATA + 2048))
     );
     assert_eq!(iov, [(DATA, 2048)]);
@@ -117,7 +117,7 @@ fn every_part_shares_a_descriptor_with_its_neighbour() {
     // OUT: header and data in one readable buffer, the status alone (it must be writable).
     let descs = [desc(HDR, 16 + 512, 0), desc(STATUS, 1, WRITE)];
     let (result, iov) = parse_at(&descs, |m| header(m, VIRTIO_BLK_T_OUT, 0));
-    assert_eq!(result.unwrap().data_len, 512);
+    assert_eq!(result.unwrap().data_len(), 512);
     assert_eq!(iov, [(HDR + 16, 512)]);
 }
 
@@ -132,7 +132,10 @@ fn get_id_split_anywhere() {
         ];
         let (result, iov) = parse_at(&descs, |m| header(m, VIRTIO_BLK_T_GET_ID, 0));
         let request = result.unwrap();
-        assert_eq!((request.kind, request.data_len), (RequestType::GetId, 20));
+        assert_eq!(
+            (request.kind(), request.data_len()),
+            (RequestType::GetId, 20)
+        );
         assert_eq!(
             iov,
             [(DATA, cut as usize), (DATA + 4096, 20 - cut as usize)]
@@ -161,7 +164,7 @@ fn discard_ranges_split_anywhere_and_sharing_the_header() {
         ];
         let (result, _) = run(false, &descs, setup);
         let request = result.unwrap_or_else(|e| panic!("cut at {cut}: {e:?}"));
-        assert_eq!(request.range_count, 2, "cut at {cut}");
+        assert_eq!(request.range_count(), 2, "cut at {cut}");
     }
     // Header and ranges in one buffer: the ranges right after the header.
     let descs = [desc(DATA - 16, 16 + 32, 0), desc(STATUS, 1, WRITE)];
@@ -174,7 +177,7 @@ fn discard_ranges_split_anywhere_and_sharing_the_header() {
     });
     let request = result.unwrap();
     assert_eq!(
-        (request.kind, request.range_count),
+        (request.kind(), request.range_count()),
         (RequestType::WriteZeroes, 2)
     );
 }
@@ -211,5 +214,5 @@ fn illegal_layouts_are_still_refused() {
     // reads them.
     let descs = [desc(HDR, 16, 0), desc(DATA, 513, WRITE)];
     let (result, _) = run(false, &descs, |m| header(m, VIRTIO_BLK_T_OUT, 0));
-    assert_eq!(result.unwrap().data_len, 0);
+    assert_eq!(result.unwrap().data_len(), 0);
 }

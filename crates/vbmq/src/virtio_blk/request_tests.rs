@@ -94,9 +94,9 @@ fn read_with_two_segments() {
     ];
     let (result, iov) = run(false, &descs, |m| header(m, VIRTIO_BLK_T_IN, 8));
     let request = result.unwrap();
-    assert_eq!(request.kind, RequestType::In);
+    assert_eq!(request.kind(), RequestType::In);
     assert_eq!(
-        (request.offset, request.data_len, request.iov_count),
+        (request.offset(), request.data_len(), request.iov_count()),
         (4096, 4608, 2)
     );
     assert_eq!(request.status, GuestAddress(STATUS));
@@ -112,11 +112,11 @@ fn write_and_flush_and_get_id() {
         desc(STATUS, 1, WRITE),
     ];
     let (result, _) = run(false, &descs, |m| header(m, VIRTIO_BLK_T_OUT, 0));
-    assert_eq!(result.unwrap().kind, RequestType::Out);
+    assert_eq!(result.unwrap().kind(), RequestType::Out);
     let descs = [desc(HDR, 16, 0), desc(STATUS, 1, WRITE)];
     let (result, _) = run(true, &descs, |m| header(m, VIRTIO_BLK_T_FLUSH, 0));
     assert_eq!(
-        result.unwrap().kind,
+        result.unwrap().kind(),
         RequestType::Flush,
         "flush on a read-only disk"
     );
@@ -128,7 +128,7 @@ fn write_and_flush_and_get_id() {
     let (result, _) = run(true, &descs, |m| header(m, VIRTIO_BLK_T_GET_ID, 0));
     let request = result.unwrap();
     assert_eq!(
-        (request.kind, request.data_len, request.iov_count),
+        (request.kind(), request.data_len(), request.iov_count()),
         (RequestType::GetId, 20, 1)
     );
 }
@@ -294,7 +294,7 @@ fn discard_and_write_zeroes_ranges() {
         range(m, DATA, 8, 8, VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP);
         range(m, DATA + 16, 100, 1, 0);
     });
-    assert_eq!(result.unwrap().range_count, 2);
+    assert_eq!(result.unwrap().range_count(), 2);
     let bad: Vec<(&str, u32, u64, u32, u32, RequestError)> = vec![
         (
             "past the end",

@@ -11,7 +11,7 @@ use super::inflight::InFlight;
 use super::stats::{OpKind, QueueStats, now_ns};
 use crate::backend::{Engine, IoOp};
 use crate::vhost_user::inflight_region::InflightRecord;
-use crate::virtio_blk::{BlkDevice, RequestType, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, parse};
+use crate::virtio_blk::{BlkDevice, Payload, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, parse};
 
 /// Everything a pass needs, borrowed apart from the worker so the queue lock can be held.
 pub(super) struct Ctx<'a> {
@@ -63,28 +63,150 @@ fn add_used(
     added
 }
 
-fn kind_of(kind: RequestType) -> OpKind {
-    match kind {
-        RequestType::In | RequestType::GetId => OpKind::Read,
-        RequestType::Out => OpKind::Write,
-        RequestType::Flush => OpKind::Flush,
-        RequestType::Discard | RequestType::WriteZeroes => OpKind::Other,
-    }
+/// What starting a request takes, read off its payload in one match.
+struct Plan {
+    /// Its kind, for the statistics.
+    kind: OpKind,
+    /// For a request that changes the disk (OUT, DISCARD, WRITE_ZEROES), the byte past the last
+    /// it reaches: such a request may be refused, and holds a write ticket while in flight.
+    changes_to: Option<u64>,
+    /// The limits count it as a write (all but IN and GET_ID).
+    limited_write: bool,
+    /// Data bytes read into the guest (IN) or written from it (OUT).
+    read: u32,
+    written: u32,
+    /// Bytes each engine operation must return, and the used length when all succeed.
+    expect: u32,
+    used_len: u32,
+    /// Where a transfer starts on the disk, and its iovecs: a short one resumes from there.
+    offset: u64,
+    iov_count: u32,
+    work: Work,
+}
+
+/// The request's work.
+enum Work {
+    /// Complete at once: a read or write of no bytes.
+    Nothing,
+    /// GET_ID: the serial, into `len` bytes of the iovecs.
+    Serial { len: u32 },
+    /// Engine operations.
+    Engine(Ops),
+}
+
+/// The engine operations of a request.
+enum Ops {
+    /// One.
+    One(IoOp),
+    /// One discard or write-zeroes per range.
+    Ranges { count: u32, zeroes: bool },
 }
 
 impl Ctx<'_> {
-    /// The byte past the last a write, discard or write-zeroes in slot `h` reaches.
-    fn request_end(&self, request: &crate::virtio_blk::Request, h: usize) -> u64 {
-        match request.kind {
-            RequestType::Out => request.offset.saturating_add(u64::from(request.data_len)),
-            _ => (0..request.range_count as usize)
-                .map(|i| {
-                    let range = self.inflight.range(h, i);
-                    range.offset.saturating_add(range.len)
-                })
-                .max()
-                .unwrap_or(0),
+    /// Reads the plan of the request in slot `h` off its payload.
+    fn plan(&self, payload: Payload, h: usize) -> Plan {
+        let plan = |kind, changes_to, limited_write, work| Plan {
+            kind,
+            changes_to,
+            limited_write,
+            read: 0,
+            written: 0,
+            expect: 0,
+            used_len: 1,
+            offset: 0,
+            iov_count: 0,
+            work,
+        };
+        match payload {
+            Payload::Read {
+                offset,
+                data_len,
+                iov_count,
+            } => Plan {
+                read: data_len,
+                expect: data_len,
+                used_len: data_len + 1,
+                offset,
+                iov_count,
+                ..plan(
+                    OpKind::Read,
+                    None,
+                    false,
+                    self.transfer(h, data_len, false, offset, iov_count),
+                )
+            },
+            Payload::Write {
+                offset,
+                data_len,
+                iov_count,
+            } => Plan {
+                written: data_len,
+                expect: data_len,
+                offset,
+                iov_count,
+                ..plan(
+                    OpKind::Write,
+                    Some(offset.saturating_add(u64::from(data_len))),
+                    true,
+                    self.transfer(h, data_len, true, offset, iov_count),
+                )
+            },
+            Payload::Flush => plan(
+                OpKind::Flush,
+                None,
+                true,
+                Work::Engine(Ops::One(IoOp::Flush)),
+            ),
+            Payload::GetId {
+                data_len,
+                iov_count,
+            } => Plan {
+                iov_count,
+                ..plan(OpKind::Read, None, false, Work::Serial { len: data_len })
+            },
+            Payload::Discard { ranges } => plan(
+                OpKind::Other,
+                Some(self.ranges_end(h, ranges)),
+                true,
+                Work::Engine(Ops::Ranges {
+                    count: ranges,
+                    zeroes: false,
+                }),
+            ),
+            Payload::WriteZeroes { ranges } => plan(
+                OpKind::Other,
+                Some(self.ranges_end(h, ranges)),
+                true,
+                Work::Engine(Ops::Ranges {
+                    count: ranges,
+                    zeroes: true,
+                }),
+            ),
         }
+    }
+
+    /// A read's or write's engine operation; none for no bytes.
+    fn transfer(&self, h: usize, data_len: u32, write: bool, offset: u64, iov_count: u32) -> Work {
+        if data_len == 0 {
+            return Work::Nothing;
+        }
+        let iov = self.inflight.iovecs(h, 0, iov_count);
+        Work::Engine(Ops::One(if write {
+            IoOp::Write { offset, iov }
+        } else {
+            IoOp::Read { offset, iov }
+        }))
+    }
+
+    /// The byte past the last the `count` ranges in slot `h` reach.
+    fn ranges_end(&self, h: usize, count: u32) -> u64 {
+        (0..count as usize)
+            .map(|i| {
+                let range = self.inflight.range(h, i);
+                range.offset.saturating_add(range.len)
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// The time for this batch of requests, read once.
@@ -143,65 +265,54 @@ impl Ctx<'_> {
                 return add_used(record, queue, self.mem, head, len);
             }
         };
-        if matches!(
-            request.kind,
-            RequestType::Out | RequestType::Discard | RequestType::WriteZeroes
-        ) && !self.device.may_write()
-        {
+        let plan = self.plan(request.payload, h);
+        if plan.changes_to.is_some() && !self.device.may_write() {
             crate::limited!(
                 warn,
                 "write refused: another handover=on disk writes the image (its VM has not \
                  stopped)"
             );
             let status = VIRTIO_BLK_S_IOERR;
-            self.stats.record(kind_of(request.kind), status, 0, 0, 0);
+            self.stats.record(plan.kind, status, 0, 0, 0);
             write_status(self.mem, request.status, status);
             return add_used(record, queue, self.mem, head, 1);
         }
         if self.device.limits.on() {
-            let write = !matches!(request.kind, RequestType::In | RequestType::GetId);
-            let bytes = match request.kind {
-                RequestType::In | RequestType::Out => u64::from(request.data_len),
-                _ => 0,
-            };
-            self.device.limits.charge(write, bytes);
+            let bytes = u64::from(plan.read) + u64::from(plan.written);
+            self.device.limits.charge(plan.limited_write, bytes);
         }
         let started_ns = self.now();
         let record = self.record.as_deref();
         let stats = self.stats;
-        let kind = kind_of(request.kind);
+        let kind = plan.kind;
         let complete_now = |status: u32, len: u32, queue: &mut Queue| {
             stats.record(kind, status, 0, 0, 0);
             write_status(self.mem, request.status, status);
             add_used(record, queue, self.mem, head, len)
         };
-        let (ops, expect, used_len) = match request.kind {
-            RequestType::GetId => {
-                let n = (request.data_len as usize).min(self.device.serial.len());
-                let iov = self.inflight.iovecs(h, 0, request.iov_count);
+        let ops = match plan.work {
+            Work::Nothing => return complete_now(VIRTIO_BLK_S_OK, 1, queue),
+            Work::Serial { len } => {
+                let n = (len as usize).min(self.device.serial.len());
+                let iov = self.inflight.iovecs(h, 0, plan.iov_count);
                 // SAFETY: the serial is host memory, apart from the guest buffers of `iov`.
                 unsafe { iov.copy_in(0, self.device.serial.as_ptr(), n) };
                 self.mark_dirty(iov);
                 return complete_now(VIRTIO_BLK_S_OK, u32::try_from(n).unwrap_or(0) + 1, queue);
             }
-            RequestType::In | RequestType::Out if request.data_len == 0 => {
-                return complete_now(VIRTIO_BLK_S_OK, 1, queue);
-            }
-            RequestType::In => (1, request.data_len, request.data_len + 1),
-            RequestType::Out | RequestType::Flush => (1, request.data_len, 1),
-            RequestType::Discard | RequestType::WriteZeroes => (request.range_count, 0, 1),
+            Work::Engine(ops) => ops,
         };
-        let write_ticket = match request.kind {
-            RequestType::Out | RequestType::Discard | RequestType::WriteZeroes => {
+        let write_ticket = match plan.changes_to {
+            Some(end) => {
                 let ticket = self.device.writes.begin(self.queue);
-                if !self.device.write_fits(self.request_end(&request, h)) {
+                if !self.device.write_fits(end) {
                     // A shrinking resize came between the parse and now.
                     self.device.writes.end(self.queue, ticket);
                     return complete_now(VIRTIO_BLK_S_IOERR, 1, queue);
                 }
                 Some(ticket)
             }
-            _ => None,
+            None => None,
         };
         let (device, queue_index) = (self.device, self.queue);
         let end_write = || {
@@ -215,39 +326,39 @@ impl Ctx<'_> {
         };
         let mut pushed = 0;
         let mut failed = false;
-        for i in 0..ops {
-            let op = match request.kind {
-                RequestType::In => IoOp::Read {
-                    offset: request.offset,
-                    iov: self.inflight.iovecs(h, 0, request.iov_count),
-                },
-                RequestType::Out => IoOp::Write {
-                    offset: request.offset,
-                    iov: self.inflight.iovecs(h, 0, request.iov_count),
-                },
-                RequestType::Flush => IoOp::Flush,
-                RequestType::Discard => {
-                    let range = self.inflight.range(h, i as usize);
-                    IoOp::Discard {
-                        offset: range.offset,
-                        len: range.len,
-                    }
-                }
-                RequestType::WriteZeroes | RequestType::GetId => {
-                    let range = self.inflight.range(h, i as usize);
-                    IoOp::WriteZeroes {
-                        offset: range.offset,
-                        len: range.len,
-                        unmap: range.unmap,
-                    }
-                }
-            };
-            if let Err(e) = engine.push(op, u64::from(head)) {
+        let mut push = |op| match engine.push(op, u64::from(head)) {
+            Ok(()) => {
+                pushed += 1;
+                true
+            }
+            Err(e) => {
                 crate::limited!(error, "queue engine refused a request: {e}");
                 failed = true;
-                break;
+                false
             }
-            pushed += 1;
+        };
+        match ops {
+            Ops::One(op) => {
+                push(op);
+            }
+            Ops::Ranges { count, zeroes } => {
+                for i in 0..count as usize {
+                    let range = self.inflight.range(h, i);
+                    let (offset, len) = (range.offset, range.len);
+                    let op = if zeroes {
+                        IoOp::WriteZeroes {
+                            offset,
+                            len,
+                            unmap: range.unmap,
+                        }
+                    } else {
+                        IoOp::Discard { offset, len }
+                    };
+                    if !push(op) {
+                        break;
+                    }
+                }
+            }
         }
         if pushed == 0 {
             end_write();
@@ -256,22 +367,18 @@ impl Ctx<'_> {
         let slot = &mut self.inflight.slots[h];
         slot.busy = true;
         slot.pending = pushed;
-        slot.expect = expect;
+        slot.expect = plan.expect;
         slot.failed = failed;
-        slot.used_len = used_len;
+        slot.used_len = plan.used_len;
         slot.status = request.status;
-        slot.offset = request.offset;
-        slot.is_write = request.kind == RequestType::Out;
+        slot.offset = plan.offset;
+        slot.is_write = plan.written > 0;
         slot.write_ticket = write_ticket;
         slot.iov_start = 0;
-        slot.iov_count = request.iov_count;
+        slot.iov_count = plan.iov_count;
         slot.kind = kind;
         slot.started_ns = started_ns;
-        (slot.read, slot.written) = match request.kind {
-            RequestType::In => (request.data_len, 0),
-            RequestType::Out => (0, request.data_len),
-            _ => (0, 0),
-        };
+        (slot.read, slot.written) = (plan.read, plan.written);
         self.inflight.count += 1;
         0
     }

@@ -247,20 +247,20 @@ fn check(input: &Input) {
                 req.status
             );
             let writes = matches!(
-                req.kind,
+                req.kind(),
                 RequestType::Out | RequestType::Discard | RequestType::WriteZeroes
             );
             assert!(
                 !(input.readonly && writes),
                 "write accepted on a read-only disk: {req:?}"
             );
-            match req.kind {
+            match req.kind() {
                 RequestType::In | RequestType::Out => {
-                    let len = u64::from(req.data_len);
+                    let len = u64::from(req.data_len());
                     assert_eq!(len % SECTOR_SIZE, 0, "{req:?}");
-                    assert_eq!(req.offset % SECTOR_SIZE, 0, "{req:?}");
+                    assert_eq!(req.offset() % SECTOR_SIZE, 0, "{req:?}");
                     assert!(
-                        req.offset
+                        req.offset()
                             .checked_add(len)
                             .is_some_and(|end| end <= capacity),
                         "{req:?}"
@@ -269,15 +269,18 @@ fn check(input: &Input) {
                 }
                 RequestType::Discard | RequestType::WriteZeroes => {
                     assert!(input.discard, "{req:?} on a disk without discard");
-                    assert!((1..=DISCARD_SEG_MAX).contains(&req.range_count), "{req:?}");
-                    for r in &ranges[..req.range_count as usize] {
+                    assert!(
+                        (1..=DISCARD_SEG_MAX).contains(&req.range_count()),
+                        "{req:?}"
+                    );
+                    for r in &ranges[..req.range_count() as usize] {
                         assert!(
                             r.offset
                                 .checked_add(r.len)
                                 .is_some_and(|end| end <= capacity),
                             "{r:?}"
                         );
-                        assert!(!(r.unmap && req.kind == RequestType::Discard), "{r:?}");
+                        assert!(!(r.unmap && req.kind() == RequestType::Discard), "{r:?}");
                     }
                 }
                 RequestType::GetId => check_iovecs(input, &mem, &iov, &req),
@@ -300,15 +303,15 @@ fn guest_address(mem: &GuestMemoryMmap, ptr: usize) -> Option<u64> {
 /// each inside guest memory and inside one descriptor of the direction the request needs (the
 /// device writes only into device-writable buffers, and reads OUT data only from readable ones).
 fn check_iovecs(input: &Input, mem: &GuestMemoryMmap, iov: &[libc::iovec], req: &Request) {
-    assert!(req.iov_count <= SEG_MAX, "{req:?}");
-    let used = &iov[..req.iov_count as usize];
+    assert!(req.iov_count() <= SEG_MAX, "{req:?}");
+    let used = &iov[..req.iov_count() as usize];
     let total: u64 = used.iter().map(|v| v.iov_len as u64).sum();
     assert_eq!(
         total,
-        u64::from(req.data_len),
+        u64::from(req.data_len()),
         "iovecs do not add up to the data length: {req:?}"
     );
-    let device_writes = req.kind != RequestType::Out;
+    let device_writes = req.kind() != RequestType::Out;
     for v in used {
         assert!(
             host_range_mapped(mem, v.iov_base as usize, v.iov_len),

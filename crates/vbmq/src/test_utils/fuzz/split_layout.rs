@@ -130,25 +130,25 @@ fn check(split: &Split) {
 
     let (result, iov, ranges) = run(&pieces);
     let req = result.unwrap_or_else(|e| panic!("legal layout {pieces:?} refused: {e:?}"));
-    assert_eq!(req.kind, kind, "{pieces:?}");
+    assert_eq!(req.kind(), kind, "{pieces:?}");
     assert_eq!(req.status, GuestAddress(START + total - 1), "{pieces:?}");
     let base = mem.get_host_address(GuestAddress(0)).unwrap() as usize;
     match kind {
         RequestType::In | RequestType::Out | RequestType::GetId => {
-            assert_eq!(u64::from(req.data_len), data_len, "{pieces:?}");
+            assert_eq!(u64::from(req.data_len()), data_len, "{pieces:?}");
             if kind != RequestType::GetId {
-                assert_eq!(req.offset, sector * 512, "{pieces:?}");
+                assert_eq!(req.offset(), sector * 512, "{pieces:?}");
             }
             // The iovecs are the data bytes, in order, and nothing else.
             let mut next = START + 16;
-            for v in &iov[..req.iov_count as usize] {
+            for v in &iov[..req.iov_count() as usize] {
                 assert_eq!((v.iov_base as usize - base) as u64, next, "{pieces:?}");
                 next += v.iov_len as u64;
             }
             assert_eq!(next, START + 16 + data_len, "{pieces:?}");
         }
         _ => {
-            assert_eq!(u64::from(req.range_count), size, "{pieces:?}");
+            assert_eq!(u64::from(req.range_count()), size, "{pieces:?}");
             for (i, r) in ranges[..size as usize].iter().enumerate() {
                 assert_eq!(r.offset, (sector + 8 * i as u64) * 512, "{pieces:?}");
                 assert_eq!(r.len, 8 * 512, "{pieces:?}");
