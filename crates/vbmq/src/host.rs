@@ -489,14 +489,10 @@ impl Prepared {
 }
 
 fn stop(running: &mut Running) {
-    running.stopper.stop();
-    if let Some(thread) = running.thread.take() {
-        let _ = thread.join();
-    }
-    running.disk.close();
-    for file in &running.files {
-        let _ = std::fs::remove_file(file);
-    }
+    let disk = &running.disk;
+    running
+        .stopper
+        .stop_and_remove(running.thread.take(), || disk.close(), &running.files);
 }
 
 fn counters(q: &QueueStats) -> QueueCounters {

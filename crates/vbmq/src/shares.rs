@@ -63,11 +63,9 @@ pub(crate) fn start_share(server: ShareServer) -> std::io::Result<RunningShare> 
 
 pub(crate) fn stop_shares(shares: Vec<RunningShare>) {
     for share in shares {
-        share.stopper.stop();
-        let _ = share.thread.join();
-        for file in share.files {
-            let _ = std::fs::remove_file(file);
-        }
+        share
+            .stopper
+            .stop_and_remove(Some(share.thread), || {}, &share.files);
     }
 }
 

@@ -78,6 +78,24 @@ impl Stopper {
         (self.disconnect)();
     }
 
+    /// Stops the server and waits for its `thread` to return; then runs `closed` (what the
+    /// server served is let go) and removes the server's `files`.
+    pub fn stop_and_remove(
+        &self,
+        thread: Option<std::thread::JoinHandle<()>>,
+        closed: impl FnOnce(),
+        files: &[PathBuf],
+    ) {
+        self.stop();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+        closed();
+        for file in files {
+            let _ = std::fs::remove_file(file);
+        }
+    }
+
     /// A stopper of the server listening on `listener`.
     pub(super) fn new(
         listener: RawFd,

@@ -195,12 +195,7 @@ impl VhostUserBlk {
     pub fn quiesce(&self) {
         self.shut_down.store(true, Ordering::Release);
         for (index, queue) in self.queues.iter().enumerate() {
-            queue.stop.stop_for_good();
-            let mut worker = queue.lock();
-            if let Some(vring) = worker.vring().cloned() {
-                worker.drain(&vring);
-            }
-            drop(worker);
+            queue.stop.stop_for_good_and_drain(&queue.worker);
             if let Some(poller) = &queue.poller {
                 poller.remove(&queue.cell);
             }
@@ -354,21 +349,15 @@ impl VhostUserBackend for VhostUserBlk {
             return Ok(());
         };
         let started = std::time::Instant::now();
-        let hold = queue.stop.hold();
-        let mut worker = queue.lock();
-        let locked = started.elapsed();
-        let in_flight = worker.in_flight();
-        if let Some(vring) = worker.vring().cloned() {
-            worker.drain(&vring);
-        }
+        let mut worker = queue.stop.stop_and_drain(&queue.worker);
         worker.ring_stopped();
+        let (waited, in_flight) = (worker.waited, worker.drained);
         drop(worker);
-        drop(hold);
         crate::limited!(
             debug,
             "queue {queue_index} stopped in {} us ({} us to take it, {in_flight} requests drained)",
             started.elapsed().as_micros(),
-            locked.as_micros()
+            waited.as_micros()
         );
         // The frontend stops its rings when its VM stops (the source at the end of a
         // migration): a disk sharing the image may write from now on.

@@ -96,8 +96,7 @@ impl VhostUserFs {
     fn quiesce(&self) {
         self.shut_down.store(true, Ordering::Release);
         for queue in &self.queues {
-            queue.stop.stop_for_good();
-            drop(lock(&queue.worker));
+            queue.stop.stop_for_good_and_drain(&queue.worker);
         }
         for handler in lock(&self.handlers).drain(..) {
             handler.send_exit_event();
@@ -181,10 +180,7 @@ impl VhostUserBackend for VhostUserFs {
 
     fn stop_vring(&self, queue_index: u32) -> io::Result<()> {
         if let Some(queue) = self.queues.get(queue_index as usize) {
-            // Taken once the serving thread has left its pass: nothing is in flight after it.
-            let hold = queue.stop.hold();
-            drop(lock(&queue.worker));
-            drop(hold);
+            drop(queue.stop.stop_and_drain(&queue.worker));
         }
         Ok(())
     }

@@ -19,7 +19,7 @@ pub use fs_queue_worker::FsQueueWorker;
 pub use limits::{DiskLimiter, Limits};
 pub use queue_worker::{Pass, QueueSettings, QueueWorker};
 pub use stats::{LATENCY_BUCKETS, OpKind, QueueStats};
-pub use stop_flag::{StopFlag, StopHold};
+pub use stop_flag::{Drain, Drained, StopFlag, StopHold};
 pub use wait_mode::WaitMode;
 
 #[cfg(test)]

@@ -735,6 +735,16 @@ impl QueueWorker {
     }
 }
 
+impl super::Drain for QueueWorker {
+    fn drain_in_flight(&mut self) -> usize {
+        let in_flight = self.in_flight();
+        if let Some(vring) = self.vring().cloned() {
+            self.drain(&vring);
+        }
+        in_flight
+    }
+}
+
 impl Drop for QueueWorker {
     fn drop(&mut self) {
         if self.inflight.count == 0 {
