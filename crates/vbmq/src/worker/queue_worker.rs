@@ -18,7 +18,7 @@ use vm_memory::{
 use super::WaitMode;
 use super::affinity::{name_current_thread, pin_current_thread};
 use super::inflight::InFlight;
-use super::requests::Ctx;
+use super::requests::{Ctx, Requests};
 use super::ring_setup::{RingSetup, stop_outside_memory};
 use super::stats::{QueueStats, now_ns};
 use crate::backend::{Disk, Engine, EngineOptions};
@@ -72,23 +72,18 @@ pub struct Pass {
 pub struct QueueWorker {
     index: usize,
     settings: QueueSettings,
-    device: Arc<BlkDevice>,
     disk: Arc<dyn Disk>,
     atomic_mem: GuestMemoryAtomic<GuestMemory>,
-    /// The guest memory every in-flight request points into: replaced only once they completed.
-    mem: Arc<GuestMemory>,
-    engine: Option<Box<dyn Engine>>,
+    /// What serving the requests takes: guest memory, engine, in-flight table, counters.
+    requests: Requests,
     /// Ends the polling loop like `stop` (see [`Self::stop_also_on`]).
     also_stop: Arc<AtomicBool>,
     /// Set when the driver broke the ring: the connection is to be closed (see
     /// [`Self::report_broken_ring_to`]).
     ring_broken: Arc<AtomicBool>,
-    /// The connection's dirty logging is on (see [`Self::log_dirty_pages_on`]).
-    dirty_logging: Arc<AtomicBool>,
     /// Whether [`Self::set_up`] may open an engine (no: a confined process, whose engines were
     /// created before confinement and are lent to each connection's workers).
     may_open_engine: bool,
-    inflight: InFlight,
     vring: Option<Vring>,
     set_up: bool,
     /// The ring set-up the driver or frontend broke (an avail index further ahead than the ring
@@ -97,9 +92,6 @@ pub struct QueueWorker {
     broken: Option<RingSetup>,
     /// The ring placement last found wholly inside guest memory.
     checked: Option<RingSetup>,
-    stats: Arc<QueueStats>,
-    /// The frontend's record of this queue's requests in flight, kept across restarts.
-    record: Option<InflightRecord>,
     /// The record is to be read against the ring before the next request is taken.
     recover: bool,
     /// Armed when the disk's limits hold requests back: it wakes a sleeping thread.
@@ -125,23 +117,25 @@ impl QueueWorker {
         let mem = atomic_mem.memory().into_inner();
         QueueWorker {
             index,
-            inflight: InFlight::new(usize::from(settings.max_size)),
+            requests: Requests {
+                mem,
+                engine: None,
+                device,
+                inflight: InFlight::new(usize::from(settings.max_size)),
+                stats,
+                record: None,
+                dirty_logging: Arc::new(AtomicBool::new(false)),
+            },
             settings,
-            device,
             disk,
             atomic_mem,
-            mem,
-            engine: None,
             may_open_engine: true,
             also_stop: Arc::new(AtomicBool::new(false)),
             ring_broken: Arc::new(AtomicBool::new(false)),
-            dirty_logging: Arc::new(AtomicBool::new(false)),
             vring: None,
             set_up: false,
             broken: None,
             checked: None,
-            stats,
-            record: None,
             recover: false,
             limit_timer: Timer::new()
                 .map_err(|e| {
@@ -171,9 +165,9 @@ impl QueueWorker {
                 crate::limited!(warn, "queue {}: cannot pin to CPU {cpu}: {e}", self.index);
             }
         }
-        if self.engine.is_none() && self.may_open_engine {
+        if self.requests.engine.is_none() && self.may_open_engine {
             match self.disk.engine(self.settings.engine_options()) {
-                Ok(engine) => self.engine = Some(engine),
+                Ok(engine) => self.requests.engine = Some(engine),
                 Err(e) => {
                     crate::limited!(
                         error,
@@ -183,14 +177,15 @@ impl QueueWorker {
                 }
             }
         }
-        if self.engine.is_none() {
+        if self.requests.engine.is_none() {
             crate::limited!(
                 error,
                 "queue {}: no I/O engine: its requests fail",
                 self.index
             );
         }
-        self.engine
+        self.requests
+            .engine
             .as_ref()
             .and_then(|engine| engine.completion_fd())
     }
@@ -199,7 +194,9 @@ impl QueueWorker {
     /// mode. Returns when the thread should sleep in epoll again, or when `stop` is set.
     pub fn run(&mut self, vring: &Vring, stop: &AtomicBool) {
         if self.asleep_since != 0 {
-            self.stats.slept(now_ns().saturating_sub(self.asleep_since));
+            self.requests
+                .stats
+                .slept(now_ns().saturating_sub(self.asleep_since));
         }
         self.run_mode(vring, stop);
         self.asleep_since = now_ns();
@@ -222,7 +219,7 @@ impl QueueWorker {
         let mut idle_since: Option<Instant> = None;
         while !stop.load(Ordering::Relaxed) && !self.also_stop.load(Ordering::Relaxed) {
             let pass = self.pass(vring, false, u16::MAX);
-            if !pass.ready && self.inflight.count == 0 {
+            if !pass.ready && self.requests.inflight.count == 0 {
                 return;
             }
             if pass.started + pass.completed > 0 {
@@ -250,7 +247,10 @@ impl QueueWorker {
 
     fn suppress_kicks(&mut self, vring: &Vring) {
         let mut state = vring.get_mut();
-        if let Err(e) = state.get_queue_mut().disable_notification(&*self.mem) {
+        if let Err(e) = state
+            .get_queue_mut()
+            .disable_notification(&*self.requests.mem)
+        {
             crate::limited!(
                 debug,
                 "queue {}: cannot disable notifications: {e}",
@@ -264,12 +264,16 @@ impl QueueWorker {
     fn rearm_kicks(&mut self, vring: &Vring) -> bool {
         let mut state = vring.get_mut();
         let queue = state.get_queue_mut();
-        if !queue.enable_notification(&*self.mem).unwrap_or(false) || self.limited {
+        if !queue
+            .enable_notification(&*self.requests.mem)
+            .unwrap_or(false)
+            || self.limited
+        {
             return false;
         }
         // Entries an avail index past the ring claims cannot be taken: sleep all the same.
         queue
-            .avail_idx(&*self.mem, Ordering::Acquire)
+            .avail_idx(&*self.requests.mem, Ordering::Acquire)
             .is_ok_and(|avail| avail.0.wrapping_sub(queue.next_avail()) <= queue.size())
     }
 
@@ -277,14 +281,17 @@ impl QueueWorker {
     /// Returns false if requests are still in flight: the old memory is kept, mapped, for them.
     fn refresh_memory(&mut self, vring: &Vring) -> bool {
         let current = self.atomic_mem.memory();
-        if std::ptr::eq(&*current, &*self.mem) {
+        if std::ptr::eq(&*current, &*self.requests.mem) {
             return true;
         }
         drop(current);
         if !self.drain(vring) {
             return false;
         }
-        let old = std::mem::replace(&mut self.mem, self.atomic_mem.memory().into_inner());
+        let old = std::mem::replace(
+            &mut self.requests.mem,
+            self.atomic_mem.memory().into_inner(),
+        );
         // The engine lets go of the old mappings before they can be unmapped.
         self.show_engine_memory();
         drop(old);
@@ -294,24 +301,30 @@ impl QueueWorker {
     /// Tells the engine which guest memory requests point into (an engine that registers it
     /// with the kernel must know), once per memory snapshot, with nothing in flight.
     fn show_engine_memory(&mut self) {
-        let mem: *const GuestMemory = &*self.mem;
+        let mem: *const GuestMemory = &*self.requests.mem;
         if self.engine_memory == mem as usize {
             return;
         }
-        let Some(engine) = self.engine.as_mut() else {
+        let Some(engine) = self.requests.engine.as_mut() else {
             return;
         };
         let regions: Vec<libc::iovec> = self
+            .requests
             .mem
             .iter()
             .filter_map(|region| {
                 Some(libc::iovec {
-                    iov_base: self.mem.get_host_address(region.start_addr()).ok()?.cast(),
+                    iov_base: self
+                        .requests
+                        .mem
+                        .get_host_address(region.start_addr())
+                        .ok()?
+                        .cast(),
                     iov_len: usize::try_from(region.len()).ok()?,
                 })
             })
             .collect();
-        // SAFETY: `self.mem` keeps these mappings until the next snapshot, which the engine is
+        // SAFETY: `self.requests.mem` keeps these mappings until the next snapshot, which the engine is
         // shown before this one is dropped (`refresh_memory`), or until the engine is taken
         // back (`take_engine`, which shows it nothing).
         if let Err(e) = unsafe { engine.guest_memory(&regions) } {
@@ -350,17 +363,7 @@ impl QueueWorker {
         let mut state = vring.get_mut();
         let atomic_mem = &self.atomic_mem;
         let limit_timer = self.limit_timer.as_ref();
-        let mut ctx = Ctx {
-            queue: self.index,
-            mem: &self.mem,
-            device: &self.device,
-            engine: self.engine.as_mut(),
-            inflight: &mut self.inflight,
-            stats: &self.stats,
-            record: self.record.as_mut(),
-            clock: 0,
-            dirty_logging: &self.dirty_logging,
-        };
+        let mut ctx = self.requests.ctx(self.index);
         let setup = RingSetup::of(state.get_queue(), ctx.mem);
         if self.broken.is_some_and(|broken| broken != setup) {
             // A new ring address, size, base index or memory table: the ring was set up anew.
@@ -472,8 +475,10 @@ impl QueueWorker {
             Self::notify_guest(&mut state, ctx.mem);
         }
         self.limited = pass.limited;
-        self.stats
-            .pass(pass.started + pass.completed > 0, self.inflight.count);
+        self.requests.stats.pass(
+            pass.started + pass.completed > 0,
+            self.requests.inflight.count,
+        );
         (pass, stale)
     }
 
@@ -534,6 +539,7 @@ impl QueueWorker {
             timer.clear();
         }
         if let Some(fd) = self
+            .requests
             .engine
             .as_ref()
             .and_then(|engine| engine.completion_fd())
@@ -549,8 +555,9 @@ impl QueueWorker {
     /// the memory they point into and the engine they are in must not be let go (see [`Drop`]).
     pub fn drain(&mut self, vring: &Vring) -> bool {
         let mut failures = 0;
-        while self.inflight.count > 0 {
-            let Some(engine) = self.engine.as_mut() else {
+        let mut ctx = self.requests.ctx(self.index);
+        while ctx.inflight.count > 0 {
+            let Some(engine) = ctx.engine.as_mut() else {
                 break;
             };
             if let Err(e) = engine.wait() {
@@ -568,29 +575,20 @@ impl QueueWorker {
             // Reaped even after a failed wait: what did complete (an overflowing completion
             // queue's entries, say) is taken, and the next wait may succeed.
             let mut state = vring.get_mut();
-            let mut ctx = Ctx {
-                queue: self.index,
-                mem: &self.mem,
-                device: &self.device,
-                engine: self.engine.as_mut(),
-                inflight: &mut self.inflight,
-                stats: &self.stats,
-                record: self.record.as_mut(),
-                clock: 0,
-                dirty_logging: &self.dirty_logging,
-            };
+            // Each round's completions are timed together.
+            ctx.clock = 0;
             let mut pass = Pass::default();
             if Self::reap(&mut ctx, &mut state, false, &mut pass) > 0 {
                 Self::notify_guest(&mut state, ctx.mem);
             }
         }
-        if self.inflight.count > 0 {
+        if self.requests.inflight.count > 0 {
             crate::limited!(
                 error,
                 "queue {}: {} requests still in flight after {failures} failed waits: their \
                  guest memory and engine are kept",
                 self.index,
-                self.inflight.count
+                self.requests.inflight.count
             );
             return false;
         }
@@ -609,16 +607,16 @@ impl QueueWorker {
 
     /// The flag that says the frontend logs dirty pages (a live migration is under way).
     pub fn log_dirty_pages_on(&mut self, flag: Arc<AtomicBool>) {
-        self.dirty_logging = flag;
+        self.requests.dirty_logging = flag;
     }
 
     /// Gives the worker an engine created earlier (before confinement); it will open none.
     pub fn lend_engine(&mut self, engine: Option<Box<dyn Engine>>) {
-        if self.inflight.count > 0 {
+        if self.requests.inflight.count > 0 {
             // The engine in use still holds operations: never dropped (see `Drop`).
-            std::mem::forget(self.engine.take());
+            std::mem::forget(self.requests.engine.take());
         }
-        self.engine = engine;
+        self.requests.engine = engine;
         self.engine_memory = 0;
         self.may_open_engine = false;
     }
@@ -626,18 +624,18 @@ impl QueueWorker {
     /// Takes the engine back once the worker has drained it: an engine with operations still
     /// in flight would complete them into the next connection's requests, so it is dropped.
     pub fn take_engine(&mut self) -> Option<Box<dyn Engine>> {
-        if self.inflight.count > 0 {
+        if self.requests.inflight.count > 0 {
             // Nor can it be dropped: the kernel may still carry its operations out, into memory
             // that would be unmapped. It stays with this worker, which leaks it (see `Drop`).
             crate::limited!(
                 error,
                 "queue {}: {} requests never completed; its engine is kept from reuse",
                 self.index,
-                self.inflight.count
+                self.requests.inflight.count
             );
             return None;
         }
-        let mut engine = self.engine.take();
+        let mut engine = self.requests.engine.take();
         self.engine_memory = 0;
         if let Some(engine) = engine.as_mut() {
             // SAFETY: no regions: the departed guest's memory is let go.
@@ -655,37 +653,37 @@ impl QueueWorker {
     /// The frontend stopped the ring (`GET_VRING_BASE`): whatever the driver broke is gone
     /// with it, and the ring may be served again once started.
     pub fn ring_stopped(&mut self) {
-        if !self.inflight.finished.is_empty() {
+        if !self.requests.inflight.finished.is_empty() {
             // Entries the used ring could not take: the ring they belong to is gone (a record
             // keeps them in flight, for the restarted ring to take them again).
             crate::limited!(
                 warn,
                 "queue {}: {} finished requests never returned to the stopped ring",
                 self.index,
-                self.inflight.finished.len()
+                self.requests.inflight.finished.len()
             );
-            self.inflight.finished.clear();
+            self.requests.inflight.finished.clear();
         }
         self.broken = None;
         self.checked = None;
-        self.recover = self.record.is_some();
+        self.recover = self.requests.record.is_some();
     }
 
     /// Gives the worker its queue's in-flight record (`SET_INFLIGHT_FD`), read when the ring
     /// next starts.
     pub fn set_inflight_record(&mut self, record: Option<InflightRecord>) {
         self.recover = record.is_some();
-        self.record = record;
+        self.requests.record = record;
     }
 
     /// Requests in flight.
     pub fn in_flight(&self) -> usize {
-        self.inflight.count
+        self.requests.inflight.count
     }
 
     /// Counts time a thread shared with other queues slept.
     pub fn slept(&self, ns: u64) {
-        self.stats.slept(ns);
+        self.requests.stats.slept(ns);
     }
 
     /// Whether [`Self::set_up`] has run.
@@ -724,7 +722,8 @@ impl QueueWorker {
 
     /// Whether the engine wakes a sleeping thread when its operations complete.
     pub fn has_completion_fd(&self) -> bool {
-        self.engine
+        self.requests
+            .engine
             .as_ref()
             .is_some_and(|engine| engine.completion_fd().is_some())
     }
@@ -747,7 +746,7 @@ impl super::Drain for QueueWorker {
 
 impl Drop for QueueWorker {
     fn drop(&mut self) {
-        if self.inflight.count == 0 {
+        if self.requests.inflight.count == 0 {
             return;
         }
         // Requests the engine never returned: the kernel may still read or write their guest
@@ -757,9 +756,9 @@ impl Drop for QueueWorker {
             error,
             "queue {}: {} requests never completed: their engine and guest memory are leaked",
             self.index,
-            self.inflight.count
+            self.requests.inflight.count
         );
-        std::mem::forget(self.engine.take());
-        std::mem::forget(Arc::clone(&self.mem));
+        std::mem::forget(self.requests.engine.take());
+        std::mem::forget(Arc::clone(&self.requests.mem));
     }
 }

@@ -1,6 +1,7 @@
 //! One request's way through a worker: parsed and handed to the engine (or completed at once),
 //! then completed into the used ring when the engine returns it.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::vhost_user::{GuestMemory, dirty_log};
@@ -28,6 +29,38 @@ pub(super) struct Ctx<'a> {
     pub clock: u64,
     /// The frontend is migrating the VM: pages written by reads are marked in its dirty log.
     pub dirty_logging: &'a AtomicBool,
+}
+
+/// What serving a queue's requests takes, owned by its worker; each pass borrows it as a
+/// [`Ctx`], apart from the worker's ring state.
+pub(super) struct Requests {
+    /// The guest memory every in-flight request points into: replaced only once they completed.
+    pub mem: Arc<GuestMemory>,
+    pub engine: Option<Box<dyn Engine>>,
+    pub device: Arc<BlkDevice>,
+    pub inflight: InFlight,
+    pub stats: Arc<QueueStats>,
+    /// The frontend's record of this queue's requests in flight, kept across restarts.
+    pub record: Option<InflightRecord>,
+    /// The connection's dirty logging is on (see `QueueWorker::log_dirty_pages_on`).
+    pub dirty_logging: Arc<AtomicBool>,
+}
+
+impl Requests {
+    /// The context of a pass over queue `queue`, its clock not yet read.
+    pub fn ctx(&mut self, queue: usize) -> Ctx<'_> {
+        Ctx {
+            queue,
+            mem: &self.mem,
+            device: &self.device,
+            engine: self.engine.as_mut(),
+            inflight: &mut self.inflight,
+            stats: &self.stats,
+            record: self.record.as_mut(),
+            clock: 0,
+            dirty_logging: &self.dirty_logging,
+        }
+    }
 }
 
 fn write_status(mem: &GuestMemory, addr: vm_memory::GuestAddress, status: u32) {

@@ -210,15 +210,13 @@ fn get_id_split_across_buffers_gets_the_whole_serial() {
 #[test]
 fn finished_requests_the_used_ring_cannot_take_yet_are_kept() {
     use super::inflight::InFlight;
-    use super::requests::Ctx;
+    use super::requests::Requests;
     use virtio_queue::{Queue, QueueT};
 
     const END: u64 = 0x4000;
     let mem = GuestMemory::from_ranges(&[(GuestAddress(0), END as usize)]).unwrap();
     let disk: Arc<dyn Disk> = Arc::new(NullDisk::new(1 << 20));
     let device = BlkDevice::new(disk.as_ref(), false, 1, "");
-    let stats = super::QueueStats::default();
-    let dirty_logging = AtomicBool::new(false);
     let mut inflight = InFlight::new(usize::from(SIZE));
     let mut queue = Queue::new(SIZE).unwrap();
     queue.set_size(SIZE);
@@ -230,17 +228,17 @@ fn finished_requests_the_used_ring_cannot_take_yet_are_kept() {
     queue.set_ready(true);
     queue.set_next_used(13);
     inflight.finished.extend([(1, 10), (2, 20), (3, 30)]);
-    let mut ctx = Ctx {
-        queue: 0,
-        mem: &mem,
-        device: &device,
+    let mem = Arc::new(mem);
+    let mut requests = Requests {
+        mem: Arc::clone(&mem),
         engine: None,
-        inflight: &mut inflight,
-        stats: &stats,
+        device: Arc::new(device),
+        inflight,
+        stats: Arc::default(),
         record: None,
-        clock: 0,
-        dirty_logging: &dirty_logging,
+        dirty_logging: Arc::default(),
     };
+    let mut ctx = requests.ctx(0);
     assert_eq!(ctx.publish_finished(&mut queue), 1);
     assert_eq!(
         ctx.inflight.finished,
@@ -492,7 +490,7 @@ fn a_shrinking_resize_waits_for_writes_in_flight() {
 #[test]
 fn finished_requests_whose_used_index_cannot_be_written_are_kept() {
     use super::inflight::InFlight;
-    use super::requests::Ctx;
+    use super::requests::Requests;
     use virtio_queue::{Queue, QueueT};
 
     let mem =
@@ -500,8 +498,6 @@ fn finished_requests_whose_used_index_cannot_be_written_are_kept() {
             .unwrap();
     let disk: Arc<dyn Disk> = Arc::new(NullDisk::new(1 << 20));
     let device = BlkDevice::new(disk.as_ref(), false, 1, "");
-    let stats = super::QueueStats::default();
-    let dirty_logging = AtomicBool::new(false);
     let mut inflight = InFlight::new(usize::from(SIZE));
     let mut queue = Queue::new(SIZE).unwrap();
     queue.set_size(SIZE);
@@ -509,17 +505,17 @@ fn finished_requests_whose_used_index_cannot_be_written_are_kept() {
     queue.set_used_ring_address(Some(0x1ffc), Some(0));
     queue.set_ready(true);
     inflight.finished.extend([(1, 10), (2, 20)]);
-    let mut ctx = Ctx {
-        queue: 0,
-        mem: &mem,
-        device: &device,
+    let mem = Arc::new(mem);
+    let mut requests = Requests {
+        mem: Arc::clone(&mem),
         engine: None,
-        inflight: &mut inflight,
-        stats: &stats,
+        device: Arc::new(device),
+        inflight,
+        stats: Arc::default(),
         record: None,
-        clock: 0,
-        dirty_logging: &dirty_logging,
+        dirty_logging: Arc::default(),
     };
+    let mut ctx = requests.ctx(0);
     assert_eq!(ctx.publish_finished(&mut queue), 0);
     assert_eq!(
         queue.next_used(),
