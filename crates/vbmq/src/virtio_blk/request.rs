@@ -423,6 +423,9 @@ fn read_ranges(
 
 /// Parses and validates one chain. IN/OUT data goes to `iov` (at most [`SEG_MAX`] entries are
 /// used), discard and write-zeroes ranges to `ranges` (at most [`DISCARD_SEG_MAX`]).
+// Inlined into the worker's one call on the per-request path (callgrind on `request_path`: left
+// to itself, the compiler sometimes calls it instead, some 47 instructions a request more).
+#[inline(always)]
 pub fn parse<D, M>(
     chain: DescriptorChain<D>,
     mem: &M,
