@@ -12,6 +12,7 @@
 pub mod backend;
 pub mod config;
 pub mod confine;
+pub mod guest;
 pub mod host;
 pub mod log_limit;
 pub mod serve;

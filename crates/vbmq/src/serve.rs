@@ -356,7 +356,7 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
         }
     }
     // Before any frontend can send a memory table.
-    if let Err(e) = crate::vhost_user::memory_faults::install_handler() {
+    if let Err(e) = crate::guest::memory_faults::install_handler() {
         eprintln!("vbmq: cannot install the SIGBUS handler: {e}");
         return 1;
     }

@@ -8,7 +8,7 @@
 //! busy within its `poll-us`; otherwise it re-arms every ring's kicks, looks once more, and sleeps
 //! on one epoll of their kicks, their completion eventfds and its doorbell.
 
-use crate::vhost_user::Vring;
+use crate::guest::Vring;
 use std::collections::HashMap;
 use std::hint::spin_loop;
 use std::io;

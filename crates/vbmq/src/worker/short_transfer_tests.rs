@@ -8,7 +8,7 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::vhost_user::{GuestMemory, Vring};
+use crate::guest::{GuestMemory, Vring};
 use vhost_user_backend::VringT;
 use virtio_bindings::virtio_blk::{VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT};
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use crate::vhost_user::{GuestMemory, Vring};
+use crate::guest::{GuestMemory, Vring};
 use vhost_user_backend::VringT;
 use virtio_bindings::virtio_blk::VIRTIO_BLK_T_IN;
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
