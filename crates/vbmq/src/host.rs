@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use crate::backend::Disk;
 use crate::config::{DiskSpec, SpecError, Storage};
+use crate::limits::Limits;
 use crate::serve::{Built, build_server, check_sockets};
 use crate::vhost_user::{Stopper, VhostUserBlk};
 use crate::virtio_blk::BlkDevice;
-use crate::worker::{LATENCY_BUCKETS, Limits, QueueStats, online_cpus};
+use crate::worker::{LATENCY_BUCKETS, QueueStats, online_cpus};
 
 /// One disk as `list` shows it.
 #[derive(Clone, Debug)]

@@ -14,6 +14,7 @@ pub mod config;
 pub mod confine;
 pub mod guest;
 pub mod host;
+pub mod limits;
 pub mod log_limit;
 pub mod serve;
 mod shares;

@@ -6,7 +6,8 @@ use std::time::Duration;
 use super::limit_keys::set_limit;
 use super::{disk_key, parse_cpu_list, parse_size};
 use crate::backend::RbdTarget;
-use crate::worker::{Limits, WaitMode};
+use crate::limits::Limits;
+use crate::worker::WaitMode;
 
 /// Largest number of virtqueues a disk may have.
 pub const MAX_QUEUES: usize = 64;

@@ -2,7 +2,7 @@
 
 use super::SpecError;
 use super::size::parse_size;
-use crate::worker::Limits;
+use crate::limits::Limits;
 
 /// The keys, as `--disk` and `set-limits` take them.
 pub const LIMIT_KEYS: &[&str] = &[

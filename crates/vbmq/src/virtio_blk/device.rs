@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::WritesInFlight;
 use crate::backend::{Disk, Geometry, WriterSeat};
-use crate::worker::DiskLimiter;
+use crate::limits::DiskLimiter;
 
 /// Bytes in a virtio-blk sector, whatever the block size.
 pub const SECTOR_SIZE: u64 = 512;
