@@ -8,9 +8,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::backend::Disk;
+use crate::config::check_sockets;
 use crate::config::{DiskSpec, SpecError, Storage};
+use crate::devices::{Built, build_disk};
 use crate::limits::Limits;
-use crate::serve::{Built, build_server, check_sockets};
 use crate::vhost_user::{Stopper, VhostUserBlk};
 use crate::virtio_blk::BlkDevice;
 use crate::worker::{LATENCY_BUCKETS, QueueStats, online_cpus};
@@ -209,7 +210,7 @@ impl Host {
     /// Opens and binds a disk without serving it yet (start-up disks: before confinement).
     pub fn prepare(&self, text: &str, spec: DiskSpec) -> Result<Prepared, HostError> {
         Self::check_sockets(&lock(&self.disks), &spec, &self.other_sockets)?;
-        let built = build_server(&spec)?;
+        let built = build_disk(&spec)?;
         Ok(Prepared {
             text: text.to_string(),
             spec,

@@ -12,6 +12,7 @@
 pub mod backend;
 pub mod config;
 pub mod confine;
+mod devices;
 pub mod guest;
 pub mod host;
 pub mod limits;

@@ -6,6 +6,7 @@ mod disk_spec;
 mod fs_spec;
 mod limit_keys;
 mod size;
+mod sockets;
 mod spec_error;
 
 pub use cpu_list::parse_cpu_list;
@@ -14,4 +15,5 @@ pub use disk_spec::{DiskSpec, Storage};
 pub use fs_spec::{FS_KEYS, FsSpec, FsSpecError};
 pub use limit_keys::{LIMIT_KEYS, parse_limits};
 pub use size::parse_size;
+pub use sockets::{check_disks, check_sockets};
 pub use spec_error::SpecError;
