@@ -470,7 +470,13 @@ fn a_shrinking_resize_waits_for_writes_in_flight() {
     assert_eq!(worker.in_flight(), 1, "the write is held in flight");
     std::thread::scope(|scope| {
         let resize = scope.spawn(|| {
-            crate::host::resize_disk(&device, disk.as_ref(), AFTER, true, Duration::from_secs(5))
+            crate::virtio_blk::resize_disk(
+                &device,
+                disk.as_ref(),
+                AFTER,
+                true,
+                Duration::from_secs(5),
+            )
         });
         std::thread::sleep(Duration::from_millis(100));
         // The write lands now, then completes.
