@@ -15,8 +15,8 @@ use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 
 use super::{QueueSettings, QueueWorker, WaitMode};
 use crate::backend::{Disk, Engine, EngineOptions, Geometry, IoOp};
-use crate::test_utils::{Buffer, SplitRing, blk_header};
 use crate::virtio_blk::BlkDevice;
+use vbmq_driver::{Buffer, SplitRing, blk_header};
 
 const SIZE: u16 = 16;
 const DESC: u64 = 0x1000;

@@ -11,9 +11,9 @@ use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 
 use super::{QueueSettings, QueueWorker};
 use crate::backend::{Disk, NullDisk};
-use crate::test_utils::{Buffer, SplitRing, blk_header};
 use crate::virtio_blk::BlkDevice;
 use crate::worker::WaitMode;
+use vbmq_driver::{Buffer, SplitRing, blk_header};
 
 const SIZE: u16 = 16;
 const DESC: u64 = 0x1000;
