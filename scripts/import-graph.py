@@ -8,7 +8,8 @@ modules it imports, then fails (exit 1) on:
 - more than one arrow running against the crate's layer order declared below (an arrow between
   modules of one layer runs sideways and is allowed; a module missing from the order fails).
 
-Usage: scripts/import-graph.py [-v]   (-v: the arrows inside directory modules too)
+Usage: scripts/import-graph.py [-v|-q]   (-v: the arrows inside directory modules too;
+                                          -q: only what fails)
 """
 
 import os
@@ -307,13 +308,15 @@ def show_circle(prefix, component, arrows, root):
 
 def main():
     verbose = "-v" in sys.argv[1:]
+    quiet = "-q" in sys.argv[1:]
+    say = (lambda *_: None) if quiet else print
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     failures = []
     for crate, layers in LAYERS.items():
         src = os.path.join(root, crate)
         modules, arrows, inner = graph(src)
         layer = {m: i for i, group in enumerate(layers or []) for m in group}
-        print(f"{crate}: {len(modules)} modules, {len(arrows)} arrows")
+        say(f"{crate}: {len(modules)} modules, {len(arrows)} arrows")
         if layers:
             for m in modules:
                 if m not in layer:
@@ -332,7 +335,7 @@ def main():
                 if up:
                     back.append((m, b))
             where = f"[{layer[m]}] " if m in layer else ""
-            print(f"  {where}{m} -> {', '.join(marks) if marks else '-'}")
+            say(f"  {where}{m} -> {', '.join(marks) if marks else '-'}")
         for a, b in back:
             print(f"  back up: {a} -> {b}, from {os.path.relpath(arrows[(a, b)][0], root)}")
         if len(back) > BACK_ARROWS_ALLOWED:
@@ -345,7 +348,7 @@ def main():
             nodes = {n for e in edges for n in e}
             if verbose:
                 for (a, b) in sorted(edges):
-                    print(f"    {module}/{a} -> {module}/{b}")
+                    say(f"    {module}/{a} -> {module}/{b}")
             for c in circles(nodes, edges):
                 failures.append(f"{crate}: circle in {module}/ between {', '.join(c)}")
                 show_circle(module + "/", c, edges, root)
