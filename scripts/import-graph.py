@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The import graph of each crate's modules, drawn from its `crate::`, `super::` and `self::` paths
-(in `use` lines and in code).
+(in `use` lines and in code, tests included).
 
 A module is a top-level file or directory under the crate's `src/`. Prints every module and the
 modules it imports, then fails (exit 1) on:
