@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use guest::{Qmp, RunningVm, TestDir, Vbmq, Vm, result_of, script, tagged, wait_for_console};
+use guest::{
+    Qmp, RunningVm, TestDir, Vbmq, Vm, print_log, result_of, script, tagged, wait_for_console,
+};
 
 /// Words the host writes over the whole mailbox disk; the guest polls it.
 const MIGRATING: &str = "MIGR";
@@ -78,6 +80,24 @@ struct Setup {
     sides: [Side; 2],
     qemus: usize,
     consoles: Vec<PathBuf>,
+    /// Each QEMU's stderr, in the order they started.
+    stderrs: Vec<PathBuf>,
+}
+
+impl Drop for Setup {
+    /// A failed test shows every QEMU's stderr and console (before the directory goes).
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for (n, (console, stderr)) in self.consoles.iter().zip(&self.stderrs).enumerate() {
+                let read = |path: &Path| {
+                    String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default())
+                        .replace('\r', "")
+                };
+                print_log(&format!("QEMU {} stderr", n + 1), &read(stderr));
+                print_log(&format!("QEMU {} console", n + 1), &read(console));
+            }
+        }
+    }
 }
 
 impl Setup {
@@ -101,6 +121,7 @@ impl Setup {
             sides,
             qemus: 0,
             consoles: Vec::new(),
+            stderrs: Vec::new(),
             dir,
         }
     }
@@ -127,6 +148,7 @@ impl Setup {
         }
         let running = vm.start(&self.initrd, &console, &extra);
         self.consoles.push(console);
+        self.stderrs.push(running.stderr_file.clone());
         let qmp = Qmp::connect(&qmp);
         (running, qmp)
     }
@@ -480,13 +502,9 @@ fn run(backend: Backend, full: bool) -> (guest::GuestRun, Vec<Migration>, Setup,
                 .replace('\r', "")
         })
         .collect();
-    let run = result_of(&consoles).unwrap_or_else(|| {
-        panic!(
-            "no result from the guest (exited: {finished}); consoles:\n{}\n{}",
-            consoles.join("\n=====\n"),
-            vbmq.log_text()
-        )
-    });
+    // On failure the consoles and the QEMUs' stderr are printed by `setup`, vbmq's log by `vbmq`.
+    let run = result_of(&consoles)
+        .unwrap_or_else(|| panic!("no result from the guest (QEMU exited: {finished})"));
     (run, figures, setup, vbmq)
 }
 
