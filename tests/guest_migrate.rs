@@ -212,13 +212,15 @@ type Hold<'a> = dyn FnMut(&Value, &mut Qmp) -> bool + 'a;
 /// How long the guest may be stopped at the switch-over.
 const DOWNTIME_MS: u64 = 300;
 
-/// Starts a migration to the QEMU whose number is `to` and follows it until it ends. With
-/// `hold`, the switch-over waits (a downtime limit no round can meet) until `hold` says the
-/// migration may end; `hold` sees each `query-migrate` answer. With `cancel_after`, cancels it
-/// once it has been active that long.
+/// Starts a migration to the QEMU whose number is `to` (`destination` its QMP) and follows it
+/// until it ends; a completed one ends when the destination runs the guest. With `hold`, the
+/// switch-over waits (a downtime limit no round can meet) until `hold` says the migration may
+/// end; `hold` sees each `query-migrate` answer. With `cancel_after`, cancels it once it has
+/// been active that long.
 fn migrate(
     setup: &Setup,
     source: &mut Qmp,
+    destination: &mut Qmp,
     to: usize,
     bandwidth: u64,
     cancel_after: Option<Duration>,
@@ -260,6 +262,9 @@ fn migrate(
             source.execute("migrate_cancel", json!({}));
         }
         if matches!(status.as_str(), "completed" | "failed" | "cancelled") {
+            if status == "completed" {
+                wait_until_running(destination);
+            }
             let number = |v: &Value| v.as_u64().unwrap_or(0);
             return Migration {
                 status,
@@ -273,6 +278,27 @@ fn migrate(
             "migration did not end: {info}"
         );
         std::thread::sleep(Duration::from_millis(if hold.is_some() { 10 } else { 100 }));
+    }
+}
+
+/// Waits until the destination of a migration the source saw completed runs the guest. The
+/// source completes once it has sent the last bytes; the destination then still loads the
+/// devices' state and starts them (slowly on a loaded host), and exits if that fails.
+fn wait_until_running(destination: &mut Qmp) {
+    let start = Instant::now();
+    loop {
+        let state = destination.execute("query-status", json!({}));
+        match state["status"].as_str() {
+            Some("running") => return,
+            Some("inmigrate") => {}
+            _ => panic!("the destination does not run the guest after the migration: {state}"),
+        }
+        // Only bounds a hang: a destination that fails exits, and its QMP closes.
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the destination still loads the migration: {state}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -441,6 +467,7 @@ fn run(backend: Backend, full: bool) -> (guest::GuestRun, Vec<Migration>, Setup,
     let first = migrate(
         &setup,
         &mut source_qmp,
+        &mut target_qmp,
         to,
         16 << 20,
         None,
@@ -462,11 +489,12 @@ fn run(backend: Backend, full: bool) -> (guest::GuestRun, Vec<Migration>, Setup,
 
     if full {
         // Half-way back, then cancelled: the guest goes on where it is.
-        let (_aborted, _aborted_qmp) = setup.qemu(0, true);
+        let (_aborted, mut aborted_qmp) = setup.qemu(0, true);
         let to = setup.qemus;
         let cancelled = migrate(
             &setup,
             &mut target_qmp,
+            &mut aborted_qmp,
             to,
             4 << 20,
             Some(Duration::from_secs(2)),
@@ -480,9 +508,17 @@ fn run(backend: Backend, full: bool) -> (guest::GuestRun, Vec<Migration>, Setup,
         drop(_aborted);
 
         // And back for good.
-        let (back, _back_qmp) = setup.qemu(0, true);
+        let (back, mut back_qmp) = setup.qemu(0, true);
         let to = setup.qemus;
-        let home = migrate(&setup, &mut target_qmp, to, 64 << 20, None, None);
+        let home = migrate(
+            &setup,
+            &mut target_qmp,
+            &mut back_qmp,
+            to,
+            64 << 20,
+            None,
+            None,
+        );
         eprintln!("migration back: {home:?}");
         assert_eq!(home.status, "completed", "{home:?}\n{}", back.stderr());
         figures.push(home);
