@@ -235,7 +235,9 @@ fn migrate(
         json!({ "max-bandwidth": bandwidth, "downtime-limit": downtime }),
     );
     let uri = format!("unix:{}", setup.migration_socket(to).display());
-    // The destination listens as soon as its QEMU runs; retried until it does.
+    // The destination listens already (its QMP answered, so its main loop runs). The source
+    // refuses while it is itself still an incoming destination: retried until it runs (see
+    // `wait_until_running`, which makes this rare).
     let start = Instant::now();
     while let Err(e) = source.try_execute("migrate", json!({ "uri": uri })) {
         assert!(start.elapsed() < Duration::from_secs(30), "migrate: {e}");
@@ -289,7 +291,13 @@ fn wait_until_running(destination: &mut Qmp) {
     loop {
         let state = destination.execute("query-status", json!({}));
         match state["status"].as_str() {
-            Some("running") => return,
+            Some("running") => {
+                eprintln!(
+                    "the destination ran the guest {} ms after the source completed",
+                    start.elapsed().as_millis()
+                );
+                return;
+            }
             Some("inmigrate") => {}
             _ => panic!("the destination does not run the guest after the migration: {state}"),
         }
