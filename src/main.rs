@@ -90,7 +90,7 @@ fn serve(
         .map(|path| (CONTROL_SOCKET, path))
         .into_iter()
         .collect();
-    if let Err(e) = vbmq::serve::check_sockets(&options.disks, &options.shares, &control_socket) {
+    if let Err(e) = vbmq::config::check_sockets(&options.disks, &options.shares, &control_socket) {
         eprintln!("vbmq: {e}");
         return 2;
     }

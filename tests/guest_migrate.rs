@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use guest::{Qmp, RunningVm, TestDir, Vbmq, Vm, result_of, script, tagged, wait_for_console};
+use guest::{
+    Qmp, RunningVm, TestDir, Vbmq, Vm, print_log, result_of, script, tagged, wait_for_console,
+};
 
 /// Words the host writes over the whole mailbox disk; the guest polls it.
 const MIGRATING: &str = "MIGR";
@@ -78,6 +80,24 @@ struct Setup {
     sides: [Side; 2],
     qemus: usize,
     consoles: Vec<PathBuf>,
+    /// Each QEMU's stderr, in the order they started.
+    stderrs: Vec<PathBuf>,
+}
+
+impl Drop for Setup {
+    /// A failed test shows every QEMU's stderr and console (before the directory goes).
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for (n, (console, stderr)) in self.consoles.iter().zip(&self.stderrs).enumerate() {
+                let read = |path: &Path| {
+                    String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default())
+                        .replace('\r', "")
+                };
+                print_log(&format!("QEMU {} stderr", n + 1), &read(stderr));
+                print_log(&format!("QEMU {} console", n + 1), &read(console));
+            }
+        }
+    }
 }
 
 impl Setup {
@@ -101,6 +121,7 @@ impl Setup {
             sides,
             qemus: 0,
             consoles: Vec::new(),
+            stderrs: Vec::new(),
             dir,
         }
     }
@@ -127,6 +148,7 @@ impl Setup {
         }
         let running = vm.start(&self.initrd, &console, &extra);
         self.consoles.push(console);
+        self.stderrs.push(running.stderr_file.clone());
         let qmp = Qmp::connect(&qmp);
         (running, qmp)
     }
@@ -190,13 +212,15 @@ type Hold<'a> = dyn FnMut(&Value, &mut Qmp) -> bool + 'a;
 /// How long the guest may be stopped at the switch-over.
 const DOWNTIME_MS: u64 = 300;
 
-/// Starts a migration to the QEMU whose number is `to` and follows it until it ends. With
-/// `hold`, the switch-over waits (a downtime limit no round can meet) until `hold` says the
-/// migration may end; `hold` sees each `query-migrate` answer. With `cancel_after`, cancels it
-/// once it has been active that long.
+/// Starts a migration to the QEMU whose number is `to` (`destination` its QMP) and follows it
+/// until it ends; a completed one ends when the destination runs the guest. With `hold`, the
+/// switch-over waits (a downtime limit no round can meet) until `hold` says the migration may
+/// end; `hold` sees each `query-migrate` answer. With `cancel_after`, cancels it once it has
+/// been active that long.
 fn migrate(
     setup: &Setup,
     source: &mut Qmp,
+    destination: &mut Qmp,
     to: usize,
     bandwidth: u64,
     cancel_after: Option<Duration>,
@@ -211,7 +235,9 @@ fn migrate(
         json!({ "max-bandwidth": bandwidth, "downtime-limit": downtime }),
     );
     let uri = format!("unix:{}", setup.migration_socket(to).display());
-    // The destination listens as soon as its QEMU runs; retried until it does.
+    // The destination listens already (its QMP answered, so its main loop runs). The source
+    // refuses while it is itself still an incoming destination: retried until it runs (see
+    // `wait_until_running`, which makes this rare).
     let start = Instant::now();
     while let Err(e) = source.try_execute("migrate", json!({ "uri": uri })) {
         assert!(start.elapsed() < Duration::from_secs(30), "migrate: {e}");
@@ -238,6 +264,9 @@ fn migrate(
             source.execute("migrate_cancel", json!({}));
         }
         if matches!(status.as_str(), "completed" | "failed" | "cancelled") {
+            if status == "completed" {
+                wait_until_running(destination);
+            }
             let number = |v: &Value| v.as_u64().unwrap_or(0);
             return Migration {
                 status,
@@ -251,6 +280,33 @@ fn migrate(
             "migration did not end: {info}"
         );
         std::thread::sleep(Duration::from_millis(if hold.is_some() { 10 } else { 100 }));
+    }
+}
+
+/// Waits until the destination of a migration the source saw completed runs the guest. The
+/// source completes once it has sent the last bytes; the destination then still loads the
+/// devices' state and starts them (slowly on a loaded host), and exits if that fails.
+fn wait_until_running(destination: &mut Qmp) {
+    let start = Instant::now();
+    loop {
+        let state = destination.execute("query-status", json!({}));
+        match state["status"].as_str() {
+            Some("running") => {
+                eprintln!(
+                    "the destination ran the guest {} ms after the source completed",
+                    start.elapsed().as_millis()
+                );
+                return;
+            }
+            Some("inmigrate") => {}
+            _ => panic!("the destination does not run the guest after the migration: {state}"),
+        }
+        // Only bounds a hang: a destination that fails exits, and its QMP closes.
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the destination still loads the migration: {state}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -419,6 +475,7 @@ fn run(backend: Backend, full: bool) -> (guest::GuestRun, Vec<Migration>, Setup,
     let first = migrate(
         &setup,
         &mut source_qmp,
+        &mut target_qmp,
         to,
         16 << 20,
         None,
@@ -440,11 +497,12 @@ fn run(backend: Backend, full: bool) -> (guest::GuestRun, Vec<Migration>, Setup,
 
     if full {
         // Half-way back, then cancelled: the guest goes on where it is.
-        let (_aborted, _aborted_qmp) = setup.qemu(0, true);
+        let (_aborted, mut aborted_qmp) = setup.qemu(0, true);
         let to = setup.qemus;
         let cancelled = migrate(
             &setup,
             &mut target_qmp,
+            &mut aborted_qmp,
             to,
             4 << 20,
             Some(Duration::from_secs(2)),
@@ -458,9 +516,17 @@ fn run(backend: Backend, full: bool) -> (guest::GuestRun, Vec<Migration>, Setup,
         drop(_aborted);
 
         // And back for good.
-        let (back, _back_qmp) = setup.qemu(0, true);
+        let (back, mut back_qmp) = setup.qemu(0, true);
         let to = setup.qemus;
-        let home = migrate(&setup, &mut target_qmp, to, 64 << 20, None, None);
+        let home = migrate(
+            &setup,
+            &mut target_qmp,
+            &mut back_qmp,
+            to,
+            64 << 20,
+            None,
+            None,
+        );
         eprintln!("migration back: {home:?}");
         assert_eq!(home.status, "completed", "{home:?}\n{}", back.stderr());
         figures.push(home);
@@ -480,13 +546,9 @@ fn run(backend: Backend, full: bool) -> (guest::GuestRun, Vec<Migration>, Setup,
                 .replace('\r', "")
         })
         .collect();
-    let run = result_of(&consoles).unwrap_or_else(|| {
-        panic!(
-            "no result from the guest (exited: {finished}); consoles:\n{}\n{}",
-            consoles.join("\n=====\n"),
-            vbmq.log_text()
-        )
-    });
+    // On failure the consoles and the QEMUs' stderr are printed by `setup`, vbmq's log by `vbmq`.
+    let run = result_of(&consoles)
+        .unwrap_or_else(|| panic!("no result from the guest (QEMU exited: {finished})"));
     (run, figures, setup, vbmq)
 }
 

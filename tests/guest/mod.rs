@@ -20,7 +20,7 @@ mod scripts;
 
 pub use daemon::Vbmq;
 #[allow(unused_imports)] // GuestRun: only tests that inspect a failed run name it.
-pub use qemu::{GuestRun, RunningVm, Vm, result_of};
+pub use qemu::{GuestRun, RunningVm, Vm, print_log, result_of};
 #[allow(unused_imports)] // Only the migration test drives QEMU through QMP.
 pub use qmp::Qmp;
 pub use scripts::script;

@@ -30,15 +30,18 @@ pub struct Vm {
     pub kernel_args: String,
 }
 
-/// A guest started by [`Vm::start`], killed on drop.
+/// A guest started by [`Vm::start`], killed on drop (its exit status printed first if the test
+/// panics: its logs are the caller's, see [`print_log`]).
 pub struct RunningVm {
     child: KillOnDrop,
     /// Its serial console.
     pub console: PathBuf,
-    stderr: PathBuf,
+    /// What QEMU prints on stderr.
+    pub stderr_file: PathBuf,
 }
 
-/// What a guest printed and how its script ended.
+/// What a guest printed and how its script ended; a test that panics while it holds one prints
+/// the console and QEMU's stderr.
 pub struct GuestRun {
     /// Everything on the serial console (kernel messages included).
     pub console: String,
@@ -47,6 +50,27 @@ pub struct GuestRun {
     /// The script's exit status.
     pub status: i32,
     pub elapsed: Duration,
+    /// What QEMU printed on stderr (`None`: the caller prints the logs).
+    qemu_stderr: Option<String>,
+}
+
+impl Drop for GuestRun {
+    fn drop(&mut self) {
+        if let Some(stderr) = &self.qemu_stderr
+            && std::thread::panicking()
+        {
+            print_log("guest console", &self.console);
+            print_log("QEMU stderr", stderr);
+        }
+    }
+}
+
+/// Prints one captured log to stderr, framed with `title` (the test's output shows it on failure).
+pub fn print_log(title: &str, text: &str) {
+    eprintln!(
+        "--- {title} ---\n{}\n--- end of {title} ---",
+        text.trim_end()
+    );
 }
 
 impl GuestRun {
@@ -137,7 +161,7 @@ impl Vm {
         RunningVm {
             child: KillOnDrop(child),
             console: console.to_path_buf(),
-            stderr,
+            stderr_file: stderr,
         }
     }
 
@@ -182,6 +206,7 @@ impl Vm {
             console,
             status,
             elapsed,
+            qemu_stderr: Some(qemu_log),
         })
     }
 
@@ -251,7 +276,7 @@ impl RunningVm {
 
     /// What QEMU printed on stderr.
     pub fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+        std::fs::read_to_string(&self.stderr_file).unwrap_or_default()
     }
 
     /// The console so far.
@@ -260,8 +285,22 @@ impl RunningVm {
     }
 }
 
+impl Drop for RunningVm {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let status = match self.child.0.try_wait() {
+                Ok(Some(status)) => status.to_string(),
+                Ok(None) => "running (killed now)".to_string(),
+                Err(e) => e.to_string(),
+            };
+            eprintln!("QEMU of {}: {status}", self.console.display());
+        }
+    }
+}
+
 /// The script's status and output from the consoles of the QEMUs one guest ran in, in order
-/// (a guest that migrated printed its start in one and its end in another).
+/// (a guest that migrated printed its start in one and its end in another; the caller prints
+/// their logs on failure).
 pub fn result_of(consoles: &[String]) -> Option<GuestRun> {
     let console = consoles.concat();
     let (status, output) = script_result(&console)?;
@@ -270,6 +309,7 @@ pub fn result_of(consoles: &[String]) -> Option<GuestRun> {
         console: console.clone(),
         status,
         elapsed: Duration::ZERO,
+        qemu_stderr: None,
     })
 }
 

@@ -2,7 +2,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -10,6 +10,8 @@ use serde_json::{Value, json};
 pub struct Qmp {
     reader: BufReader<UnixStream>,
     writer: UnixStream,
+    /// The socket, named in panics (the test prints the QEMUs' logs).
+    path: PathBuf,
 }
 
 impl Qmp {
@@ -33,6 +35,7 @@ impl Qmp {
         let mut qmp = Qmp {
             reader: BufReader::new(stream.try_clone().unwrap()),
             writer: stream,
+            path: path.to_path_buf(),
         };
         let greeting = qmp.read();
         assert!(
@@ -45,8 +48,15 @@ impl Qmp {
 
     fn read(&mut self) -> Value {
         let mut line = String::new();
-        let n = self.reader.read_line(&mut line).expect("QMP read");
-        assert!(n > 0, "QMP connection closed");
+        let n = self
+            .reader
+            .read_line(&mut line)
+            .unwrap_or_else(|e| panic!("QMP read from {}: {e}", self.path.display()));
+        assert!(
+            n > 0,
+            "QMP {}: QEMU closed the connection",
+            self.path.display()
+        );
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad QMP line {line:?}: {e}"))
     }
 
@@ -61,7 +71,8 @@ impl Qmp {
     /// Runs a command: its `return` value, or its `error`.
     pub fn try_execute(&mut self, command: &str, arguments: Value) -> Result<Value, Value> {
         let request = json!({ "execute": command, "arguments": arguments });
-        writeln!(self.writer, "{request}").expect("QMP write");
+        writeln!(self.writer, "{request}")
+            .unwrap_or_else(|e| panic!("QMP {command} to {}: {e}", self.path.display()));
         loop {
             let mut reply = self.read();
             if reply.get("event").is_some() {

@@ -10,51 +10,19 @@ use std::time::{Duration, Instant};
 
 use blkio::{Blkio, Blkioq, Completion, ReqFlags};
 
-use super::cpus::{CpuPlan, cpus_busy_seconds, pin_to, process_cpu_seconds};
+use super::cpus::{CpuPlan, pin_to};
 use super::error::{BenchError, Result};
 use super::histogram::Histogram;
+pub use super::load::{LoadResult, LoadSpec};
+use super::load::{Offsets, cpu_over_window, join_jobs};
 use super::rng::Rng;
 use super::systems::Target;
-use super::workloads::{ClientMode, Op, Pattern, Workload};
+use super::workloads::{ClientMode, Op, Workload};
 
 /// A request that takes longer than this is a hung backend, not a slow one.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a just-started backend may refuse connections.
 const CONNECT_RETRY: Duration = Duration::from_secs(2);
-
-/// One measured run.
-#[derive(Clone, Copy, Debug)]
-pub struct LoadSpec {
-    /// What each job does.
-    pub workload: Workload,
-    /// Polling or interrupt-driven completion.
-    pub client: ClientMode,
-    /// Client threads, one queue each.
-    pub jobs: usize,
-    /// Time before measuring starts (caches, ring state, backend mode settle).
-    pub warmup: Duration,
-    /// Time measured.
-    pub measure: Duration,
-}
-
-/// What a run measured. Only completions inside the measured window count.
-#[derive(Debug)]
-pub struct LoadResult {
-    /// Requests completed.
-    pub ios: u64,
-    /// Bytes moved.
-    pub bytes: u64,
-    /// Length of the measured window in seconds.
-    pub seconds: f64,
-    /// Submission-to-completion latency of every counted request.
-    pub latency: Histogram,
-    /// CPU seconds the backend process used in the window, if there is a backend process.
-    pub backend_cpu_seconds: Option<f64>,
-    /// CPU seconds this (client) process used in the window.
-    pub client_cpu_seconds: Option<f64>,
-    /// CPU seconds other processes took on the client's and backend's CPUs in the window.
-    pub others_cpu_seconds: Option<f64>,
-}
 
 /// Runs `spec` against `target` with the client threads on `cpus.client`.
 pub fn run_load(
@@ -138,58 +106,6 @@ pub fn run_load(
         client_cpu_seconds: window.client,
         others_cpu_seconds: window.others,
     })
-}
-
-/// The client threads' results; a thread that panicked is a failed request.
-pub(super) fn join_jobs<T>(
-    handles: Vec<thread::ScopedJoinHandle<'_, Result<T>>>,
-) -> Vec<Result<T>> {
-    handles
-        .into_iter()
-        .map(|h| {
-            h.join()
-                .unwrap_or_else(|_| Err(BenchError::Request("client thread panicked".into())))
-        })
-        .collect()
-}
-
-/// CPU seconds spent in a run's measured window.
-pub(super) struct WindowCpu {
-    pub(super) backend: Option<f64>,
-    pub(super) client: Option<f64>,
-    /// By everything else on the client's and backend's CPUs: the interference of other work.
-    pub(super) others: Option<f64>,
-}
-
-/// Samples CPU use at `start` and at `end`.
-pub(super) fn cpu_over_window(
-    backend: Option<u32>,
-    cpus: &CpuPlan,
-    start: Instant,
-    end: Instant,
-) -> WindowCpu {
-    let me = std::process::id();
-    let mut plan_cpus = cpus.client.clone();
-    if !cpus.shared {
-        plan_cpus.extend(&cpus.backend);
-    }
-    let read = |pid: Option<u32>| pid.and_then(|p| process_cpu_seconds(p).ok());
-    let sample = || {
-        let busy = cpus_busy_seconds(&plan_cpus).ok();
-        (read(backend), read(Some(me)), busy)
-    };
-    thread::sleep(start.saturating_duration_since(Instant::now()));
-    let (b0, c0, all0) = sample();
-    thread::sleep(end.saturating_duration_since(Instant::now()));
-    let (b1, c1, all1) = sample();
-    let diff = |a: Option<f64>, b: Option<f64>| Some(b? - a?);
-    let (backend, client, all) = (diff(b0, b1), diff(c0, c1), diff(all0, all1));
-    let ours = client.map(|c| c + backend.unwrap_or(0.0));
-    WindowCpu {
-        backend,
-        client,
-        others: diff(ours, all).map(|o| o.max(0.0)),
-    }
 }
 
 /// Connects and starts libblkio with one queue per job, retrying while a fresh backend still
@@ -280,7 +196,7 @@ impl Job {
     /// Keeps `iodepth` requests in flight until `end`, then drains them.
     fn run(self, mut queue: Blkioq, stop: &AtomicBool) -> Result<JobResult> {
         let depth = self.workload.iodepth as usize;
-        let mut offsets = Offsets::new(&self);
+        let mut offsets = Offsets::for_job(self.index, self.jobs, self.workload, self.capacity);
         let now = Instant::now();
         let mut issued = vec![now; depth];
         let mut started_at: Vec<u64> = (0..depth)
@@ -342,56 +258,6 @@ impl Job {
     }
 }
 
-/// Offsets for one job: random over the whole disk, or sequential over the job's own slice.
-pub(super) struct Offsets {
-    pattern: Pattern,
-    block_size: u64,
-    rng: Rng,
-    first: u64,
-    end: u64,
-    next: u64,
-}
-
-impl Offsets {
-    fn new(job: &Job) -> Self {
-        Self::for_job(job.index, job.jobs, job.workload, job.capacity)
-    }
-
-    /// The offsets of job `index` of `jobs` on a disk of `capacity` bytes.
-    pub(super) fn for_job(index: usize, jobs: usize, workload: Workload, capacity: u64) -> Self {
-        let block_size = u64::from(workload.block_size);
-        let blocks = (capacity / block_size).max(1);
-        let (first, end) = match workload.pattern {
-            Pattern::Random => (0, blocks),
-            Pattern::Sequential => {
-                let (index, jobs) = (index as u64, jobs.max(1) as u64);
-                let first = blocks * index / jobs;
-                (first, (blocks * (index + 1) / jobs).max(first + 1))
-            }
-        };
-        Offsets {
-            pattern: workload.pattern,
-            block_size,
-            rng: Rng::new(0x1234_5678 + index as u64),
-            first,
-            end,
-            next: first,
-        }
-    }
-
-    pub(super) fn next(&mut self) -> u64 {
-        let block = match self.pattern {
-            Pattern::Random => self.first + self.rng.below(self.end - self.first),
-            Pattern::Sequential => {
-                let b = self.next;
-                self.next = if b + 1 >= self.end { self.first } else { b + 1 };
-                b
-            }
-        };
-        block * self.block_size
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -412,7 +278,7 @@ mod tests {
     #[test]
     fn random_offsets_are_aligned_and_in_range() {
         let j = job(1, 2, Workload::randread(1));
-        let mut o = Offsets::new(&j);
+        let mut o = Offsets::for_job(j.index, j.jobs, j.workload, j.capacity);
         let mut distinct = std::collections::HashSet::new();
         for _ in 0..1000 {
             let off = o.next();
@@ -429,7 +295,7 @@ mod tests {
     fn sequential_offsets_walk_own_slice_and_wrap() {
         // 1 MiB / 128 KiB = 8 blocks; job 1 of 2 owns blocks 4..8.
         let j = job(1, 2, Workload::seqread(1));
-        let mut o = Offsets::new(&j);
+        let mut o = Offsets::for_job(j.index, j.jobs, j.workload, j.capacity);
         let got: Vec<u64> = (0..5).map(|_| o.next() >> 17).collect();
         assert_eq!(got, [4, 5, 6, 7, 4]);
     }

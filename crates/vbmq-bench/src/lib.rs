@@ -18,6 +18,7 @@ mod fs_study;
 mod goals;
 mod histogram;
 mod launcher;
+mod load;
 mod options;
 mod rbd_study;
 mod report;

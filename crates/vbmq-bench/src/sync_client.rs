@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Instant;
 
-use super::client::{LoadResult, LoadSpec, Offsets, cpu_over_window, join_jobs};
 use super::cpus::{CpuPlan, pin_to};
 use super::error::{BenchError, Result};
 use super::histogram::Histogram;
+use super::load::{LoadResult, LoadSpec, Offsets, cpu_over_window, join_jobs};
 use super::workloads::Op;
 
 /// A block-aligned buffer for `O_DIRECT`.

@@ -5,11 +5,13 @@
 
 #![deny(missing_docs)]
 
+mod blk;
 pub mod fs_client;
 pub mod fuse;
 mod guest_ram;
 mod split_ring;
 
+pub use blk::blk_header;
 pub use fs_client::FsClient;
 pub use guest_ram::GuestRam;
 pub use split_ring::{Buffer, SplitRing};

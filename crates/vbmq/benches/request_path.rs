@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use vbmq::backend::{Disk, FileDisk, NullDisk};
+use vbmq::guest::{GuestMemory, Vring, dirty_log};
 use vbmq::test_utils::{Buffer, SplitRing, blk_header};
-use vbmq::vhost_user::{GuestMemory, Vring, dirty_log};
 use vbmq::virtio_blk::BlkDevice;
 use vbmq::worker::WaitMode;
 use vbmq::worker::{QueueSettings, QueueWorker};

@@ -8,11 +8,13 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::backend::Disk;
+use crate::config::check_sockets;
 use crate::config::{DiskSpec, SpecError, Storage};
-use crate::serve::{Built, build_server, check_sockets};
+use crate::devices::{Built, build_disk};
+use crate::limits::Limits;
 use crate::vhost_user::{Stopper, VhostUserBlk};
-use crate::virtio_blk::BlkDevice;
-use crate::worker::{LATENCY_BUCKETS, Limits, QueueStats, online_cpus};
+use crate::virtio_blk::{BlkDevice, resize_disk};
+use crate::worker::{LATENCY_BUCKETS, QueueStats, online_cpus};
 
 /// One disk as `list` shows it.
 #[derive(Clone, Debug)]
@@ -117,38 +119,6 @@ pub type Reloader = Box<dyn Fn() -> Result<Vec<String>, String> + Send + Sync>;
 /// How long a shrinking resize waits for the writes in flight past the new end.
 const SHRINK_WAIT: Duration = Duration::from_secs(10);
 
-/// Gives `disk` `bytes` (`shrink`: even fewer than it has) and `device` the capacity it got.
-/// Shrinking, requests past the new end are refused first, and the writes already in flight
-/// waited for (at most `wait`) before the storage is cut: done after the cut, they would grow
-/// the file again. A shrink they outlast is not done.
-pub(crate) fn resize_disk(
-    device: &BlkDevice,
-    disk: &dyn Disk,
-    bytes: u64,
-    shrink: bool,
-    wait: Duration,
-) -> Result<u64, String> {
-    let before = device.capacity();
-    device.set_capacity(before.min(bytes));
-    if bytes < before && !device.writes.wait_for_older(wait) {
-        device.set_capacity(before);
-        return Err(format!(
-            "writes in flight did not complete within {} s: not shrunk",
-            wait.as_secs()
-        ));
-    }
-    match disk.resize(bytes, shrink) {
-        Ok(now) => {
-            device.set_capacity(now);
-            Ok(now)
-        }
-        Err(e) => {
-            device.set_capacity(before);
-            Err(e.to_string())
-        }
-    }
-}
-
 /// The disks being served.
 #[derive(Default)]
 pub struct Host {
@@ -208,7 +178,7 @@ impl Host {
     /// Opens and binds a disk without serving it yet (start-up disks: before confinement).
     pub fn prepare(&self, text: &str, spec: DiskSpec) -> Result<Prepared, HostError> {
         Self::check_sockets(&lock(&self.disks), &spec, &self.other_sockets)?;
-        let built = build_server(&spec)?;
+        let built = build_disk(&spec)?;
         Ok(Prepared {
             text: text.to_string(),
             spec,

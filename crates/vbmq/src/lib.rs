@@ -1,18 +1,37 @@
-//! vbmq: a multi-queue vhost-user-blk backend built on the VBMq design — one dedicated,
-//! pinned I/O thread per virtqueue, batched io_uring submission, polling or event-driven.
+//! vbmq: a multi-queue vhost-user-blk and vhost-user-fs backend built on the VBMq design — one
+//! dedicated, pinned I/O thread per virtqueue, batched io_uring submission, polling or
+//! event-driven.
 //!
-//! The layers, from the socket down:
-//! - [`vhost_user`]: the vhost-user glue (socket, `VhostUserBackend`),
-//! - [`worker`]: the per-queue I/O thread,
-//! - [`virtio_blk`]: parsing guest requests into validated [`virtio_blk::Request`]s,
-//! - [`backend`]: the storage engines (io_uring on files and block devices, null).
+//! The modules in layers, bottom to top; a module imports only from the layers below it (and
+//! from helpers to the side), never from above (`scripts/import-graph.py` checks it in
+//! `scripts/test.sh`: no circle, at most one arrow running back up):
+//! - helpers to the side: [`log_limit`], [`timer`] (the clock and a timerfd), [`socket_files`],
+//!   [`systemd`], [`confine`] (Landlock, seccomp, io_uring restrictions),
+//! - [`guest`]: guest memory (the checked memory table, its fault guard, the dirty log, the
+//!   in-flight record),
+//! - [`limits`]: the I/O limits' token buckets, held by a device and waited out by its queues,
+//! - [`backend`]: the storage engines (io_uring on files and block devices, RBD, memory, null,
+//!   the read cache),
+//! - [`virtio_blk`], [`virtio_fs`]: the device models (a guest request parsed and validated; a
+//!   share's FUSE server),
+//! - [`worker`]: the per-queue I/O threads and the shared per-CPU pollers,
+//! - [`vhost_user`]: the transport (the `VhostUserBackend` glue and the socket servers),
+//! - [`config`]: the `--disk` and `--fs` specs,
+//! - `devices`: building a disk or a share from its spec,
+//! - `shares` and [`host`]: the running shares, and the running disks the control plane adds,
+//!   removes, resizes and measures,
+//! - [`serve`]: the `vbmq serve` command,
+//! - `test_utils` (tests, benchmarks and fuzz targets): over everything.
 
 #![deny(missing_docs)]
 
 pub mod backend;
 pub mod config;
 pub mod confine;
+mod devices;
+pub mod guest;
 pub mod host;
+pub mod limits;
 pub mod log_limit;
 pub mod serve;
 mod shares;

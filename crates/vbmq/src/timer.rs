@@ -1,9 +1,17 @@
-//! A one-shot timer a thread can sleep on with its other descriptors (a timerfd): what wakes
-//! a queue held back by its I/O limits, or the delay test knob's held completions.
+//! Time: a monotonic clock in nanoseconds, and a one-shot timer a thread can sleep on with its
+//! other descriptors (a timerfd): what wakes a queue held back by its I/O limits, or the delay
+//! test knob's held completions.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::time::Duration;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Nanoseconds on a monotonic clock (from the first call in the process).
+pub fn now_ns() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    u64::try_from(BASE.get_or_init(Instant::now).elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// A timerfd, disarmed until [`Timer::arm`].
 pub struct Timer(OwnedFd);

@@ -13,7 +13,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::image_lock::set_lock;
+use super::ofd_lock::set_lock;
 
 /// One `handover=on` disk's hold on its image.
 #[derive(Debug)]

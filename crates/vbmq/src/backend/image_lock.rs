@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::handover::WriterSeat;
+use super::ofd_lock::set_lock;
 
 /// An image is the same under any name: a block device by its device number, a file by inode.
 type ImageId = (u64, u64);
@@ -68,22 +69,6 @@ fn set_lock_waiting(fd: &impl AsRawFd, kind: libc::c_int) -> io::Result<()> {
             result => return result,
         }
     }
-}
-
-pub(super) fn set_lock(fd: &impl AsRawFd, kind: libc::c_int) -> io::Result<()> {
-    // SAFETY: an all-zero flock is a valid value; the fields that matter are set below.
-    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-    #[allow(clippy::cast_possible_truncation)] // F_RDLCK, F_WRLCK, F_UNLCK, SEEK_SET: 0..=2
-    {
-        lock.l_type = kind as i16;
-        lock.l_whence = libc::SEEK_SET as i16;
-    }
-    // l_start = l_len = 0: the whole file, however it grows.
-    // SAFETY: F_OFD_SETLK reads the flock we pass; the descriptor is open.
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &lock) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 fn conflict(error: io::Error, exclusive: bool) -> io::Error {

@@ -14,6 +14,7 @@ mod immediate;
 mod iovec;
 mod memory;
 mod null;
+mod ofd_lock;
 mod rbd;
 mod registered_memory;
 mod uring;
@@ -80,6 +81,10 @@ pub struct Geometry {
     /// log2 of physical blocks per logical block (VIRTIO_BLK_F_TOPOLOGY).
     pub physical_block_exp: u8,
 }
+
+/// Operations one guest request may push at most (one per range of a multi-range discard): an
+/// engine has room for `depth` times as many completions.
+pub const OPS_PER_REQUEST_MAX: u32 = 16;
 
 /// What a queue asks of its engine.
 #[derive(Clone, Copy, Debug)]

@@ -8,10 +8,9 @@ use io_uring::{IoUring, opcode, squeue, types};
 use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
 use super::registered_memory::{self, RegisteredMemory};
-use super::{Engine, EngineOptions, IoOp, IovList};
+use super::{Engine, EngineOptions, IoOp, IovList, OPS_PER_REQUEST_MAX};
 use crate::confine::{RingPolicy, restrict_ring};
 use crate::host_size;
-use crate::virtio_blk::DISCARD_SEG_MAX;
 
 /// Registered-file index of the `O_DIRECT` descriptor.
 const DIRECT: types::Fixed = types::Fixed(0);
@@ -86,9 +85,9 @@ impl UringEngine {
         let (sqpoll, fixed_buffers) = (ring.sqpoll, ring.fixed_buffers);
         let entries = options.depth.max(8).next_power_of_two();
         // Room for every completion that can be outstanding: a request is at most
-        // `DISCARD_SEG_MAX` operations (a multi-range discard). Completions past the CQ would
+        // `OPS_PER_REQUEST_MAX` operations (a multi-range discard). Completions past the CQ would
         // wait in the kernel's overflow list until an enter with GETEVENTS (see `submit`).
-        let cq_entries = entries.saturating_mul(DISCARD_SEG_MAX);
+        let cq_entries = entries.saturating_mul(OPS_PER_REQUEST_MAX);
         // Created disabled so that, once the files and the eventfd are registered, the ring is
         // restricted to vbmq's opcodes on registered files before it accepts any SQE.
         let mut builder = IoUring::builder();

@@ -4,9 +4,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::limit_keys::set_limit;
+use super::spec_error::{SpecError, bad};
 use super::{disk_key, parse_cpu_list, parse_size};
 use crate::backend::RbdTarget;
-use crate::worker::{Limits, WaitMode};
+use crate::limits::Limits;
+use crate::worker::WaitMode;
 
 /// Largest number of virtqueues a disk may have.
 pub const MAX_QUEUES: usize = 64;
@@ -83,23 +85,6 @@ pub struct DiskSpec {
     pub cache: u64,
     /// Fill the cache from the start of the file before serving (`cache-preload=on`).
     pub cache_preload: bool,
-}
-
-/// A `--disk` argument that cannot be served; the message names the key.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("--disk {key}: {reason}")]
-pub struct SpecError {
-    /// The `--disk` key at fault.
-    pub key: String,
-    /// What is wrong with it.
-    pub reason: String,
-}
-
-pub(super) fn bad(key: &str, reason: impl Into<String>) -> SpecError {
-    SpecError {
-        key: key.to_string(),
-        reason: reason.into(),
-    }
 }
 
 /// The GID of group `name` in /etc/group.

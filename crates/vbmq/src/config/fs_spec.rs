@@ -3,11 +3,11 @@
 
 use std::path::PathBuf;
 
+use super::DiskSpec;
 use super::disk_spec::{
-    bad, check_cpus, cpus, on_off, poll_us, queue_size, queues, socket_group, socket_mode,
-    wait_mode,
+    check_cpus, cpus, on_off, poll_us, queue_size, queues, socket_group, socket_mode, wait_mode,
 };
-use super::{DiskSpec, SpecError};
+use super::spec_error::{SpecError, bad};
 use crate::virtio_fs::TAG_LEN;
 use crate::worker::WaitMode;
 

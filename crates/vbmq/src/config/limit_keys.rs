@@ -1,8 +1,8 @@
 //! The I/O limit keys, shared by `--disk` and `vbmq ctl set-limits`.
 
-use super::SpecError;
 use super::size::parse_size;
-use crate::worker::Limits;
+use super::spec_error::SpecError;
+use crate::limits::Limits;
 
 /// The keys, as `--disk` and `set-limits` take them.
 pub const LIMIT_KEYS: &[&str] = &[

@@ -6,10 +6,14 @@ mod disk_spec;
 mod fs_spec;
 mod limit_keys;
 mod size;
+mod sockets;
+mod spec_error;
 
 pub use cpu_list::parse_cpu_list;
 pub use disk_keys::{DISK_KEYS, DiskKey, disk_key, disk_keys_help};
-pub use disk_spec::{DiskSpec, SpecError, Storage};
+pub use disk_spec::{DiskSpec, Storage};
 pub use fs_spec::{FS_KEYS, FsSpec, FsSpecError};
 pub use limit_keys::{LIMIT_KEYS, parse_limits};
 pub use size::parse_size;
+pub use sockets::{check_disks, check_sockets};
+pub use spec_error::SpecError;

@@ -12,7 +12,7 @@ use vmm_sys_util::event::{
     EventConsumer, EventFlag, EventNotifier, new_event_consumer_and_notifier,
 };
 
-use super::{GuestMemory, memory_faults, memory_table};
+use crate::guest::{GuestMemory, memory_faults, memory_table};
 
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic elsewhere must not take this connection down with it.

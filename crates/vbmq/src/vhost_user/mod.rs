@@ -2,16 +2,11 @@
 //! accepts one frontend after another.
 
 mod connection;
-pub mod dirty_log;
-pub mod inflight_region;
-pub mod memory_faults;
-mod memory_table;
 mod share_server;
 mod socket;
 mod vhost_user_blk;
 mod vhost_user_fs;
 
-pub use dirty_log::{GuestMemory, Vring};
 pub use share_server::ShareServer;
 pub use socket::{DiskServer, SocketError, Stopper};
 pub use vhost_user_blk::VhostUserBlk;

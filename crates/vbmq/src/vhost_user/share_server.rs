@@ -14,7 +14,8 @@ use vm_memory::GuestMemoryAtomic;
 
 use super::connection::lock;
 use super::socket::{listen, serve_until_stopped};
-use super::{GuestMemory, SocketError, Stopper, VhostUserFs};
+use super::{SocketError, Stopper, VhostUserFs};
+use crate::guest::GuestMemory;
 use crate::virtio_fs::FsDevice;
 use crate::worker::{QueueSettings, QueueStats};
 

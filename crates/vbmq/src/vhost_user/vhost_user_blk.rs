@@ -10,7 +10,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::{GuestMemory, Vring};
+use crate::guest::{GuestMemory, Vring};
 use vhost::vhost_user::message::{
     VhostUserInflight, VhostUserProtocolFeatures, VhostUserVirtioFeatures,
 };
@@ -22,8 +22,8 @@ use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
 use super::connection::{Connection, config_bytes, lock, refuse_set_config};
-use super::{dirty_log, inflight_region};
 use crate::backend::{Disk, Engine};
+use crate::guest::{dirty_log, inflight_region};
 use crate::virtio_blk::{BlkDevice, config_space};
 use crate::worker::cpu_poller::{self, CpuPoller, QueueCell};
 use crate::worker::{QueueSettings, QueueStats, QueueWorker, WaitMode};

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::connection::{Connection, config_bytes, lock, refuse_set_config};
-use super::{GuestMemory, Vring};
+use crate::guest::{GuestMemory, Vring};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VhostUserDaemon, VringEpollHandler};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
@@ -113,7 +113,7 @@ impl VhostUserFs {
 }
 
 impl VhostUserBackend for VhostUserFs {
-    type Bitmap = super::dirty_log::DirtyLog;
+    type Bitmap = crate::guest::dirty_log::DirtyLog;
     type Vring = Vring;
 
     fn num_queues(&self) -> usize {

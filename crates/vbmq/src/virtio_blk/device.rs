@@ -9,14 +9,14 @@ use std::sync::{Arc, OnceLock};
 
 use super::WritesInFlight;
 use crate::backend::{Disk, Geometry, WriterSeat};
-use crate::worker::DiskLimiter;
+use crate::limits::DiskLimiter;
 
 /// Bytes in a virtio-blk sector, whatever the block size.
 pub const SECTOR_SIZE: u64 = 512;
 /// Data segments one request may carry (`seg_max`).
 pub const SEG_MAX: u32 = 126;
-/// Ranges one discard or write-zeroes request may carry.
-pub const DISCARD_SEG_MAX: u32 = 16;
+/// Ranges one discard or write-zeroes request may carry: an engine operation each.
+pub const DISCARD_SEG_MAX: u32 = crate::backend::OPS_PER_REQUEST_MAX;
 /// Sectors one discard or write-zeroes range may cover (1 GiB).
 pub const DISCARD_SECTORS_MAX: u32 = 1 << 21;
 

@@ -1,14 +1,17 @@
-//! The virtio-blk device model: features, config space and request parsing. Nothing here
-//! touches the disk; it turns guest descriptor chains into validated requests.
+//! The virtio-blk device model: features, config space and request parsing. Nothing here reads
+//! or writes the disk; it turns guest descriptor chains into validated requests (and resizes
+//! the storage under a device: `resize_disk`).
 
 mod config_space;
 mod device;
 mod request;
+mod resize;
 mod writes_in_flight;
 
 pub use config_space::config_space;
 pub use device::{BlkDevice, DISCARD_SEG_MAX, SECTOR_SIZE, SEG_MAX};
 pub use request::{Payload, Range, Rejection, Request, RequestError, RequestType, parse};
+pub use resize::resize_disk;
 pub use writes_in_flight::{WriteTicket, WritesInFlight};
 
 pub use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};

@@ -1,7 +1,7 @@
 //! Legal but unusual descriptor layouts (virtio 1.x message framing): the parser reads the
 //! request by byte, wherever the driver split it.
 
-use crate::vhost_user::GuestMemory;
+use crate::guest::GuestMemory;
 use virtio_bindings::virtio_blk::*;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
 

@@ -1,6 +1,6 @@
 //! The parser over virtio-queue's `MockSplitQueue`: real descriptor tables in guest memory.
 
-use crate::vhost_user::GuestMemory;
+use crate::guest::GuestMemory;
 use virtio_bindings::virtio_blk::*;
 use virtio_bindings::virtio_ring::{VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use virtio_queue::desc::{RawDescriptor, split::Descriptor};

@@ -12,7 +12,7 @@ use fuse_backend_rs::transport::Reader;
 use vm_memory::bitmap::RefSlice;
 use vm_memory::{ByteValued, VolatileSlice};
 
-use crate::vhost_user::dirty_log::DirtyLog;
+use crate::guest::dirty_log::DirtyLog;
 
 /// The largest request the server accepts: `MAX_BUFFER_SIZE` and a page of headers.
 pub const MAX_REQUEST: usize = MAX_BUFFER_SIZE as usize + 0x1000;

@@ -8,7 +8,7 @@ use virtio_queue::mock::MockSplitQueue;
 use vm_memory::{Bytes, GuestAddress};
 
 use super::*;
-use crate::vhost_user::GuestMemory;
+use crate::guest::GuestMemory;
 
 const REQUEST: u64 = 0x10_0000;
 const REPLY: u64 = 0x40_0000;

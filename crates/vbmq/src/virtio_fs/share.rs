@@ -15,7 +15,7 @@ use vm_memory::ByteValued;
 
 use super::readonly::ReadOnlyFs;
 use super::request_copy::{NotCopied, RequestCopy, Slice};
-use crate::vhost_user::GuestMemory;
+use crate::guest::GuestMemory;
 
 /// Why a share cannot be served.
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,7 @@
 //! busy within its `poll-us`; otherwise it re-arms every ring's kicks, looks once more, and sleeps
 //! on one epoll of their kicks, their completion eventfds and its doorbell.
 
-use crate::vhost_user::Vring;
+use crate::guest::Vring;
 use std::collections::HashMap;
 use std::hint::spin_loop;
 use std::io;
@@ -22,8 +22,8 @@ use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 use super::WaitMode;
 use super::affinity::{name_current_thread, pin_current_thread};
 use super::queue_worker::QueueWorker;
-use super::stats::now_ns;
 use super::stop_flag::StopFlag;
+use crate::timer::now_ns;
 
 /// Requests taken from one ring before the thread turns to the next.
 pub const BUDGET: u16 = 32;

@@ -17,9 +17,10 @@ use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
 
 use super::affinity::{name_current_thread, pin_current_thread};
 use super::ring_setup::{RingSetup, stop_outside_memory};
-use super::stats::{QueueStats, now_ns};
+use super::stats::QueueStats;
 use super::{QueueSettings, WaitMode};
-use crate::vhost_user::{GuestMemory, Vring};
+use crate::guest::{GuestMemory, Vring};
+use crate::timer::now_ns;
 use crate::virtio_fs::{FsDevice, RequestCopy, thread_umask};
 
 /// The state a virtio-fs queue's thread owns.

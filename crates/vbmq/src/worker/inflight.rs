@@ -34,7 +34,7 @@ pub struct Slot {
     pub iov_count: u32,
     /// What kind of request, for the counters.
     pub kind: OpKind,
-    /// When it was taken off the ring ([`now_ns`]).
+    /// When it was taken off the ring ([`now_ns`](crate::timer::now_ns)).
     pub started_ns: u64,
 }
 

@@ -5,7 +5,6 @@ mod affinity;
 pub mod cpu_poller;
 mod fs_queue_worker;
 mod inflight;
-mod limits;
 mod queue_worker;
 mod recovery;
 mod requests;
@@ -16,7 +15,8 @@ mod wait_mode;
 
 pub use affinity::{name_current_thread, online_cpus, pin_current_thread};
 pub use fs_queue_worker::FsQueueWorker;
-pub use limits::{DiskLimiter, Limits};
+// The limits live beside the worker (the device holds their buckets); named here too.
+pub use crate::limits::{DiskLimiter, Limits};
 pub use queue_worker::{Pass, QueueSettings, QueueWorker};
 pub use stats::{LATENCY_BUCKETS, OpKind, QueueStats};
 pub use stop_flag::{Drain, Drained, StopFlag, StopHold};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::vhost_user::{GuestMemory, Vring};
+use crate::guest::{GuestMemory, Vring};
 use vhost_user_backend::{VringState, VringT};
 use virtio_queue::QueueT;
 use vm_memory::{
@@ -20,10 +20,10 @@ use super::affinity::{name_current_thread, pin_current_thread};
 use super::inflight::InFlight;
 use super::requests::{Ctx, Requests};
 use super::ring_setup::{RingSetup, stop_outside_memory};
-use super::stats::{QueueStats, now_ns};
+use super::stats::QueueStats;
 use crate::backend::{Disk, Engine, EngineOptions};
-use crate::timer::Timer;
-use crate::vhost_user::inflight_region::InflightRecord;
+use crate::guest::inflight_region::InflightRecord;
+use crate::timer::{Timer, now_ns};
 use crate::virtio_blk::BlkDevice;
 
 /// Failed waits after which [`QueueWorker::drain`] gives up on the requests in flight.

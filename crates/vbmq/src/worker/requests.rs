@@ -4,14 +4,15 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::vhost_user::{GuestMemory, dirty_log};
+use crate::guest::{GuestMemory, dirty_log};
 use virtio_queue::{Queue, QueueT};
 use vm_memory::Bytes;
 
 use super::inflight::InFlight;
-use super::stats::{OpKind, QueueStats, now_ns};
+use super::stats::{OpKind, QueueStats};
 use crate::backend::{Engine, IoOp};
-use crate::vhost_user::inflight_region::InflightRecord;
+use crate::guest::inflight_region::InflightRecord;
+use crate::timer::now_ns;
 use crate::virtio_blk::{BlkDevice, Payload, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, parse};
 
 /// Everything a pass needs, borrowed apart from the worker so the queue lock can be held.

@@ -1,6 +1,6 @@
 //! A ring as the frontend set it up, checked against guest memory before it is served.
 
-use crate::vhost_user::GuestMemory;
+use crate::guest::GuestMemory;
 use virtio_queue::QueueT;
 
 /// Marks a ring that does not lie wholly inside guest memory broken, and says so.

@@ -8,15 +8,15 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::vhost_user::{GuestMemory, Vring};
+use crate::guest::{GuestMemory, Vring};
 use vhost_user_backend::VringT;
 use virtio_bindings::virtio_blk::{VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT};
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 
 use super::{QueueSettings, QueueWorker, WaitMode};
 use crate::backend::{Disk, Engine, EngineOptions, Geometry, IoOp};
-use crate::test_utils::{Buffer, SplitRing, blk_header};
 use crate::virtio_blk::BlkDevice;
+use vbmq_driver::{Buffer, SplitRing, blk_header};
 
 const SIZE: u16 = 16;
 const DESC: u64 = 0x1000;

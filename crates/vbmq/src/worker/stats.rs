@@ -1,9 +1,7 @@
 //! Per-queue counters. The queue's serving thread is their only writer, so a relaxed load and
 //! store suffice (no read-modify-write on the hot path); readers see a recent value.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};
 
@@ -64,12 +62,6 @@ fn bump(counter: &AtomicU64, by: u64) {
         counter.load(Ordering::Relaxed).wrapping_add(by),
         Ordering::Relaxed,
     );
-}
-
-/// Nanoseconds on a monotonic clock (from the first call in the process).
-pub fn now_ns() -> u64 {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    u64::try_from(BASE.get_or_init(Instant::now).elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The bucket of a latency.

@@ -4,16 +4,16 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use crate::vhost_user::{GuestMemory, Vring};
+use crate::guest::{GuestMemory, Vring};
 use vhost_user_backend::VringT;
 use virtio_bindings::virtio_blk::VIRTIO_BLK_T_IN;
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 
 use super::{QueueSettings, QueueWorker};
 use crate::backend::{Disk, NullDisk};
-use crate::test_utils::{Buffer, SplitRing, blk_header};
 use crate::virtio_blk::BlkDevice;
 use crate::worker::WaitMode;
+use vbmq_driver::{Buffer, SplitRing, blk_header};
 
 const SIZE: u16 = 16;
 const DESC: u64 = 0x1000;
@@ -468,7 +468,13 @@ fn a_shrinking_resize_waits_for_writes_in_flight() {
     assert_eq!(worker.in_flight(), 1, "the write is held in flight");
     std::thread::scope(|scope| {
         let resize = scope.spawn(|| {
-            crate::host::resize_disk(&device, disk.as_ref(), AFTER, true, Duration::from_secs(5))
+            crate::virtio_blk::resize_disk(
+                &device,
+                disk.as_ref(),
+                AFTER,
+                true,
+                Duration::from_secs(5),
+            )
         });
         std::thread::sleep(Duration::from_millis(100));
         // The write lands now, then completes.

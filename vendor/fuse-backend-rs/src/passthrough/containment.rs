@@ -5,11 +5,14 @@
 //! The passthrough keeps an `O_PATH` descriptor for every inode the client looked up. When the
 //! host moves a directory out of the root, the descriptor follows it: `..` from it, and any change
 //! made through it or beneath it, would reach the host's files outside the root. With
-//! [`Config::stay_in_root`](super::Config::stay_in_root), every request that names an inode by
-//! node id (LOOKUP, the calls that create, remove, rename or link, SETATTR, the xattr calls, OPEN,
-//! OPENDIR, READDIR, GETATTR and READLINK without a handle, STATFS, ACCESS) first checks that the
-//! inode is still inside the root, and fails with `ENOENT` otherwise (as the kernel answers `..`
-//! from a path that left its bind mount, which virtiofsd's mount-namespace sandbox relies on):
+//! [`Config::stay_in_root`](super::Config::stay_in_root), every request that reaches another
+//! file from an inode or changes one (LOOKUP, the calls that create, remove, rename or link,
+//! SETATTR, SETXATTR, REMOVEXATTR, OPEN, OPENDIR, READDIR) first checks that the inode is still
+//! inside the root, and fails with `ENOENT` otherwise (as the kernel answers `..` from a path
+//! that left its bind mount, which virtiofsd's mount-namespace sandbox relies on). A held inode
+//! still answers for itself (GETATTR, READLINK, STATFS, ACCESS, GETXATTR, LISTXATTR), as
+//! virtiofsd's do: that reaches no other file, and keeps the common GETATTR at one system call.
+//! The check:
 //!
 //! - a directory: its real `..` chain is walked (`openat(fd, "..", O_PATH)`, `fstat`) until the
 //!   root's `(st_dev, st_ino)`; reaching the process's `/` (whose `..` is itself) or more than
@@ -22,8 +25,9 @@
 //! its result is walked again, so no request climbs above the root even while the host moves
 //! directories. Reads and writes on open handles are not checked: they were opened inside.
 //!
-//! Most inodes are inside, so a fast test comes first, five system calls whatever the depth: the
-//! inode's current path (`/proc/self/fd/N`) less the root's is opened beneath the root with
+//! Most inodes are inside, so a fast test comes first, four system calls whatever the depth: the
+//! inode's current path (`/proc/self/fd/N`) less the root's (as opened; read again only if the
+//! host moved the root) is opened beneath the root with
 //! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, and must lead to the very same inode (the
 //! path is only a hint; the kernel keeps the resolution beneath the root). Only when it does not
 //! (the inode left, was unlinked, a rename raced, no `openat2` before Linux 5.6) is the walk above
@@ -113,24 +117,18 @@ fn fd_path(fd: &impl AsRawFd, proc_self_fd: &File) -> io::Result<Vec<u8>> {
     ))
 }
 
-/// The fast test: `file`'s current path, taken beneath `root_file` without following any
-/// symlink, leads to `file`'s very inode, `id`.
-fn found_beneath(
-    file: &impl AsRawFd,
-    id: DevIno,
-    root_file: &impl AsRawFd,
-    proc_self_fd: &File,
-) -> bool {
-    let (Ok(path), Ok(root_path)) = (fd_path(file, proc_self_fd), fd_path(root_file, proc_self_fd))
-    else {
-        return false;
-    };
-    let rel = match path.strip_prefix(root_path.as_slice()) {
-        Some([b'/', rel @ ..]) if !rel.is_empty() => rel,
+/// `path` less `root_path` and its slash: the path relative to the root, if under it.
+fn relative<'a>(path: &'a [u8], root_path: &[u8]) -> Option<&'a [u8]> {
+    match path.strip_prefix(root_path) {
+        Some([b'/', rel @ ..]) if !rel.is_empty() => Some(rel),
         // The root's path is "/" when the root is the process's root.
-        _ if root_path == b"/" && path.len() > 1 => &path[1..],
-        _ => return false,
-    };
+        _ if root_path == b"/" && path.len() > 1 => Some(&path[1..]),
+        _ => None,
+    }
+}
+
+/// Whether `rel`, taken beneath `root_file` without following any symlink, is inode `id`.
+fn opens_beneath_as(rel: &[u8], id: DevIno, root_file: &impl AsRawFd) -> bool {
     let Ok(rel) = CString::new(rel) else {
         return false;
     };
@@ -161,6 +159,32 @@ fn found_beneath(
     stat_fd(&found, None).map_or(false, |there| DevIno::of(&there) == id)
 }
 
+/// The fast test: `file`'s current path, taken beneath `root_file` without following any
+/// symlink, leads to `file`'s very inode, `id`. `root_hint` is the root's path as it was
+/// opened; only if it no longer prefixes the file's path is the root's current path read.
+/// Either path is only a hint: the kernel keeps the resolution beneath the root.
+fn found_beneath(
+    file: &impl AsRawFd,
+    id: DevIno,
+    root_file: &impl AsRawFd,
+    root_hint: &[u8],
+    proc_self_fd: &File,
+) -> bool {
+    let Ok(path) = fd_path(file, proc_self_fd) else {
+        return false;
+    };
+    if let Some(rel) = relative(&path, root_hint) {
+        if opens_beneath_as(rel, id, root_file) {
+            return true;
+        }
+    }
+    let Ok(root_path) = fd_path(root_file, proc_self_fd) else {
+        return false;
+    };
+    root_path != root_hint
+        && relative(&path, &root_path).is_some_and(|rel| opens_beneath_as(rel, id, root_file))
+}
+
 /// Whether the inode `id` behind `file` (any type; `mode` its type) lies inside `root`, open
 /// as `root_file`.
 pub(super) fn is_inside(
@@ -169,9 +193,10 @@ pub(super) fn is_inside(
     mode: u32,
     proc_self_fd: &File,
     root_file: &impl AsRawFd,
+    root_hint: &[u8],
     root: DevIno,
 ) -> io::Result<()> {
-    if found_beneath(file, id, root_file, proc_self_fd) {
+    if found_beneath(file, id, root_file, root_hint, proc_self_fd) {
         return Ok(());
     }
     if mode & libc::S_IFMT == libc::S_IFDIR {

@@ -777,7 +777,15 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
             dev: data.id.dev,
             ino: data.id.ino,
         };
-        containment::is_inside(file, id, data.mode, &self.proc_self_fd, &root_file, root_id)
+        containment::is_inside(
+            file,
+            id,
+            data.mode,
+            &self.proc_self_fd,
+            &root_file,
+            self.cfg.root_dir.as_bytes(),
+            root_id,
+        )
     }
 
     /// The inode `inode` and its `O_PATH` file, once it is known to be inside the root.

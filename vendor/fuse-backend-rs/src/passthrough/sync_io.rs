@@ -383,7 +383,7 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
 
     fn statfs(&self, _ctx: &Context, inode: Inode) -> io::Result<libc::statvfs64> {
         let mut out = MaybeUninit::<libc::statvfs64>::zeroed();
-        let data = self.inode_inside(inode)?;
+        let data = self.inode_map.get(inode)?;
         let file = data.get_file()?;
 
         // Safe because this will only modify `out` and we check the return value.
@@ -754,9 +754,8 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
         inode: Inode,
         handle: Option<Handle>,
     ) -> io::Result<(libc::stat64, Duration)> {
-        if handle.is_none() || self.no_open.load(Ordering::Relaxed) {
-            self.inode_inside(inode)?;
-        }
+        // A held inode answers for itself, inside the root or not (as virtiofsd's do): it
+        // reaches no other file. Only what reaches another file or changes one is checked.
         self.do_getattr(inode, handle)
     }
 
@@ -1053,7 +1052,7 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
         // Safe because this is a constant value and a valid C string.
         let empty = unsafe { CStr::from_bytes_with_nul_unchecked(EMPTY_CSTR) };
         let mut buf = Vec::<u8>::with_capacity(libc::PATH_MAX as usize);
-        let data = self.inode_inside(inode)?;
+        let data = self.inode_map.get(inode)?;
         let file = data.get_file()?;
 
         // Safe because this will only modify the contents of `buf` and we check the return value.
@@ -1130,7 +1129,7 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
     }
 
     fn access(&self, ctx: &Context, inode: Inode, mask: u32) -> io::Result<()> {
-        let data = self.inode_inside(inode)?;
+        let data = self.inode_map.get(inode)?;
         let st = stat_fd(&data.get_file()?, None)?;
         let mode = mask as i32 & (libc::R_OK | libc::W_OK | libc::X_OK);
 
@@ -1224,7 +1223,7 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
             return Err(io::Error::from_raw_os_error(libc::ENODATA));
         }
 
-        let data = self.inode_inside(inode)?;
+        let data = self.inode_map.get(inode)?;
         let file = data.get_file()?;
         // No value is longer than the kernel's XATTR_SIZE_MAX, whatever size the guest asks for.
         let size = size.min(XATTR_MAX);
@@ -1261,7 +1260,7 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
             return Err(enosys());
         }
 
-        let data = self.inode_inside(inode)?;
+        let data = self.inode_map.get(inode)?;
         let file = data.get_file()?;
         // No name list is longer than the kernel's XATTR_LIST_MAX, whatever size the guest asks.
         let size = size.min(XATTR_MAX);

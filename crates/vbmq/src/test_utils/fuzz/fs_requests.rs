@@ -21,8 +21,8 @@ use fuse_backend_rs::abi::fuse_abi::{
 use vhost_user_backend::VringT;
 use vm_memory::{ByteValued, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 
+use crate::guest::{GuestMemory, Vring};
 use crate::test_utils::{Buffer, SplitRing};
-use crate::vhost_user::{GuestMemory, Vring};
 use crate::virtio_fs::FsDevice;
 use crate::worker::{FsQueueWorker, QueueSettings, WaitMode};
 

@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use crate::backend::{Disk, MemoryDisk};
-use crate::vhost_user::{GuestMemory, Vring};
+use crate::guest::{GuestMemory, Vring};
 use crate::virtio_blk::BlkDevice;
 use crate::worker::WaitMode;
 use crate::worker::{QueueSettings, QueueWorker};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{Disk, NullDisk};
-use crate::vhost_user::GuestMemory;
+use crate::guest::GuestMemory;
 use crate::vhost_user::VhostUserBlk;
 use crate::virtio_blk::BlkDevice;
 use crate::worker::QueueSettings;

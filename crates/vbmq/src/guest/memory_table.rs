@@ -10,11 +10,8 @@ use crate::host_size;
 use std::io;
 use std::os::fd::AsRawFd;
 
-use super::GuestMemory;
+use super::{GuestMemory, MAX_REGIONS};
 use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
-
-/// Regions one connection may map.
-pub const MAX_REGIONS: usize = 509;
 
 /// Why a memory table was refused.
 fn refused(reason: String) -> io::Error {

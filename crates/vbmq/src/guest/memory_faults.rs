@@ -19,12 +19,10 @@
 
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering, fence};
+use std::sync::{Arc, OnceLock};
 
-use super::GuestMemory;
-use super::dirty_log::fault_guard;
-use super::memory_table::MAX_REGIONS;
+use super::{GuestMemory, MAX_REGIONS};
 use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 
 /// Guarded regions for the whole process.
@@ -128,6 +126,12 @@ pub struct Guard {
     owner: Arc<Owner>,
 }
 
+/// Where a mapped region keeps its guard (in its dirty log: [`super::dirty_log`]).
+pub trait GuardSlot {
+    /// The region's guard, set once it is guarded.
+    fn fault_guard(&self) -> &OnceLock<Guard>;
+}
+
 impl std::fmt::Debug for Guard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Guard").field("slot", &self.slot).finish()
@@ -171,7 +175,7 @@ pub fn guard(map: &GuestMemory, owner: &Arc<Owner>) -> io::Result<()> {
         let Some(file_offset) = region.file_offset() else {
             continue;
         };
-        let slot = fault_guard(region);
+        let slot = region.fault_guard();
         if slot.get().is_some() || !can_fault(file_offset.file()) {
             continue;
         }
@@ -308,7 +312,7 @@ mod tests {
 
     fn slot_of(map: &GuestMemory) -> Option<usize> {
         let region = map.iter().next().unwrap();
-        fault_guard(region).get().map(|guard| guard.slot)
+        region.fault_guard().get().map(|guard| guard.slot)
     }
 
     #[test]

@@ -18,17 +18,12 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use arc_swap::ArcSwapOption;
 
+use super::GuestMemory;
 use super::memory_faults;
 use vhost_user_backend::bitmap::{BitmapReplace, MemRegionBitmap, MmapLogReg};
 use vm_memory::bitmap::{Bitmap, RefSlice, WithBitmapSlice};
 use vm_memory::mmap::NewBitmap;
-use vm_memory::{Address, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
-
-/// Guest memory as vbmq maps it: every region with its dirty log.
-pub type GuestMemory = GuestMemoryMmap<DirtyLog>;
-
-/// A virtqueue over that memory.
-pub type Vring = vhost_user_backend::VringRwLock<vm_memory::GuestMemoryAtomic<GuestMemory>>;
+use vm_memory::{Address, GuestMemoryBackend, GuestMemoryRegion};
 
 /// Size of a page in the log (`VHOST_LOG_PAGE`).
 const LOG_PAGE: usize = 0x1000;
@@ -273,11 +268,11 @@ pub fn log_to(mem: &GuestMemory, file: &std::fs::File) -> io::Result<()> {
     Ok(())
 }
 
-/// Where `region`'s fault guard is kept (see [`memory_faults`]).
-pub(super) fn fault_guard(
-    region: &vm_memory::GuestRegionMmap<DirtyLog>,
-) -> &OnceLock<memory_faults::Guard> {
-    &region.bitmap_state().fault_guard
+/// A region's fault guard is kept in its dirty log (see [`memory_faults`]).
+impl memory_faults::GuardSlot for vm_memory::GuestRegionMmap<DirtyLog> {
+    fn fault_guard(&self) -> &OnceLock<memory_faults::Guard> {
+        &self.bitmap_state().fault_guard
+    }
 }
 
 /// The region's own [`DirtyLog`] (not a slice of it).

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::stats::now_ns;
+use crate::timer::now_ns;
 
 /// One disk's limits, per second; 0 means none. Bursts: what may be taken at once after a
 /// quiet spell (0: one tenth of a second's worth, at least one request or 4 KiB).

@@ -1,0 +1,202 @@
+//! A disk from its spec: the storage (a file or block device, RBD, memory or null), the read
+//! cache and the delay knob in front of it, the virtio-blk device, and its bound socket.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::cache::ImageId;
+use crate::backend::{CachedDisk, DelayedDisk, Disk, FileDisk, MemoryDisk, NullDisk, RbdDisk};
+use crate::config::{DiskSpec, SpecError, Storage};
+use crate::vhost_user::DiskServer;
+use crate::virtio_blk::BlkDevice;
+use crate::worker::QueueSettings;
+
+fn default_serial(spec: &DiskSpec) -> String {
+    match &spec.storage {
+        // The file name's last 20 bytes (on a character boundary): what tells disks apart.
+        Storage::File(path) => {
+            let name = path
+                .file_name()
+                .map_or("vbmq".into(), |n| n.to_string_lossy().into_owned());
+            let mut start = name.len().saturating_sub(20);
+            while !name.is_char_boundary(start) {
+                start += 1;
+            }
+            name[start..].to_string()
+        }
+        Storage::Null(_) => "vbmq-null".into(),
+        Storage::Memory { .. } => "vbmq-mem".into(),
+        Storage::Rbd(target) => {
+            let name = &target.image;
+            let mut start = name.len().saturating_sub(20);
+            while !name.is_char_boundary(start) {
+                start += 1;
+            }
+            name[start..].to_string()
+        }
+    }
+}
+
+/// An open disk and the files it keeps reading (a Ceph configuration and keyring).
+fn open_disk(spec: &DiskSpec) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
+    let (disk, files) = open_storage(spec)?;
+    if spec.delay_us == 0 {
+        return Ok((disk, files));
+    }
+    let delay = Duration::from_micros(spec.delay_us);
+    let delayed: Arc<dyn Disk> = Arc::new(DelayedDisk::new(disk, delay, spec.delay_every));
+    Ok((delayed, files))
+}
+
+fn open_storage(spec: &DiskSpec) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
+    if let Storage::Rbd(target) = &spec.storage {
+        let disk = RbdDisk::open(target, spec.readonly).map_err(|e| SpecError {
+            key: "rbd".into(),
+            reason: format!("{}/{}: {e}", target.pool, target.image),
+        })?;
+        let files = disk.files().to_vec();
+        let disk: Arc<dyn Disk> = Arc::new(disk);
+        if spec.cache == 0 {
+            return Ok((disk, files));
+        }
+        let name = format!("{}/{}/{}", target.pool, target.namespace, target.image);
+        let id = ImageId::Rbd(format!("{}:{name}", target.conf.display()));
+        let label = spec.socket.display().to_string();
+        let cached =
+            CachedDisk::open_image(disk, id, &name, spec.cache, &label).map_err(|e| SpecError {
+                key: "cache".into(),
+                reason: e.to_string(),
+            })?;
+        return Ok((Arc::new(cached), files));
+    }
+    open_local_disk(spec).map(|disk| (disk, Vec::new()))
+}
+
+fn open_local_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
+    match &spec.storage {
+        Storage::File(path) => {
+            let disk: Arc<dyn Disk> = FileDisk::open(path, spec.readonly, spec.direct)
+                .and_then(|disk| {
+                    if spec.lock {
+                        disk.lock(spec.handover)
+                    } else {
+                        Ok(disk)
+                    }
+                })
+                .map(|disk| {
+                    if spec.ring_only {
+                        disk.ring_only()
+                    } else {
+                        disk
+                    }
+                })
+                .and_then(|disk| match spec.sqpoll {
+                    Some(cpu) => disk.sqpoll(cpu),
+                    None => Ok(disk),
+                })
+                .map(|disk| {
+                    if spec.fixed_buffers {
+                        disk.fixed_buffers()
+                    } else {
+                        disk
+                    }
+                })
+                .map(Arc::new)
+                .map_err(|e| SpecError {
+                    key: "path".into(),
+                    reason: format!("{}: {e}", path.display()),
+                })?;
+            if spec.cache == 0 {
+                return Ok(disk);
+            }
+            let label = spec.socket.display().to_string();
+            let cached =
+                CachedDisk::open(disk, path, spec.cache, &label).map_err(|e| SpecError {
+                    key: "cache".into(),
+                    reason: e.to_string(),
+                })?;
+            if spec.cache_preload {
+                cached.preload(path).map_err(|e| SpecError {
+                    key: "cache-preload".into(),
+                    reason: format!("{}: {e}", path.display()),
+                })?;
+            }
+            Ok(Arc::new(cached))
+        }
+        Storage::Null(size) => Ok(Arc::new(NullDisk::new(*size))),
+        Storage::Memory { size, image } => {
+            let disk = match image {
+                Some(image) => MemoryDisk::load(*size, image),
+                None => MemoryDisk::new(*size),
+            };
+            disk.map(|disk| Arc::new(disk) as Arc<dyn Disk>)
+                .map_err(|e| match image {
+                    Some(image) => SpecError {
+                        key: "image".into(),
+                        reason: format!("{}: {e}", image.display()),
+                    },
+                    None => SpecError {
+                        key: "mem".into(),
+                        reason: e.to_string(),
+                    },
+                })
+        }
+        Storage::Rbd(_) => Err(SpecError {
+            key: "rbd".into(),
+            reason: "opened by open_disk: a defect".into(),
+        }),
+    }
+}
+
+/// The server of one disk, the disk (to close at exit) and the files it keeps reading.
+pub(crate) type Built = (DiskServer, Arc<dyn Disk>, Vec<PathBuf>);
+
+/// Opens a disk and binds its socket.
+pub(crate) fn build_disk(spec: &DiskSpec) -> Result<Built, SpecError> {
+    let (disk, files) = open_disk(spec)?;
+    let kept = Arc::clone(&disk);
+    let serial = spec.serial.clone().unwrap_or_else(|| default_serial(spec));
+    let device = Arc::new(BlkDevice::new(
+        disk.as_ref(),
+        spec.readonly,
+        u16::try_from(spec.queues).unwrap_or(u16::MAX),
+        &serial,
+    ));
+    device.limits.set(spec.limits);
+    device.set_writer_seat(disk.writer_seat());
+    let settings = (0..spec.queues)
+        .map(|i| QueueSettings {
+            mode: spec.mode,
+            poll: Duration::from_micros(spec.poll_us),
+            cpu: spec.cpus.get(i).copied(),
+            batch: spec.batch,
+            max_size: spec.queue_size,
+        })
+        .collect();
+    let (mode, group) = (spec.socket_mode, spec.socket_group);
+    DiskServer::bind(&spec.socket, mode, group, device, disk, settings)
+        .map(|server| (server.track_inflight(spec.inflight), kept, files))
+        .map_err(|e| SpecError {
+            key: "socket".into(),
+            reason: e.to_string(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_serial_is_the_end_of_the_file_name() {
+        let spec = |path: &str| DiskSpec::parse(&format!("socket=/s,path={path}"), &[0]).unwrap();
+        assert_eq!(default_serial(&spec("/images/vm1.raw")), "vm1.raw");
+        assert_eq!(
+            default_serial(&spec("/images/a-very-long-image-name-vm1.raw")),
+            "ng-image-name-vm1.raw"[1..]
+        );
+        // Never a cut through a character.
+        let serial = default_serial(&spec("/images/ééééééééééééééé.raw"));
+        assert!(serial.len() <= 20 && serial.ends_with(".raw"), "{serial}");
+    }
+}

@@ -1,0 +1,9 @@
+//! Building a device from its spec: a disk's storage stack, device and bound socket, a share's
+//! directory, device and bound socket. Called by `serve` for the devices given at start and by
+//! the `Host` for the disks added at run time.
+
+mod disk;
+mod share;
+
+pub(crate) use disk::{Built, build_disk};
+pub(crate) use share::build_share;

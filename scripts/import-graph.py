@@ -1,0 +1,361 @@
+#!/usr/bin/env python3
+"""The import graph of each crate's modules, drawn from its `crate::`, `super::` and `self::` paths
+(in `use` lines and in code, tests included).
+
+A module is a top-level file or directory under the crate's `src/`. Prints every module and the
+modules it imports, then fails (exit 1) on:
+- a circle between modules, or between the files of one directory module;
+- more than one arrow running against the crate's layer order declared below (an arrow between
+  modules of one layer runs sideways and is allowed; a module missing from the order fails).
+
+Usage: scripts/import-graph.py [-v|-q]   (-v: the arrows inside directory modules too;
+                                          -q: only what fails)
+"""
+
+import os
+import re
+import sys
+
+# Bottom to top; modules in one tuple are one layer. `None`: circles are checked, not the order.
+LAYERS = {
+    "crates/vbmq/src": [
+        # Helpers to the side of everything: log rate limits, clocks, socket files, systemd,
+        # the process's confinement.
+        ("log_limit", "timer", "socket_files", "systemd", "confine"),
+        # Guest memory: the memory table, its fault guard, the dirty log, the in-flight record.
+        ("guest",),
+        # I/O limits, shared by the device (its buckets) and the queue core (the waits).
+        ("limits",),
+        # The storage engines.
+        ("backend",),
+        # The device models: a virtio-blk request, a virtio-fs share.
+        ("virtio_blk", "virtio_fs"),
+        # The per-queue I/O threads.
+        ("worker",),
+        # The vhost-user transport: the protocol glue and the socket servers.
+        ("vhost_user",),
+        # The specs the command line and the configuration file give.
+        ("config",),
+        # Building a disk or a share from its spec.
+        ("devices",),
+        # The running devices: shares, and the disks the control plane adds and removes.
+        ("shares",),
+        ("host",),
+        # The `serve` command.
+        ("serve",),
+        # Test support and the fuzz targets' bodies, over everything.
+        ("test_utils",),
+    ],
+    "crates/vbmq-bench/src": None,
+    "crates/vbmq-driver/src": None,
+    "src": None,
+}
+BACK_ARROWS_ALLOWED = 1
+
+PATH = re.compile(r"(?<![\w$:])(crate|super|self)\s*::")
+INLINE_MOD = re.compile(r"\bmod\s+(\w+)\s*\{")
+STRING = re.compile(r'b?(?:r(#*))?"')
+CHAR = re.compile(r"'(\\\\(u\\{[0-9a-fA-F]+\\}|x[0-9a-fA-F]{2}|.)|[^\\\\'])'")
+IDENT = re.compile(r"[A-Za-z_]\w*|\*")
+
+
+def strip(text):
+    """`text` with comments, strings and char literals blanked (newlines kept)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif text.startswith("/*", i):
+            depth, j = 1, i + 2
+            while j < n and depth:
+                if text.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif text.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        elif (m := STRING.match(text, i)) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+            if m.group(1) is not None:  # raw: ends at the quote and as many #s
+                end = text.find('"' + m.group(1), m.end())
+                j = n if end < 0 else end + 1 + len(m.group(1))
+            else:
+                j = m.end()
+                while j < n and text[j] != '"':
+                    j += 2 if text[j] == "\\" else 1
+                j += 1
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        elif c == "'" and (m := CHAR.match(text, i)):
+            out.append(" " * (m.end() - i))
+            i = m.end()
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def skip_ws(text, i):
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return i
+
+
+def parse_tree(text, i):
+    """The paths of the use tree (or code path) at `i`: lists of segments, each with its alias."""
+    segments = []
+    while True:
+        i = skip_ws(text, i)
+        if text.startswith("{", i):
+            paths, i = [], i + 1
+            while True:
+                i = skip_ws(text, i)
+                if text.startswith("}", i):
+                    return [(segments + p, a) for p, a in paths], i + 1
+                sub, i = parse_tree(text, i)
+                paths.extend(sub)
+                i = skip_ws(text, i)
+                if text.startswith(",", i):
+                    i += 1
+                elif not text.startswith("}", i):
+                    return [(segments + p, a) for p, a in paths], i
+        m = IDENT.match(text, i)
+        if not m:
+            return ([(segments, None)] if segments else []), i
+        segments.append(m.group())
+        i = skip_ws(text, m.end())
+        if text.startswith("::", i):
+            i += 2
+            continue
+        alias = re.match(r"as\s+(\w+)", text[i:])
+        if alias:
+            return [(segments, alias.group(1))], i + alias.end()
+        return [(segments, None)], i
+
+
+def inline_mod_spans(text):
+    """(start, end, name) of every `mod name { ... }` in stripped `text`."""
+    spans = []
+    for m in INLINE_MOD.finditer(text):
+        depth, j = 1, m.end()
+        while j < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+        spans.append((m.start(), j, m.group(1)))
+    return spans
+
+
+def module_path(rel):
+    """The module path of a file relative to `src/`: `a/b.rs` and `a/b/mod.rs` are [a, b]."""
+    parts = rel[:-3].split(os.sep)
+    if parts[-1] in ("mod", "lib", "main") and (parts[-1] == "mod" or len(parts) == 1):
+        parts = parts[:-1]
+    return parts
+
+
+def references(src):
+    """Every resolved path in the crate at `src`: (file, line, from module path, to path)."""
+    found = []
+    for dirpath, _, files in os.walk(src):
+        for name in sorted(files):
+            if not name.endswith(".rs"):
+                continue
+            file = os.path.join(dirpath, name)
+            with open(file, encoding="utf-8") as f:
+                text = strip(f.read())
+            base = module_path(os.path.relpath(file, src))
+            spans = inline_mod_spans(text)
+            for m in PATH.finditer(text):
+                inner = [s[2] for s in spans if s[0] < m.start() < s[1]]
+                here = base + inner
+                for segments, alias in parse_tree(text, m.start())[0]:
+                    target = resolve(here, segments)
+                    if target:
+                        line = text.count("\n", 0, m.start()) + 1
+                        found.append((file, line, here, target, alias))
+    return found
+
+
+def resolve(here, segments):
+    if not segments:
+        return None
+    if segments[0] == "crate":
+        path = segments[1:]
+    elif segments[0] == "self":
+        path = here + segments[1:]
+    elif segments[0] == "super":
+        up = 0
+        while up < len(segments) and segments[up] == "super":
+            up += 1
+        if up > len(here):
+            return None
+        path = here[: len(here) - up] + segments[up:]
+    else:
+        return None
+    return [s for s in path if s != "self"] or None
+
+
+def children(src, module):
+    """The files and directories of a directory module, by module name."""
+    d = os.path.join(src, module)
+    if not os.path.isdir(d):
+        return set()
+    return {n[:-3] if n.endswith(".rs") else n for n in os.listdir(d) if n != "mod.rs"}
+
+
+def reexports(src, module_dir):
+    """Names `mod.rs` of `module_dir` (or the crate root) re-exports, and the child each is from."""
+    names = {}
+    for root in ("mod.rs", "lib.rs", "main.rs"):
+        file = os.path.join(src, module_dir, root)
+        if not os.path.isfile(file):
+            continue
+        with open(file, encoding="utf-8") as f:
+            text = strip(f.read())
+        for m in re.finditer(r"\bpub(\([\w\s]+\))?\s+use\s+", text):
+            for segments, alias in parse_tree(text, m.end())[0]:
+                if segments and segments[0] == "self":
+                    segments = segments[1:]
+                if segments and segments[-1] != "*":
+                    names[alias or segments[-1]] = segments[0]
+    return names
+
+
+def graph(src):
+    """Arrows between modules, and between the files of each directory module."""
+    modules = {n[:-3] if n.endswith(".rs") else n for n in os.listdir(src)} - {"lib", "main"}
+    modules = {m for m in modules if os.path.isdir(os.path.join(src, m)) or
+               os.path.isfile(os.path.join(src, m + ".rs"))}
+    top_reexports = reexports(src, "")
+    kids = {m: children(src, m) for m in modules}
+    kid_reexports = {m: reexports(src, m) for m in modules if kids[m]}
+    arrows, inner = {}, {}
+    for file, line, here, path, _ in references(src):
+        if not here:
+            continue
+        to = path[0] if path[0] in modules else top_reexports.get(path[0])
+        if to not in modules:
+            continue
+        if to != here[0]:
+            arrows.setdefault((here[0], to), []).append(f"{file}:{line}")
+            continue
+        if len(here) < 2 or len(path) < 2 or not kids[to]:
+            continue
+        child = path[1] if path[1] in kids[to] else kid_reexports[to].get(path[1])
+        if child in kids[to] and child != here[1]:
+            inner.setdefault(to, {}).setdefault((here[1], child), []).append(f"{file}:{line}")
+    return sorted(modules), arrows, inner
+
+
+def circles(nodes, arrows):
+    """The strongly connected components of more than one node (Tarjan)."""
+    out = {n: sorted(b for a, b in arrows if a == n) for n in nodes}
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in out.get(v, []):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for n in sorted(nodes):
+        if n not in index:
+            visit(n)
+    return found
+
+
+def show_circle(prefix, component, arrows, root):
+    """Prints the shortest circles through each node of a strongly connected component."""
+    shown = set()
+    for start in component:
+        paths, seen = [[start]], {start}
+        while paths:
+            path = paths.pop(0)
+            nxt = sorted(b for a, b in arrows if a == path[-1] and b in component)
+            if start in nxt:
+                cycle = path + [start]
+                key = frozenset(zip(cycle, cycle[1:]))
+                if key not in shown:
+                    shown.add(key)
+                    where = [os.path.relpath(arrows[(a, b)][0], root) for a, b in zip(cycle, cycle[1:])]
+                    print(f"  circle: {' -> '.join(prefix + n for n in cycle)}  ({'; '.join(where)})")
+                break
+            for b in nxt:
+                if b not in seen:
+                    seen.add(b)
+                    paths.append(path + [b])
+
+
+def main():
+    verbose = "-v" in sys.argv[1:]
+    quiet = "-q" in sys.argv[1:]
+    say = (lambda *_: None) if quiet else print
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    failures = []
+    for crate, layers in LAYERS.items():
+        src = os.path.join(root, crate)
+        modules, arrows, inner = graph(src)
+        layer = {m: i for i, group in enumerate(layers or []) for m in group}
+        say(f"{crate}: {len(modules)} modules, {len(arrows)} arrows")
+        if layers:
+            for m in modules:
+                if m not in layer:
+                    failures.append(f"{crate}: module {m} is not in the layer order")
+            for m in layer:
+                if m not in modules:
+                    failures.append(f"{crate}: the layer order names {m}, which is gone")
+            modules = sorted(modules, key=lambda m: (layer.get(m, len(layers)), m))
+        back = []
+        for m in modules:
+            to = sorted((b for a, b in arrows if a == m), key=lambda b: (layer.get(b, 0), b))
+            marks = []
+            for b in to:
+                up = layers and layer.get(b, -1) > layer.get(m, -1)
+                marks.append(b + (" (BACK UP)" if up else ""))
+                if up:
+                    back.append((m, b))
+            where = f"[{layer[m]}] " if m in layer else ""
+            say(f"  {where}{m} -> {', '.join(marks) if marks else '-'}")
+        for a, b in back:
+            print(f"  back up: {a} -> {b}, from {os.path.relpath(arrows[(a, b)][0], root)}")
+        if len(back) > BACK_ARROWS_ALLOWED:
+            failures.append(f"{crate}: {len(back)} arrows run back up (at most "
+                            f"{BACK_ARROWS_ALLOWED})")
+        for c in circles(modules, arrows):
+            failures.append(f"{crate}: circle between {', '.join(c)}")
+            show_circle("", c, arrows, root)
+        for module, edges in sorted(inner.items()):
+            nodes = {n for e in edges for n in e}
+            if verbose:
+                for (a, b) in sorted(edges):
+                    say(f"    {module}/{a} -> {module}/{b}")
+            for c in circles(nodes, edges):
+                failures.append(f"{crate}: circle in {module}/ between {', '.join(c)}")
+                show_circle(module + "/", c, edges, root)
+    for f in failures:
+        print(f"import-graph: {f}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
