@@ -342,31 +342,49 @@ mod tests {
 
     #[test]
     fn the_handler_never_reads_half_of_a_guard() {
+        // The writer rewrites the slot until the reader has checked enough whole reads (or a
+        // deadline that only bounds a starving reader): on a busy machine either thread may
+        // run alone for a while, so neither counts on the other's pace.
+        const READS: u32 = 200_000;
         let slot = Slot::free();
-        let done = AtomicBool::new(false);
+        let enough = AtomicBool::new(false);
         let (a, b) = ((0x1000, 0x3000), (0x10_0000, 0x50_0000));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         std::thread::scope(|s| {
             s.spawn(|| {
-                for i in 0..200_000 {
+                let mut i = 0u64;
+                while !enough.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
                     let (start, end) = if i % 3 == 0 { a } else { b };
                     slot.publish(start, end, std::ptr::null_mut());
                     if i % 7 == 0 {
                         slot.publish(0, 0, std::ptr::null_mut());
                     }
+                    i += 1;
                 }
-                done.store(true, Ordering::Release);
             });
-            let mut seen = 0;
-            while !done.load(Ordering::Acquire) {
+            // The writer stops when the reader ends, by a failed assertion too.
+            struct StopWriter<'a>(&'a AtomicBool);
+            impl Drop for StopWriter<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::Release);
+                }
+            }
+            let _stop = StopWriter(&enough);
+            // Whole reads that differ from the one before: the writer was at work meanwhile.
+            let (mut changes, mut last) = (0, None);
+            while changes < READS && std::time::Instant::now() < deadline {
                 if let Some((start, end, _)) = slot.read() {
                     assert!(
                         (start, end) == a || (start, end) == b,
                         "{start:#x}..{end:#x}"
                     );
-                    seen += 1;
+                    if last != Some((start, end)) {
+                        changes += 1;
+                        last = Some((start, end));
+                    }
                 }
             }
-            assert!(seen > 0);
+            assert_eq!(changes, READS, "the reader saw too few rewrites in 60 s");
         });
     }
 
