@@ -136,8 +136,10 @@ fn an_idle_or_slow_client_does_not_hold_the_metrics_endpoint() {
         let started = std::time::Instant::now();
         let reply = get(port, "/metrics");
         assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+        // Served in turn, the scrape would wait out the idle clients' 5 s read timeouts, 25 s
+        // in all; 10 s leaves a loaded machine room on both sides.
         assert!(
-            started.elapsed() < Duration::from_secs(2),
+            started.elapsed() < Duration::from_secs(10),
             "round {round}: answered after {:?}, behind the idle clients",
             started.elapsed()
         );
