@@ -129,6 +129,43 @@ fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 + i / 509) as u8).collect()
 }
 
+/// Serves the one request published on the ring in `mem` with a worker over `disk`, in
+/// event-mode passes (each one as after one wake-up) until it is used; returns the memory.
+fn serve_one(mem: GuestMemory, disk: Arc<dyn Disk>) -> GuestMemoryAtomic<GuestMemory> {
+    let atomic = GuestMemoryAtomic::new(mem);
+    let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, ""));
+    let settings = QueueSettings {
+        mode: WaitMode::Event,
+        poll: Duration::ZERO,
+        cpu: None,
+        batch: true,
+        max_size: SIZE,
+    };
+    let mut worker = QueueWorker::new(
+        0,
+        settings,
+        device,
+        disk,
+        atomic.clone(),
+        Default::default(),
+    );
+    let vring = Vring::new(atomic.clone(), SIZE).unwrap();
+    vring.set_queue_size(SIZE);
+    vring.set_queue_info(DESC, AVAIL, USED).unwrap();
+    vring.set_queue_ready(true);
+    vring.set_enabled(true);
+    worker.set_up(&vring, true);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    for _ in 0..64 {
+        worker.run(&vring, &stop);
+        let used = atomic.memory().read_obj::<u16>(GuestAddress(USED + 2));
+        if used.unwrap() == 1 {
+            break;
+        }
+    }
+    atomic
+}
+
 /// Runs one request (`kind` at `sector`, data into/from two buffers of 1536 and 2560 bytes) on
 /// a worker over `disk`; returns the status byte, the guest data and the operations pushed.
 fn one_request(disk: PiecewiseDisk, kind: u32, sector: u64, data: &[u8]) -> (u8, Vec<u8>, usize) {
@@ -155,43 +192,7 @@ fn one_request(disk: PiecewiseDisk, kind: u32, sector: u64, data: &[u8]) -> (u8,
     ];
     let head = ring.write_chain(&mem, 0, &buffers);
     ring.publish(&mem, &[head]);
-    let atomic = GuestMemoryAtomic::new(mem);
-    let disk: Arc<dyn Disk> = Arc::new(disk);
-    let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, ""));
-    let settings = QueueSettings {
-        mode: WaitMode::Event,
-        poll: Duration::ZERO,
-        cpu: None,
-        batch: true,
-        max_size: SIZE,
-    };
-    let mut worker = QueueWorker::new(
-        0,
-        settings,
-        device,
-        disk,
-        atomic.clone(),
-        Default::default(),
-    );
-    let vring = Vring::new(atomic.clone(), SIZE).unwrap();
-    vring.set_queue_size(SIZE);
-    vring.set_queue_info(DESC, AVAIL, USED).unwrap();
-    vring.set_queue_ready(true);
-    vring.set_enabled(true);
-    worker.set_up(&vring, true);
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    // Each event-mode run is one pass, as after one wake-up.
-    for _ in 0..64 {
-        worker.run(&vring, &stop);
-        if atomic
-            .memory()
-            .read_obj::<u16>(GuestAddress(USED + 2))
-            .unwrap()
-            == 1
-        {
-            break;
-        }
-    }
+    let atomic = serve_one(mem, Arc::new(disk));
     let mem = atomic.memory();
     assert_eq!(
         mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(),
@@ -330,34 +331,7 @@ fn a_read_of_more_than_two_gibibytes_completes() {
     ];
     let head = ring.write_chain(&mem, 0, &buffers);
     ring.publish(&mem, &[head]);
-    let atomic = GuestMemoryAtomic::new(mem);
-    let disk: Arc<dyn Disk> = Arc::new(KernelSizedDisk);
-    let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, ""));
-    let settings = QueueSettings {
-        mode: WaitMode::Event,
-        poll: Duration::ZERO,
-        cpu: None,
-        batch: true,
-        max_size: SIZE,
-    };
-    let mut worker = QueueWorker::new(
-        0,
-        settings,
-        device,
-        disk,
-        atomic.clone(),
-        Default::default(),
-    );
-    let vring = Vring::new(atomic.clone(), SIZE).unwrap();
-    vring.set_queue_size(SIZE);
-    vring.set_queue_info(DESC, AVAIL, USED).unwrap();
-    vring.set_queue_ready(true);
-    vring.set_enabled(true);
-    worker.set_up(&vring, true);
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    for _ in 0..64 {
-        worker.run(&vring, &stop);
-    }
+    let atomic = serve_one(mem, Arc::new(KernelSizedDisk));
     let mem = atomic.memory();
     assert_eq!(mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(), 1);
     assert_eq!(
