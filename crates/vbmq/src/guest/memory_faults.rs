@@ -354,9 +354,9 @@ mod tests {
             s.spawn(|| {
                 let mut i = 0u64;
                 while !enough.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
-                    let (start, end) = if i % 3 == 0 { a } else { b };
+                    let (start, end) = if i.is_multiple_of(3) { a } else { b };
                     slot.publish(start, end, std::ptr::null_mut());
-                    if i % 7 == 0 {
+                    if i.is_multiple_of(7) {
                         slot.publish(0, 0, std::ptr::null_mut());
                     }
                     i += 1;
