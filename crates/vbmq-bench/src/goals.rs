@@ -123,7 +123,7 @@ fn goals() -> [Goal; 9] {
             system: System::vbmq(WaitMode::Adaptive),
             reference: System::QsdVbdp,
             metric: Metric::P50Us,
-            threshold: 0.5,
+            threshold: 0.3,
             at_least: false,
         },
         matrix(
@@ -143,7 +143,7 @@ fn goals() -> [Goal; 9] {
             system: System::vbmq_null(WaitMode::Poll),
             reference: System::QsdNull,
             metric: Metric::Iops,
-            threshold: 2.0,
+            threshold: 4.0,
             at_least: true,
         },
         Goal {
