@@ -203,6 +203,10 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                     .get_many::<FsSpec>("fs")
                     .map(|d| d.cloned().collect())
                     .unwrap_or_default(),
+                share_texts: m
+                    .get_raw("fs")
+                    .map(|d| d.map(|t| t.to_string_lossy().into_owned()).collect())
+                    .unwrap_or_default(),
                 seccomp: m.get_one::<String>("seccomp").is_none_or(|s| s == "on"),
                 control_dir: m
                     .get_one::<PathBuf>("control")

@@ -74,6 +74,7 @@ fn serve(
             }
         }
         options.shares.splice(0..0, shares);
+        options.share_texts.splice(0..0, file.fs.iter().cloned());
         options.disks.splice(0..0, specs);
         options.texts.splice(0..0, file.disk.iter().cloned());
         control = control.or(file.control);

@@ -2,9 +2,12 @@
 
 use std::path::Path;
 
-use vbmq::host::{DiskCounters, DiskInfo, Host};
+use vbmq::host::{DeviceInfo, DeviceKind, DiskCounters, DiskInfo, Host, ShareInfo};
 
-use super::protocol::{Answer, DiskEntry, DiskStats, Latency, QueueStats, Reply, Request, Size};
+use super::protocol::{
+    Answer, DeviceEntry, DiskEntry, DiskStats, Kind, Latency, QueueStats, Reply, Request,
+    ShareEntry, Size,
+};
 
 /// Answers one request line.
 pub fn answer(host: &Host, line: &[u8]) -> Reply {
@@ -20,6 +23,11 @@ fn dispatch(host: &Host, request: Request) -> Result<Answer, String> {
         Request::AddDisk { spec } => host.add_disk(&spec).map(disk).map_err(refused),
         Request::RemoveDisk { socket } => host
             .remove_disk(Path::new(&socket))
+            .map(|()| Answer::Nothing)
+            .map_err(refused),
+        Request::AddFs { .. } => Err("add-fs: not available".into()),
+        Request::RemoveFs { socket } => host
+            .remove_share(Path::new(&socket))
             .map(|()| Answer::Nothing)
             .map_err(refused),
         Request::Resize {
@@ -44,7 +52,9 @@ fn dispatch(host: &Host, request: Request) -> Result<Answer, String> {
                 .map_err(refused)
         }
         Request::Reload => host.reload().map(Answer::Notes).map_err(refused),
-        Request::List => Ok(Answer::Disks(host.list().iter().map(entry).collect())),
+        Request::List => Ok(Answer::Devices(
+            host.devices().iter().map(device_entry).collect(),
+        )),
         Request::Stats { socket } => host
             .stats(socket.as_deref().map(Path::new))
             .map(|disks| Answer::Stats(disks.iter().map(stats).collect()))
@@ -54,6 +64,25 @@ fn dispatch(host: &Host, request: Request) -> Result<Answer, String> {
 
 fn disk(info: DiskInfo) -> Answer {
     Answer::Disk(entry(&info))
+}
+
+fn device_entry(info: &DeviceInfo) -> DeviceEntry {
+    match info {
+        DeviceInfo::Disk(disk) => DeviceEntry::Disk(entry(disk)),
+        DeviceInfo::Share(share) => DeviceEntry::Fs(share_entry(share)),
+    }
+}
+
+fn share_entry(info: &ShareInfo) -> ShareEntry {
+    ShareEntry {
+        socket: info.socket.display().to_string(),
+        spec: info.spec.clone(),
+        tag: info.tag.clone(),
+        dir: info.dir.display().to_string(),
+        queues: info.queues,
+        readonly: info.readonly,
+        connected: info.connected,
+    }
 }
 
 fn entry(info: &DiskInfo) -> DiskEntry {
@@ -117,6 +146,10 @@ fn stats(disk: &DiskCounters) -> DiskStats {
         .collect();
     DiskStats {
         socket: disk.socket.display().to_string(),
+        kind: match disk.kind {
+            DeviceKind::Disk => Kind::Disk,
+            DeviceKind::Fs => Kind::Fs,
+        },
         queues,
         engine: disk
             .engine

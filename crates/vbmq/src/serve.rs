@@ -9,7 +9,7 @@ use crate::config::{DiskSpec, Storage, check_sockets};
 use crate::confine::{CephAccess, ConfineOptions, DiskAccess, confine};
 use crate::devices::build_share;
 use crate::host::{Host, RunTimePolicy};
-use crate::shares::{raise_descriptor_limit, start_share, stop_shares};
+use crate::shares::raise_descriptor_limit;
 
 /// What `vbmq serve` was asked to do.
 #[derive(Clone, Debug)]
@@ -20,6 +20,8 @@ pub struct ServeOptions {
     pub texts: Vec<String>,
     /// The directories shared over vhost-user-fs.
     pub shares: Vec<crate::config::FsSpec>,
+    /// Each share's `--fs` text, as `list` shows it.
+    pub share_texts: Vec<String>,
     /// Confine the process with seccomp (Landlock applies either way).
     pub seccomp: bool,
     /// The directory of the control socket, when there is one: run-time disks' sockets go
@@ -166,16 +168,12 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
             return 1;
         }
     }
-    let mut shares = Vec::new();
-    for server in share_servers {
-        match start_share(server) {
-            Ok(share) => shares.push(share),
-            Err(e) => {
-                eprintln!("vbmq: cannot start a share: {e}");
-                stop_shares(shares);
-                host.stop_all();
-                return 1;
-            }
+    for (i, (server, spec)) in share_servers.into_iter().zip(&options.shares).enumerate() {
+        let text = options.share_texts.get(i).cloned().unwrap_or_default();
+        if let Err(e) = host.start_share(server, spec.clone(), text) {
+            eprintln!("vbmq: {e}");
+            host.stop_all();
+            return 1;
         }
     }
     if let Some(control) = control {
@@ -184,7 +182,7 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
     info!(
         "serving {} disk(s) and {} share(s)",
         specs.len(),
-        shares.len()
+        options.shares.len()
     );
     loop {
         let mut signal = 0;
@@ -207,13 +205,8 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
         for line in host.report() {
             eprintln!("vbmq: statistics {line}");
         }
-        for share in &shares {
-            eprintln!("vbmq: statistics {}", (share.report)());
-        }
     }
-    let mut report = host.report();
-    report.extend(shares.iter().map(|share| (share.report)()));
-    stop_shares(shares);
+    let report = host.report();
     host.stop_all();
     crate::backend::release_image_locks();
     for line in report {

@@ -91,6 +91,16 @@ impl ShareServer {
         }
     }
 
+    /// The counters of each queue (the high-priority queue first), kept across connections.
+    pub fn queue_stats(&self) -> Vec<Arc<QueueStats>> {
+        self.stats.clone()
+    }
+
+    /// A handle to the connection being served (`None`: no frontend).
+    pub fn current(&self) -> Arc<Mutex<Option<Arc<VhostUserFs>>>> {
+        self.current.clone()
+    }
+
     /// The socket file and its lock file, to remove at exit.
     pub fn files(&self) -> [PathBuf; 2] {
         [self.socket.clone(), self.lock_path.clone()]
