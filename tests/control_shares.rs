@@ -243,3 +243,198 @@ fn a_share_is_listed_counted_and_measured_beside_a_disk() {
     assert!(daemon.terminate().success());
     assert!(!fs.exists(), "the share's socket left behind at exit");
 }
+
+/// `vbmq serve --control DIR/run/ctl.sock --fs-root DIR/roots`, confined as by default.
+fn serve_with_fs_root(dir: &Path) -> (Daemon, std::path::PathBuf) {
+    let control = dir.join("run/ctl.sock");
+    let roots = dir.join("roots");
+    std::fs::create_dir_all(&roots).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .arg("serve")
+        .arg("--control")
+        .arg(&control)
+        .arg("--fs-root")
+        .arg(&roots)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn vbmq");
+    let daemon = Daemon { child };
+    wait_for(&control);
+    (daemon, control)
+}
+
+/// A confined vbmq (seccomp and Landlock as by default) serves a share `vbmq ctl add-fs` hands
+/// it, with its socket where the operator names it (not the control socket's directory): a
+/// client reads and writes the host's files through it; `remove-fs` disconnects the client
+/// and removes the socket; the same share can be added again.
+#[test]
+fn a_share_added_at_run_time_serves_files_on_a_confined_vbmq_until_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut daemon, control) = serve_with_fs_root(dir.path());
+    let shared = dir.path().join("roots/vm1");
+    std::fs::create_dir_all(shared.join("sub")).unwrap();
+    std::fs::write(shared.join("sub/hello"), b"hello from the host").unwrap();
+    std::fs::write(shared.join("hello"), b"top").unwrap();
+    let socket = dir.path().join("sockets/vm1-fs.sock");
+    let spec = format!(
+        "socket={},dir={},tag=vm1,mode=event",
+        s(&socket),
+        s(&shared)
+    );
+    for round in 0..2 {
+        let added = ctl_json(&control, &["add-fs", &spec]);
+        assert_eq!(
+            added,
+            json!({"socket": s(&socket), "spec": spec, "tag": "vm1", "dir": s(&shared),
+                "queues": 1, "readonly": false, "connected": false})
+        );
+        assert_eq!(listed(&control, &socket).expect("listed")["kind"], "fs");
+
+        let mut client = FsClient::connect(&socket).expect("connect to the added share");
+        assert_eq!(read_file(&mut client, "hello"), b"top");
+        let sub = client.lookup(ROOT_ID, "sub").expect("lookup sub").nodeid;
+        let hello = client.lookup(sub, "hello").expect("lookup sub/hello");
+        assert_eq!(hello.attr.size, 19);
+        let name = format!("written-{round}");
+        write_file(&mut client, &name, b"from the guest");
+        assert_eq!(
+            std::fs::read(shared.join(&name)).unwrap(),
+            b"from the guest"
+        );
+        assert_eq!(read_file(&mut client, &name), b"from the guest");
+        wait_connected(&control, &socket, true);
+        let stats = ctl_json(&control, &["stats", s(&socket)]);
+        assert_eq!(stats[0]["kind"], "fs");
+        assert!(
+            stats[0]["queues"][1]["requests"].as_u64() >= Some(10),
+            "{stats}"
+        );
+
+        let out = ctl(&control, &["remove-fs", s(&socket)]);
+        assert!(out.status.success(), "{out:?}");
+        assert!(
+            client.closed_by_backend(Duration::from_secs(20)),
+            "round {round}: the client stayed connected after remove-fs"
+        );
+        assert!(!socket.exists(), "round {round}: socket left behind");
+        let lock = dir.path().join("sockets/vm1-fs.sock.lock");
+        assert!(!lock.exists(), "round {round}: lock file left behind");
+        assert_eq!(ctl_json(&control, &["list"]), json!([]));
+        let out = ctl(&control, &["remove-fs", s(&socket)]);
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!("vbmq: no share on {}\n", s(&socket))
+        );
+    }
+    assert!(daemon.alive());
+    assert!(daemon.terminate().success());
+}
+
+/// Sends an `add-fs` request for `spec` with `fds` attached, as a client other than `vbmq ctl`
+/// could; returns the reply.
+fn raw_add_fs(control: &Path, spec: &str, fds: &[std::os::fd::RawFd]) -> Value {
+    use std::io::BufRead;
+    use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+    let stream = std::os::unix::net::UnixStream::connect(control).expect("connect");
+    let line = format!("{}\n", json!({"command": "add-fs", "spec": spec}));
+    stream
+        .send_with_fds(&[line.as_bytes()], fds)
+        .expect("sendmsg");
+    let mut reply = String::new();
+    std::io::BufReader::new(stream)
+        .read_line(&mut reply)
+        .expect("reply");
+    serde_json::from_str(&reply).expect("a JSON reply")
+}
+
+/// What `add-fs` cannot serve is refused, one line naming what is wrong, and the daemon goes
+/// on: a file given as the directory, a directory outside every `--fs-root`, and, from a raw
+/// client, a descriptor that is not a directory, a socket that does not listen, or none.
+#[test]
+fn add_fs_refuses_what_it_cannot_serve_with_a_clear_message() {
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut daemon, control) = serve_with_fs_root(dir.path());
+    let shared = dir.path().join("roots/vm1");
+    std::fs::create_dir_all(&shared).unwrap();
+    let file = dir.path().join("roots/file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let socket = dir.path().join("sockets/fs.sock");
+    let spec = |d: &Path| format!("socket={},dir={},tag=t", s(&socket), s(d));
+
+    let refused = |args: &[&str]| {
+        let out = ctl(&control, args);
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let error = refused(&["add-fs", &spec(&file)]);
+    assert_eq!(
+        error,
+        format!(
+            "vbmq: --fs dir: {}: Not a directory (os error 20)\n",
+            s(&file)
+        )
+    );
+    let error = refused(&["add-fs", &spec(&outside)]);
+    assert_eq!(
+        error,
+        format!(
+            "vbmq: --fs dir: {} is not beneath an --fs-root ({})\n",
+            s(&outside),
+            s(&dir.path().join("roots"))
+        )
+    );
+    assert!(!socket.exists(), "a refused add-fs left its socket behind");
+
+    // A raw client's descriptors, each checked for what it should be.
+    let directory = std::fs::File::open(&shared).unwrap();
+    let regular = std::fs::File::open(&file).unwrap();
+    let lock = tempfile::tempfile().unwrap();
+    let listener =
+        std::os::unix::net::UnixListener::bind(dir.path().join("raw.sock")).expect("bind");
+    let (connected, _peer) = std::os::unix::net::UnixStream::pair().unwrap();
+    let error = |reply: Value| {
+        assert_eq!(reply["ok"], false, "{reply}");
+        reply["error"].as_str().expect("an error").to_string()
+    };
+    let raw_spec = spec(&shared);
+    let fds = [regular.as_raw_fd(), listener.as_raw_fd(), lock.as_raw_fd()];
+    assert_eq!(
+        error(raw_add_fs(&control, &raw_spec, &fds)),
+        "--fs dir: the descriptor passed is not a directory: a regular file"
+    );
+    let fds = [
+        directory.as_raw_fd(),
+        connected.as_raw_fd(),
+        lock.as_raw_fd(),
+    ];
+    assert_eq!(
+        error(raw_add_fs(&control, &raw_spec, &fds)),
+        "--fs socket: the descriptor passed is not a listening Unix stream socket: a socket \
+         that does not listen"
+    );
+    let fds = [directory.as_raw_fd(), regular.as_raw_fd(), lock.as_raw_fd()];
+    assert_eq!(
+        error(raw_add_fs(&control, &raw_spec, &fds)),
+        "--fs socket: the descriptor passed is not a listening Unix stream socket: a regular file"
+    );
+    assert!(
+        error(raw_add_fs(&control, &raw_spec, &[]))
+            .starts_with("add-fs: send the share's directory, its listening socket"),
+    );
+    assert_eq!(ctl_json(&control, &["list"]), json!([]));
+    // And the daemon still adds a good share.
+    let added = ctl_json(&control, &["add-fs", &raw_spec]);
+    assert_eq!(added["socket"], s(&socket));
+    let mut client = FsClient::connect(&socket).expect("connect");
+    assert!(client.lookup(ROOT_ID, "nothing").is_err());
+    drop(client);
+    assert!(daemon.alive());
+    assert!(daemon.terminate().success());
+    // Outside the directories the confinement lets vbmq remove files in, the socket stays at
+    // exit, served by no one (the next bind replaces it).
+    assert!(std::os::unix::net::UnixStream::connect(&socket).is_err());
+}

@@ -1,23 +1,25 @@
 //! The daemon's side of the protocol: a [`Request`] done on the [`Host`], its [`Reply`].
 
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixListener;
 use std::path::Path;
 
-use vbmq::host::{DeviceInfo, DeviceKind, DiskCounters, DiskInfo, Host, ShareInfo};
+use vbmq::host::{DeviceInfo, DeviceKind, DiskCounters, DiskInfo, Host, PassedShare, ShareInfo};
 
 use super::protocol::{
     Answer, DeviceEntry, DiskEntry, DiskStats, Kind, Latency, QueueStats, Reply, Request,
     ShareEntry, Size,
 };
 
-/// Answers one request line.
-pub fn answer(host: &Host, line: &[u8]) -> Reply {
-    match Request::parse(line).and_then(|request| dispatch(host, request)) {
+/// Answers one request line; `fds` are the descriptors sent with it.
+pub fn answer(host: &Host, line: &[u8], fds: Vec<OwnedFd>) -> Reply {
+    match Request::parse(line).and_then(|request| dispatch(host, request, fds)) {
         Ok(answer) => Reply::done(answer),
         Err(error) => Reply::refused(error),
     }
 }
 
-fn dispatch(host: &Host, request: Request) -> Result<Answer, String> {
+fn dispatch(host: &Host, request: Request, fds: Vec<OwnedFd>) -> Result<Answer, String> {
     let refused = |e: vbmq::host::HostError| e.to_string();
     match request {
         Request::AddDisk { spec } => host.add_disk(&spec).map(disk).map_err(refused),
@@ -25,7 +27,12 @@ fn dispatch(host: &Host, request: Request) -> Result<Answer, String> {
             .remove_disk(Path::new(&socket))
             .map(|()| Answer::Nothing)
             .map_err(refused),
-        Request::AddFs { .. } => Err("add-fs: not available".into()),
+        Request::AddFs { spec } => {
+            let passed = passed_share(fds)?;
+            host.add_passed_share(&spec, passed)
+                .map(|info| Answer::Share(share_entry(&info)))
+                .map_err(refused)
+        }
         Request::RemoveFs { socket } => host
             .remove_share(Path::new(&socket))
             .map(|()| Answer::Nothing)
@@ -60,6 +67,22 @@ fn dispatch(host: &Host, request: Request) -> Result<Answer, String> {
             .map(|disks| Answer::Stats(disks.iter().map(stats).collect()))
             .map_err(refused),
     }
+}
+
+/// `add-fs`'s descriptors, in order: the directory, the listening socket, its lock file.
+fn passed_share(fds: Vec<OwnedFd>) -> Result<PassedShare, String> {
+    let Ok([dir, listener, lock]) = <[OwnedFd; 3]>::try_from(fds) else {
+        return Err(
+            "add-fs: send the share's directory, its listening socket and the \
+                    socket's lock file as 3 descriptors with the request (vbmq ctl add-fs does)"
+                .into(),
+        );
+    };
+    Ok(PassedShare {
+        dir: dir.into(),
+        listener: UnixListener::from(listener),
+        lock: lock.into(),
+    })
 }
 
 fn disk(info: DiskInfo) -> Answer {

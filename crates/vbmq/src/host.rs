@@ -17,7 +17,7 @@ use crate::virtio_blk::{BlkDevice, resize_disk};
 use crate::worker::{LATENCY_BUCKETS, QueueStats, online_cpus};
 
 mod shares;
-pub use shares::{DeviceInfo, DeviceKind, ShareInfo};
+pub use shares::{DeviceInfo, DeviceKind, PassedShare, ShareInfo, ShareRoot};
 
 /// One disk as `list` shows it.
 #[derive(Clone, Debug)]
@@ -145,6 +145,8 @@ pub struct Host {
     other_sockets: Mutex<Vec<(&'static str, PathBuf)>>,
     /// The shares being served (`host/shares.rs`).
     shares: Mutex<Vec<crate::shares::RunningShare>>,
+    /// Where shares may be added at run time (`host/shares.rs`).
+    share_roots: Mutex<Vec<ShareRoot>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -8,7 +8,7 @@ use tracing::info;
 use crate::config::{DiskSpec, Storage, check_sockets};
 use crate::confine::{CephAccess, ConfineOptions, DiskAccess, confine};
 use crate::devices::build_share;
-use crate::host::{Host, RunTimePolicy};
+use crate::host::{Host, RunTimePolicy, ShareRoot};
 use crate::shares::raise_descriptor_limit;
 
 /// What `vbmq serve` was asked to do.
@@ -22,6 +22,9 @@ pub struct ServeOptions {
     pub shares: Vec<crate::config::FsSpec>,
     /// Each share's `--fs` text, as `list` shows it.
     pub share_texts: Vec<String>,
+    /// Directories beneath which `vbmq ctl add-fs` may share (`--fs-root`): the confinement
+    /// treats everything beneath them as a share's.
+    pub fs_roots: Vec<PathBuf>,
     /// Confine the process with seccomp (Landlock applies either way).
     pub seccomp: bool,
     /// The directory of the control socket, when there is one: run-time disks' sockets go
@@ -65,6 +68,10 @@ fn confine_options(
                 path: share.dir.clone(),
                 writable: !share.readonly,
             })
+            .chain(options.fs_roots.iter().map(|root| DiskAccess {
+                path: root.clone(),
+                writable: true,
+            }))
             .collect(),
         sockets: specs
             .iter()
@@ -130,9 +137,20 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
             }
         }
     }
-    if !options.shares.is_empty() {
+    if !options.shares.is_empty() || !options.fs_roots.is_empty() {
         raise_descriptor_limit();
     }
+    let mut roots = Vec::new();
+    for root in &options.fs_roots {
+        match ShareRoot::open(root) {
+            Ok(root) => roots.push(root),
+            Err(e) => {
+                eprintln!("vbmq: --fs-root {}: {e}", root.display());
+                return 2;
+            }
+        }
+    }
+    host.set_share_roots(roots);
     for share in &options.shares {
         host.reserve_socket("a share", share.socket.clone());
     }

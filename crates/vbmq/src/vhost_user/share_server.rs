@@ -60,6 +60,30 @@ impl ShareServer {
         })
     }
 
+    /// Serves `device` on `listener`, a socket another process bound at `socket` and passed
+    /// (with `lock`, the lock file beside it, held while serving): a confined vbmq binds nothing.
+    pub fn from_listener(
+        socket: &Path,
+        listener: std::os::unix::net::UnixListener,
+        lock: File,
+        device: Arc<FsDevice>,
+        settings: Vec<QueueSettings>,
+    ) -> Self {
+        let mut lock_name = socket.as_os_str().to_owned();
+        lock_name.push(".lock");
+        ShareServer {
+            socket: socket.to_path_buf(),
+            lock_path: PathBuf::from(lock_name),
+            _lock: lock,
+            listener: Listener::from(listener),
+            device,
+            stats: settings.iter().map(|_| Arc::default()).collect(),
+            settings,
+            current: Arc::new(Mutex::new(None)),
+            stopped: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
     /// A way to stop this server from another thread.
     pub fn stopper(&self) -> io::Result<Stopper> {
         let current = self.current.clone();
