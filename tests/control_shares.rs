@@ -295,6 +295,15 @@ fn a_share_added_at_run_time_serves_files_on_a_confined_vbmq_until_removed() {
         let sub = client.lookup(ROOT_ID, "sub").expect("lookup sub").nodeid;
         let hello = client.lookup(sub, "hello").expect("lookup sub/hello");
         assert_eq!(hello.attr.size, 19);
+        // The root, opened `O_PATH` by `vbmq ctl`, is listed through its /proc link.
+        let open = fuse::OpenIn {
+            flags: (libc::O_RDONLY | libc::O_DIRECTORY) as u32,
+            fuse_flags: 0,
+        };
+        let (out, _) = client
+            .call(Opcode::Opendir, ROOT_ID, fuse::args(&open), &[], 4096)
+            .expect("opendir");
+        assert_eq!(out.error, 0, "OPENDIR of the root");
         let name = format!("written-{round}");
         write_file(&mut client, &name, b"from the guest");
         assert_eq!(

@@ -99,22 +99,6 @@ impl ShareServer {
         )
     }
 
-    /// A report of the share's counters, for the log: each queue's requests and passes.
-    pub fn stats_reporter(&self) -> impl Fn() -> String + Send + 'static {
-        let (socket, stats) = (self.socket.clone(), self.stats.clone());
-        move || {
-            let mut report = format!("{}:", socket.display());
-            for (index, queue) in stats.iter().enumerate() {
-                let passes = queue.passes.load(std::sync::atomic::Ordering::Relaxed);
-                let requests = queue.requests.load(std::sync::atomic::Ordering::Relaxed);
-                report.push_str(&format!(
-                    " [queue {index}: requests={requests} passes={passes}]"
-                ));
-            }
-            report
-        }
-    }
-
     /// The counters of each queue (the high-priority queue first), kept across connections.
     pub fn queue_stats(&self) -> Vec<Arc<QueueStats>> {
         self.stats.clone()
