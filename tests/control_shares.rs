@@ -430,6 +430,20 @@ fn add_fs_refuses_what_it_cannot_serve_with_a_clear_message() {
         error(raw_add_fs(&control, &raw_spec, &fds)),
         "--fs socket: the descriptor passed is not a listening Unix stream socket: a regular file"
     );
+    // A listening socket named as the control socket: the name is the control socket's.
+    let control_spec = format!("socket={},dir={},tag=t", s(&control), s(&shared));
+    let fds = [
+        directory.as_raw_fd(),
+        listener.as_raw_fd(),
+        lock.as_raw_fd(),
+    ];
+    assert_eq!(
+        error(raw_add_fs(&control, &control_spec, &fds)),
+        format!(
+            "--fs socket: {} is given to a share and to the control socket (--control)",
+            s(&control)
+        )
+    );
     assert!(
         error(raw_add_fs(&control, &raw_spec, &[]))
             .starts_with("add-fs: send the share's directory, its listening socket"),
@@ -446,4 +460,43 @@ fn add_fs_refuses_what_it_cannot_serve_with_a_clear_message() {
     // Outside the directories the confinement lets vbmq remove files in, the socket stays at
     // exit, served by no one (the next bind replaces it).
     assert!(std::os::unix::net::UnixStream::connect(&socket).is_err());
+}
+
+/// `fs-root` in the configuration file is `--fs-root`.
+#[test]
+fn the_configuration_files_fs_root_lets_add_fs_share_beneath_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let control = dir.path().join("run/ctl.sock");
+    let roots = dir.path().join("roots");
+    std::fs::create_dir_all(roots.join("vm1")).unwrap();
+    std::fs::write(roots.join("vm1/hello"), b"configured").unwrap();
+    let config = dir.path().join("etc/vbmq.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "control = \"{}\"\nfs-root = [\"{}\"]\n",
+            s(&control),
+            s(&roots)
+        ),
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn vbmq");
+    let daemon = Daemon { child };
+    wait_for(&control);
+    let socket = dir.path().join("run/vm1-fs.sock");
+    let spec = format!("socket={},dir={},tag=t", s(&socket), s(&roots.join("vm1")));
+    ctl_json(&control, &["add-fs", &spec]);
+    let mut client = FsClient::connect(&socket).expect("connect");
+    assert_eq!(read_file(&mut client, "hello"), b"configured");
+    drop(client);
+    assert!(daemon.terminate().success());
+    // In the control socket's directory, vbmq removes the socket at exit itself.
+    assert!(!socket.exists(), "socket left behind at exit");
 }

@@ -152,7 +152,7 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
     }
     host.set_share_roots(roots);
     for share in &options.shares {
-        host.reserve_socket("a share", share.socket.clone());
+        host.reserve_socket(crate::host::SHARE, share.socket.clone());
     }
     let mut share_servers = Vec::new();
     for share in &options.shares {

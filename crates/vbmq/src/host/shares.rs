@@ -83,6 +83,9 @@ fn beneath_a_root(dir: &File, roots: &[ShareRoot]) -> io::Result<bool> {
     Ok(false)
 }
 
+/// What a share's socket is called among the sockets no disk may take.
+pub const SHARE: &str = "a share";
+
 fn share_error(key: &str, reason: String) -> HostError {
     HostError::Share(FsSpecError(SpecError {
         key: key.into(),
@@ -195,9 +198,10 @@ impl Host {
             let mut share_specs: Vec<FsSpec> = shares.iter().map(|s| s.spec.clone()).collect();
             share_specs.push(spec.clone());
             let others = lock(&self.other_sockets);
+            // The shares' own entries there are checked through `share_specs`.
             let others: Vec<(&str, &Path)> = others
                 .iter()
-                .filter(|(_, path)| !share_specs.iter().any(|s| &s.socket == path))
+                .filter(|(what, _)| *what != SHARE)
                 .map(|(what, path)| (*what, path.as_path()))
                 .collect();
             check_sockets(&disk_specs, &share_specs, &others).map_err(FsSpecError)?;
@@ -205,7 +209,7 @@ impl Host {
         let server = build_passed_share(&spec, passed)?;
         let share = start_share(server, spec.clone(), text.to_string())
             .map_err(|e| HostError::Start(format!("cannot start a share: {e}")))?;
-        lock(&self.other_sockets).push(("a share", spec.socket.clone()));
+        lock(&self.other_sockets).push((SHARE, spec.socket.clone()));
         drop(disks);
         let info = share_info(&share);
         shares.push(share);
