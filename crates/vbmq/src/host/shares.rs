@@ -28,8 +28,11 @@ pub struct ShareRoot {
 impl ShareRoot {
     /// The directory at `path` (before confinement).
     pub fn open(path: &Path) -> io::Result<Self> {
-        let file = File::open(path)?;
-        check_directory(file.as_fd())?;
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = File::options()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open(path)?;
         Ok(ShareRoot {
             path: path.to_path_buf(),
             id: identity(&file)?,
