@@ -42,6 +42,9 @@ fn lock_path(socket: &Path) -> PathBuf {
 /// Opens and binds what the share `text` (an `--fs` value) needs; the error is one line.
 pub fn open_share(text: &str) -> Result<OpenedShare, String> {
     let spec = FsSpec::parse(text, &vbmq::worker::online_cpus()).map_err(|e| e.to_string())?;
+    if !spec.socket.is_absolute() {
+        return Err(format!("--fs socket: {}", vbmq::host::RELATIVE_SOCKET));
+    }
     let dir = File::options()
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_DIRECTORY)

@@ -397,6 +397,15 @@ fn add_fs_refuses_what_it_cannot_serve_with_a_clear_message() {
         )
     );
     assert!(!socket.exists(), "a refused add-fs left its socket behind");
+    let error = refused(&[
+        "add-fs",
+        &format!("socket=fs.sock,dir={},tag=t", s(&shared)),
+    ]);
+    assert_eq!(
+        error,
+        "vbmq: --fs socket: must be an absolute path at run time (vbmq ctl and vbmq have \
+         working directories of their own)\n"
+    );
 
     // A raw client's descriptors, each checked for what it should be.
     let directory = std::fs::File::open(&shared).unwrap();
@@ -443,6 +452,22 @@ fn add_fs_refuses_what_it_cannot_serve_with_a_clear_message() {
             "--fs socket: {} is given to a share and to the control socket (--control)",
             s(&control)
         )
+    );
+    // Five descriptors: more than a request may carry.
+    let five = [directory.as_raw_fd(); 5];
+    assert_eq!(
+        error(raw_add_fs(&control, &raw_spec, &five)),
+        "more than 4 descriptors with a request"
+    );
+    let relative = format!("socket=fs.sock,dir={},tag=t", s(&shared));
+    let fds = [
+        directory.as_raw_fd(),
+        listener.as_raw_fd(),
+        lock.as_raw_fd(),
+    ];
+    assert!(
+        error(raw_add_fs(&control, &relative, &fds))
+            .starts_with("--fs socket: must be an absolute"),
     );
     assert!(
         error(raw_add_fs(&control, &raw_spec, &[]))

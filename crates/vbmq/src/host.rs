@@ -17,7 +17,9 @@ use crate::virtio_blk::{BlkDevice, resize_disk};
 use crate::worker::{LATENCY_BUCKETS, QueueStats, online_cpus};
 
 mod shares;
-pub use shares::{DeviceInfo, DeviceKind, PassedShare, SHARE, ShareInfo, ShareRoot};
+pub use shares::{
+    DeviceInfo, DeviceKind, PassedShare, RELATIVE_SOCKET, SHARE, ShareInfo, ShareRoot,
+};
 
 /// One disk as `list` shows it.
 #[derive(Clone, Debug)]

@@ -86,6 +86,10 @@ fn beneath_a_root(dir: &File, roots: &[ShareRoot]) -> io::Result<bool> {
     Ok(false)
 }
 
+/// Why a run-time share's relative socket path is refused: the sender bound it in its own
+/// working directory, and vbmq would remove the same name in its own.
+pub const RELATIVE_SOCKET: &str = "must be an absolute path at run time (vbmq ctl and vbmq have working directories of their own)";
+
 /// What a share's socket is called among the sockets no disk may take.
 pub const SHARE: &str = "a share";
 
@@ -169,6 +173,9 @@ impl Host {
         passed: PassedShare,
     ) -> Result<ShareInfo, HostError> {
         let spec = FsSpec::parse(text, &online_cpus())?;
+        if !spec.socket.is_absolute() {
+            return Err(share_error("socket", RELATIVE_SOCKET.into()));
+        }
         let bad = |key: &'static str| move |e: io::Error| share_error(key, e.to_string());
         check_directory(passed.dir.as_fd()).map_err(bad("dir"))?;
         check_listening_socket(passed.listener.as_fd()).map_err(bad("socket"))?;
