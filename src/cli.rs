@@ -93,10 +93,13 @@ fn ctl() -> Command {
         .subcommand(Command::new("reload").about(
             "Read the --config file again: disks no longer in it (or changed) go, new ones come",
         ))
-        .subcommand(Command::new("list").about("Every disk: spec, size, queues, connection (JSON)"))
+        .subcommand(Command::new("list").about(
+            "Every disk (spec, size, queues, connection) and share (spec, tag, directory, \
+             connection), as JSON",
+        ))
         .subcommand(
             Command::new("stats")
-                .about("Per-queue counters of every disk, or of the one on SOCKET (JSON)")
+                .about("Per-queue counters of every disk and share, or of the one on SOCKET (JSON)")
                 .arg(socket()),
         )
 }
