@@ -36,7 +36,10 @@ fn ctl() -> Command {
             .value_parser(value_parser!(PathBuf))
     };
     Command::new("ctl")
-        .about("Ask a running `vbmq serve --control PATH`: add, remove, list disks, read counters")
+        .about(
+            "Ask a running `vbmq serve --control PATH`: add, remove, list disks and shares, read \
+             counters",
+        )
         .arg(control_arg().required(true))
         .subcommand_required(true)
         .subcommand(
@@ -47,6 +50,20 @@ fn ctl() -> Command {
         .subcommand(
             Command::new("remove-disk")
                 .about("Drain, disconnect and stop the disk on SOCKET")
+                .arg(socket().required(true)),
+        )
+        .subcommand(
+            Command::new("add-fs")
+                .about(
+                    "Share one more directory; SPEC is exactly an --fs value. This command opens \
+                     the directory and binds the socket, and hands both to vbmq; the directory \
+                     must lie beneath an --fs-root of the daemon",
+                )
+                .arg(Arg::new("spec").value_name("SPEC").required(true)),
+        )
+        .subcommand(
+            Command::new("remove-fs")
+                .about("Disconnect and stop the share on SOCKET, and remove its socket")
                 .arg(socket().required(true)),
         )
         .subcommand(
@@ -76,10 +93,13 @@ fn ctl() -> Command {
         .subcommand(Command::new("reload").about(
             "Read the --config file again: disks no longer in it (or changed) go, new ones come",
         ))
-        .subcommand(Command::new("list").about("Every disk: spec, size, queues, connection (JSON)"))
+        .subcommand(Command::new("list").about(
+            "Every disk (spec, size, queues, connection) and share (spec, tag, directory, \
+             connection), as JSON",
+        ))
         .subcommand(
             Command::new("stats")
-                .about("Per-queue counters of every disk, or of the one on SOCKET (JSON)")
+                .about("Per-queue counters of every disk and share, or of the one on SOCKET (JSON)")
                 .arg(socket()),
         )
 }
@@ -112,6 +132,17 @@ fn serve() -> Command {
                 .help(
                     "A host directory to share with guests over vhost-user-fs (mount -t virtiofs \
                      TAG); repeat for more (keys below)",
+                ),
+        )
+        .arg(
+            Arg::new("fs-root")
+                .long("fs-root")
+                .value_name("DIR")
+                .action(ArgAction::Append)
+                .value_parser(value_parser!(PathBuf))
+                .help(
+                    "`vbmq ctl add-fs` may share directories beneath DIR (the confinement lets \
+                     shares reach beneath it from start); repeat for more",
                 ),
         )
         .arg(
@@ -203,6 +234,14 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                     .get_many::<FsSpec>("fs")
                     .map(|d| d.cloned().collect())
                     .unwrap_or_default(),
+                fs_roots: m
+                    .get_many::<PathBuf>("fs-root")
+                    .map(|d| d.cloned().collect())
+                    .unwrap_or_default(),
+                share_texts: m
+                    .get_raw("fs")
+                    .map(|d| d.map(|t| t.to_string_lossy().into_owned()).collect())
+                    .unwrap_or_default(),
                 seccomp: m.get_one::<String>("seccomp").is_none_or(|s| s == "on"),
                 control_dir: m
                     .get_one::<PathBuf>("control")
@@ -224,6 +263,10 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                     spec: a.get_one::<String>("spec")?.clone(),
                 },
                 ("remove-disk", a) => Request::RemoveDisk { socket: socket(a)? },
+                ("add-fs", a) => Request::AddFs {
+                    spec: a.get_one::<String>("spec")?.clone(),
+                },
+                ("remove-fs", a) => Request::RemoveFs { socket: socket(a)? },
                 ("resize", a) => Request::Resize {
                     socket: socket(a)?,
                     size: Some(crate::control::protocol::Size::Text(

@@ -9,6 +9,7 @@
 //!     "socket=/run/vbmq/vm2.sock,rbd=volumes/vm2,cache=2G",
 //! ]
 //! fs = ["socket=/run/vbmq/vm1-fs.sock,dir=/srv/vm1,tag=share"]
+//! fs-root = ["/srv/shares"]
 //! ```
 //!
 //! Shares (`fs`) are read at start only: a reload changes the disks and leaves the shares.
@@ -32,6 +33,9 @@ pub struct ConfigFile {
     /// The shares, each exactly an `--fs` value.
     #[serde(default)]
     pub fs: Vec<String>,
+    /// As `--fs-root`, each a directory.
+    #[serde(default, rename = "fs-root")]
+    pub fs_root: Vec<PathBuf>,
 }
 
 /// Reads and parses the file; the error is one line naming it.

@@ -4,6 +4,7 @@ mod cli;
 mod config_file;
 mod control;
 mod ctl;
+mod ctl_fs;
 mod fd_wait;
 mod metrics;
 
@@ -74,6 +75,8 @@ fn serve(
             }
         }
         options.shares.splice(0..0, shares);
+        options.share_texts.splice(0..0, file.fs.iter().cloned());
+        options.fs_roots.splice(0..0, file.fs_root.iter().cloned());
         options.disks.splice(0..0, specs);
         options.texts.splice(0..0, file.disk.iter().cloned());
         control = control.or(file.control);

@@ -1,5 +1,6 @@
-//! `--metrics ADDR`: Prometheus (OpenMetrics text) at `http://ADDR/metrics`, per disk (label
-//! `disk`, its socket path) and queue (label `queue`). Encoded by the `prometheus-client` crate
+//! `--metrics ADDR`: Prometheus (OpenMetrics text) at `http://ADDR/metrics`, per device (label
+//! `disk`, its socket path, and `kind`, `disk` or `fs`) and queue (label `queue`): a share has
+//! the families that apply to it (requests, without `op`; passes; busy passes; sleep). Encoded by the `prometheus-client` crate
 //! from a snapshot of the per-queue counters taken at each scrape: the data path only bumps its
 //! own queue's counters. The listener is bound before the process is confined; each scrape is
 //! answered on a thread of its own, with bounded request size and time and a bound on the
@@ -16,7 +17,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use vbmq::host::{DiskCounters, Host};
+use vbmq::host::{DeviceKind, DiskCounters, Host};
 use vbmq::worker::OpKind;
 
 /// The longest request head read; the rest is not looked at.
@@ -26,7 +27,7 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 /// Scrapes answered at once; a connection past them is closed at once.
 const MAX_CLIENTS: usize = 64;
 
-/// The disks' counters, read at each scrape.
+/// The disks' and shares' counters, read at each scrape.
 struct Disks(Arc<Host>);
 
 impl std::fmt::Debug for Disks {
@@ -40,21 +41,26 @@ type Labels = Vec<(&'static str, String)>;
 fn labels(disk: &DiskCounters, queue: usize) -> Labels {
     vec![
         ("disk", disk.socket.display().to_string()),
+        ("kind", disk.kind.name().to_string()),
         ("queue", queue.to_string()),
     ]
 }
 
-/// One counter family over every disk's queues.
+/// What a family gives for one queue: samples, each with an extra label or none.
+type Samples = Vec<(Option<(&'static str, &'static str)>, u64)>;
+
+/// One counter family over every device's queues (`values` gets the device's kind: a share
+/// has no samples of the families that do not apply to it).
 fn counter(
     encoder: &mut DescriptorEncoder,
     disks: &[DiskCounters],
     (name, help): (&str, &str),
-    values: impl Fn(&vbmq::host::QueueCounters) -> Vec<(Option<(&'static str, &'static str)>, u64)>,
+    values: impl Fn(DeviceKind, &vbmq::host::QueueCounters) -> Samples,
 ) -> std::fmt::Result {
     let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
     for disk in disks {
         for (index, queue) in disk.queues.iter().enumerate() {
-            for (extra, value) in values(queue) {
+            for (extra, value) in values(disk.kind, queue) {
                 let mut set = labels(disk, index);
                 if let Some((key, label)) = extra {
                     set.push((key, label.to_string()));
@@ -74,8 +80,14 @@ impl Collector for Disks {
         counter(
             &mut encoder,
             &disks,
-            ("vbmq_requests", "Requests completed, by operation"),
-            |q| {
+            (
+                "vbmq_requests",
+                "Requests completed, by operation (a share's: all FUSE requests, no op label)",
+            ),
+            |kind, q| {
+                if kind == DeviceKind::Fs {
+                    return vec![(None, q.requests)];
+                }
                 OpKind::NAMES
                     .iter()
                     .zip(q.ops)
@@ -87,7 +99,10 @@ impl Collector for Disks {
             &mut encoder,
             &disks,
             ("vbmq_bytes", "Bytes moved, by direction"),
-            |q| {
+            |kind, q| {
+                if kind == DeviceKind::Fs {
+                    return Vec::new();
+                }
                 vec![
                     (Some(("direction", "read")), q.read_bytes),
                     (Some(("direction", "write")), q.write_bytes),
@@ -101,7 +116,10 @@ impl Collector for Disks {
                 "vbmq_errors",
                 "Requests completed with an error status, by status",
             ),
-            |q| {
+            |kind, q| {
+                if kind == DeviceKind::Fs {
+                    return Vec::new();
+                }
                 vec![
                     (
                         Some(("status", "ioerr")),
@@ -132,7 +150,7 @@ impl Collector for Disks {
                 "vbmq_passes",
                 "Passes of the serving thread over the queue's ring",
             ),
-            |q| vec![(None, q.passes)],
+            |_, q| vec![(None, q.passes)],
         )?;
         counter(
             &mut encoder,
@@ -141,7 +159,7 @@ impl Collector for Disks {
                 "vbmq_busy_passes",
                 "Passes that found work (poll efficiency = busy_passes / passes)",
             ),
-            |q| vec![(None, q.busy_passes)],
+            |_, q| vec![(None, q.busy_passes)],
         )?;
         let mut in_flight = encoder.encode_descriptor(
             "vbmq_in_flight",
@@ -149,7 +167,7 @@ impl Collector for Disks {
             None,
             MetricType::Gauge,
         )?;
-        for disk in &disks {
+        for disk in disks.iter().filter(|d| d.kind == DeviceKind::Disk) {
             for (index, queue) in disk.queues.iter().enumerate() {
                 in_flight
                     .encode_family(&labels(disk, index))?
@@ -162,7 +180,7 @@ impl Collector for Disks {
             None,
             MetricType::Histogram,
         )?;
-        for disk in &disks {
+        for disk in disks.iter().filter(|d| d.kind == DeviceKind::Disk) {
             for (index, queue) in disk.queues.iter().enumerate() {
                 let buckets: Vec<(f64, u64)> = queue
                     .latency_buckets
@@ -205,7 +223,7 @@ impl Server {
         })
     }
 
-    /// Serves scrapes on a thread of its own, with the disks of `host`.
+    /// Serves scrapes on a thread of its own, with the disks and shares of `host`.
     pub fn start(self, host: Arc<Host>) {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(Disks(host)));

@@ -346,7 +346,7 @@ fn list_and_stats_have_their_documented_shape() {
     assert_eq!(
         listed,
         serde_json::json!([{
-            "socket": s(&a), "spec": spec_a, "size": 1u64 << 30, "queues": 2, "connected": true,
+            "kind": "disk", "socket": s(&a), "spec": spec_a, "size": 1u64 << 30, "queues": 2, "connected": true,
             "limits": {},
         }])
     );

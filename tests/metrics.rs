@@ -58,7 +58,7 @@ fn metrics_follow_the_io_and_stats_give_percentiles() {
         child: cmd.stdin(Stdio::null()).spawn().expect("spawn vbmq"),
     };
     wait_for(&socket);
-    let disk = format!("disk=\"{}\"", socket.display());
+    let disk = format!("disk=\"{}\",kind=\"disk\"", socket.display());
     let before = get(port, "/metrics");
     assert!(before.starts_with("HTTP/1.1 200"), "{before}");
     let reads = format!("vbmq_requests_total{{{disk},queue=\"0\",op=\"read\"}}");

@@ -1,25 +1,40 @@
 //! The daemon's side of the protocol: a [`Request`] done on the [`Host`], its [`Reply`].
 
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixListener;
 use std::path::Path;
 
-use vbmq::host::{DiskCounters, DiskInfo, Host};
+use vbmq::host::{DeviceInfo, DeviceKind, DiskCounters, DiskInfo, Host, PassedShare, ShareInfo};
 
-use super::protocol::{Answer, DiskEntry, DiskStats, Latency, QueueStats, Reply, Request, Size};
+use super::protocol::{
+    Answer, DeviceEntry, DiskEntry, DiskStats, Kind, Latency, QueueStats, Reply, Request,
+    ShareEntry, Size,
+};
 
-/// Answers one request line.
-pub fn answer(host: &Host, line: &[u8]) -> Reply {
-    match Request::parse(line).and_then(|request| dispatch(host, request)) {
+/// Answers one request line; `fds` are the descriptors sent with it.
+pub fn answer(host: &Host, line: &[u8], fds: Vec<OwnedFd>) -> Reply {
+    match Request::parse(line).and_then(|request| dispatch(host, request, fds)) {
         Ok(answer) => Reply::done(answer),
         Err(error) => Reply::refused(error),
     }
 }
 
-fn dispatch(host: &Host, request: Request) -> Result<Answer, String> {
+fn dispatch(host: &Host, request: Request, fds: Vec<OwnedFd>) -> Result<Answer, String> {
     let refused = |e: vbmq::host::HostError| e.to_string();
     match request {
         Request::AddDisk { spec } => host.add_disk(&spec).map(disk).map_err(refused),
         Request::RemoveDisk { socket } => host
             .remove_disk(Path::new(&socket))
+            .map(|()| Answer::Nothing)
+            .map_err(refused),
+        Request::AddFs { spec } => {
+            let passed = passed_share(fds)?;
+            host.add_passed_share(&spec, passed)
+                .map(|info| Answer::Share(share_entry(&info)))
+                .map_err(refused)
+        }
+        Request::RemoveFs { socket } => host
+            .remove_share(Path::new(&socket))
             .map(|()| Answer::Nothing)
             .map_err(refused),
         Request::Resize {
@@ -44,7 +59,9 @@ fn dispatch(host: &Host, request: Request) -> Result<Answer, String> {
                 .map_err(refused)
         }
         Request::Reload => host.reload().map(Answer::Notes).map_err(refused),
-        Request::List => Ok(Answer::Disks(host.list().iter().map(entry).collect())),
+        Request::List => Ok(Answer::Devices(
+            host.devices().iter().map(device_entry).collect(),
+        )),
         Request::Stats { socket } => host
             .stats(socket.as_deref().map(Path::new))
             .map(|disks| Answer::Stats(disks.iter().map(stats).collect()))
@@ -52,8 +69,43 @@ fn dispatch(host: &Host, request: Request) -> Result<Answer, String> {
     }
 }
 
+/// `add-fs`'s descriptors, in order: the directory, the listening socket, its lock file.
+fn passed_share(fds: Vec<OwnedFd>) -> Result<PassedShare, String> {
+    let Ok([dir, listener, lock]) = <[OwnedFd; 3]>::try_from(fds) else {
+        return Err(
+            "add-fs: send the share's directory, its listening socket and the \
+                    socket's lock file as 3 descriptors with the request (vbmq ctl add-fs does)"
+                .into(),
+        );
+    };
+    Ok(PassedShare {
+        dir: dir.into(),
+        listener: UnixListener::from(listener),
+        lock: lock.into(),
+    })
+}
+
 fn disk(info: DiskInfo) -> Answer {
     Answer::Disk(entry(&info))
+}
+
+fn device_entry(info: &DeviceInfo) -> DeviceEntry {
+    match info {
+        DeviceInfo::Disk(disk) => DeviceEntry::Disk(entry(disk)),
+        DeviceInfo::Share(share) => DeviceEntry::Fs(share_entry(share)),
+    }
+}
+
+fn share_entry(info: &ShareInfo) -> ShareEntry {
+    ShareEntry {
+        socket: info.socket.display().to_string(),
+        spec: info.spec.clone(),
+        tag: info.tag.clone(),
+        dir: info.dir.display().to_string(),
+        queues: info.queues,
+        readonly: info.readonly,
+        connected: info.connected,
+    }
 }
 
 fn entry(info: &DiskInfo) -> DiskEntry {
@@ -117,6 +169,10 @@ fn stats(disk: &DiskCounters) -> DiskStats {
         .collect();
     DiskStats {
         socket: disk.socket.display().to_string(),
+        kind: match disk.kind {
+            DeviceKind::Disk => Kind::Disk,
+            DeviceKind::Fs => Kind::Fs,
+        },
         queues,
         engine: disk
             .engine

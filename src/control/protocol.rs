@@ -25,6 +25,16 @@ pub enum Request {
         /// The disk's socket path.
         socket: String,
     },
+    /// Serve one more share, from the descriptors sent with the request (docs/control.md).
+    AddFs {
+        /// Exactly an `--fs` value.
+        spec: String,
+    },
+    /// Stop the share on this socket.
+    RemoveFs {
+        /// The share's socket path.
+        socket: String,
+    },
     /// Change a disk's capacity.
     Resize {
         /// The disk's socket path.
@@ -45,11 +55,12 @@ pub enum Request {
     },
     /// Read the configuration file again and apply what changed.
     Reload,
-    /// Every disk.
+    /// Every disk and share.
     List,
-    /// Counters of every disk, or of the one on `socket` (a non-string `socket` is no socket).
+    /// Counters of every disk and share, or of the one on `socket` (a non-string `socket` is
+    /// no socket).
     Stats {
-        /// The disk's socket path.
+        /// The device's socket path.
         #[serde(
             default,
             deserialize_with = "loose",
@@ -178,12 +189,14 @@ impl Reply {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Answer {
-    /// `remove-disk`: `null`.
+    /// `remove-disk`, `remove-fs`: `null`.
     Nothing,
     /// `add-disk`, `resize`, `set-limits`: the disk.
     Disk(DiskEntry),
+    /// `add-fs`: the share.
+    Share(ShareEntry),
     /// `list`.
-    Disks(Vec<DiskEntry>),
+    Devices(Vec<DeviceEntry>),
     /// `stats`.
     Stats(Vec<DiskStats>),
     /// `reload`: what it did, a line each.
@@ -207,11 +220,54 @@ pub struct DiskEntry {
     pub limits: BTreeMap<String, u64>,
 }
 
-/// One disk's counters, as `stats` gives them.
+/// What a device is: `"disk"` or `"fs"`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// A virtio-blk disk.
+    #[default]
+    Disk,
+    /// A virtio-fs share.
+    Fs,
+}
+
+/// One device as `list` gives it: its `"kind"` and its fields.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum DeviceEntry {
+    /// A disk.
+    Disk(DiskEntry),
+    /// A share.
+    Fs(ShareEntry),
+}
+
+/// One share, as `list` and `add-fs` give it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShareEntry {
+    /// The vhost-user socket.
+    pub socket: String,
+    /// The `--fs` text it was given.
+    pub spec: String,
+    /// The tag the guest mounts.
+    pub tag: String,
+    /// The shared directory, as the spec names it.
+    pub dir: String,
+    /// Request queues (the high-priority queue comes on top).
+    pub queues: usize,
+    /// Whether every change is refused.
+    pub readonly: bool,
+    /// Whether a frontend is attached.
+    pub connected: bool,
+}
+
+/// One device's counters, as `stats` gives them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DiskStats {
     /// The vhost-user socket.
     pub socket: String,
+    /// A disk or a share.
+    #[serde(default)]
+    pub kind: Kind,
     /// Each queue's counters.
     pub queues: Vec<QueueStats>,
     /// The storage engine's own counters.

@@ -19,6 +19,18 @@ fn requests() -> Vec<(Request, Value)> {
             json!({"command": "remove-disk", "socket": "/r/a.sock"}),
         ),
         (
+            Request::AddFs {
+                spec: "socket=/r/f.sock,dir=/srv/f,tag=t".into(),
+            },
+            json!({"command": "add-fs", "spec": "socket=/r/f.sock,dir=/srv/f,tag=t"}),
+        ),
+        (
+            Request::RemoveFs {
+                socket: "/r/f.sock".into(),
+            },
+            json!({"command": "remove-fs", "socket": "/r/f.sock"}),
+        ),
+        (
             Request::Resize {
                 socket: "/r/a.sock".into(),
                 size: Some(Size::Text("40G".into())),
@@ -157,9 +169,22 @@ fn entry() -> DiskEntry {
     }
 }
 
+fn share() -> ShareEntry {
+    ShareEntry {
+        socket: "/r/f.sock".into(),
+        spec: "socket=/r/f.sock,dir=/srv/f,tag=t".into(),
+        tag: "t".into(),
+        dir: "/srv/f".into(),
+        queues: 1,
+        readonly: false,
+        connected: false,
+    }
+}
+
 fn disk_stats() -> DiskStats {
     DiskStats {
         socket: "/r/a.sock".into(),
+        kind: Kind::Disk,
         queues: vec![QueueStats {
             queue: 0,
             requests: 3,
@@ -197,18 +222,32 @@ fn every_reply_goes_out_as_documented_and_comes_back_the_same() {
                 "queues": 2, "connected": true, "limits": {"iops": 10}}}),
         ),
         (
-            Reply::done(Answer::Disks(vec![])),
+            Reply::done(Answer::Share(share())),
+            json!({"version": 1, "ok": true, "result": {
+                "socket": "/r/f.sock", "spec": "socket=/r/f.sock,dir=/srv/f,tag=t", "tag": "t",
+                "dir": "/srv/f", "queues": 1, "readonly": false, "connected": false}}),
+        ),
+        (
+            Reply::done(Answer::Devices(vec![])),
             json!({"version": 1, "ok": true, "result": []}),
         ),
         (
-            Reply::done(Answer::Disks(vec![entry(), entry()])),
+            Reply::done(Answer::Devices(vec![
+                DeviceEntry::Disk(entry()),
+                DeviceEntry::Fs(share()),
+            ])),
             json!({"version": 1, "ok": true, "result": [
-                serde_json::to_value(entry()).unwrap(), serde_json::to_value(entry()).unwrap()]}),
+                {"kind": "disk", "socket": "/r/a.sock", "spec": "socket=/r/a.sock,null=1G",
+                    "size": 1u64 << 30, "queues": 2, "connected": true, "limits": {"iops": 10}},
+                {"kind": "fs", "socket": "/r/f.sock", "spec": "socket=/r/f.sock,dir=/srv/f,tag=t",
+                    "tag": "t", "dir": "/srv/f", "queues": 1, "readonly": false,
+                    "connected": false}]}),
         ),
         (
             Reply::done(Answer::Stats(vec![disk_stats()])),
             json!({"version": 1, "ok": true, "result": [{
                 "socket": "/r/a.sock",
+                "kind": "disk",
                 "queues": [{"queue": 0, "requests": 3, "errors": 1, "read_bytes": 4096,
                     "write_bytes": 512, "ops": {"read": 2, "write": 1}, "in_flight": 0,
                     "passes": 9, "busy_passes": 3, "unsupported": 0, "sleep_ms": 5,

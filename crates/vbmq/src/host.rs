@@ -16,6 +16,11 @@ use crate::vhost_user::{Stopper, VhostUserBlk};
 use crate::virtio_blk::{BlkDevice, resize_disk};
 use crate::worker::{LATENCY_BUCKETS, QueueStats, online_cpus};
 
+mod shares;
+pub use shares::{
+    DeviceInfo, DeviceKind, PassedShare, RELATIVE_SOCKET, SHARE, ShareInfo, ShareRoot,
+};
+
 /// One disk as `list` shows it.
 #[derive(Clone, Debug)]
 pub struct DiskInfo {
@@ -64,11 +69,13 @@ pub struct QueueCounters {
     pub write_bytes: u64,
 }
 
-/// One disk's counters.
+/// One device's counters: a disk's or a share's.
 #[derive(Clone, Debug)]
 pub struct DiskCounters {
-    /// The disk's socket.
+    /// The device's socket.
     pub socket: PathBuf,
+    /// A disk or a share.
+    pub kind: DeviceKind,
     /// Each queue's counters, by queue index.
     pub queues: Vec<QueueCounters>,
     /// The engine's own counters (cache hits, ...).
@@ -84,6 +91,15 @@ pub enum HostError {
     /// No disk has this socket.
     #[error("no disk on {0}")]
     NoSuchDisk(PathBuf),
+    /// No share has this socket.
+    #[error("no share on {0}")]
+    NoSuchShare(PathBuf),
+    /// No disk and no share has this socket.
+    #[error("no disk or share on {0}")]
+    NoSuchDevice(PathBuf),
+    /// The share's spec was refused, or its directory or socket cannot be served.
+    #[error("{0}")]
+    Share(#[from] crate::config::FsSpecError),
     /// The disk could not be started.
     #[error("{0}")]
     Start(String),
@@ -129,6 +145,10 @@ pub struct Host {
     /// Sockets the process serves besides its disks' (shares, the control socket), with what
     /// they are: no disk may take their path.
     other_sockets: Mutex<Vec<(&'static str, PathBuf)>>,
+    /// The shares being served (`host/shares.rs`).
+    shares: Mutex<Vec<crate::shares::RunningShare>>,
+    /// Where shares may be added at run time (`host/shares.rs`).
+    share_roots: Mutex<Vec<ShareRoot>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -394,28 +414,30 @@ impl Host {
         lock(&self.disks).iter().map(info_of).collect()
     }
 
-    /// `stats`: every disk's counters, or one disk's.
+    /// `stats`: every disk's and share's counters, or one device's.
     pub fn stats(&self, socket: Option<&Path>) -> Result<Vec<DiskCounters>, HostError> {
-        let disks = lock(&self.disks);
-        if let Some(socket) = socket
-            && !disks.iter().any(|r| r.spec.socket == socket)
-        {
-            return Err(HostError::NoSuchDisk(socket.to_path_buf()));
-        }
-        Ok(disks
+        let mut all: Vec<DiskCounters> = lock(&self.disks)
             .iter()
             .filter(|r| socket.is_none_or(|s| r.spec.socket == s))
             .map(|r| DiskCounters {
                 socket: r.spec.socket.clone(),
+                kind: DeviceKind::Disk,
                 queues: r.stats.iter().map(|q| counters(q)).collect(),
                 engine: r.disk.stats(),
             })
-            .collect())
+            .collect();
+        all.extend(self.share_counters(socket));
+        if let Some(socket) = socket
+            && all.is_empty()
+        {
+            return Err(HostError::NoSuchDevice(socket.to_path_buf()));
+        }
+        Ok(all)
     }
 
-    /// One line per disk for the log (SIGUSR1 and exit).
+    /// One line per disk and share for the log (SIGUSR1 and exit).
     pub fn report(&self) -> Vec<String> {
-        lock(&self.disks)
+        let mut lines: Vec<String> = lock(&self.disks)
             .iter()
             .map(|r| {
                 let mut line = format!("{}:", r.spec.socket.display());
@@ -427,11 +449,15 @@ impl Host {
                 }
                 line
             })
-            .collect()
+            .collect();
+        lines.extend(self.share_reports());
+        lines
     }
 
-    /// Stops every disk (at exit): in-flight I/O completes, files are removed.
+    /// Stops every share, then every disk (at exit): in-flight I/O completes, files are
+    /// removed.
     pub fn stop_all(&self) {
+        self.stop_shares();
         let disks = std::mem::take(&mut *lock(&self.disks));
         for mut running in disks {
             stop(&mut running);

@@ -8,8 +8,8 @@ use tracing::info;
 use crate::config::{DiskSpec, Storage, check_sockets};
 use crate::confine::{CephAccess, ConfineOptions, DiskAccess, confine};
 use crate::devices::build_share;
-use crate::host::{Host, RunTimePolicy};
-use crate::shares::{raise_descriptor_limit, start_share, stop_shares};
+use crate::host::{Host, RunTimePolicy, ShareRoot};
+use crate::shares::raise_descriptor_limit;
 
 /// What `vbmq serve` was asked to do.
 #[derive(Clone, Debug)]
@@ -20,6 +20,11 @@ pub struct ServeOptions {
     pub texts: Vec<String>,
     /// The directories shared over vhost-user-fs.
     pub shares: Vec<crate::config::FsSpec>,
+    /// Each share's `--fs` text, as `list` shows it.
+    pub share_texts: Vec<String>,
+    /// Directories beneath which `vbmq ctl add-fs` may share (`--fs-root`): the confinement
+    /// treats everything beneath them as a share's.
+    pub fs_roots: Vec<PathBuf>,
     /// Confine the process with seccomp (Landlock applies either way).
     pub seccomp: bool,
     /// The directory of the control socket, when there is one: run-time disks' sockets go
@@ -63,6 +68,10 @@ fn confine_options(
                 path: share.dir.clone(),
                 writable: !share.readonly,
             })
+            .chain(options.fs_roots.iter().map(|root| DiskAccess {
+                path: root.clone(),
+                writable: true,
+            }))
             .collect(),
         sockets: specs
             .iter()
@@ -128,11 +137,22 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
             }
         }
     }
-    if !options.shares.is_empty() {
+    if !options.shares.is_empty() || !options.fs_roots.is_empty() {
         raise_descriptor_limit();
     }
+    let mut roots = Vec::new();
+    for root in &options.fs_roots {
+        match ShareRoot::open(root) {
+            Ok(root) => roots.push(root),
+            Err(e) => {
+                eprintln!("vbmq: --fs-root {}: {e}", root.display());
+                return 2;
+            }
+        }
+    }
+    host.set_share_roots(roots);
     for share in &options.shares {
-        host.reserve_socket("a share", share.socket.clone());
+        host.reserve_socket(crate::host::SHARE, share.socket.clone());
     }
     let mut share_servers = Vec::new();
     for share in &options.shares {
@@ -166,16 +186,12 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
             return 1;
         }
     }
-    let mut shares = Vec::new();
-    for server in share_servers {
-        match start_share(server) {
-            Ok(share) => shares.push(share),
-            Err(e) => {
-                eprintln!("vbmq: cannot start a share: {e}");
-                stop_shares(shares);
-                host.stop_all();
-                return 1;
-            }
+    for (i, (server, spec)) in share_servers.into_iter().zip(&options.shares).enumerate() {
+        let text = options.share_texts.get(i).cloned().unwrap_or_default();
+        if let Err(e) = host.start_share(server, spec.clone(), text) {
+            eprintln!("vbmq: {e}");
+            host.stop_all();
+            return 1;
         }
     }
     if let Some(control) = control {
@@ -184,7 +200,7 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
     info!(
         "serving {} disk(s) and {} share(s)",
         specs.len(),
-        shares.len()
+        options.shares.len()
     );
     loop {
         let mut signal = 0;
@@ -207,13 +223,8 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
         for line in host.report() {
             eprintln!("vbmq: statistics {line}");
         }
-        for share in &shares {
-            eprintln!("vbmq: statistics {}", (share.report)());
-        }
     }
-    let mut report = host.report();
-    report.extend(shares.iter().map(|share| (share.report)()));
-    stop_shares(shares);
+    let report = host.report();
     host.stop_all();
     crate::backend::release_image_locks();
     for line in report {

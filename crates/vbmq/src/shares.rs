@@ -1,40 +1,79 @@
-//! The directories `vbmq serve --fs` shares (each opened and bound before confinement by
-//! [`crate::devices`]): served on a thread of its own, stopped at exit.
+//! The directories shared over vhost-user-fs, each served on a thread of its own until it is
+//! removed or the process stops: those `vbmq serve --fs` gives (opened and bound before
+//! confinement by [`crate::devices`]) and those `vbmq ctl add-fs` hands over as descriptors.
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
-use crate::vhost_user::{ShareServer, Stopper};
+use crate::config::FsSpec;
+use crate::vhost_user::{ShareServer, Stopper, VhostUserFs};
+use crate::worker::QueueStats;
 
-/// A share being served: how to stop it, and its files to remove.
+/// A share being served: what it is, its counters, how to stop it, and its files to remove.
 pub(crate) struct RunningShare {
+    /// The parsed `--fs` value.
+    pub spec: FsSpec,
+    /// The `--fs` text it was given.
+    pub text: String,
+    /// Each queue's counters, the high-priority queue first.
+    pub stats: Vec<Arc<QueueStats>>,
+    current: Arc<Mutex<Option<Arc<VhostUserFs>>>>,
     stopper: Stopper,
-    /// The share's counters, for SIGUSR1 and the exit log.
-    pub report: Box<dyn Fn() -> String + Send>,
     files: [PathBuf; 2],
-    thread: std::thread::JoinHandle<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
-pub(crate) fn start_share(server: ShareServer) -> std::io::Result<RunningShare> {
+impl RunningShare {
+    /// Whether a frontend is connected.
+    pub fn connected(&self) -> bool {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    /// The share's counters, for SIGUSR1 and the exit log: each queue's requests and passes.
+    pub fn report(&self) -> String {
+        let mut report = format!("{}:", self.spec.socket.display());
+        for (index, queue) in self.stats.iter().enumerate() {
+            let passes = queue.passes.load(Ordering::Relaxed);
+            let requests = queue.requests.load(Ordering::Relaxed);
+            report.push_str(&format!(
+                " [queue {index}: requests={requests} passes={passes}]"
+            ));
+        }
+        report
+    }
+
+    /// Disconnects the frontend, stops accepting, waits for the serving thread, removes the
+    /// socket and lock files (where the confinement lets the process).
+    pub fn stop(mut self) {
+        self.stopper
+            .stop_and_remove(self.thread.take(), || {}, &self.files);
+    }
+}
+
+/// Serves `server` (the share `spec`, given as `text`) on a thread of its own.
+pub(crate) fn start_share(
+    server: ShareServer,
+    spec: FsSpec,
+    text: String,
+) -> std::io::Result<RunningShare> {
     let stopper = server.stopper()?;
-    let report = Box::new(server.stats_reporter());
-    let files = server.files();
+    let (stats, current, files) = (server.queue_stats(), server.current(), server.files());
     let thread = std::thread::Builder::new()
         .name("vbmq-fs-socket".into())
         .spawn(move || server.run())?;
     Ok(RunningShare {
+        spec,
+        text,
+        stats,
+        current,
         stopper,
-        report,
         files,
-        thread,
+        thread: Some(thread),
     })
-}
-
-pub(crate) fn stop_shares(shares: Vec<RunningShare>) {
-    for share in shares {
-        share
-            .stopper
-            .stop_and_remove(Some(share.thread), || {}, &share.files);
-    }
 }
 
 /// A share keeps a descriptor open for every file its guests looked up and have not forgotten

@@ -246,8 +246,9 @@ pub(super) fn filter(
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_ioctl, ioctl_rules);
     // The vhost crate checks that the backend channel a frontend sends (SET_BACKEND_REQ_FD) is
-    // a Unix stream socket: SO_DOMAIN and SO_TYPE only (RBD disks allow every option:
-    // librados' connects check SO_ERROR).
+    // a Unix stream socket: SO_DOMAIN and SO_TYPE only; SO_ACCEPTCONN too, for the listening
+    // sockets `vbmq ctl` passes (RBD disks allow every option: librados' connects check
+    // SO_ERROR).
     let socket_option = |option: libc::c_int| {
         SeccompRule::new(vec![
             SeccompCondition::new(
@@ -270,6 +271,7 @@ pub(super) fn filter(
             vec![
                 socket_option(libc::SO_DOMAIN)?,
                 socket_option(libc::SO_TYPE)?,
+                socket_option(libc::SO_ACCEPTCONN)?,
             ],
         );
     }

@@ -6,4 +6,5 @@ mod disk;
 mod share;
 
 pub(crate) use disk::{Built, build_disk};
-pub(crate) use share::build_share;
+pub use share::PassedShare;
+pub(crate) use share::{build_passed_share, build_share};

@@ -60,6 +60,30 @@ impl ShareServer {
         })
     }
 
+    /// Serves `device` on `listener`, a socket another process bound at `socket` and passed
+    /// (with `lock`, the lock file beside it, held while serving): a confined vbmq binds nothing.
+    pub fn from_listener(
+        socket: &Path,
+        listener: std::os::unix::net::UnixListener,
+        lock: File,
+        device: Arc<FsDevice>,
+        settings: Vec<QueueSettings>,
+    ) -> Self {
+        let mut lock_name = socket.as_os_str().to_owned();
+        lock_name.push(".lock");
+        ShareServer {
+            socket: socket.to_path_buf(),
+            lock_path: PathBuf::from(lock_name),
+            _lock: lock,
+            listener: Listener::from(listener),
+            device,
+            stats: settings.iter().map(|_| Arc::default()).collect(),
+            settings,
+            current: Arc::new(Mutex::new(None)),
+            stopped: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
     /// A way to stop this server from another thread.
     pub fn stopper(&self) -> io::Result<Stopper> {
         let current = self.current.clone();
@@ -75,20 +99,14 @@ impl ShareServer {
         )
     }
 
-    /// A report of the share's counters, for the log: each queue's requests and passes.
-    pub fn stats_reporter(&self) -> impl Fn() -> String + Send + 'static {
-        let (socket, stats) = (self.socket.clone(), self.stats.clone());
-        move || {
-            let mut report = format!("{}:", socket.display());
-            for (index, queue) in stats.iter().enumerate() {
-                let passes = queue.passes.load(std::sync::atomic::Ordering::Relaxed);
-                let requests = queue.requests.load(std::sync::atomic::Ordering::Relaxed);
-                report.push_str(&format!(
-                    " [queue {index}: requests={requests} passes={passes}]"
-                ));
-            }
-            report
-        }
+    /// The counters of each queue (the high-priority queue first), kept across connections.
+    pub fn queue_stats(&self) -> Vec<Arc<QueueStats>> {
+        self.stats.clone()
+    }
+
+    /// A handle to the connection being served (`None`: no frontend).
+    pub fn current(&self) -> Arc<Mutex<Option<Arc<VhostUserFs>>>> {
+        self.current.clone()
     }
 
     /// The socket file and its lock file, to remove at exit.

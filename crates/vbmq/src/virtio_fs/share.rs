@@ -57,31 +57,41 @@ impl FsDevice {
         if !root.is_dir() {
             return Err(error(std::io::Error::from_raw_os_error(libc::ENOTDIR)));
         }
-        let config = Config {
-            root_dir: root.to_string_lossy().into_owned(),
-            cache_policy: CachePolicy::Auto,
-            xattr: true,
-            do_import: true,
-            // No request reaches a file outside `dir=`, whatever the host moves (SECURITY.md).
-            stay_in_root: true,
-            // No device nodes, set-ID bits, file capabilities or trusted xattrs from a guest.
-            refuse_privileged: true,
-            ..Config::default()
-        };
-        let fs = Arc::new(PassthroughFs::<()>::new(config).map_err(error)?);
+        let fs = passthrough(&root).map_err(error)?;
         fs.import().map_err(error)?;
+        Ok(Self::serving(fs, tag, request_queues, readonly))
+    }
+
+    /// As [`Self::open`], over `root`, a directory another process opened and passed (a
+    /// confined vbmq may not open it); `dir` is the path it was named by, for messages.
+    pub fn from_descriptor(
+        root: std::fs::File,
+        dir: &Path,
+        tag: &str,
+        request_queues: u32,
+        readonly: bool,
+    ) -> Result<Self, ShareError> {
+        let error = |e| ShareError::Dir(dir.to_path_buf(), e);
+        // Where the directory is now: the containment check's first guess at the root's path.
+        let hint = descriptor_path(&root).unwrap_or_else(|| dir.to_path_buf());
+        let fs = passthrough(&hint).map_err(error)?;
+        fs.import_from(root).map_err(error)?;
+        Ok(Self::serving(fs, tag, request_queues, readonly))
+    }
+
+    fn serving(fs: Arc<PassthroughFs>, tag: &str, request_queues: u32, readonly: bool) -> Self {
         let server = if readonly {
             Served::ReadOnly(Server::new(ReadOnlyFs(fs.clone())))
         } else {
             Served::Writable(Server::new(fs.clone()))
         };
-        Ok(FsDevice {
+        FsDevice {
             tag: tag.to_string(),
             request_queues,
             fs,
             server,
             started: AtomicBool::new(false),
-        })
+        }
     }
 
     /// The configuration space the guest reads.
@@ -152,6 +162,43 @@ impl FsDevice {
             }
         }
     }
+}
+
+/// The passthrough over the directory at `root` (opened by `import` or `import_from`).
+fn passthrough(root: &Path) -> std::io::Result<Arc<PassthroughFs>> {
+    let config = Config {
+        root_dir: root.to_string_lossy().into_owned(),
+        cache_policy: CachePolicy::Auto,
+        xattr: true,
+        do_import: true,
+        // No request reaches a file outside `dir=`, whatever the host moves (SECURITY.md).
+        stay_in_root: true,
+        // No device nodes, set-ID bits, file capabilities or trusted xattrs from a guest.
+        refuse_privileged: true,
+        ..Config::default()
+    };
+    PassthroughFs::<()>::new(config).map(Arc::new)
+}
+
+/// The path of the file `file` is open on, read from `/proc/self/fd` (`readlinkat`, which a
+/// confined vbmq serving shares may call).
+fn descriptor_path(file: &std::fs::File) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStringExt;
+    let link = std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()?;
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: readlinkat writes at most `buf.len()` bytes into `buf`; `link` is NUL-terminated.
+    let len = unsafe {
+        libc::readlinkat(
+            libc::AT_FDCWD,
+            link.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    let len = usize::try_from(len).ok().filter(|&n| n < buf.len())?;
+    buf.truncate(len);
+    Some(PathBuf::from(std::ffi::OsString::from_vec(buf)))
 }
 
 fn serve<'a, F: FileSystem + Sync>(

@@ -435,7 +435,14 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
                 (None, None) => (cfg.entry_timeout, cfg.attr_timeout),
             };
 
-        let mount_fds = MountFds::new(None)?;
+        // The mount table is read only to open file handles: without them, no need to read
+        // /proc/self/mountinfo (which a sandboxed process may not), and the table's file is a
+        // stand-in never read.
+        let mount_fds = if cfg.inode_file_handles {
+            MountFds::new(None)?
+        } else {
+            MountFds::with_mount_info_file(proc_self_fd.try_clone()?, None)
+        };
 
         Ok(PassthroughFs {
             inode_map: InodeMap::new(),
@@ -472,6 +479,31 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
                 error!("fuse: import: failed to get file or handle: {:?}", e);
                 e
             })?;
+        self.import_root(path_fd, handle_opt, st)
+    }
+
+    /// Initialize the Passthrough file system over `root`, a directory already open (`O_PATH`
+    /// or read-only), for a process that may not open the root's path itself (it received the
+    /// descriptor). `Config::root_dir` is then only the containment check's hint.
+    pub fn import_from(&self, root: File) -> io::Result<()> {
+        let st = statx(&root, None)?;
+        if st.st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+        }
+        let handle_opt = if self.cfg.inode_file_handles {
+            FileHandle::from_fd(&root)?
+        } else {
+            None
+        };
+        self.import_root(root, handle_opt, st)
+    }
+
+    fn import_root(
+        &self,
+        path_fd: File,
+        handle_opt: Option<FileHandle>,
+        st: StatExt,
+    ) -> io::Result<()> {
         let id = InodeId::from_stat(&st);
         let handle = if let Some(h) = handle_opt {
             InodeHandle::Handle(self.to_openable_handle(h)?)
