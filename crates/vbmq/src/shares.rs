@@ -10,7 +10,7 @@ pub(crate) struct RunningShare {
     stopper: Stopper,
     /// The share's counters, for SIGUSR1 and the exit log.
     pub report: Box<dyn Fn() -> String + Send>,
-    files: [PathBuf; 2],
+    files: Vec<PathBuf>,
     thread: std::thread::JoinHandle<()>,
 }
 

@@ -1,5 +1,7 @@
 //! A share from its spec: the virtio-fs device over its directory, and its bound socket.
 
+use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::net::UnixListener;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +19,7 @@ pub(crate) fn build_share(spec: &FsSpec) -> Result<ShareServer, FsSpecError> {
         })
     };
     let queues = u32::try_from(spec.queues).unwrap_or(u32::MAX);
-    let device = FsDevice::open(&spec.dir, &spec.tag, queues, spec.readonly)
+    let device = FsDevice::open_with(&spec.dir, &spec.tag, queues, &spec.features())
         .map_err(|e| bad("dir", e.to_string()))?;
     // The high-priority queue first, then the request queues. The first carries only FORGET
     // and INTERRUPT: it waits for kicks whatever the mode, beside the first request queue.
@@ -30,7 +32,51 @@ pub(crate) fn build_share(spec: &FsSpec) -> Result<ShareServer, FsSpecError> {
             max_size: spec.queue_size,
         })
         .collect();
+    if let Some(fd) = spec.listen_fd {
+        let listener = inherited_listener(fd).map_err(|e| bad("fd", format!("{fd}: {e}")))?;
+        return Ok(ShareServer::inherited(
+            &spec.socket,
+            listener,
+            Arc::new(device),
+            settings,
+        ));
+    }
     let (mode, group) = (spec.socket_mode, spec.socket_group);
     ShareServer::bind(&spec.socket, mode, group, Arc::new(device), settings)
         .map_err(|e| bad("socket", e.to_string()))
+}
+
+/// Takes descriptor `fd`, inherited from the process that started vbmq, if it is a listening
+/// Unix socket (libvirt binds and listens on it before it starts the backend); it is closed on
+/// exec from now on.
+fn inherited_listener(fd: RawFd) -> std::io::Result<UnixListener> {
+    let option = |name| {
+        let mut value: libc::c_int = 0;
+        let mut len = libc::socklen_t::try_from(size_of::<libc::c_int>()).unwrap_or(4);
+        // SAFETY: getsockopt writes at most `len` bytes into `value`; a bad descriptor fails.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                name,
+                (&raw mut value).cast(),
+                &raw mut len,
+            )
+        };
+        if rc == 0 {
+            Ok(value)
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    if option(libc::SO_DOMAIN)? != libc::AF_UNIX || option(libc::SO_ACCEPTCONN)? != 1 {
+        return Err(std::io::Error::other("not a listening Unix socket"));
+    }
+    // SAFETY: F_SETFD on a descriptor just checked to be an open socket.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor is an open listening socket handed to this process, owned by the
+    // returned listener alone from now on (a spec names it once).
+    Ok(unsafe { UnixListener::from_raw_fd(fd) })
 }

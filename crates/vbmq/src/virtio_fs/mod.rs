@@ -3,11 +3,13 @@
 //! directory. The queue threads call [`FsDevice::handle`] with each descriptor chain.
 
 mod config_space;
+mod features;
 mod readonly;
 mod request_copy;
 mod share;
 pub mod thread_umask;
 
 pub use config_space::{TAG_LEN, config_space};
+pub use features::{FsCache, ShareFeatures};
 pub use request_copy::RequestCopy;
 pub use share::{FsDevice, ShareError};

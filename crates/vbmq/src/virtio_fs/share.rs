@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use fuse_backend_rs::abi::fuse_abi::{InHeader, Opcode, OutHeader};
 use fuse_backend_rs::api::filesystem::FileSystem;
 use fuse_backend_rs::api::server::Server;
-use fuse_backend_rs::passthrough::{CachePolicy, Config, PassthroughFs};
+use fuse_backend_rs::passthrough::{Config, PassthroughFs};
 use fuse_backend_rs::transport::{Reader, VirtioFsWriter};
 use virtio_queue::DescriptorChain;
 use vm_memory::ByteValued;
 
+use super::ShareFeatures;
 use super::readonly::ReadOnlyFs;
 use super::request_copy::{NotCopied, RequestCopy, Slice};
 use crate::guest::GuestMemory;
@@ -52,15 +53,27 @@ impl FsDevice {
         request_queues: u32,
         readonly: bool,
     ) -> Result<Self, ShareError> {
+        let features = ShareFeatures {
+            readonly,
+            ..ShareFeatures::default()
+        };
+        Self::open_with(dir, tag, request_queues, &features)
+    }
+
+    /// As [`Self::open`], with every feature of the share chosen.
+    pub fn open_with(
+        dir: &Path,
+        tag: &str,
+        request_queues: u32,
+        features: &ShareFeatures,
+    ) -> Result<Self, ShareError> {
         let error = |e| ShareError::Dir(dir.to_path_buf(), e);
         let root = std::fs::canonicalize(dir).map_err(error)?;
         if !root.is_dir() {
             return Err(error(std::io::Error::from_raw_os_error(libc::ENOTDIR)));
         }
-        let config = Config {
+        let mut config = Config {
             root_dir: root.to_string_lossy().into_owned(),
-            cache_policy: CachePolicy::Auto,
-            xattr: true,
             do_import: true,
             // No request reaches a file outside `dir=`, whatever the host moves (SECURITY.md).
             stay_in_root: true,
@@ -68,9 +81,10 @@ impl FsDevice {
             refuse_privileged: true,
             ..Config::default()
         };
+        features.apply(&mut config);
         let fs = Arc::new(PassthroughFs::<()>::new(config).map_err(error)?);
         fs.import().map_err(error)?;
-        let server = if readonly {
+        let server = if features.readonly {
             Served::ReadOnly(Server::new(ReadOnlyFs(fs.clone())))
         } else {
             Served::Writable(Server::new(fs.clone()))

@@ -743,6 +743,13 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
             }
         }
 
+        if self.cfg.announce_submounts
+            && is_dir(st.st.st_mode)
+            && (id.dev != dir.id.dev || id.mnt != dir.id.mnt)
+        {
+            attr_flags |= fuse::ATTR_SUBMOUNT;
+        }
+
         Ok(Entry {
             inode,
             generation: 0,

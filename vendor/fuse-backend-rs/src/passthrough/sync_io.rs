@@ -364,6 +364,13 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
             self.killpriv_v2.store(true, Ordering::Relaxed);
         }
 
+        if self.cfg.announce_submounts && capable.contains(FsOptions::SUBMOUNTS) {
+            opts |= FsOptions::SUBMOUNTS;
+        }
+        if self.cfg.posix_acl && capable.contains(FsOptions::POSIX_ACL) {
+            opts |= FsOptions::POSIX_ACL;
+        }
+
         if capable.contains(FsOptions::PERFILE_DAX) {
             opts |= FsOptions::PERFILE_DAX;
             self.perfile_dax.store(true, Ordering::Relaxed);
