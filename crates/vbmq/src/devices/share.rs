@@ -69,8 +69,15 @@ fn inherited_listener(fd: RawFd) -> std::io::Result<UnixListener> {
             Err(std::io::Error::last_os_error())
         }
     };
-    if option(libc::SO_DOMAIN)? != libc::AF_UNIX || option(libc::SO_ACCEPTCONN)? != 1 {
-        return Err(std::io::Error::other("not a listening Unix socket"));
+    let not_listening = || std::io::Error::other("not a listening Unix socket");
+    let listening = |domain: std::io::Result<i32>, accepting: std::io::Result<i32>| {
+        Ok::<_, std::io::Error>(domain? == libc::AF_UNIX && accepting? == 1)
+    };
+    match listening(option(libc::SO_DOMAIN), option(libc::SO_ACCEPTCONN)) {
+        Ok(true) => {}
+        Ok(false) => return Err(not_listening()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTSOCK) => return Err(not_listening()),
+        Err(e) => return Err(e),
     }
     // SAFETY: F_SETFD on a descriptor just checked to be an open socket.
     if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {

@@ -1,0 +1,322 @@
+//! `vbmq virtiofsd`, the real process started with virtiofsd's command line as the management
+//! stacks start it, driven through its socket by the user-space virtio-fs client: it says it is
+//! ready as virtiofsd does, serves reads and writes, honours `--readonly` and `--xattr`, takes a
+//! socket libvirt bound (`--fd`), answers `--print-capabilities` also when started by the name
+//! `virtiofsd`, refuses what it does not do, and ends at once on SIGTERM.
+
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use vbmq_driver::FsClient;
+use vbmq_driver::fuse::{self, Opcode, ROOT_ID, SetxattrIn, WriteIn};
+
+const READY: &str = "Waiting for vhost-user socket connection...";
+
+struct Daemon {
+    child: Child,
+    dir: PathBuf,
+}
+
+fn test_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vbmq-vfsd-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("share")).unwrap();
+    std::fs::write(dir.join("share/file"), b"host bytes").unwrap();
+    dir
+}
+
+impl Daemon {
+    /// `vbmq virtiofsd --socket-path DIR/fs.sock --shared-dir DIR/share ARGS`, once it printed
+    /// virtiofsd's readiness line.
+    fn start(name: &str, args: &[&str]) -> Self {
+        let dir = test_dir(name);
+        let mut command = Command::new(env!("CARGO_BIN_EXE_vbmq"));
+        command
+            .arg("virtiofsd")
+            .arg("--socket-path")
+            .arg(dir.join("fs.sock"))
+            .arg(format!("--shared-dir={}", dir.join("share").display()))
+            .args(args);
+        Self::spawn(dir, command)
+    }
+
+    fn spawn(dir: PathBuf, mut command: Command) -> Self {
+        let child = command
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
+            .spawn()
+            .unwrap();
+        let mut daemon = Daemon { child, dir };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !daemon.log().lines().any(|line| line == READY) {
+            assert!(daemon.alive(), "exited: {}", daemon.log());
+            assert!(
+                Instant::now() < deadline,
+                "no readiness line: {}",
+                daemon.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        daemon
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("fs.sock")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default()
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Sends SIGTERM; returns how long the process took to exit.
+    fn terminate(&mut self) -> Duration {
+        let start = Instant::now();
+        let pid = libc::pid_t::try_from(self.child.id()).unwrap();
+        // SAFETY: kill(2) on our own child.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        while self.alive() {
+            assert!(start.elapsed() < Duration::from_secs(30), "still running");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        start.elapsed()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// WRITE of `data` at `offset` of handle `fh`: the reply's error (0) and the bytes written.
+fn write(client: &mut FsClient, node: u64, fh: u64, data: &[u8]) -> (i32, u32) {
+    let args = WriteIn {
+        fh,
+        size: u32::try_from(data.len()).unwrap(),
+        ..WriteIn::default()
+    };
+    let body = [fuse::args(&args), data].concat();
+    let (out, reply) = client.call(Opcode::Write, node, &body, &[], 4096).unwrap();
+    let written = reply
+        .get(..4)
+        .map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap()));
+    (-out.error, written)
+}
+
+/// SETXATTR of `user.vbmq` on `node`: the reply's errno.
+fn setxattr(client: &mut FsClient, node: u64) -> i32 {
+    let value = b"v";
+    let args = SetxattrIn { size: 1, flags: 0 };
+    let body = [fuse::args(&args), b"user.vbmq\0", value].concat();
+    let (out, _) = client
+        .call(Opcode::Setxattr, node, &body, &[], 4096)
+        .unwrap();
+    -out.error
+}
+
+#[test]
+fn it_says_ready_as_virtiofsd_and_serves_reads_and_writes() {
+    let mut daemon = Daemon::start("rw", &["--cache", "never", "--sandbox", "none"]);
+    let mut client = FsClient::connect(&daemon.socket()).unwrap();
+    let entry = client.lookup(ROOT_ID, "file").unwrap();
+    assert_eq!(entry.attr.size, 10);
+    let fh = client.open(entry.nodeid, libc::O_RDWR as u32).unwrap();
+    let request = client.read_request(entry.nodeid, fh, 0, 4096);
+    client.submit(0, &request, 16 + 4096).unwrap();
+    client.kick().unwrap();
+    client.wait(Duration::from_secs(10)).expect("a read reply");
+    assert_eq!(client.reply_header(0).unwrap().error, 0);
+    assert_eq!(write(&mut client, entry.nodeid, fh, b"guest"), (0, 5));
+    client.release(entry.nodeid, fh).unwrap();
+    assert_eq!(
+        std::fs::read(daemon.dir.join("share/file")).unwrap(),
+        b"guestbytes"
+    );
+    assert!(daemon.alive());
+}
+
+#[test]
+fn readonly_refuses_writes() {
+    let daemon = Daemon::start("ro", &["--readonly"]);
+    let mut client = FsClient::connect(&daemon.socket()).unwrap();
+    let entry = client.lookup(ROOT_ID, "file").unwrap();
+    let err = client
+        .open(entry.nodeid, libc::O_RDWR as u32)
+        .expect_err("a writable open of a read-only share");
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    let (out, _) = client
+        .call(Opcode::Unlink, ROOT_ID, &[], &[b"file"], 4096)
+        .unwrap();
+    assert_eq!(-out.error, libc::EROFS);
+    assert!(daemon.dir.join("share/file").exists());
+}
+
+/// virtiofsd serves no xattrs unless given `--xattr` (`-o xattr`): SETXATTR answers ENOSYS,
+/// which the guest kernel takes as "not supported".
+#[test]
+fn xattrs_only_with_xattr() {
+    for (args, served) in [
+        (&[][..], false),
+        (&["-o", "no_xattr"][..], false),
+        (&["--xattr"][..], true),
+        (&["-o", "xattr"][..], true),
+        (&["--posix-acl"][..], true),
+    ] {
+        let daemon = Daemon::start("xattr", args);
+        let mut client = FsClient::connect(&daemon.socket()).unwrap();
+        let entry = client.lookup(ROOT_ID, "file").unwrap();
+        let errno = setxattr(&mut client, entry.nodeid);
+        if served {
+            // Served: set, or refused by the host's file system (tmpfs without user xattrs).
+            assert!(
+                errno == 0 || errno == libc::EOPNOTSUPP,
+                "{args:?}: errno {errno}"
+            );
+        } else {
+            assert_eq!(errno, libc::ENOSYS, "{args:?}");
+        }
+    }
+}
+
+#[test]
+fn sigterm_ends_it_at_once_with_a_frontend_connected() {
+    let mut daemon = Daemon::start("term", &[]);
+    let mut client = FsClient::connect(&daemon.socket()).unwrap();
+    client.lookup(ROOT_ID, "file").unwrap();
+    let took = daemon.terminate();
+    assert!(took < Duration::from_secs(2), "SIGTERM took {took:?}");
+    let status = daemon.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", daemon.log());
+}
+
+/// libvirt binds and listens on the socket itself and passes it as `--fd=N` (with the legacy
+/// `-o source=`): vbmq serves it, and leaves no file of its own behind.
+#[test]
+fn an_inherited_listening_socket_is_served() {
+    let dir = test_dir("fd");
+    let socket = dir.join("libvirt.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let fd = listener.as_raw_fd();
+    // SAFETY: clears close-on-exec on our own descriptor, so that the child inherits it.
+    assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }, 0);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vbmq"));
+    command
+        .arg("virtiofsd")
+        .arg(format!("--fd={fd}"))
+        .arg("-o")
+        .arg(format!(
+            "source={},cache=always,sandbox=chroot,xattr",
+            dir.join("share").display()
+        ));
+    let mut daemon = Daemon::spawn(dir, command);
+    drop(listener);
+    let mut client = FsClient::connect(&socket).unwrap();
+    assert_eq!(client.lookup(ROOT_ID, "file").unwrap().attr.size, 10);
+    drop(client);
+    daemon.terminate();
+    assert!(socket.exists(), "libvirt's socket is libvirt's to remove");
+    let lock = PathBuf::from(format!("{}.lock", socket.display()));
+    assert!(!lock.exists());
+}
+
+#[test]
+fn a_descriptor_that_is_not_a_listening_socket_is_refused() {
+    let dir = test_dir("badfd");
+    let file = std::fs::File::open(dir.join("share/file")).unwrap();
+    let fd = file.as_raw_fd();
+    // SAFETY: clears close-on-exec on our own descriptor.
+    assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }, 0);
+    let output = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .arg("virtiofsd")
+        .arg(format!("--fd={fd}"))
+        .arg(format!("--shared-dir={}", dir.join("share").display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("not a listening Unix socket"), "{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Started by the name `virtiofsd` (a link, or a descriptor's `binary`), it is virtiofsd:
+/// `--print-capabilities` is QEMU's JSON, an option it does not take is refused with one line
+/// and status 1.
+#[test]
+fn started_as_virtiofsd_it_prints_its_capabilities_and_refuses_the_unknown() {
+    let dir = test_dir("argv0");
+    let link = dir.join("virtiofsd");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_vbmq"), &link).unwrap();
+    let output = Command::new(&link)
+        .arg("--print-capabilities")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["type"], "fs");
+    let features = json["features"].as_array().unwrap();
+    assert!(features.iter().any(|f| f == "separate-options"));
+    assert!(!features.iter().any(|f| f == "migrate-precopy"));
+    for args in [
+        &["--shared-dir", "/tmp", "--socket-path", "/tmp/x", "--frob"][..],
+        &["--fd=3", "-o", "source=/tmp,modcaps=+sys_admin"][..],
+        &[
+            "--shared-dir=/tmp",
+            "--fd=3",
+            "--xattrmap=:map::user.virtiofs.:",
+        ][..],
+    ] {
+        let output = Command::new(&link).args(args).output().unwrap();
+        let mut stderr = String::new();
+        output
+            .stderr
+            .as_slice()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    assert!(!Path::new(&link).exists());
+}
+
+/// A directory that is another mount on the host carries FUSE_ATTR_SUBMOUNT (virtiofsd's
+/// default `--announce-submounts`), so that the guest mounts it apart; not with
+/// `--no-announce-submounts`, and never on a plain directory.
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs feature root-tests: root to mount a tmpfs inside the share"
+)]
+fn host_mount_points_are_announced_as_submounts() {
+    for (args, announced) in [(&[][..], true), (&["--no-announce-submounts"][..], false)] {
+        let daemon = Daemon::start("submount", args);
+        let mount = daemon.dir.join("share/mnt");
+        std::fs::create_dir(&mount).unwrap();
+        std::fs::create_dir(daemon.dir.join("share/plain")).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "vbmq-test", mount.to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let mut client = FsClient::connect(&daemon.socket()).unwrap();
+        let flags = client.lookup(ROOT_ID, "mnt").map(|e| e.attr.flags);
+        let plain = client.lookup(ROOT_ID, "plain").unwrap().attr.flags;
+        drop(client);
+        let _ = Command::new("umount").arg(&mount).status();
+        // FUSE_ATTR_SUBMOUNT (include/uapi/linux/fuse.h).
+        let submount = 1 << 0;
+        assert_eq!(flags.unwrap() & submount != 0, announced, "{args:?}");
+        assert_eq!(plain & submount, 0);
+    }
+}
