@@ -10,19 +10,26 @@ use vbmq::config::{
 const READY_LINE: &str = "Waiting for vhost-user socket connection...";
 
 /// The arguments after the program name when this process is virtiofsd: started by that name,
-/// or as `vbmq virtiofsd`.
+/// as `vbmq virtiofsd`, or given an option before any subcommand other than vbmq's own `-h`,
+/// `--help`, `-V`, `--version` (libvirt runs `<binary path='/usr/local/bin/vbmq'/>` and a QEMU
+/// vhost-user descriptor's binary with virtiofsd's options alone: `vbmq --fd=31 -o source=D`).
 pub fn arguments() -> Option<Vec<String>> {
     let mut args = std::env::args_os().map(|a| a.to_string_lossy().into_owned());
     let program = args.next()?;
+    let rest: Vec<String> = args.collect();
     let name = std::path::Path::new(&program)
         .file_name()?
         .to_string_lossy()
         .into_owned();
     if name == "virtiofsd" {
-        return Some(args.collect());
+        return Some(rest);
     }
-    let rest: Vec<String> = args.collect();
-    (rest.first().map(String::as_str) == Some("virtiofsd")).then(|| rest[1..].to_vec())
+    match rest.first().map(String::as_str) {
+        Some("virtiofsd") => Some(rest[1..].to_vec()),
+        Some("-h" | "--help" | "-V" | "--version") => None,
+        Some(option) if option.starts_with('-') => Some(rest),
+        _ => None,
+    }
 }
 
 /// Runs virtiofsd's command line `args`; returns the exit status (1 on a refused option, as

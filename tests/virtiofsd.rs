@@ -320,3 +320,21 @@ fn host_mount_points_are_announced_as_submounts() {
         assert_eq!(plain & submount, 0);
     }
 }
+
+/// libvirt runs `<binary path='.../vbmq'/>` (and a vhost-user descriptor's binary) with
+/// virtiofsd's options alone: options before any subcommand make vbmq virtiofsd.
+#[test]
+fn options_before_any_subcommand_are_virtiofsds() {
+    let output = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .arg("--print-capabilities")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["type"], "fs");
+    let output = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&output.stdout).contains("virtiofsd"));
+}
