@@ -28,6 +28,7 @@ for d in run:/run/libvirt lib:/var/lib/libvirt etc:/etc/libvirt log:/var/log/lib
     mkdir -p "$T/${d%%:*}" "${d#*:}"
     mount --bind "$T/${d%%:*}" "${d#*:}"
 done
+[ -d "$T/qemu-share" ] && mount --bind "$T/qemu-share" /usr/share/qemu
 mount --bind "$T/passwd" /etc/passwd
 mount --bind "$T/group" /etc/group
 exec libvirtd --pid-file "$T/libvirtd.pid"
@@ -40,8 +41,22 @@ struct Libvirtd {
 }
 
 impl Libvirtd {
-    fn start(dir: &Path) -> Self {
+    /// Starts libvirtd; with `descriptor`, QEMU's vhost-user descriptors are `descriptor`
+    /// alone (a copy of /usr/share/qemu with it in vhost-user/ is bound over the original).
+    fn start(dir: &Path, descriptor: Option<&str>) -> Self {
         std::fs::create_dir_all(dir.join("etc")).unwrap();
+        if let Some(json) = descriptor {
+            let copy = dir.join("qemu-share");
+            let status = Command::new("cp")
+                .arg("-a")
+                .arg("/usr/share/qemu")
+                .arg(&copy)
+                .status()
+                .unwrap();
+            assert!(status.success());
+            std::fs::create_dir_all(copy.join("vhost-user")).unwrap();
+            std::fs::write(copy.join("vhost-user/40-vbmq-fs.json"), json).unwrap();
+        }
         std::fs::write(
             dir.join("etc/qemu.conf"),
             "user = \"root\"\ngroup = \"root\"\nstdio_handler = \"file\"\n",
@@ -120,7 +135,9 @@ impl Drop for Libvirtd {
     }
 }
 
-fn domain_xml(dir: &Path, shared: &Path, initrd: &Path, vbmq: &Path) -> String {
+/// The domain; `binary` is `path='...'` for `<binary>`, or empty to let libvirt take the
+/// vhost-user descriptor's.
+fn domain_xml(dir: &Path, shared: &Path, initrd: &Path, binary: &str) -> String {
     format!(
         "<domain type='qemu'>
   <name>{NAME}</name>
@@ -141,7 +158,7 @@ fn domain_xml(dir: &Path, shared: &Path, initrd: &Path, vbmq: &Path) -> String {
     <emulator>/usr/bin/qemu-system-x86_64</emulator>
     <filesystem type='mount' accessmode='passthrough'>
       <driver type='virtiofs' queue='1024'/>
-      <binary path='{vbmq}' xattr='on'>
+      <binary {binary} xattr='on'>
         <cache mode='always'/>
         <lock posix='on' flock='on'/>
       </binary>
@@ -156,7 +173,6 @@ fn domain_xml(dir: &Path, shared: &Path, initrd: &Path, vbmq: &Path) -> String {
 ",
         kernel = kernel().display(),
         initrd = initrd.display(),
-        vbmq = vbmq.display(),
         shared = shared.display(),
         console = dir.join("console.log").display(),
     )
@@ -168,7 +184,28 @@ fn domain_xml(dir: &Path, shared: &Path, initrd: &Path, vbmq: &Path) -> String {
     ignore = "needs feature guest-tests: QEMU 10, a guest kernel, libvirt 9 (root)"
 )]
 fn libvirt_starts_vbmq_as_virtiofsd_and_the_guest_uses_the_share() {
-    let dir = TestDir::new("libvirt");
+    let vbmq = Path::new(env!("CARGO_BIN_EXE_vbmq"));
+    // <binary path='.../vbmq'/>.
+    boot(
+        "libvirt-binary",
+        &format!("path='{}'", vbmq.display()),
+        None,
+    );
+    // No <binary path>: libvirt takes contrib/vhost-user/40-vbmq-fs.json, filled in as
+    // scripts/install.sh fills it.
+    let json = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/vhost-user/40-vbmq-fs.json"),
+    )
+    .unwrap()
+    .replace("@BINARY@", &vbmq.display().to_string());
+    boot("libvirt-descriptor", "", Some(&json));
+}
+
+/// Boots the guest under a libvirtd of its own, with `binary` in the domain's `<binary>` and
+/// `descriptor` as the only vhost-user descriptor, and checks what the guest and libvirt did.
+fn boot(name: &str, binary: &str, descriptor: Option<&str>) {
+    let vbmq = Path::new(env!("CARGO_BIN_EXE_vbmq"));
+    let dir = TestDir::new(name);
     let shared = dir.join("shared");
     std::fs::create_dir(&shared).unwrap();
     std::fs::write(shared.join("from-host"), "written by the host\n").unwrap();
@@ -184,10 +221,9 @@ fn libvirt_starts_vbmq_as_virtiofsd_and_the_guest_uses_the_share() {
         &[],
         &initrd,
     );
-    let libvirtd = Libvirtd::start(&dir.join("libvirt"));
+    let libvirtd = Libvirtd::start(&dir.join("libvirt"), descriptor);
     let xml = dir.join("domain.xml");
-    let vbmq = Path::new(env!("CARGO_BIN_EXE_vbmq"));
-    std::fs::write(&xml, domain_xml(dir.path(), &shared, &initrd, vbmq)).unwrap();
+    std::fs::write(&xml, domain_xml(dir.path(), &shared, &initrd, binary)).unwrap();
     let created = libvirtd.virsh(&["create", xml.to_str().unwrap()]);
     let qemu_log = || libvirtd.log(&format!("log/qemu/{NAME}.log"));
     let backend_log = || libvirtd.log(&format!("log/qemu/{NAME}-fs0-virtiofsd.log"));
