@@ -338,3 +338,61 @@ fn options_before_any_subcommand_are_virtiofsds() {
         .unwrap();
     assert!(String::from_utf8_lossy(&output.stdout).contains("virtiofsd"));
 }
+
+/// The host's value of xattr `name` of `path`, if it has one.
+fn host_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
+    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let name = std::ffi::CString::new(name).unwrap();
+    let mut value = vec![0u8; 256];
+    // SAFETY: lgetxattr writes at most `value.len()` bytes into `value`.
+    let len = unsafe {
+        libc::lgetxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            value.as_mut_ptr().cast(),
+            value.len(),
+        )
+    };
+    let len = usize::try_from(len).ok()?;
+    value.truncate(len);
+    Some(value)
+}
+
+/// `--xattrmap` with virtiofsd's rules: `:map::user.virtiofs.:` keeps the guest's xattrs under
+/// `user.virtiofs.` on the host, and hides the host's other xattrs from the guest.
+#[test]
+fn an_xattr_map_translates_names_both_ways() {
+    let daemon = Daemon::start("xattrmap", &["--xattrmap=:map::user.virtiofs.:"]);
+    let file = daemon.dir.join("share/file");
+    let (path, name, value) = (
+        std::ffi::CString::new(file.as_os_str().as_encoded_bytes()).unwrap(),
+        c"user.host-only",
+        b"h",
+    );
+    // SAFETY: setxattr reads the strings and the value passed.
+    let set = unsafe { libc::setxattr(path.as_ptr(), name.as_ptr(), value.as_ptr().cast(), 1, 0) };
+    assert_eq!(set, 0, "the test needs a host file system with user xattrs");
+    let mut client = FsClient::connect(&daemon.socket()).unwrap();
+    let entry = client.lookup(ROOT_ID, "file").unwrap();
+    assert_eq!(setxattr(&mut client, entry.nodeid), 0);
+    assert_eq!(
+        host_xattr(&file, "user.virtiofs.user.vbmq").as_deref(),
+        Some(&b"v"[..])
+    );
+    assert_eq!(host_xattr(&file, "user.vbmq"), None);
+    let args = fuse::GetxattrIn {
+        size: 4096,
+        ..Default::default()
+    };
+    let (out, names) = client
+        .call(
+            Opcode::Listxattr,
+            entry.nodeid,
+            fuse::args(&args),
+            &[],
+            8192,
+        )
+        .unwrap();
+    assert_eq!(out.error, 0);
+    assert_eq!(names, b"user.vbmq\0", "{}", String::from_utf8_lossy(&names));
+}

@@ -106,6 +106,8 @@ pub struct FsSpec {
     /// A listening socket inherited from the process that started vbmq (virtiofsd's `--fd`),
     /// served in place of binding `socket` (which then only names it in the log).
     pub listen_fd: Option<i32>,
+    /// virtiofsd's `--xattrmap` rules (`vbmq virtiofsd` only: its rules may hold commas).
+    pub xattrmap: Option<String>,
 }
 
 impl FsSpec {
@@ -118,6 +120,7 @@ impl FsSpec {
             announce_submounts: self.announce_submounts,
             allow_direct_io: self.direct_io,
             cache: self.cache,
+            xattrmap: self.xattrmap.clone(),
         }
     }
 
@@ -141,6 +144,7 @@ impl FsSpec {
             announce_submounts: false,
             direct_io: true,
             listen_fd: None,
+            xattrmap: None,
         }
     }
 }

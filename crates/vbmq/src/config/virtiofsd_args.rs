@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use super::disk_spec::{check_cpus, cpus, queues, socket_group, wait_mode};
 use super::fs_spec::FsSpec;
-use crate::virtio_fs::{FsCache, TAG_LEN};
+use crate::virtio_fs::{FsCache, TAG_LEN, check_xattrmap};
 
 /// What `vbmq virtiofsd` was asked to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,6 +58,8 @@ virtiofsd's options, with virtiofsd's meaning:
   --cache never|metadata|auto|always    what the guest may cache (default auto)
   --xattr                     serve extended attributes (default off)
   --posix-acl[=never|auto|always]       POSIX ACLs enforced by the guest (implies --xattr)
+  --xattrmap RULES            translate xattr names (virtiofsd's rules: prefix, ok, bad,
+                              unsupported, map; implies --xattr)
   --readonly                  refuse every change with EROFS
   --announce-submounts        tell the guest which directories are mount points (default)
   --no-announce-submounts     do not
@@ -72,7 +74,7 @@ virtiofsd's options, with virtiofsd's meaning:
   -d                          --log-level debug
   -f                          no effect (vbmq never daemonizes)
   -o OPT[,OPT...]             the legacy form: source=DIR, cache=none|auto|always|metadata,
-                              xattr, no_xattr, posix_acl, no_posix_acl, announce_submounts,
+                              xattr, no_xattr, xattrmap=RULES, posix_acl, no_posix_acl, announce_submounts,
                               allow_direct_io, no_allow_direct_io, sandbox=namespace|chroot,
                               log_level=LEVEL, flock, no_flock, posix_lock, no_posix_lock, debug
   --print-capabilities        print the vhost-user backend capabilities (JSON) and exit
@@ -80,8 +82,8 @@ vbmq's own:
   --queues N                  request queues, each on its own thread (default 1)
   --mode event|poll|adaptive  how the queue threads wait (default adaptive)
   --cpus LIST                 pin the queue threads
-Refused (vbmq does not do it): --xattrmap, --translate-uid, --translate-gid, --uid-map,
-  --gid-map, --inode-file-handles=mandatory, and every other option.
+Refused (vbmq does not do it): --translate-uid, --translate-gid, --uid-map, --gid-map,
+  --inode-file-handles=mandatory, and every other option.
 ";
 
 /// Reads virtiofsd's arguments (after the program name). An error is one line.
@@ -124,6 +126,7 @@ struct State {
     mode: Option<crate::worker::WaitMode>,
     cpus: Vec<usize>,
     notes: Vec<String>,
+    xattrmap: Option<String>,
 }
 
 struct Parser<'a> {
@@ -291,9 +294,8 @@ impl Parser<'_> {
                 )
             }
             "--xattrmap" => {
-                return Err(format!(
-                    "{name}: xattr name mapping is not implemented in vbmq"
-                ));
+                check_xattrmap(value).map_err(|e| bad(&e))?;
+                s.xattrmap = Some(value.to_string());
             }
             "--translate-uid" | "--translate-gid" => {
                 return Err(format!(
@@ -336,7 +338,8 @@ impl Parser<'_> {
                     );
                 }
                 "xattrmap" => {
-                    return Err("-o xattrmap: xattr name mapping is not implemented in vbmq".into());
+                    check_xattrmap(value).map_err(|e| bad_value(&e))?;
+                    s.xattrmap = Some(value.to_string());
                 }
                 _ => return Err(bad()),
             }
@@ -390,7 +393,8 @@ impl State {
             spec.socket_mode = 0o660;
         }
         spec.cache = self.cache;
-        spec.xattr = self.xattr || self.posix_acl;
+        spec.xattr = self.xattr || self.posix_acl || self.xattrmap.is_some();
+        spec.xattrmap = self.xattrmap;
         spec.posix_acl = self.posix_acl;
         spec.readonly = self.readonly;
         spec.announce_submounts = !self.no_announce_submounts;

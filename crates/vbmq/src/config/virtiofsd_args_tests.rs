@@ -163,6 +163,14 @@ fn the_rest_of_virtiofsd_and_vbmqs_own() {
         VirtiofsdCommand::PrintCapabilities
     );
     assert_eq!(parse("--help").unwrap(), VirtiofsdCommand::Help);
+    let a = serve("--socket-path /s --shared-dir /d --xattrmap=:prefix:all:trusted.:user.vm.:");
+    assert_eq!(
+        a.spec.xattrmap.as_deref(),
+        Some(":prefix:all:trusted.:user.vm.:")
+    );
+    assert!(a.spec.xattr, "--xattrmap implies --xattr");
+    let a = serve("--fd=3 -o source=/d,xattrmap=:map::user.virtiofs.:");
+    assert!(a.spec.xattrmap.is_some() && a.spec.xattr);
 }
 
 #[test]
@@ -174,8 +182,13 @@ fn what_vbmq_does_not_do_is_refused_with_one_line() {
             "--socket-path /s --shared-dir /d -o modcaps=+sys_admin",
             "-o modcaps",
         ),
+        // An unknown rule type; a rule missing its last field.
         (
-            "--socket-path /s --shared-dir /d --xattrmap :map::user.virtiofs.:",
+            "--socket-path /s --shared-dir /d --xattrmap :frob:all:a:b:",
+            "--xattrmap",
+        ),
+        (
+            "--socket-path /s --shared-dir /d --xattrmap :prefix:all:a:",
             "--xattrmap",
         ),
         (

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use fuse_backend_rs::passthrough::xattrmap::XattrMap;
 use fuse_backend_rs::passthrough::{CachePolicy, Config};
 
 /// How much the guest may cache, as virtiofsd's `--cache`.
@@ -33,7 +34,7 @@ impl FsCache {
 }
 
 /// A share's options beyond its directory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShareFeatures {
     /// Refuse every change with `EROFS`.
     pub readonly: bool,
@@ -48,6 +49,16 @@ pub struct ShareFeatures {
     pub allow_direct_io: bool,
     /// The cache policy.
     pub cache: FsCache,
+    /// virtiofsd's `--xattrmap` rules (implies `xattr`), checked by [`check_xattrmap`].
+    pub xattrmap: Option<String>,
+}
+
+/// Whether `rules` are an xattr map fuse-backend-rs (virtiofsd's syntax) takes; the error
+/// names the bad rule.
+pub fn check_xattrmap(rules: &str) -> Result<(), String> {
+    XattrMap::try_from(rules)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 impl Default for ShareFeatures {
@@ -60,6 +71,7 @@ impl Default for ShareFeatures {
             announce_submounts: false,
             allow_direct_io: true,
             cache: FsCache::Auto,
+            xattrmap: None,
         }
     }
 }
@@ -68,7 +80,7 @@ impl ShareFeatures {
     /// Sets these features in the passthrough's `config`: the cache policy with virtiofsd's
     /// timeouts (none for `never`, a day for `metadata` and `always`; `auto` keeps the
     /// passthrough's five seconds).
-    pub(super) fn apply(&self, config: &mut Config) {
+    pub(super) fn apply(&self, config: &mut Config) -> Result<(), String> {
         let day = Duration::from_secs(86_400);
         let (policy, timeout) = match self.cache {
             FsCache::Never => (CachePolicy::Never, Some(Duration::ZERO)),
@@ -81,9 +93,14 @@ impl ShareFeatures {
             config.entry_timeout = timeout;
             config.attr_timeout = timeout;
         }
-        config.xattr = self.xattr || self.posix_acl;
+        config.xattr = self.xattr || self.posix_acl || self.xattrmap.is_some();
         config.posix_acl = self.posix_acl;
         config.announce_submounts = self.announce_submounts;
         config.allow_direct_io = self.allow_direct_io;
+        config.xattrmap = match &self.xattrmap {
+            Some(rules) => Some(XattrMap::try_from(rules.as_str()).map_err(|e| e.to_string())?),
+            None => None,
+        };
+        Ok(())
     }
 }

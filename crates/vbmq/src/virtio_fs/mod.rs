@@ -10,6 +10,6 @@ mod share;
 pub mod thread_umask;
 
 pub use config_space::{TAG_LEN, config_space};
-pub use features::{FsCache, ShareFeatures};
+pub use features::{FsCache, ShareFeatures, check_xattrmap};
 pub use request_copy::RequestCopy;
 pub use share::{FsDevice, ShareError};

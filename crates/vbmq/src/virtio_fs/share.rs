@@ -24,6 +24,9 @@ pub enum ShareError {
     /// `dir=` is not a directory vbmq can open.
     #[error("{0}: {1}")]
     Dir(PathBuf, std::io::Error),
+    /// The xattr map does not parse.
+    #[error("xattrmap: {0}")]
+    XattrMap(String),
 }
 
 /// A directory shared with guests, and how.
@@ -81,7 +84,7 @@ impl FsDevice {
             refuse_privileged: true,
             ..Config::default()
         };
-        features.apply(&mut config);
+        features.apply(&mut config).map_err(ShareError::XattrMap)?;
         let fs = Arc::new(PassthroughFs::<()>::new(config).map_err(error)?);
         fs.import().map_err(error)?;
         let server = if features.readonly {

@@ -211,6 +211,13 @@ pub struct Config {
     ///
     /// The default is `false`.
     pub posix_acl: bool,
+
+    /// Rules translating xattr names between the client and the host (virtiofsd's
+    /// `--xattrmap`, see the `xattrmap` module): applied to every name the client sends
+    /// before anything else, and to every list the host returns.
+    ///
+    /// The default is `None`: names pass unchanged.
+    pub xattrmap: Option<super::xattrmap::XattrMap>,
 }
 
 impl Default for Config {
@@ -239,6 +246,7 @@ impl Default for Config {
             refuse_privileged: false,
             announce_submounts: false,
             posix_acl: false,
+            xattrmap: None,
         }
     }
 }

@@ -57,6 +57,7 @@ mod overlay;
 mod statx;
 mod sync_io;
 mod util;
+pub mod xattrmap;
 
 type Inode = u64;
 type Handle = u64;
