@@ -1,32 +1,36 @@
-//! Log lines to syslog (virtiofsd's `--syslog`), each at its event's level.
+//! Log lines to syslog (virtiofsd's `--syslog`), each at its event's level, through `/dev/log`
+//! connected before the process is confined: a line is one `write(2)` on that socket (the
+//! seccomp filter allows no new socket later, so a syslog daemon that restarts loses vbmq's
+//! lines until vbmq restarts).
 
-use std::ffi::CString;
+use std::fs::File;
 use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixDatagram;
+use std::sync::Arc;
 
 use tracing::Level;
 use tracing_subscriber::fmt::MakeWriter;
 
-/// Writes each log line to syslog (facility `LOG_USER`, identity `vbmq`).
-#[derive(Clone, Copy)]
-pub struct Syslog;
+/// syslog's `LOG_USER` facility.
+const FACILITY: libc::c_int = libc::LOG_USER;
+
+/// Writes each log line to syslog as `vbmq[PID]`.
+#[derive(Clone)]
+pub struct Syslog(Arc<File>);
 
 impl Syslog {
-    /// Opens the connection to syslog now, before the process is confined.
-    pub fn open() -> Self {
-        // SAFETY: openlog keeps the identity pointer: a static C string.
-        unsafe {
-            libc::openlog(
-                c"vbmq".as_ptr(),
-                libc::LOG_PID | libc::LOG_NDELAY,
-                libc::LOG_USER,
-            )
-        };
-        Syslog
+    /// Connects to syslog's socket, `/dev/log`.
+    pub fn open() -> std::io::Result<Self> {
+        let socket = UnixDatagram::unbound()?;
+        socket.connect("/dev/log")?;
+        Ok(Syslog(Arc::new(File::from(OwnedFd::from(socket)))))
     }
 }
 
 /// One line being formatted, sent at its priority when dropped.
 pub struct Line {
+    socket: Arc<File>,
     priority: libc::c_int,
     text: Vec<u8>,
 }
@@ -44,11 +48,15 @@ impl Write for Line {
 
 impl Drop for Line {
     fn drop(&mut self) {
-        let text: Vec<u8> = self.text.iter().copied().filter(|&b| b != 0).collect();
-        if let Ok(text) = CString::new(text) {
-            // SAFETY: a "%s" format with one C string argument.
-            unsafe { libc::syslog(self.priority, c"%s".as_ptr(), text.as_ptr()) };
-        }
+        let text = String::from_utf8_lossy(&self.text);
+        let message = format!(
+            "<{}>vbmq[{}]: {}",
+            FACILITY | self.priority,
+            std::process::id(),
+            text.trim()
+        );
+        // A lost line is all a failure costs.
+        let _ = (&*self.socket).write(message.as_bytes());
     }
 }
 
@@ -57,6 +65,7 @@ impl<'a> MakeWriter<'a> for Syslog {
 
     fn make_writer(&'a self) -> Line {
         Line {
+            socket: self.0.clone(),
             priority: libc::LOG_INFO,
             text: Vec::new(),
         }
@@ -70,6 +79,7 @@ impl<'a> MakeWriter<'a> for Syslog {
             Level::DEBUG | Level::TRACE => libc::LOG_DEBUG,
         };
         Line {
+            socket: self.0.clone(),
             priority,
             text: Vec::new(),
         }

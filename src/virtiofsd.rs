@@ -86,16 +86,25 @@ pub fn run(args: &[String]) -> i32 {
     }
 }
 
-/// Logs at `--log-level` (RUST_LOG wins, as in virtiofsd) to stderr, or to syslog.
+/// Logs at `--log-level` (RUST_LOG wins, as in virtiofsd) to stderr, or to syslog (stderr
+/// when syslog cannot be reached, as virtiofsd does).
 fn init_logging(args: &VirtiofsdArgs) {
     let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&args.log_level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    if args.syslog {
+        || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&args.log_level));
+    let syslog = match args.syslog.then(crate::syslog::Syslog::open) {
+        Some(Ok(syslog)) => Some(syslog),
+        Some(Err(e)) => {
+            eprintln!("vbmq virtiofsd: cannot log to syslog (/dev/log: {e}): logging to stderr");
+            None
+        }
+        None => None,
+    };
+    let builder = tracing_subscriber::fmt().with_env_filter(filter());
+    if let Some(syslog) = syslog {
         builder
             .with_ansi(false)
             .without_time()
-            .with_writer(crate::syslog::Syslog::open())
+            .with_writer(syslog)
             .init();
     } else {
         use std::io::IsTerminal;

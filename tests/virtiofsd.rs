@@ -396,3 +396,17 @@ fn an_xattr_map_translates_names_both_ways() {
     assert_eq!(out.error, 0);
     assert_eq!(names, b"user.vbmq\0", "{}", String::from_utf8_lossy(&names));
 }
+
+/// `--syslog` (Kata, Proxmox): the process keeps serving and logging once confined (glibc's
+/// syslog(3) opened a new socket per line without /dev/log, which the seccomp filter killed),
+/// and logs to stderr when there is no syslog to reach.
+#[test]
+fn syslog_logging_survives_confinement() {
+    let mut daemon = Daemon::start("syslog", &["--syslog", "--log-level", "debug"]);
+    let mut client = FsClient::connect(&daemon.socket()).unwrap();
+    assert_eq!(client.lookup(ROOT_ID, "file").unwrap().attr.size, 10);
+    drop(client);
+    daemon.terminate();
+    let status = daemon.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", daemon.log());
+}
