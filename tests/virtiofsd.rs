@@ -410,3 +410,51 @@ fn syslog_logging_survives_confinement() {
     let status = daemon.child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "{}", daemon.log());
 }
+
+/// KubeVirt runs virtiofsd as a non-root user with every capability dropped
+/// (`--socket-path=S --shared-dir=D --sandbox=none --cache=auto`): vbmq confines itself without
+/// privilege and serves the user's files.
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs feature root-tests: root to start vbmq as another user"
+)]
+fn kubevirts_unprivileged_command_line_serves() {
+    let dir = test_dir("kubevirt");
+    for path in [dir.clone(), dir.join("share"), dir.join("share/file")] {
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+    }
+    let mut command = Command::new("setpriv");
+    command
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(env!("CARGO_BIN_EXE_vbmq"))
+        .arg("virtiofsd")
+        .arg(format!("--socket-path={}", dir.join("fs.sock").display()))
+        .arg(format!("--shared-dir={}", dir.join("share").display()))
+        .args(["--sandbox=none", "--cache=auto"]);
+    let mut daemon = Daemon::spawn(dir, command);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.child.id())).unwrap();
+    assert!(
+        status.contains("\nUid:\t65534\t65534\t65534\t65534\n"),
+        "{status}"
+    );
+    assert!(status.contains("\nCapEff:\t0000000000000000\n"), "{status}");
+    let mut client = FsClient::connect(&daemon.socket()).unwrap();
+    let entry = client.lookup(ROOT_ID, "file").unwrap();
+    assert_eq!(entry.attr.uid, 65534);
+    let fh = client.open(entry.nodeid, libc::O_RDWR as u32).unwrap();
+    assert_eq!(write(&mut client, entry.nodeid, fh, b"kube"), (0, 4));
+    drop(client);
+    let status = daemon.terminate();
+    assert!(status < Duration::from_secs(2));
+    assert_eq!(
+        std::fs::read(daemon.dir.join("share/file")).unwrap(),
+        b"kube bytes"
+    );
+}
