@@ -458,3 +458,45 @@ fn kubevirts_unprivileged_command_line_serves() {
         b"kube bytes"
     );
 }
+
+/// `--translate-uid map:0:4242:1` (and gid): the guest's root is the host's 4242. A file the
+/// host's 4242 owns is root's in the guest, and a directory the guest's root makes is 4242's
+/// on the host.
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs feature root-tests: root to give files to other users"
+)]
+fn translated_ids_go_both_ways() {
+    let daemon = Daemon::start(
+        "translate",
+        &[
+            "--translate-uid",
+            "map:0:4242:1",
+            "--translate-gid=map:0:4343:1",
+        ],
+    );
+    let file = daemon.dir.join("share/file");
+    std::os::unix::fs::chown(&file, Some(4242), Some(4343)).unwrap();
+    // The host's 4242 may make directories in the share (the guest's root is no root here).
+    std::os::unix::fs::chown(daemon.dir.join("share"), Some(4242), Some(4343)).unwrap();
+    let mut client = FsClient::connect(&daemon.socket()).unwrap();
+    let entry = client.lookup(ROOT_ID, "file").unwrap();
+    assert_eq!((entry.attr.uid, entry.attr.gid), (0, 0));
+    let args = fuse::MkdirIn {
+        mode: 0o755,
+        umask: 0,
+    };
+    let (out, body) = client
+        .call(Opcode::Mkdir, ROOT_ID, fuse::args(&args), &[b"made"], 4096)
+        .unwrap();
+    assert_eq!(out.error, 0);
+    let made: fuse::EntryOut =
+        vm_memory::ByteValued::from_slice(&body[..size_of::<fuse::EntryOut>()])
+            .copied()
+            .unwrap();
+    assert_eq!((made.attr.uid, made.attr.gid), (0, 0));
+    use std::os::unix::fs::MetadataExt;
+    let host = std::fs::metadata(daemon.dir.join("share/made")).unwrap();
+    assert_eq!((host.uid(), host.gid()), (4242, 4343));
+}

@@ -108,6 +108,11 @@ pub struct FsSpec {
     pub listen_fd: Option<i32>,
     /// virtiofsd's `--xattrmap` rules (`vbmq virtiofsd` only: its rules may hold commas).
     pub xattrmap: Option<String>,
+    /// User IDs translated between guest and host (`vbmq virtiofsd`'s `--translate-uid`,
+    /// `--uid-map`).
+    pub uid_map: Vec<crate::virtio_fs::IdRule>,
+    /// Group IDs translated between guest and host.
+    pub gid_map: Vec<crate::virtio_fs::IdRule>,
 }
 
 impl FsSpec {
@@ -121,6 +126,8 @@ impl FsSpec {
             allow_direct_io: self.direct_io,
             cache: self.cache,
             xattrmap: self.xattrmap.clone(),
+            uids: crate::virtio_fs::IdMap(self.uid_map.clone()),
+            gids: crate::virtio_fs::IdMap(self.gid_map.clone()),
         }
     }
 
@@ -145,6 +152,8 @@ impl FsSpec {
             direct_io: true,
             listen_fd: None,
             xattrmap: None,
+            uid_map: Vec::new(),
+            gid_map: Vec::new(),
         }
     }
 }

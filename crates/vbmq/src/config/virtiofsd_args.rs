@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use super::disk_spec::{check_cpus, cpus, queues, socket_group, wait_mode};
 use super::fs_spec::FsSpec;
-use crate::virtio_fs::{FsCache, TAG_LEN, check_xattrmap};
+use crate::virtio_fs::{FsCache, IdRule, TAG_LEN, check_xattrmap};
 
 /// What `vbmq virtiofsd` was asked to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,8 +82,10 @@ vbmq's own:
   --queues N                  request queues, each on its own thread (default 1)
   --mode event|poll|adaptive  how the queue threads wait (default adaptive)
   --cpus LIST                 pin the queue threads
-Refused (vbmq does not do it): --translate-uid, --translate-gid, --uid-map, --gid-map,
-  --inode-file-handles=mandatory, and every other option.
+  --translate-uid, --translate-gid map:GUEST:HOST:N | guest:GUEST:HOST:N | host:HOST:GUEST:N
+                              translate IDs (squash-* and forbid-guest are refused)
+  --uid-map, --gid-map :GUEST:HOST:N:   the same as map: (virtiofsd: a user namespace's map)
+Refused (vbmq does not do it): --inode-file-handles=mandatory, and every other option.
 ";
 
 /// Reads virtiofsd's arguments (after the program name). An error is one line.
@@ -127,6 +129,8 @@ struct State {
     cpus: Vec<usize>,
     notes: Vec<String>,
     xattrmap: Option<String>,
+    uids: Vec<IdRule>,
+    gids: Vec<IdRule>,
 }
 
 struct Parser<'a> {
@@ -298,14 +302,23 @@ impl Parser<'_> {
                 s.xattrmap = Some(value.to_string());
             }
             "--translate-uid" | "--translate-gid" => {
-                return Err(format!(
-                    "{name}: vbmq does not translate IDs; the guest's IDs are the host's"
-                ));
+                let rule = IdRule::parse_translate(value).map_err(|e| bad(&e))?;
+                if name == "--translate-uid" {
+                    s.uids.push(rule)
+                } else {
+                    s.gids.push(rule)
+                }
             }
+            // virtiofsd's user namespace maps: vbmq enters no namespace and translates the
+            // IDs itself, as the namespace would (an ID outside every range passes unchanged
+            // here, where a namespace shows it as 65534).
             "--uid-map" | "--gid-map" => {
-                return Err(format!(
-                    "{name}: vbmq enters no user namespace; start it inside one instead"
-                ));
+                let rule = IdRule::parse_namespace(value).map_err(|e| bad(&e))?;
+                if name == "--uid-map" {
+                    s.uids.push(rule)
+                } else {
+                    s.gids.push(rule)
+                }
             }
             "--queues" => s.queues = Some(queues(name, value).map_err(|e| bad(&e.reason))?),
             "--mode" => s.mode = Some(wait_mode(name, value).map_err(|e| bad(&e.reason))?),
@@ -395,6 +408,11 @@ impl State {
         spec.cache = self.cache;
         spec.xattr = self.xattr || self.posix_acl || self.xattrmap.is_some();
         spec.xattrmap = self.xattrmap;
+        if self.posix_acl && !(self.uids.is_empty() && self.gids.is_empty()) {
+            return Err("--posix-acl: not with translated IDs (the ACLs' IDs would not be)".into());
+        }
+        spec.uid_map = self.uids;
+        spec.gid_map = self.gids;
         spec.posix_acl = self.posix_acl;
         spec.readonly = self.readonly;
         spec.announce_submounts = !self.no_announce_submounts;

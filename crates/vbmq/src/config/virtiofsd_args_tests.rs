@@ -39,10 +39,13 @@ fn libvirt_separate_options() {
     let a = serve("--fd=31 --shared-dir=/srv/share --cache=never");
     assert_eq!(a.spec.cache, FsCache::Never);
     assert!(!a.spec.xattr, "virtiofsd's default: no xattrs");
-    // <idmap>: virtiofsd's user namespace, which vbmq does not enter.
-    let e =
-        refused("--fd=31 --shared-dir /d --uid-map=:0:100000:65536: --gid-map=:0:100000:65536:");
-    assert!(e.starts_with("--uid-map"), "{e}");
+    // <idmap>: virtiofsd's user namespace maps, translated by vbmq itself.
+    let a = serve("--fd=31 --shared-dir /d --uid-map=:0:100000:65536: --gid-map=:0:100000:65536:");
+    let rule = crate::virtio_fs::IdRule::parse_translate("map:0:100000:65536").unwrap();
+    assert_eq!(
+        (a.spec.uid_map.clone(), a.spec.gid_map.clone()),
+        (vec![rule], vec![rule])
+    );
 }
 
 #[test]
@@ -163,6 +166,12 @@ fn the_rest_of_virtiofsd_and_vbmqs_own() {
         VirtiofsdCommand::PrintCapabilities
     );
     assert_eq!(parse("--help").unwrap(), VirtiofsdCommand::Help);
+    let a = serve(
+        "--socket-path /s --shared-dir /d --translate-uid map:0:1000:1 --translate-gid guest:0:1000:1",
+    );
+    assert_eq!((a.spec.uid_map.len(), a.spec.gid_map.len()), (1, 1));
+    let e = refused("--socket-path /s --shared-dir /d --translate-uid map:0:1000:1 --posix-acl");
+    assert!(e.starts_with("--posix-acl"), "{e}");
     let a = serve("--socket-path /s --shared-dir /d --xattrmap=:prefix:all:trusted.:user.vm.:");
     assert_eq!(
         a.spec.xattrmap.as_deref(),
@@ -192,7 +201,7 @@ fn what_vbmq_does_not_do_is_refused_with_one_line() {
             "--xattrmap",
         ),
         (
-            "--socket-path /s --shared-dir /d --translate-uid map:0:1000:1",
+            "--socket-path /s --shared-dir /d --translate-uid squash-guest:0:1000:1",
             "--translate-uid",
         ),
         (

@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use fuse_backend_rs::passthrough::xattrmap::XattrMap;
+
+use super::IdMap;
 use fuse_backend_rs::passthrough::{CachePolicy, Config};
 
 /// How much the guest may cache, as virtiofsd's `--cache`.
@@ -51,6 +53,10 @@ pub struct ShareFeatures {
     pub cache: FsCache,
     /// virtiofsd's `--xattrmap` rules (implies `xattr`), checked by [`check_xattrmap`].
     pub xattrmap: Option<String>,
+    /// User IDs translated between guest and host.
+    pub uids: IdMap,
+    /// Group IDs translated between guest and host.
+    pub gids: IdMap,
 }
 
 /// Whether `rules` are an xattr map fuse-backend-rs (virtiofsd's syntax) takes; the error
@@ -72,6 +78,8 @@ impl Default for ShareFeatures {
             allow_direct_io: true,
             cache: FsCache::Auto,
             xattrmap: None,
+            uids: IdMap::default(),
+            gids: IdMap::default(),
         }
     }
 }

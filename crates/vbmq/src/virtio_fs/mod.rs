@@ -4,6 +4,8 @@
 
 mod config_space;
 mod features;
+mod id_map;
+mod id_map_fs;
 mod readonly;
 mod request_copy;
 mod share;
@@ -11,5 +13,6 @@ pub mod thread_umask;
 
 pub use config_space::{TAG_LEN, config_space};
 pub use features::{FsCache, ShareFeatures, check_xattrmap};
+pub use id_map::{IdMap, IdRule};
 pub use request_copy::RequestCopy;
 pub use share::{FsDevice, ShareError};

@@ -14,6 +14,7 @@ use virtio_queue::DescriptorChain;
 use vm_memory::ByteValued;
 
 use super::ShareFeatures;
+use super::id_map_fs::IdMapFs;
 use super::readonly::ReadOnlyFs;
 use super::request_copy::{NotCopied, RequestCopy, Slice};
 use crate::guest::GuestMemory;
@@ -41,9 +42,10 @@ pub struct FsDevice {
 }
 
 /// The server over the share: a read-only share's file system refuses every change itself.
+/// Both translate IDs as the share says (nothing, unless told).
 enum Served {
-    Writable(Server<Arc<PassthroughFs>>),
-    ReadOnly(Server<ReadOnlyFs<Arc<PassthroughFs>>>),
+    Writable(Server<IdMapFs<Arc<PassthroughFs>>>),
+    ReadOnly(Server<IdMapFs<ReadOnlyFs<Arc<PassthroughFs>>>>),
 }
 
 impl FsDevice {
@@ -87,10 +89,13 @@ impl FsDevice {
         features.apply(&mut config).map_err(ShareError::XattrMap)?;
         let fs = Arc::new(PassthroughFs::<()>::new(config).map_err(error)?);
         fs.import().map_err(error)?;
+        let (uids, gids) = (features.uids.clone(), features.gids.clone());
         let server = if features.readonly {
-            Served::ReadOnly(Server::new(ReadOnlyFs(fs.clone())))
+            let fs = ReadOnlyFs(fs.clone());
+            Served::ReadOnly(Server::new(IdMapFs { fs, uids, gids }))
         } else {
-            Served::Writable(Server::new(fs.clone()))
+            let fs = fs.clone();
+            Served::Writable(Server::new(IdMapFs { fs, uids, gids }))
         };
         Ok(FsDevice {
             tag: tag.to_string(),
