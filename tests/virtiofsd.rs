@@ -500,3 +500,38 @@ fn translated_ids_go_both_ways() {
     let host = std::fs::metadata(daemon.dir.join("share/made")).unwrap();
     assert_eq!((host.uid(), host.gid()), (4242, 4343));
 }
+
+/// The flags of vbmq's INIT answer to a client offering POSIX ACLs and submounts.
+fn init_flags(args: &[&str]) -> u32 {
+    let daemon = Daemon::start("init", args);
+    let mut client = FsClient::connect_without_init(&daemon.socket()).unwrap();
+    let init = fuse::InitIn {
+        major: fuse::KERNEL_VERSION,
+        minor: fuse::KERNEL_MINOR_VERSION,
+        max_readahead: 1 << 20,
+        flags: POSIX_ACL | SUBMOUNTS,
+    };
+    let (out, body) = client
+        .call(Opcode::Init, 0, fuse::args(&init), &[], 4096)
+        .unwrap();
+    assert_eq!(out.error, 0);
+    let init_out: fuse::InitOut =
+        vm_memory::ByteValued::from_slice(&body[..size_of::<fuse::InitOut>()])
+            .copied()
+            .unwrap();
+    init_out.flags
+}
+
+/// FUSE_POSIX_ACL and FUSE_SUBMOUNTS (include/uapi/linux/fuse.h).
+const POSIX_ACL: u32 = 1 << 20;
+const SUBMOUNTS: u32 = 1 << 27;
+
+/// `--posix-acl` makes INIT agree to POSIX ACLs (the guest kernel then enforces them and asks
+/// for `system.posix_acl_*`), `--announce-submounts` (the default) to submounts.
+#[test]
+fn init_agrees_to_posix_acls_and_submounts_as_told() {
+    let flags = init_flags(&[]);
+    assert_eq!((flags & POSIX_ACL, flags & SUBMOUNTS), (0, SUBMOUNTS));
+    let flags = init_flags(&["--posix-acl", "--no-announce-submounts"]);
+    assert_eq!((flags & POSIX_ACL, flags & SUBMOUNTS), (POSIX_ACL, 0));
+}
