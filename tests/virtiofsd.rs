@@ -535,3 +535,58 @@ fn init_agrees_to_posix_acls_and_submounts_as_told() {
     let flags = init_flags(&["--posix-acl", "--no-announce-submounts"]);
     assert_eq!((flags & POSIX_ACL, flags & SUBMOUNTS), (POSIX_ACL, 0));
 }
+
+/// Every stack's command line of issue 26's table, run as the stack runs it (an inherited
+/// listening socket where the stack passes `--fd`), serves the share.
+#[test]
+fn every_stacks_command_line_starts_a_working_share() {
+    let lines = [
+        // libvirt, separate options and legacy.
+        "--fd={fd} --shared-dir {dir} --cache always --sandbox chroot --xattr \
+         --thread-pool-size=4 --rlimit-nofile=4096 --log-level debug",
+        "--fd={fd} -o source={dir},cache=always,sandbox=chroot,xattr,flock,posix_lock -d",
+        "--fd={fd} --shared-dir {dir} --uid-map=:0:0:65536: --gid-map=:0:0:65536:",
+        // Kata Containers and its runtime-rs.
+        "--syslog --cache=auto --shared-dir={dir} --fd={fd} --thread-pool-size=1 \
+         --announce-submounts --inode-file-handles=prefer",
+        "--syslog --cache=always --shared-dir={dir} --fd={fd} -o announce_submounts",
+        "--socket-path {sock} --shared-dir {dir} --cache never --sandbox none --seccomp none",
+        // KubeVirt.
+        "--socket-path={sock} --shared-dir={dir} --sandbox=none --cache=auto",
+        // Proxmox VE.
+        "--fd={fd} --shared-dir={dir} --xattr --posix-acl --announce-submounts \
+         --allow-direct-io --cache=always --syslog",
+    ];
+    for (i, line) in lines.iter().enumerate() {
+        let dir = test_dir(&format!("stack{i}"));
+        let socket = dir.join("fs.sock");
+        let listener = line.contains("{fd}").then(|| {
+            let listener = UnixListener::bind(&socket).unwrap();
+            // SAFETY: clears close-on-exec on our own descriptor, for the child to inherit.
+            assert_eq!(
+                unsafe { libc::fcntl(listener.as_raw_fd(), libc::F_SETFD, 0) },
+                0
+            );
+            listener
+        });
+        let text = line
+            .replace("{dir}", &dir.join("share").display().to_string())
+            .replace("{sock}", &socket.display().to_string())
+            .replace(
+                "{fd}",
+                &listener.as_ref().map_or(-1, |l| l.as_raw_fd()).to_string(),
+            );
+        let mut command = Command::new(env!("CARGO_BIN_EXE_vbmq"));
+        command.args(text.split_whitespace());
+        let mut daemon = Daemon::spawn(dir, command);
+        drop(listener);
+        let mut client = FsClient::connect(&socket).unwrap();
+        assert_eq!(
+            client.lookup(ROOT_ID, "file").unwrap().attr.size,
+            10,
+            "{line}"
+        );
+        drop(client);
+        assert!(daemon.terminate() < Duration::from_secs(2), "{line}");
+    }
+}
