@@ -563,10 +563,8 @@ fn every_stacks_command_line_starts_a_working_share() {
         let listener = line.contains("{fd}").then(|| {
             let listener = UnixListener::bind(&socket).unwrap();
             // SAFETY: clears close-on-exec on our own descriptor, for the child to inherit.
-            assert_eq!(
-                unsafe { libc::fcntl(listener.as_raw_fd(), libc::F_SETFD, 0) },
-                0
-            );
+            let cleared = unsafe { libc::fcntl(listener.as_raw_fd(), libc::F_SETFD, 0) };
+            assert_eq!(cleared, 0);
             listener
         });
         let text = line
