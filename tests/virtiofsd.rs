@@ -588,3 +588,37 @@ fn every_stacks_command_line_starts_a_working_share() {
         assert!(daemon.terminate() < Duration::from_secs(2), "{line}");
     }
 }
+
+/// The protocol features vbmq offers on `socket`, and its configuration space when CONFIG is
+/// among them.
+fn offered_config(socket: &Path) -> Option<Vec<u8>> {
+    use vhost::VhostBackend;
+    use vhost::vhost_user::message::VhostUserConfigFlags;
+    use vhost::vhost_user::{Frontend, VhostUserFrontend, VhostUserProtocolFeatures};
+    let mut frontend = Frontend::connect(socket, 2).unwrap();
+    frontend.set_owner().unwrap();
+    frontend.get_features().unwrap();
+    let protocol = frontend.get_protocol_features().unwrap();
+    if !protocol.contains(VhostUserProtocolFeatures::CONFIG) {
+        return None;
+    }
+    frontend.set_protocol_features(protocol).unwrap();
+    let buf = vec![0u8; 40];
+    let (_, config) = frontend
+        .get_config(0, 40, VhostUserConfigFlags::empty(), &buf)
+        .unwrap();
+    Some(config)
+}
+
+/// `--tag` offers the configuration space (the tag and the number of request queues) through
+/// vhost-user's CONFIG, as virtiofsd does; without it nothing is offered (QEMU keeps its own).
+#[test]
+fn tag_offers_the_configuration_space() {
+    let daemon = Daemon::start("tag", &["--tag", "myfs"]);
+    let config = offered_config(&daemon.socket()).expect("CONFIG offered with --tag");
+    assert_eq!(&config[..5], b"myfs\0");
+    assert_eq!(u32::from_le_bytes(config[36..40].try_into().unwrap()), 1);
+    drop(daemon);
+    let daemon = Daemon::start("notag", &[]);
+    assert_eq!(offered_config(&daemon.socket()), None);
+}

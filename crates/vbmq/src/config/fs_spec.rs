@@ -113,6 +113,8 @@ pub struct FsSpec {
     pub uid_map: Vec<crate::virtio_fs::IdRule>,
     /// Group IDs translated between guest and host.
     pub gid_map: Vec<crate::virtio_fs::IdRule>,
+    /// Offer the tag through vhost-user's CONFIG (`vbmq virtiofsd --tag`).
+    pub offer_config: bool,
 }
 
 impl FsSpec {
@@ -128,6 +130,7 @@ impl FsSpec {
             xattrmap: self.xattrmap.clone(),
             uids: crate::virtio_fs::IdMap(self.uid_map.clone()),
             gids: crate::virtio_fs::IdMap(self.gid_map.clone()),
+            offer_config: self.offer_config,
         }
     }
 
@@ -154,6 +157,7 @@ impl FsSpec {
             xattrmap: None,
             uid_map: Vec::new(),
             gid_map: Vec::new(),
+            offer_config: false,
         }
     }
 }

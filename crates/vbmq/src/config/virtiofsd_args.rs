@@ -54,7 +54,7 @@ virtiofsd's options, with virtiofsd's meaning:
   --socket-path PATH          the vhost-user socket to listen on (--socket: the same)
   --fd N                      an inherited socket, already listening (libvirt's)
   --socket-group GROUP        the socket's group (mode 0660)
-  --tag TAG                   accepted; the frontend (QEMU) names the share
+  --tag TAG                   the tag, offered through vhost-user's CONFIG (QEMU keeps its own)
   --cache never|metadata|auto|always    what the guest may cache (default auto)
   --xattr                     serve extended attributes (default off)
   --posix-acl[=never|auto|always]       POSIX ACLs enforced by the guest (implies --xattr)
@@ -399,7 +399,9 @@ impl State {
                 PathBuf::from(format!("descriptor {fd}"))
             }
         };
+        let offer_config = self.tag.is_some();
         let mut spec = FsSpec::new(socket, dir, self.tag.unwrap_or_default());
+        spec.offer_config = offer_config;
         spec.listen_fd = self.fd;
         if let Some(group) = self.group {
             spec.socket_group = Some(group);

@@ -147,6 +147,7 @@ fn the_rest_of_virtiofsd_and_vbmqs_own() {
          --no-announce-submounts -f --seccomp=kill --queues 2 --mode poll --cpus 0,1",
     );
     assert_eq!(a.spec.tag, "myfs");
+    assert!(a.spec.offer_config, "--tag offers CONFIG, as in virtiofsd");
     assert!(a.spec.readonly && !a.spec.announce_submounts);
     assert_eq!((a.spec.socket_group, a.spec.socket_mode), (Some(0), 0o660));
     assert_eq!((a.spec.queues, a.spec.mode), (2, WaitMode::Poll));

@@ -57,6 +57,9 @@ pub struct ShareFeatures {
     pub uids: IdMap,
     /// Group IDs translated between guest and host.
     pub gids: IdMap,
+    /// Offer the frontend the configuration space (the tag) through vhost-user's CONFIG, as
+    /// virtiofsd does when given `--tag` (QEMU keeps its own and does not ask).
+    pub offer_config: bool,
 }
 
 /// Whether `rules` are an xattr map fuse-backend-rs (virtiofsd's syntax) takes; the error
@@ -80,6 +83,7 @@ impl Default for ShareFeatures {
             xattrmap: None,
             uids: IdMap::default(),
             gids: IdMap::default(),
+            offer_config: false,
         }
     }
 }

@@ -33,6 +33,8 @@ pub enum ShareError {
 /// A directory shared with guests, and how.
 pub struct FsDevice {
     tag: String,
+    /// The configuration space is offered through vhost-user's CONFIG.
+    offer_config: bool,
     request_queues: u32,
     fs: Arc<PassthroughFs>,
     server: Served,
@@ -99,11 +101,17 @@ impl FsDevice {
         };
         Ok(FsDevice {
             tag: tag.to_string(),
+            offer_config: features.offer_config,
             request_queues,
             fs,
             server,
             started: AtomicBool::new(false),
         })
+    }
+
+    /// Whether the frontend is offered the configuration space (vhost-user's CONFIG).
+    pub fn offers_config(&self) -> bool {
+        self.offer_config
     }
 
     /// The configuration space the guest reads.
