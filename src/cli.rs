@@ -27,6 +27,23 @@ pub fn command() -> Command {
         .subcommand(serve())
         .subcommand(bench())
         .subcommand(ctl())
+        .subcommand(virtiofsd())
+}
+
+/// Listed for `vbmq --help` only: `main` reads `vbmq virtiofsd ...` itself, before clap.
+fn virtiofsd() -> Command {
+    Command::new("virtiofsd")
+        .about(
+            "Serve one share with virtiofsd's command line (also when started as `virtiofsd`), \
+             for libvirt, Kata, KubeVirt, Proxmox: vbmq virtiofsd --help lists the options",
+        )
+        .disable_help_flag(true)
+        .arg(
+            Arg::new("options")
+                .num_args(0..)
+                .trailing_var_arg(true)
+                .allow_hyphen_values(true),
+        )
 }
 
 fn ctl() -> Command {
@@ -247,6 +264,7 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                     .get_one::<PathBuf>("control")
                     .map(|p| crate::control::socket_dir(p)),
                 config: m.get_one::<PathBuf>("config").cloned(),
+                ready_line: None,
             },
             m.get_one::<PathBuf>("control").cloned(),
             m.get_one::<std::net::SocketAddr>("metrics").copied(),

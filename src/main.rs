@@ -1,4 +1,5 @@
-//! `vbmq`: serve disks to VMs (`serve`) or measure how fast it does (`bench`).
+//! `vbmq`: serve disks to VMs (`serve`), serve one share as virtiofsd would (`virtiofsd`), or
+//! measure how fast it does (`bench`).
 
 mod cli;
 mod config_file;
@@ -7,11 +8,16 @@ mod ctl;
 mod ctl_fs;
 mod fd_wait;
 mod metrics;
+mod syslog;
+mod virtiofsd;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use tracing_subscriber::EnvFilter;
 
 fn main() {
+    if let Some(args) = virtiofsd::arguments() {
+        std::process::exit(virtiofsd::run(&args));
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the guest end-to-end tests (tests/guest_*.rs) need: QEMU 10 from bookworm-backports, the
-# guest userland (busybox, fio, e2fsprogs, util-linux, cpio, kmod) and a Debian guest kernel
+# guest userland (busybox, fio, e2fsprogs, util-linux, cpio, kmod), libvirt, and a Debian guest kernel
 # unpacked into a cache directory that later runs reuse.
 #
 #   VBMQ_GUEST_CACHE  where the kernel is unpacked (default ~/.cache/vbmq-guest)
@@ -34,6 +34,15 @@ else
         qemu_ok || die "QEMU 10 did not install: qemu-system-x86_64 says '$(qemu_version)'"
         say "qemu-system-x86_64: $(qemu_version)"
     fi
+fi
+
+# libvirt, for the test in which libvirt launches vbmq as a VM's virtio-fs backend
+# (tests/guest_libvirt.rs starts its own libvirtd; no libvirt-daemon-system, no service).
+mapfile -t missing < <(missing_packages libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients)
+if ((${#missing[@]})); then
+    apt_install "${missing[@]}"
+else
+    say "libvirt-daemon, libvirt-daemon-driver-qemu, libvirt-clients: installed"
 fi
 
 # The guest kernel: linux-image-amd64 is a metapackage; the image is its dependency.

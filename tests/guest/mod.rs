@@ -18,9 +18,10 @@ mod qemu;
 mod qmp;
 mod scripts;
 
+#[allow(unused_imports)] // guest_libvirt: libvirt starts vbmq, the test does not.
 pub use daemon::Vbmq;
 #[allow(unused_imports)] // GuestRun: only tests that inspect a failed run name it.
-pub use qemu::{GuestRun, RunningVm, Vm, print_log, result_of};
+pub use qemu::{GuestRun, RunningVm, Vm, kernel, print_log, result_of};
 #[allow(unused_imports)] // Only the migration test drives QEMU through QMP.
 pub use qmp::Qmp;
 pub use scripts::script;

@@ -411,7 +411,7 @@ fn guest_cache() -> PathBuf {
 }
 
 /// The guest kernel unpacked by scripts/deps/guest.sh.
-fn kernel() -> &'static Path {
+pub fn kernel() -> &'static Path {
     static KERNEL: OnceLock<PathBuf> = OnceLock::new();
     KERNEL.get_or_init(|| {
         let boot = guest_cache().join("kernel/boot");

@@ -33,6 +33,9 @@ pub struct ServeOptions {
     /// The configuration file, read again on SIGHUP or `vbmq ctl reload`: its directory stays
     /// readable.
     pub config: Option<PathBuf>,
+    /// A line written to stderr once every socket listens and the process is confined (the
+    /// line virtiofsd prints, which Kata waits for).
+    pub ready_line: Option<String>,
 }
 
 /// Starts the control server once the process is confined (its socket bound before).
@@ -76,7 +79,14 @@ fn confine_options(
         sockets: specs
             .iter()
             .map(|spec| spec.socket.clone())
-            .chain(options.shares.iter().map(|share| share.socket.clone()))
+            .chain(
+                options
+                    .shares
+                    .iter()
+                    // An inherited socket (`--fd`) has no file of vbmq's to remove.
+                    .filter(|share| share.listen_fd.is_none())
+                    .map(|share| share.socket.clone()),
+            )
             .collect(),
         run_time_socket_dirs: options.control_dir.iter().cloned().collect(),
         read_dirs: options
@@ -174,6 +184,9 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
     if let Err(e) = confine(&confine_options(specs, ceph_files, options)) {
         eprintln!("vbmq: cannot confine the process: {e}");
         return 1;
+    }
+    if let Some(line) = &options.ready_line {
+        eprintln!("{line}");
     }
     host.set_policy(RunTimePolicy {
         confined: true,

@@ -20,7 +20,7 @@ pub(crate) struct RunningShare {
     pub stats: Vec<Arc<QueueStats>>,
     current: Arc<Mutex<Option<Arc<VhostUserFs>>>>,
     stopper: Stopper,
-    files: [PathBuf; 2],
+    files: Vec<PathBuf>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 

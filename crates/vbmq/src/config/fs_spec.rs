@@ -8,7 +8,7 @@ use super::disk_spec::{
     check_cpus, cpus, on_off, poll_us, queue_size, queues, socket_group, socket_mode, wait_mode,
 };
 use super::spec_error::{SpecError, bad};
-use crate::virtio_fs::TAG_LEN;
+use crate::virtio_fs::{FsCache, TAG_LEN};
 use crate::worker::WaitMode;
 
 /// The keys `FsSpec::parse` accepts, with their meaning (for `--help`).
@@ -48,6 +48,23 @@ pub const FS_KEYS: &[(&str, &str)] = &[
         "the socket's permission bits (default 0600)",
     ),
     ("socket-group=NAME|GID", "the socket's group"),
+    (
+        "cache=never|metadata|auto|always",
+        "what the guest may cache, as virtiofsd's --cache (default auto)",
+    ),
+    ("xattr=on|off", "serve extended attributes (default on)"),
+    (
+        "posix-acl=on|off",
+        "let the guest enforce POSIX ACLs; implies xattr=on (default off)",
+    ),
+    (
+        "announce-submounts=on|off",
+        "tell the guest which directories are host mount points (default off)",
+    ),
+    (
+        "direct-io=on|off",
+        "honour O_DIRECT in the guest's opens (default on)",
+    ),
 ];
 
 /// A parsed `--fs` argument.
@@ -76,6 +93,73 @@ pub struct FsSpec {
     pub socket_mode: u32,
     /// Socket group.
     pub socket_group: Option<u32>,
+    /// What the guest may cache.
+    pub cache: FsCache,
+    /// Serve extended attributes.
+    pub xattr: bool,
+    /// Let the guest kernel enforce POSIX ACLs.
+    pub posix_acl: bool,
+    /// Tell the guest which directories are host mount points.
+    pub announce_submounts: bool,
+    /// Honour `O_DIRECT`.
+    pub direct_io: bool,
+    /// A listening socket inherited from the process that started vbmq (virtiofsd's `--fd`),
+    /// served in place of binding `socket` (which then only names it in the log).
+    pub listen_fd: Option<i32>,
+    /// virtiofsd's `--xattrmap` rules (`vbmq virtiofsd` only: its rules may hold commas).
+    pub xattrmap: Option<String>,
+    /// User IDs translated between guest and host (`vbmq virtiofsd`'s `--translate-uid`,
+    /// `--uid-map`).
+    pub uid_map: Vec<crate::virtio_fs::IdRule>,
+    /// Group IDs translated between guest and host.
+    pub gid_map: Vec<crate::virtio_fs::IdRule>,
+    /// Offer the tag through vhost-user's CONFIG (`vbmq virtiofsd --tag`).
+    pub offer_config: bool,
+}
+
+impl FsSpec {
+    /// The share's features, as [`crate::virtio_fs::FsDevice::open_with`] takes them.
+    pub fn features(&self) -> crate::virtio_fs::ShareFeatures {
+        crate::virtio_fs::ShareFeatures {
+            readonly: self.readonly,
+            xattr: self.xattr,
+            posix_acl: self.posix_acl,
+            announce_submounts: self.announce_submounts,
+            allow_direct_io: self.direct_io,
+            cache: self.cache,
+            xattrmap: self.xattrmap.clone(),
+            uids: crate::virtio_fs::IdMap(self.uid_map.clone()),
+            gids: crate::virtio_fs::IdMap(self.gid_map.clone()),
+            offer_config: self.offer_config,
+        }
+    }
+
+    /// A share of `dir` on `socket`, tagged `tag`, with every other key at its default.
+    pub fn new(socket: PathBuf, dir: PathBuf, tag: String) -> Self {
+        FsSpec {
+            socket,
+            dir,
+            tag,
+            queues: 1,
+            queue_size: 1024,
+            mode: WaitMode::Adaptive,
+            poll_us: 64,
+            cpus: Vec::new(),
+            readonly: false,
+            socket_mode: 0o600,
+            socket_group: None,
+            cache: FsCache::Auto,
+            xattr: true,
+            posix_acl: false,
+            announce_submounts: false,
+            direct_io: true,
+            listen_fd: None,
+            xattrmap: None,
+            uid_map: Vec::new(),
+            gid_map: Vec::new(),
+            offer_config: false,
+        }
+    }
 }
 
 /// An `--fs` argument that cannot be served; the message names the key.
@@ -101,19 +185,7 @@ impl FsSpec {
     /// ```
     pub fn parse(text: &str, online_cpus: &[usize]) -> Result<Self, FsSpecError> {
         let (mut socket, mut dir, mut tag) = (None, None, None);
-        let mut spec = FsSpec {
-            socket: PathBuf::new(),
-            dir: PathBuf::new(),
-            tag: String::new(),
-            queues: 1,
-            queue_size: 1024,
-            mode: WaitMode::Adaptive,
-            poll_us: 64,
-            cpus: Vec::new(),
-            readonly: false,
-            socket_mode: 0o600,
-            socket_group: None,
-        };
+        let mut spec = FsSpec::new(PathBuf::new(), PathBuf::new(), String::new());
         for (key, value) in DiskSpec::pairs(text)? {
             let value = value.as_str();
             match key {
@@ -133,6 +205,14 @@ impl FsSpec {
                 "readonly" => spec.readonly = on_off(key, value)?,
                 "socket-mode" => spec.socket_mode = socket_mode(key, value)?,
                 "socket-group" => spec.socket_group = Some(socket_group(key, value)?),
+                "cache" => {
+                    spec.cache = FsCache::parse(value)
+                        .ok_or_else(|| bad(key, "never, metadata, auto or always"))?;
+                }
+                "xattr" => spec.xattr = on_off(key, value)?,
+                "posix-acl" => spec.posix_acl = on_off(key, value)?,
+                "announce-submounts" => spec.announce_submounts = on_off(key, value)?,
+                "direct-io" => spec.direct_io = on_off(key, value)?,
                 _ => return Err(bad(key, "unknown key (vbmq serve --help lists them)").into()),
             }
         }
@@ -140,6 +220,9 @@ impl FsSpec {
         spec.dir = dir.ok_or_else(|| bad("dir", "required"))?;
         spec.tag = tag.ok_or_else(|| bad("tag", "required"))?;
         check_cpus(&spec.cpus, spec.queues, spec.mode)?;
+        if spec.posix_acl && !spec.xattr {
+            return Err(bad("posix-acl", "needs xattr=on").into());
+        }
         Ok(spec)
     }
 }
@@ -160,6 +243,14 @@ mod tests {
         assert_eq!(spec.cpus, vec![0, 1]);
         assert!(spec.readonly);
         assert_eq!(spec.socket_mode, 0o660);
+        assert_eq!(spec.cache, FsCache::Auto);
+        let spec = FsSpec::parse(
+            "socket=/s,dir=/d,tag=t,cache=never,xattr=off,announce-submounts=on,direct-io=off",
+            &[0],
+        )
+        .unwrap();
+        assert_eq!(spec.cache, FsCache::Never);
+        assert!(!spec.xattr && spec.announce_submounts && !spec.direct_io);
     }
 
     #[test]
@@ -176,5 +267,10 @@ mod tests {
         assert_eq!(key("socket=/s,dir=/d,tag=t,path=/x"), "path");
         assert_eq!(key("socket=/s,dir=/d,tag=t,mode=poll"), "cpus");
         assert_eq!(key("socket=/s,dir=/d,tag=t,queues=2,cpus=0"), "cpus");
+        assert_eq!(key("socket=/s,dir=/d,tag=t,cache=sometimes"), "cache");
+        assert_eq!(
+            key("socket=/s,dir=/d,tag=t,xattr=off,posix-acl=on"),
+            "posix-acl"
+        );
     }
 }

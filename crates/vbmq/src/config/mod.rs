@@ -8,6 +8,7 @@ mod limit_keys;
 mod size;
 mod sockets;
 mod spec_error;
+mod virtiofsd_args;
 
 pub use cpu_list::parse_cpu_list;
 pub use disk_keys::{DISK_KEYS, DiskKey, disk_key, disk_keys_help};
@@ -17,3 +18,6 @@ pub use limit_keys::{LIMIT_KEYS, parse_limits};
 pub use size::parse_size;
 pub use sockets::{check_disks, check_sockets};
 pub use spec_error::SpecError;
+pub use virtiofsd_args::{
+    VIRTIOFSD_CAPABILITIES, VIRTIOFSD_HELP, VirtiofsdArgs, VirtiofsdCommand, parse_virtiofsd_args,
+};

@@ -1,6 +1,7 @@
 //! A share from its spec: the virtio-fs device over its directory, and its bound socket.
 
 use std::fs::File;
+use std::os::fd::{FromRawFd, RawFd};
 use std::os::unix::net::UnixListener;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,11 +33,21 @@ fn queue_settings(spec: &FsSpec) -> Vec<QueueSettings> {
         .collect()
 }
 
-/// Opens a share's directory and binds its socket (before confinement).
+/// Opens a share's directory and binds its socket, or takes the listening socket it was given
+/// (before confinement).
 pub(crate) fn build_share(spec: &FsSpec) -> Result<ShareServer, FsSpecError> {
     let queues = u32::try_from(spec.queues).unwrap_or(u32::MAX);
-    let device = FsDevice::open(&spec.dir, &spec.tag, queues, spec.readonly)
+    let device = FsDevice::open_with(&spec.dir, &spec.tag, queues, &spec.features())
         .map_err(|e| bad("dir", e.to_string()))?;
+    if let Some(fd) = spec.listen_fd {
+        let listener = inherited_listener(fd).map_err(|e| bad("fd", format!("{fd}: {e}")))?;
+        return Ok(ShareServer::inherited(
+            &spec.socket,
+            listener,
+            Arc::new(device),
+            queue_settings(spec),
+        ));
+    }
     let (mode, group) = (spec.socket_mode, spec.socket_group);
     ShareServer::bind(
         &spec.socket,
@@ -65,8 +76,9 @@ pub(crate) fn build_passed_share(
     passed: PassedShare,
 ) -> Result<ShareServer, FsSpecError> {
     let queues = u32::try_from(spec.queues).unwrap_or(u32::MAX);
-    let device = FsDevice::from_descriptor(passed.dir, &spec.dir, &spec.tag, queues, spec.readonly)
-        .map_err(|e| bad("dir", e.to_string()))?;
+    let device =
+        FsDevice::from_descriptor(passed.dir, &spec.dir, &spec.tag, queues, &spec.features())
+            .map_err(|e| bad("dir", e.to_string()))?;
     Ok(ShareServer::from_listener(
         &spec.socket,
         passed.listener,
@@ -74,4 +86,46 @@ pub(crate) fn build_passed_share(
         Arc::new(device),
         queue_settings(spec),
     ))
+}
+
+/// Takes descriptor `fd`, inherited from the process that started vbmq, if it is a listening
+/// Unix socket (libvirt binds and listens on it before it starts the backend); it is closed on
+/// exec from now on.
+fn inherited_listener(fd: RawFd) -> std::io::Result<UnixListener> {
+    let option = |name| {
+        let mut value: libc::c_int = 0;
+        let mut len = libc::socklen_t::try_from(size_of::<libc::c_int>()).unwrap_or(4);
+        // SAFETY: getsockopt writes at most `len` bytes into `value`; a bad descriptor fails.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                name,
+                (&raw mut value).cast(),
+                &raw mut len,
+            )
+        };
+        if rc == 0 {
+            Ok(value)
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    let not_listening = || std::io::Error::other("not a listening Unix socket");
+    let listening = |domain: std::io::Result<i32>, accepting: std::io::Result<i32>| {
+        Ok::<_, std::io::Error>(domain? == libc::AF_UNIX && accepting? == 1)
+    };
+    match listening(option(libc::SO_DOMAIN), option(libc::SO_ACCEPTCONN)) {
+        Ok(true) => {}
+        Ok(false) => return Err(not_listening()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTSOCK) => return Err(not_listening()),
+        Err(e) => return Err(e),
+    }
+    // SAFETY: F_SETFD on a descriptor just checked to be an open socket.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor is an open listening socket handed to this process, owned by the
+    // returned listener alone from now on (a spec names it once).
+    Ok(unsafe { UnixListener::from_raw_fd(fd) })
 }

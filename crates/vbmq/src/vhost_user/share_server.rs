@@ -22,9 +22,9 @@ use crate::worker::{QueueSettings, QueueStats};
 /// One shared directory on one socket.
 pub struct ShareServer {
     socket: PathBuf,
-    lock_path: PathBuf,
-    /// Held while serving: a second vbmq cannot take the socket.
-    _lock: File,
+    /// The lock file beside a socket vbmq bound itself (none on an inherited one), held while
+    /// serving: a second vbmq cannot take the socket.
+    lock: Option<(File, PathBuf)>,
     listener: Listener,
     device: Arc<FsDevice>,
     settings: Vec<QueueSettings>,
@@ -47,17 +47,43 @@ impl ShareServer {
         settings: Vec<QueueSettings>,
     ) -> Result<Self, SocketError> {
         let (listener, lock, lock_path) = listen(socket, mode, group)?;
-        Ok(ShareServer {
+        Ok(Self::serving(
+            socket,
+            Some((lock, lock_path)),
+            listener,
+            device,
+            settings,
+        ))
+    }
+
+    /// Serves `device` on `listener`, a listening socket bound by whoever started vbmq
+    /// (virtiofsd's `--fd`); `name` names it in the log. Nothing is removed at exit.
+    pub fn inherited(
+        name: &Path,
+        listener: std::os::unix::net::UnixListener,
+        device: Arc<FsDevice>,
+        settings: Vec<QueueSettings>,
+    ) -> Self {
+        Self::serving(name, None, Listener::from(listener), device, settings)
+    }
+
+    fn serving(
+        socket: &Path,
+        lock: Option<(File, PathBuf)>,
+        listener: Listener,
+        device: Arc<FsDevice>,
+        settings: Vec<QueueSettings>,
+    ) -> Self {
+        ShareServer {
             socket: socket.to_path_buf(),
-            lock_path,
-            _lock: lock,
+            lock,
             listener,
             device,
             stats: settings.iter().map(|_| Arc::default()).collect(),
             settings,
             current: Arc::new(Mutex::new(None)),
             stopped: Arc::new(AtomicBool::new(false)),
-        })
+        }
     }
 
     /// Serves `device` on `listener`, a socket another process bound at `socket` and passed
@@ -71,17 +97,13 @@ impl ShareServer {
     ) -> Self {
         let mut lock_name = socket.as_os_str().to_owned();
         lock_name.push(".lock");
-        ShareServer {
-            socket: socket.to_path_buf(),
-            lock_path: PathBuf::from(lock_name),
-            _lock: lock,
-            listener: Listener::from(listener),
+        Self::serving(
+            socket,
+            Some((lock, PathBuf::from(lock_name))),
+            Listener::from(listener),
             device,
-            stats: settings.iter().map(|_| Arc::default()).collect(),
             settings,
-            current: Arc::new(Mutex::new(None)),
-            stopped: Arc::new(AtomicBool::new(false)),
-        }
+        )
     }
 
     /// A way to stop this server from another thread.
@@ -109,9 +131,12 @@ impl ShareServer {
         self.current.clone()
     }
 
-    /// The socket file and its lock file, to remove at exit.
-    pub fn files(&self) -> [PathBuf; 2] {
-        [self.socket.clone(), self.lock_path.clone()]
+    /// The socket file and its lock file, to remove at exit (none for an inherited socket).
+    pub fn files(&self) -> Vec<PathBuf> {
+        match &self.lock {
+            Some((_, lock_path)) => vec![self.socket.clone(), lock_path.clone()],
+            None => Vec::new(),
+        }
     }
 
     /// Serves frontends one after another, until stopped.

@@ -134,10 +134,16 @@ impl VhostUserBackend for VhostUserFs {
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
-        // No CONFIG: QEMU's vhost-user-fs keeps the configuration space itself.
-        VhostUserProtocolFeatures::MQ
+        // No CONFIG unless asked (virtiofsd's `--tag`): QEMU's vhost-user-fs keeps the
+        // configuration space itself.
+        let features = VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::REPLY_ACK
-            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS;
+        if self.device.offers_config() {
+            features | VhostUserProtocolFeatures::CONFIG
+        } else {
+            features
+        }
     }
 
     fn acked_features(&self, features: u64) {

@@ -3,11 +3,16 @@
 //! directory. The queue threads call [`FsDevice::handle`] with each descriptor chain.
 
 mod config_space;
+mod features;
+mod id_map;
+mod id_map_fs;
 mod readonly;
 mod request_copy;
 mod share;
 pub mod thread_umask;
 
 pub use config_space::{TAG_LEN, config_space};
+pub use features::{FsCache, ShareFeatures, check_xattrmap};
+pub use id_map::{IdMap, IdRule};
 pub use request_copy::RequestCopy;
 pub use share::{FsDevice, ShareError};

@@ -8,11 +8,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use fuse_backend_rs::abi::fuse_abi::{InHeader, Opcode, OutHeader};
 use fuse_backend_rs::api::filesystem::FileSystem;
 use fuse_backend_rs::api::server::Server;
-use fuse_backend_rs::passthrough::{CachePolicy, Config, PassthroughFs};
+use fuse_backend_rs::passthrough::{Config, PassthroughFs};
 use fuse_backend_rs::transport::{Reader, VirtioFsWriter};
 use virtio_queue::DescriptorChain;
 use vm_memory::ByteValued;
 
+use super::ShareFeatures;
+use super::id_map_fs::IdMapFs;
 use super::readonly::ReadOnlyFs;
 use super::request_copy::{NotCopied, RequestCopy, Slice};
 use crate::guest::GuestMemory;
@@ -23,11 +25,16 @@ pub enum ShareError {
     /// `dir=` is not a directory vbmq can open.
     #[error("{0}: {1}")]
     Dir(PathBuf, std::io::Error),
+    /// The xattr map does not parse.
+    #[error("xattrmap: {0}")]
+    XattrMap(String),
 }
 
 /// A directory shared with guests, and how.
 pub struct FsDevice {
     tag: String,
+    /// The configuration space is offered through vhost-user's CONFIG.
+    offer_config: bool,
     request_queues: u32,
     fs: Arc<PassthroughFs>,
     server: Served,
@@ -37,9 +44,10 @@ pub struct FsDevice {
 }
 
 /// The server over the share: a read-only share's file system refuses every change itself.
+/// Both translate IDs as the share says (nothing, unless told).
 enum Served {
-    Writable(Server<Arc<PassthroughFs>>),
-    ReadOnly(Server<ReadOnlyFs<Arc<PassthroughFs>>>),
+    Writable(Server<IdMapFs<Arc<PassthroughFs>>>),
+    ReadOnly(Server<IdMapFs<ReadOnlyFs<Arc<PassthroughFs>>>>),
 }
 
 impl FsDevice {
@@ -52,46 +60,74 @@ impl FsDevice {
         request_queues: u32,
         readonly: bool,
     ) -> Result<Self, ShareError> {
+        let features = ShareFeatures {
+            readonly,
+            ..ShareFeatures::default()
+        };
+        Self::open_with(dir, tag, request_queues, &features)
+    }
+
+    /// As [`Self::open`], with every feature of the share chosen.
+    pub fn open_with(
+        dir: &Path,
+        tag: &str,
+        request_queues: u32,
+        features: &ShareFeatures,
+    ) -> Result<Self, ShareError> {
         let error = |e| ShareError::Dir(dir.to_path_buf(), e);
         let root = std::fs::canonicalize(dir).map_err(error)?;
         if !root.is_dir() {
             return Err(error(std::io::Error::from_raw_os_error(libc::ENOTDIR)));
         }
-        let fs = passthrough(&root).map_err(error)?;
+        let fs = passthrough(&root, features).map_err(|e| e.at(dir))?;
         fs.import().map_err(error)?;
-        Ok(Self::serving(fs, tag, request_queues, readonly))
+        Ok(Self::serving(fs, tag, request_queues, features))
     }
 
-    /// As [`Self::open`], over `root`, a directory another process opened and passed (a
+    /// As [`Self::open_with`], over `root`, a directory another process opened and passed (a
     /// confined vbmq may not open it); `dir` is the path it was named by, for messages.
     pub fn from_descriptor(
         root: std::fs::File,
         dir: &Path,
         tag: &str,
         request_queues: u32,
-        readonly: bool,
+        features: &ShareFeatures,
     ) -> Result<Self, ShareError> {
         let error = |e| ShareError::Dir(dir.to_path_buf(), e);
         // Where the directory is now: the containment check's first guess at the root's path.
         let hint = descriptor_path(&root).unwrap_or_else(|| dir.to_path_buf());
-        let fs = passthrough(&hint).map_err(error)?;
+        let fs = passthrough(&hint, features).map_err(|e| e.at(dir))?;
         fs.import_from(root).map_err(error)?;
-        Ok(Self::serving(fs, tag, request_queues, readonly))
+        Ok(Self::serving(fs, tag, request_queues, features))
     }
 
-    fn serving(fs: Arc<PassthroughFs>, tag: &str, request_queues: u32, readonly: bool) -> Self {
-        let server = if readonly {
-            Served::ReadOnly(Server::new(ReadOnlyFs(fs.clone())))
+    fn serving(
+        fs: Arc<PassthroughFs>,
+        tag: &str,
+        request_queues: u32,
+        features: &ShareFeatures,
+    ) -> Self {
+        let (uids, gids) = (features.uids.clone(), features.gids.clone());
+        let server = if features.readonly {
+            let fs = ReadOnlyFs(fs.clone());
+            Served::ReadOnly(Server::new(IdMapFs { fs, uids, gids }))
         } else {
-            Served::Writable(Server::new(fs.clone()))
+            let fs = fs.clone();
+            Served::Writable(Server::new(IdMapFs { fs, uids, gids }))
         };
         FsDevice {
             tag: tag.to_string(),
+            offer_config: features.offer_config,
             request_queues,
             fs,
             server,
             started: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the frontend is offered the configuration space (vhost-user's CONFIG).
+    pub fn offers_config(&self) -> bool {
+        self.offer_config
     }
 
     /// The configuration space the guest reads.
@@ -165,11 +201,27 @@ impl FsDevice {
 }
 
 /// The passthrough over the directory at `root` (opened by `import` or `import_from`).
-fn passthrough(root: &Path) -> std::io::Result<Arc<PassthroughFs>> {
-    let config = Config {
+/// Why the passthrough over a share could not be made: its directory or its xattr map.
+enum PassthroughError {
+    Io(std::io::Error),
+    XattrMap(String),
+}
+
+impl PassthroughError {
+    fn at(self, dir: &Path) -> ShareError {
+        match self {
+            PassthroughError::Io(e) => ShareError::Dir(dir.to_path_buf(), e),
+            PassthroughError::XattrMap(e) => ShareError::XattrMap(e),
+        }
+    }
+}
+
+fn passthrough(
+    root: &Path,
+    features: &ShareFeatures,
+) -> Result<Arc<PassthroughFs>, PassthroughError> {
+    let mut config = Config {
         root_dir: root.to_string_lossy().into_owned(),
-        cache_policy: CachePolicy::Auto,
-        xattr: true,
         do_import: true,
         // No request reaches a file outside `dir=`, whatever the host moves (SECURITY.md).
         stay_in_root: true,
@@ -177,7 +229,12 @@ fn passthrough(root: &Path) -> std::io::Result<Arc<PassthroughFs>> {
         refuse_privileged: true,
         ..Config::default()
     };
-    PassthroughFs::<()>::new(config).map(Arc::new)
+    features
+        .apply(&mut config)
+        .map_err(PassthroughError::XattrMap)?;
+    PassthroughFs::<()>::new(config)
+        .map(Arc::new)
+        .map_err(PassthroughError::Io)
 }
 
 /// The path of the file `file` is open on, read from `/proc/self/fd` (`readlinkat`, which a

@@ -197,6 +197,27 @@ pub struct Config {
     ///
     /// The default is `false`.
     pub refuse_privileged: bool,
+
+    /// Whether the client is told which directories are mount points on the host (INIT
+    /// negotiates `FUSE_SUBMOUNTS`, and a directory on another mount than its parent's carries
+    /// `FUSE_ATTR_SUBMOUNT`): the guest kernel then gives each its own mount, so that inode
+    /// numbers of different host file systems do not meet in one guest mount.
+    ///
+    /// The default is `false`.
+    pub announce_submounts: bool,
+
+    /// Whether INIT negotiates `FUSE_POSIX_ACL`: the client kernel enforces POSIX ACLs, read
+    /// and written as `system.posix_acl_*` xattrs (which need `xattr`).
+    ///
+    /// The default is `false`.
+    pub posix_acl: bool,
+
+    /// Rules translating xattr names between the client and the host (virtiofsd's
+    /// `--xattrmap`, see the `xattrmap` module): applied to every name the client sends
+    /// before anything else, and to every list the host returns.
+    ///
+    /// The default is `None`: names pass unchanged.
+    pub xattrmap: Option<super::xattrmap::XattrMap>,
 }
 
 impl Default for Config {
@@ -223,6 +244,9 @@ impl Default for Config {
             allow_direct_io: true,
             stay_in_root: false,
             refuse_privileged: false,
+            announce_submounts: false,
+            posix_acl: false,
+            xattrmap: None,
         }
     }
 }

@@ -57,6 +57,7 @@ mod overlay;
 mod statx;
 mod sync_io;
 mod util;
+pub mod xattrmap;
 
 type Inode = u64;
 type Handle = u64;
@@ -773,6 +774,13 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
             {
                 attr_flags |= fuse::FUSE_ATTR_DAX;
             }
+        }
+
+        if self.cfg.announce_submounts
+            && is_dir(st.st.st_mode)
+            && (id.dev != dir.id.dev || id.mnt != dir.id.mnt)
+        {
+            attr_flags |= fuse::ATTR_SUBMOUNT;
         }
 
         Ok(Entry {

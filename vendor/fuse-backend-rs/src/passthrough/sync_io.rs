@@ -36,6 +36,22 @@ const READDIR_MAX: u32 = 1 << 20;
 
 /// Xattr namespaces that carry privileges on the host (file capabilities, LSM labels, and the
 /// trusted namespace overlayfs and others keep their metadata in).
+/// The host's name of the client's xattr `name`, under `map` (`EPERM` for a `bad` rule or a
+/// name no rule matches, `ENOTSUP` for an `unsupported` one).
+fn host_xattr_name<'a>(
+    map: Option<&xattrmap::XattrMap>,
+    name: &'a CStr,
+) -> io::Result<std::borrow::Cow<'a, CStr>> {
+    let Some(map) = map else {
+        return Ok(std::borrow::Cow::Borrowed(name));
+    };
+    match map.map_client_xattr(name) {
+        Ok(xattrmap::AppliedRule::Pass(name)) => Ok(name),
+        Ok(xattrmap::AppliedRule::Unsupported) => Err(io::Error::from_raw_os_error(libc::ENOTSUP)),
+        Ok(xattrmap::AppliedRule::Deny) | Err(_) => Err(eperm()),
+    }
+}
+
 fn privileged_xattr(name: &CStr) -> bool {
     let name = name.to_bytes();
     name.starts_with(b"security.") || name.starts_with(b"trusted.")
@@ -362,6 +378,13 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
         {
             opts |= FsOptions::HANDLE_KILLPRIV_V2;
             self.killpriv_v2.store(true, Ordering::Relaxed);
+        }
+
+        if self.cfg.announce_submounts && capable.contains(FsOptions::SUBMOUNTS) {
+            opts |= FsOptions::SUBMOUNTS;
+        }
+        if self.cfg.posix_acl && capable.contains(FsOptions::POSIX_ACL) {
+            opts |= FsOptions::POSIX_ACL;
         }
 
         if capable.contains(FsOptions::PERFILE_DAX) {
@@ -1181,6 +1204,7 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
         if !self.cfg.xattr {
             return Err(enosys());
         }
+        let name = &*host_xattr_name(self.cfg.xattrmap.as_ref(), name)?;
         if self.cfg.refuse_privileged && privileged_xattr(name) {
             return Err(eperm());
         }
@@ -1219,6 +1243,7 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
         if !self.cfg.xattr {
             return Err(enosys());
         }
+        let name = &*host_xattr_name(self.cfg.xattrmap.as_ref(), name)?;
         if self.cfg.refuse_privileged && name.to_bytes().starts_with(b"trusted.") {
             return Err(io::Error::from_raw_os_error(libc::ENODATA));
         }
@@ -1264,6 +1289,9 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
         let file = data.get_file()?;
         // No name list is longer than the kernel's XATTR_LIST_MAX, whatever size the guest asks.
         let size = size.min(XATTR_MAX);
+        // Mapped names have lengths of their own: the whole list is read, mapped, then measured.
+        let asked = size;
+        let size = if self.cfg.xattrmap.is_some() { XATTR_MAX } else { size };
         let mut buf = Vec::<u8>::with_capacity(size as usize);
         let pathname = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
@@ -1282,6 +1310,21 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
             return Err(io::Error::last_os_error());
         }
 
+        if let Some(map) = &self.cfg.xattrmap {
+            // Safe because we trust the value returned by kernel.
+            unsafe { buf.set_len(res as usize) };
+            let names = map.map_server_xattrlist(buf).map_err(|_| eperm())?;
+            // The map leaves one NUL for an empty list: none is listed then.
+            let len = if names == [0] { 0 } else { names.len() };
+            return if asked == 0 {
+                Ok(ListxattrReply::Count(len as u32))
+            } else if len > asked as usize {
+                Err(io::Error::from_raw_os_error(libc::ERANGE))
+            } else {
+                Ok(ListxattrReply::Names(names[..len].to_vec()))
+            };
+        }
+
         if size == 0 {
             Ok(ListxattrReply::Count(res as u32))
         } else {
@@ -1295,6 +1338,7 @@ impl<S: BitmapSlice + Send + Sync> FileSystem for PassthroughFs<S> {
         if !self.cfg.xattr {
             return Err(enosys());
         }
+        let name = &*host_xattr_name(self.cfg.xattrmap.as_ref(), name)?;
         if self.cfg.refuse_privileged
             && privileged_xattr(name)
             && name.to_bytes() != b"security.capability" {
