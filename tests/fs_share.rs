@@ -485,3 +485,51 @@ fn a_ring_the_driver_broke_ends_the_connection_and_the_next_is_served() {
     let mut next = FsClient::connect(&share.socket()).unwrap();
     still_serves(&mut next);
 }
+
+/// The pages whose bits are set in a dirty log.
+fn dirty_pages(log: &std::fs::File) -> Vec<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut bits = vec![0u8; log.metadata().unwrap().len() as usize];
+    log.read_exact_at(&mut bits, 0).unwrap();
+    (0..bits.len() as u64 * 8)
+        .filter(|&page| bits[(page / 8) as usize] & (1 << (page % 8)) != 0)
+        .collect()
+}
+
+/// Reads `pages` pages of "file" through slot 0 and returns the guest pages the reply spans.
+fn read_pages(client: &mut FsClient, node: u64, fh: u64, pages: u32) -> Vec<u64> {
+    let request = client.read_request(node, fh, 0, pages * 4096);
+    client.submit(0, &request, 16 + pages * 4096).unwrap();
+    client.kick().unwrap();
+    let (_, written) = client.wait(Duration::from_secs(10)).expect("a reply");
+    assert_eq!(written, 16 + pages * 4096);
+    let (_, reply_at) = FsClient::slot_addrs(0);
+    (reply_at / 4096..(reply_at + u64::from(written)).div_ceil(4096)).collect()
+}
+
+#[test]
+fn a_migrating_frontend_sees_every_page_a_reply_wrote_in_its_log() {
+    let share = Share::start("dirty-log", "");
+    let mut client = FsClient::connect(&share.socket()).unwrap();
+    let entry = client.lookup(ROOT_ID, "file").unwrap();
+    let fh = client.open(entry.nodeid, libc::O_RDONLY as u32).unwrap();
+    // One bit per 4 KiB page of the client's 64 MiB.
+    let log = tempfile::tempfile().unwrap();
+    log.set_len(4096).unwrap();
+    client.log_dirty_pages(Some(&log)).unwrap();
+    let reply = read_pages(&mut client, entry.nodeid, fh, 3);
+    let dirty = dirty_pages(&log);
+    for page in &reply {
+        assert!(dirty.contains(page), "reply page {page} not in {dirty:?}");
+    }
+    let used = client.used_ring() / 4096;
+    assert!(
+        dirty.contains(&used),
+        "used ring page {used} not in {dirty:?}"
+    );
+    // Logging off (a cancelled migration): nothing is marked any more.
+    client.log_dirty_pages(None).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&log, &[0; 4096], 0).unwrap();
+    read_pages(&mut client, entry.nodeid, fh, 2);
+    assert_eq!(dirty_pages(&log), Vec::<u64>::new());
+}

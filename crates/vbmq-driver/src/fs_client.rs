@@ -55,6 +55,8 @@ pub struct FsClient {
     ram: GuestRam,
     queues: Vec<Queue>,
     unique: u64,
+    /// The features acked (without `VHOST_F_LOG_ALL`).
+    features: u64,
 }
 
 impl FsClient {
@@ -72,12 +74,15 @@ impl FsClient {
         frontend.set_owner().map_err(other)?;
         let offered = frontend.get_features().map_err(other)?;
         if offered & VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits() != 0 {
-            let wanted = VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::REPLY_ACK;
+            let wanted = VhostUserProtocolFeatures::MQ
+                | VhostUserProtocolFeatures::REPLY_ACK
+                | VhostUserProtocolFeatures::LOG_SHMFD;
             let protocol = frontend.get_protocol_features().map_err(other)? & wanted;
             frontend.set_protocol_features(protocol).map_err(other)?;
         }
         let wanted = (1 << VIRTIO_F_VERSION_1) | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
-        frontend.set_features(offered & wanted).map_err(other)?;
+        let features = offered & wanted;
+        frontend.set_features(features).map_err(other)?;
         let ram = GuestRam::new(RAM_SIZE)?;
         frontend.set_mem_table(&ram.regions()).map_err(other)?;
         let mut client = FsClient {
@@ -85,6 +90,7 @@ impl FsClient {
             ram,
             queues: Vec::new(),
             unique: 0,
+            features,
         };
         for index in 0..2 {
             client.start_queue(index, offered)?;
@@ -232,6 +238,31 @@ impl FsClient {
     /// [`Self::slot_addrs`]`(0)`; this client must not touch memory past `len` afterwards.
     pub fn truncate_memory(&self, len: u64) -> io::Result<()> {
         self.ram.truncate(len)
+    }
+
+    /// Logs dirty pages as a migrating frontend does: `SET_LOG_BASE` with `log` (one bit per
+    /// 4 KiB page of guest memory from address 0), then `SET_FEATURES` with `VHOST_F_LOG_ALL`.
+    /// `None` acks the features without it again (a finished or cancelled migration).
+    pub fn log_dirty_pages(&mut self, log: Option<&std::fs::File>) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let log_all = VhostUserVirtioFeatures::LOG_ALL.bits();
+        let Some(log) = log else {
+            return self.frontend.set_features(self.features).map_err(other);
+        };
+        let region = vhost::VhostUserDirtyLogRegion {
+            mmap_size: log.metadata()?.len(),
+            mmap_offset: 0,
+            mmap_handle: log.as_raw_fd(),
+        };
+        self.frontend.set_log_base(0, Some(region)).map_err(other)?;
+        self.frontend
+            .set_features(self.features | log_all)
+            .map_err(other)
+    }
+
+    /// The guest address of the request queue's used ring.
+    pub fn used_ring(&self) -> u64 {
+        self.queues[1].ring.used
     }
 
     /// The guest memory, for requests framed by hand.

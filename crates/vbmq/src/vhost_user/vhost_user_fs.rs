@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::connection::{Connection, config_bytes, lock, refuse_set_config};
-use crate::guest::{GuestMemory, Vring};
+use crate::guest::{GuestMemory, Vring, dirty_log};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VhostUserDaemon, VringEpollHandler};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
@@ -35,6 +35,10 @@ pub struct VhostUserFs {
     handlers: Mutex<Vec<Arc<VringEpollHandler<Arc<VhostUserFs>>>>>,
     /// Set for good when the connection ends or the process stops.
     shut_down: AtomicBool,
+    /// The frontend acked `VHOST_F_LOG_ALL`: a live migration is under way. Every reply and
+    /// used entry is written through `vm-memory` and marks its pages itself (see
+    /// [`dirty_log`]).
+    dirty_logging: AtomicBool,
     connection: Connection,
 }
 
@@ -72,6 +76,7 @@ impl VhostUserFs {
             queues,
             handlers: Mutex::new(Vec::new()),
             shut_down: AtomicBool::new(false),
+            dirty_logging: AtomicBool::new(false),
             connection,
         }
     }
@@ -113,7 +118,7 @@ impl VhostUserFs {
 }
 
 impl VhostUserBackend for VhostUserFs {
-    type Bitmap = crate::guest::dirty_log::DirtyLog;
+    type Bitmap = dirty_log::DirtyLog;
     type Vring = Vring;
 
     fn num_queues(&self) -> usize {
@@ -125,12 +130,11 @@ impl VhostUserBackend for VhostUserFs {
     }
 
     fn features(&self) -> u64 {
-        // No VHOST_F_LOG_ALL: the passthrough's reads do not mark the pages they fill, so a VM
-        // with a share is not offered live migration (QEMU's vhost-user-fs refuses it anyway).
         (1 << VIRTIO_F_VERSION_1)
             | (1 << VIRTIO_RING_F_EVENT_IDX)
             | (1 << VIRTIO_RING_F_INDIRECT_DESC)
             | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+            | VhostUserVirtioFeatures::LOG_ALL.bits()
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
@@ -138,6 +142,7 @@ impl VhostUserBackend for VhostUserFs {
         VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+            | VhostUserProtocolFeatures::LOG_SHMFD
     }
 
     fn acked_features(&self, features: u64) {
@@ -148,6 +153,15 @@ impl VhostUserBackend for VhostUserFs {
             );
             self.connection.close();
         }
+        let on = features & VhostUserVirtioFeatures::LOG_ALL.bits() != 0;
+        if self.dirty_logging.swap(on, Ordering::SeqCst) != on {
+            crate::limited!(
+                info,
+                "share: dirty page logging {}",
+                if on { "on" } else { "off" }
+            );
+        }
+        dirty_log::set_logging(&self.connection.memory(), on);
     }
 
     fn set_event_idx(&self, _enabled: bool) {
@@ -166,6 +180,8 @@ impl VhostUserBackend for VhostUserFs {
     fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemory>) -> io::Result<()> {
         let map = mem.memory();
         self.connection.check_memory(&map)?;
+        let logging = self.dirty_logging.load(Ordering::Acquire);
+        dirty_log::carry_over(&self.connection.memory(), &map, logging);
         self.connection.replace_memory((*map).clone());
         Ok(())
     }
