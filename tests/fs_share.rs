@@ -26,7 +26,7 @@ impl Share {
     }
 
     /// As [`Self::start`], vbmq started by `command` (`prlimit ... vbmq`, say).
-    fn start_with(name: &str, extra: &str, mut command: Command) -> Self {
+    fn start_with(name: &str, extra: &str, command: Command) -> Self {
         let dir = std::env::temp_dir().join(format!("vbmq-fs-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("share/sub")).unwrap();
@@ -34,13 +34,27 @@ impl Share {
         std::fs::write(dir.join("share/file"), pattern()).unwrap();
         std::fs::write(dir.join("outside/secret"), b"not for guests").unwrap();
         symlink("../outside/secret", dir.join("share/link-out")).unwrap();
+        let share_dir = dir.join("share");
+        Self::spawn(dir, &share_dir, extra, command)
+    }
+
+    /// A second share of `source`'s directory (a migration's destination).
+    fn sharing(source: &Share, name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("vbmq-fs-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let command = Command::new(env!("CARGO_BIN_EXE_vbmq"));
+        Self::spawn(dir, &source.dir.join("share"), "", command)
+    }
+
+    fn spawn(dir: PathBuf, share_dir: &Path, extra: &str, mut command: Command) -> Self {
         let child = command
             .arg("serve")
             .arg("--fs")
             .arg(format!(
                 "socket={},dir={},tag=t,mode=event{extra}",
                 dir.join("fs.sock").display(),
-                dir.join("share").display()
+                share_dir.display()
             ))
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
@@ -520,7 +534,11 @@ fn a_migrating_frontend_sees_every_page_a_reply_wrote_in_its_log() {
     let reply = read_pages(&mut client, entry.nodeid, fh, 3);
     let dirty = dirty_pages(&log);
     for page in &reply {
-        assert!(dirty.contains(page), "reply page {page} not in {dirty:?}");
+        assert!(
+            dirty.contains(page),
+            "reply page {page} not in {dirty:?}: {}",
+            share.log()
+        );
     }
     let used = client.used_ring() / 4096;
     assert!(
@@ -532,4 +550,44 @@ fn a_migrating_frontend_sees_every_page_a_reply_wrote_in_its_log() {
     std::os::unix::fs::FileExt::write_all_at(&log, &[0; 4096], 0).unwrap();
     read_pages(&mut client, entry.nodeid, fh, 2);
     assert_eq!(dirty_pages(&log), Vec::<u64>::new());
+}
+
+#[test]
+fn a_share_state_moves_to_a_destination_and_the_open_file_goes_on_working() {
+    let source = Share::start("state-src", "");
+    let mut client = FsClient::connect(&source.socket()).unwrap();
+    let sub = client.lookup(ROOT_ID, "sub").unwrap();
+    let entry = client.lookup(ROOT_ID, "file").unwrap();
+    let fh = client.open(entry.nodeid, libc::O_RDONLY as u32).unwrap();
+    let state = client
+        .save_state()
+        .unwrap_or_else(|e| panic!("save: {e}: {}", source.log()));
+
+    let mut destination = Share::sharing(&source, "state-dst");
+    let mut moved = FsClient::connect_without_init(&destination.socket()).unwrap();
+    // A state cut short: refused, and the share goes on serving, with nothing held.
+    let cut = moved.load_state(&state[..state.len() - 1]);
+    assert!(cut.is_err(), "a truncated state was loaded");
+    let (out, _) = moved
+        .call(Opcode::Getattr, entry.nodeid, &[0; 16], &[], 4096)
+        .unwrap();
+    assert_eq!(out.error, -libc::EIO, "a session began without INIT");
+    moved.load_state(&state).unwrap();
+    // The guest's inode numbers and open handle are valid on the destination.
+    let expected = pattern();
+    let request = moved.read_request(entry.nodeid, fh, 4096, 4096);
+    moved.submit(0, &request, 16 + 4096).unwrap();
+    moved.kick().unwrap();
+    let (_, written) = moved.wait(Duration::from_secs(10)).expect("a reply");
+    assert_eq!(written, 16 + 4096, "{}", destination.log());
+    let mut data = vec![0u8; 4096];
+    let (_, reply_at) = FsClient::slot_addrs(0);
+    moved
+        .memory()
+        .read_slice(&mut data, GuestAddress(reply_at + 16))
+        .unwrap();
+    assert!(data == expected[4096..8192]);
+    assert_eq!(moved.getattr(sub.nodeid).unwrap().attr.ino, sub.attr.ino);
+    moved.release(entry.nodeid, fh).unwrap();
+    assert!(destination.alive(), "{}", destination.log());
 }

@@ -3,13 +3,17 @@
 //! [`FsQueueWorker`]. The per-queue mutex is taken by the serving thread when it serves, and by
 //! the control thread only to stop the queue: never per request.
 
+use std::fs::File;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::connection::{Connection, config_bytes, lock, refuse_set_config};
 use crate::guest::{GuestMemory, Vring, dirty_log};
-use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost::vhost_user::message::{
+    VhostTransferStateDirection, VhostTransferStatePhase, VhostUserProtocolFeatures,
+    VhostUserVirtioFeatures,
+};
 use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VhostUserDaemon, VringEpollHandler};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
@@ -18,6 +22,7 @@ use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
 use crate::virtio_fs::FsDevice;
+use crate::virtio_fs::migration::{Direction, StateTransfer};
 use crate::worker::{FsQueueWorker, QueueSettings, QueueStats, StopFlag};
 
 /// One queue, as its serving thread and the control thread share it.
@@ -39,6 +44,8 @@ pub struct VhostUserFs {
     /// used entry is written through `vm-memory` and marks its pages itself (see
     /// [`dirty_log`]).
     dirty_logging: AtomicBool,
+    /// The share's state moving to or from another backend (`SET_DEVICE_STATE_FD`).
+    state_transfer: StateTransfer,
     connection: Connection,
 }
 
@@ -77,6 +84,7 @@ impl VhostUserFs {
             handlers: Mutex::new(Vec::new()),
             shut_down: AtomicBool::new(false),
             dirty_logging: AtomicBool::new(false),
+            state_transfer: StateTransfer::default(),
             connection,
         }
     }
@@ -143,6 +151,37 @@ impl VhostUserBackend for VhostUserFs {
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
             | VhostUserProtocolFeatures::LOG_SHMFD
+            | VhostUserProtocolFeatures::DEVICE_STATE
+    }
+
+    fn set_device_state_fd(
+        &self,
+        direction: VhostTransferStateDirection,
+        phase: VhostTransferStatePhase,
+        file: File,
+    ) -> io::Result<Option<File>> {
+        if phase != VhostTransferStatePhase::STOPPED {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "state transfer phase unknown",
+            ));
+        }
+        let direction = match direction {
+            VhostTransferStateDirection::SAVE => Direction::Save,
+            VhostTransferStateDirection::LOAD => Direction::Load,
+        };
+        self.state_transfer
+            .start(self.device.clone(), direction, file)?;
+        Ok(None)
+    }
+
+    fn check_device_state(&self) -> io::Result<()> {
+        let checked = self.state_transfer.check();
+        match &checked {
+            Ok(()) => crate::limited!(info, "share: state transfer done"),
+            Err(e) => crate::limited!(warn, "share: state transfer failed: {e}"),
+        }
+        checked
     }
 
     fn acked_features(&self, features: u64) {

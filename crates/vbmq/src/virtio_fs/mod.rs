@@ -3,8 +3,10 @@
 //! directory. The queue threads call [`FsDevice::handle`] with each descriptor chain.
 
 mod config_space;
+pub mod migration;
 mod readonly;
 mod request_copy;
+mod session;
 mod share;
 pub mod thread_umask;
 
