@@ -127,12 +127,14 @@ fn read_state(mut file: File) -> io::Result<ShareState> {
 }
 
 fn set_nonblocking(file: &File) -> io::Result<()> {
+    let fd = file.as_raw_fd();
     // SAFETY: fcntl on a descriptor `file` owns, with an integer argument.
-    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
     // SAFETY: as above.
-    if flags < 0
-        || unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0
-    {
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
