@@ -104,6 +104,11 @@ impl FsDevice {
         self.fs.destroy();
     }
 
+    /// Whether the share is read-only (`readonly=on`).
+    pub(super) fn readonly(&self) -> bool {
+        matches!(self.server, Served::ReadOnly(_))
+    }
+
     /// The FUSE session, once an INIT began it.
     pub fn session(&self) -> Option<Session> {
         *self.session.lock().unwrap_or_else(PoisonError::into_inner)

@@ -153,3 +153,19 @@ fn a_handle_is_opened_again_without_truncating() {
     // The same state again: the numbers are the guest's, not the destination's to reuse.
     destination.load_state(&state).unwrap();
 }
+
+#[test]
+fn a_read_only_share_loads_no_handle_open_for_writing() {
+    let dir = tree();
+    let destination = FsDevice::open(&dir.path().join("share"), "t", 1, true).unwrap();
+    let mut state = state_with_path(b"dir/file");
+    state.handles.push(HandleState {
+        handle: 3,
+        inode: 7,
+        flags: libc::O_WRONLY.unsigned_abs(),
+    });
+    assert!(destination.load_state(&state).is_err());
+    assert!(destination.fs.export_handles().is_empty());
+    state.handles[0].flags = libc::O_RDONLY.unsigned_abs();
+    destination.load_state(&state).unwrap();
+}

@@ -103,6 +103,10 @@ impl FsDevice {
                 })?;
         }
         for handle in &state.handles {
+            // A read-only share's guest never held a handle open for writing.
+            if self.readonly() && super::readonly::opens_for_writing(handle.flags) {
+                return Err(io::Error::from_raw_os_error(libc::EROFS));
+            }
             self.fs
                 .import_handle(handle.handle, handle.inode, handle.flags)
                 .map_err(|e| io::Error::other(format!("handle {}: {e}", handle.handle)))?;
