@@ -103,6 +103,7 @@ fn state_with_path(path: &[u8]) -> ShareState {
             inode: 7,
             lookups: 1,
             path: path.to_vec(),
+            identity: None,
         }],
         handles: Vec::new(),
     }
@@ -168,4 +169,25 @@ fn a_read_only_share_loads_no_handle_open_for_writing() {
     assert!(destination.fs.export_handles().is_empty());
     state.handles[0].flags = libc::O_RDONLY.unsigned_abs();
     destination.load_state(&state).unwrap();
+}
+
+#[test]
+fn a_path_that_leads_to_another_file_of_the_same_file_system_is_refused() {
+    let dir = tree();
+    let source = device(dir.path());
+    guest_holds_file(&source);
+    let state = source.save_state().unwrap();
+    let identity = state.inodes[1].identity.clone();
+    assert!(identity.is_some(), "no file handle on this file system");
+    // Another file takes the path between the save and the load.
+    let share = dir.path().join("share");
+    std::fs::write(share.join("dir/other"), b"other").unwrap();
+    std::fs::rename(share.join("dir/other"), share.join("dir/file")).unwrap();
+    let destination = device(dir.path());
+    assert!(destination.load_state(&state).is_err());
+    assert!(destination.fs.export_inodes().unwrap().is_empty());
+    // A handle of another file system (a copy on another host): the path is all there is.
+    let mut copied = state.clone();
+    copied.inodes[1].identity.as_mut().unwrap().fsid ^= 1;
+    destination.load_state(&copied).unwrap();
 }

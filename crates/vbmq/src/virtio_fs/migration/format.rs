@@ -20,6 +20,8 @@ pub const MAX_ENTRIES: usize = 1 << 20;
 /// The longest path (`PATH_MAX`, its NUL excluded) and name (`NAME_MAX`).
 const MAX_PATH: usize = 4095;
 const MAX_NAME: usize = 255;
+/// The longest file handle (the kernel's `MAX_HANDLE_SZ`).
+pub const MAX_HANDLE: usize = 128;
 /// The root's inode number (FUSE's `FUSE_ROOT_ID`).
 const ROOT_INODE: u64 = 1;
 
@@ -33,6 +35,22 @@ pub struct InodeState {
     pub lookups: u64,
     /// The path relative to the shared directory, as bytes.
     pub path: Vec<u8>,
+    /// The file's identity on its file system, if it has one: the destination, when it sees
+    /// the same file system, checks that the path still leads to this very file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<FileIdentity>,
+}
+
+/// A file's identity across processes and hosts that see one file system.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileIdentity {
+    /// The file system's id (`statvfs`'s `f_fsid`), never 0.
+    pub fsid: u64,
+    /// The handle's type (`name_to_handle_at`).
+    pub handle_type: i32,
+    /// The handle's bytes, at most [`MAX_HANDLE`].
+    pub handle: Vec<u8>,
 }
 
 /// A handle the guest holds.
@@ -148,6 +166,11 @@ impl ShareState {
                 return Err(StateError::Number(inode.inode));
             }
             check_path(&inode.path)?;
+            if inode.identity.as_ref().is_some_and(|id| {
+                id.fsid == 0 || id.handle.is_empty() || id.handle.len() > MAX_HANDLE
+            }) {
+                return Err(StateError::Number(inode.inode));
+            }
         }
         let mut handles = std::collections::BTreeSet::new();
         for handle in &self.handles {

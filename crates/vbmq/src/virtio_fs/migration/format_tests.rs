@@ -12,11 +12,17 @@ fn state() -> ShareState {
                 inode: 2,
                 lookups: 3,
                 path: b"dir".to_vec(),
+                identity: None,
             },
             InodeState {
                 inode: 5,
                 lookups: 1,
                 path: b"dir/file \xff name".to_vec(),
+                identity: Some(FileIdentity {
+                    fsid: 0xec46_1558_36b1_023a,
+                    handle_type: 1,
+                    handle: vec![1, 2, 3, 4, 5, 6, 7, 8],
+                }),
             },
         ],
         handles: vec![
@@ -152,11 +158,32 @@ fn reserved_repeated_or_unknown_numbers_are_refused() {
     twice.inodes[1].inode = 2;
     let mut forgotten = state();
     forgotten.inodes[0].lookups = 0;
+    let mut no_fsid = state();
+    no_fsid.inodes[1].identity.as_mut().unwrap().fsid = 0;
+    let mut long_handle = state();
+    long_handle.inodes[1].identity.as_mut().unwrap().handle = vec![0; MAX_HANDLE + 1];
+    let mut no_handle = state();
+    no_handle.inodes[1]
+        .identity
+        .as_mut()
+        .unwrap()
+        .handle
+        .clear();
     let mut handle_twice = state();
     handle_twice.handles[1].handle = 1;
     let mut unknown_inode = state();
     unknown_inode.handles[0].inode = 9;
-    for bad in [root, zero, twice, forgotten, handle_twice, unknown_inode] {
+    for bad in [
+        root,
+        zero,
+        twice,
+        forgotten,
+        no_fsid,
+        long_handle,
+        no_handle,
+        handle_twice,
+        unknown_inode,
+    ] {
         let decoded = ShareState::decode(&bad.encode().unwrap());
         assert!(matches!(decoded, Err(StateError::Number(_))), "{bad:?}");
     }

@@ -14,7 +14,7 @@ use std::io;
 use fuse_backend_rs::abi::fuse_abi::FsOptions;
 use fuse_backend_rs::api::filesystem::FileSystem;
 
-pub use format::{HandleState, InodeState, Session, ShareState, StateError};
+pub use format::{FileIdentity, HandleState, InodeState, Session, ShareState, StateError};
 pub use transfer::{Direction, StateTransfer};
 
 use super::FsDevice;
@@ -36,6 +36,7 @@ impl FsDevice {
                 inode: export.inode,
                 lookups: export.refcount,
                 path,
+                identity: paths::identity(&export.file),
             });
         }
         let handles = self
@@ -93,7 +94,10 @@ impl FsDevice {
         let root = paths::open_root(&self.root)?;
         for inode in &state.inodes {
             paths::open_beneath(&root, &inode.path)
-                .and_then(|file| self.fs.import_inode(inode.inode, inode.lookups, file))
+                .and_then(|file| {
+                    paths::check_identity(&file, inode.identity.as_ref())?;
+                    self.fs.import_inode(inode.inode, inode.lookups, file)
+                })
                 .map_err(|e| {
                     io::Error::other(format!(
                         "inode {} ({}): {e}",

@@ -10,7 +10,7 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
-use super::format::check_path;
+use super::format::{FileIdentity, MAX_HANDLE, check_path};
 
 /// The shared directory, opened `O_PATH`.
 pub fn open_root(root: &Path) -> io::Result<File> {
@@ -108,4 +108,68 @@ fn dev_ino(file: &File) -> io::Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     let meta = file.metadata()?;
     Ok((meta.dev(), meta.ino()))
+}
+
+/// `file`'s identity: its file system's id and its handle; `None` when the file system has no
+/// id or gives no handles.
+pub fn identity(file: &File) -> Option<FileIdentity> {
+    let mut vfs = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: the kernel writes the statvfs `vfs` points to; `file` is an open descriptor.
+    if unsafe { libc::fstatvfs(file.as_raw_fd(), vfs.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: fstatvfs succeeded and filled it.
+    let fsid = u64::from(unsafe { vfs.assume_init() }.f_fsid);
+    if fsid == 0 {
+        return None;
+    }
+    /// `struct file_handle` with room for the largest handle.
+    #[repr(C)]
+    struct Handle {
+        bytes: u32,
+        kind: i32,
+        data: [u8; MAX_HANDLE],
+    }
+    let mut handle = Handle {
+        bytes: u32::try_from(MAX_HANDLE).unwrap_or(0),
+        kind: 0,
+        data: [0; MAX_HANDLE],
+    };
+    let mut mount_id: libc::c_int = 0;
+    // SAFETY: an empty NUL-terminated path with AT_EMPTY_PATH names `file` itself; the kernel
+    // writes at most `handle.bytes` bytes of handle and the mount id, both alive for the call.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_name_to_handle_at,
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            &raw mut handle,
+            &raw mut mount_id,
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    let len = usize::try_from(handle.bytes).ok()?;
+    if done != 0 || len == 0 || len > MAX_HANDLE {
+        return None;
+    }
+    Some(FileIdentity {
+        fsid,
+        handle_type: handle.kind,
+        handle: handle.data.get(..len)?.to_vec(),
+    })
+}
+
+/// Refuses `file` if `expected` is given, the file is on the file system `expected` names, and
+/// it is another file: the path leads elsewhere than on the source. On another file system (a
+/// copy on another host) the path is all there is to go by.
+pub fn check_identity(file: &File, expected: Option<&FileIdentity>) -> io::Result<()> {
+    let (Some(expected), Some(found)) = (expected, identity(file)) else {
+        return Ok(());
+    };
+    if found.fsid == expected.fsid && found != *expected {
+        return Err(io::Error::other(
+            "the path leads to another file than on the source",
+        ));
+    }
+    Ok(())
 }
