@@ -283,6 +283,10 @@ fn a_guest_with_a_file_open_migrates_between_two_vbmq_shares() {
         2,
         "the state did not go through both processes:\n{logs}"
     );
+    assert!(
+        logs.contains("share: dirty page logging on"),
+        "the source did not log dirty pages:\n{logs}"
+    );
     eprintln!("DOWNTIME vbmq {downtime} ms");
 }
 
