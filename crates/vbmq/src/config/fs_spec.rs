@@ -8,7 +8,7 @@ use super::disk_spec::{
     check_cpus, cpus, on_off, poll_us, queue_size, queues, socket_group, socket_mode, wait_mode,
 };
 use super::spec_error::{SpecError, bad};
-use crate::virtio_fs::TAG_LEN;
+use crate::virtio_fs::{OnError, TAG_LEN};
 use crate::worker::WaitMode;
 
 /// The keys `FsSpec::parse` accepts, with their meaning (for `--help`).
@@ -48,6 +48,11 @@ pub const FS_KEYS: &[(&str, &str)] = &[
         "the socket's permission bits (default 0600)",
     ),
     ("socket-group=NAME|GID", "the socket's group"),
+    (
+        "migration-on-error=abort|guest-error",
+        "a migration's destination, for a file the guest held that it cannot open: fail the \
+         migration, or let the guest get errors on that file (default abort)",
+    ),
 ];
 
 /// A parsed `--fs` argument.
@@ -76,6 +81,8 @@ pub struct FsSpec {
     pub socket_mode: u32,
     /// Socket group.
     pub socket_group: Option<u32>,
+    /// A migration's destination: what to do with a held file it cannot open again.
+    pub migration_on_error: OnError,
 }
 
 /// An `--fs` argument that cannot be served; the message names the key.
@@ -113,6 +120,7 @@ impl FsSpec {
             readonly: false,
             socket_mode: 0o600,
             socket_group: None,
+            migration_on_error: OnError::Abort,
         };
         for (key, value) in DiskSpec::pairs(text)? {
             let value = value.as_str();
@@ -133,6 +141,10 @@ impl FsSpec {
                 "readonly" => spec.readonly = on_off(key, value)?,
                 "socket-mode" => spec.socket_mode = socket_mode(key, value)?,
                 "socket-group" => spec.socket_group = Some(socket_group(key, value)?),
+                "migration-on-error" => {
+                    spec.migration_on_error =
+                        OnError::parse(value).ok_or_else(|| bad(key, "abort or guest-error"))?;
+                }
                 _ => return Err(bad(key, "unknown key (vbmq serve --help lists them)").into()),
             }
         }
@@ -160,6 +172,12 @@ mod tests {
         assert_eq!(spec.cpus, vec![0, 1]);
         assert!(spec.readonly);
         assert_eq!(spec.socket_mode, 0o660);
+        assert_eq!(spec.migration_on_error, OnError::Abort);
+        let spec = FsSpec::parse(
+            "socket=/s,dir=/d,tag=t,migration-on-error=guest-error",
+            &[0],
+        );
+        assert_eq!(spec.unwrap().migration_on_error, OnError::GuestError);
     }
 
     #[test]
@@ -176,5 +194,9 @@ mod tests {
         assert_eq!(key("socket=/s,dir=/d,tag=t,path=/x"), "path");
         assert_eq!(key("socket=/s,dir=/d,tag=t,mode=poll"), "cpus");
         assert_eq!(key("socket=/s,dir=/d,tag=t,queues=2,cpus=0"), "cpus");
+        assert_eq!(
+            key("socket=/s,dir=/d,tag=t,migration-on-error=ignore"),
+            "migration-on-error"
+        );
     }
 }

@@ -18,7 +18,8 @@ pub(crate) fn build_share(spec: &FsSpec) -> Result<ShareServer, FsSpecError> {
     };
     let queues = u32::try_from(spec.queues).unwrap_or(u32::MAX);
     let device = FsDevice::open(&spec.dir, &spec.tag, queues, spec.readonly)
-        .map_err(|e| bad("dir", e.to_string()))?;
+        .map_err(|e| bad("dir", e.to_string()))?
+        .with_migration_on_error(spec.migration_on_error);
     // The high-priority queue first, then the request queues. The first carries only FORGET
     // and INTERRUPT: it waits for kicks whatever the mode, beside the first request queue.
     let settings = (0..=spec.queues)

@@ -4,6 +4,7 @@
 
 mod config_space;
 pub mod migration;
+mod on_error;
 mod readonly;
 mod request_copy;
 mod session;
@@ -11,5 +12,6 @@ mod share;
 pub mod thread_umask;
 
 pub use config_space::{TAG_LEN, config_space};
+pub use on_error::OnError;
 pub use request_copy::RequestCopy;
 pub use share::{FsDevice, ShareError};

@@ -13,6 +13,7 @@ use fuse_backend_rs::transport::{Reader, VirtioFsWriter};
 use virtio_queue::DescriptorChain;
 use vm_memory::ByteValued;
 
+use super::on_error::OnError;
 use super::readonly::ReadOnlyFs;
 use super::request_copy::{NotCopied, RequestCopy, Slice};
 use super::session::Session;
@@ -39,6 +40,8 @@ pub struct FsDevice {
     started: AtomicBool,
     /// What the INIT that began it asked for, for a migration to carry.
     session: Mutex<Option<Session>>,
+    /// A migration's destination: what to do with a held file it cannot open again.
+    pub(super) migration_on_error: OnError,
 }
 
 /// The server over the share: a read-only share's file system refuses every change itself.
@@ -88,7 +91,15 @@ impl FsDevice {
             server,
             started: AtomicBool::new(false),
             session: Mutex::new(None),
+            migration_on_error: OnError::default(),
         })
+    }
+
+    /// The share, answering `on_error` when a migration brings a held file it cannot open.
+    #[must_use]
+    pub fn with_migration_on_error(mut self, on_error: OnError) -> Self {
+        self.migration_on_error = on_error;
+        self
     }
 
     /// The configuration space the guest reads.

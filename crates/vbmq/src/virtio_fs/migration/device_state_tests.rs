@@ -82,18 +82,44 @@ fn the_destination_holds_what_the_source_held_under_the_same_numbers() {
 }
 
 #[test]
-fn a_held_file_deleted_or_moved_out_fails_the_save() {
+fn a_held_file_deleted_or_moved_out_is_lost_and_fails_the_load_unless_guest_error() {
     let dir = tree();
     let source = device(dir.path());
-    guest_holds_file(&source);
+    let (file, handle) = guest_holds_file(&source);
     std::fs::rename(
         dir.path().join("share/dir/file"),
         dir.path().join("outside/file"),
     )
     .unwrap();
-    assert!(source.save_state().is_err());
+    let moved = source.save_state().unwrap();
+    assert!(moved.inodes[1].lost.is_some() && moved.inodes[1].path.is_empty());
     std::fs::remove_file(dir.path().join("outside/file")).unwrap();
-    assert!(source.save_state().is_err());
+    let deleted = source.save_state().unwrap();
+    assert!(deleted.inodes[1].lost.is_some());
+
+    let aborting = device(dir.path());
+    assert!(aborting.load_state(&deleted).is_err());
+    assert!(aborting.fs.export_inodes().unwrap().is_empty());
+    assert_eq!(aborting.session(), None);
+
+    let lenient = device(dir.path()).with_migration_on_error(OnError::GuestError);
+    lenient.load_state(&deleted).unwrap();
+    assert_eq!(lenient.session(), Some(session()));
+    let held: Vec<_> = lenient
+        .fs
+        .export_inodes()
+        .unwrap()
+        .iter()
+        .map(|i| i.inode)
+        .collect();
+    assert_eq!(held, [file - 1]);
+    assert!(lenient.fs.export_handles().is_empty());
+    // The guest's file answers EBADF; its handle too.
+    let ctx = Context::new();
+    let err = lenient.fs.getattr(&ctx, file, None).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EBADF));
+    let err = lenient.fs.getattr(&ctx, file, Some(handle)).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EBADF));
 }
 
 fn state_with_path(path: &[u8]) -> ShareState {
@@ -104,6 +130,7 @@ fn state_with_path(path: &[u8]) -> ShareState {
             lookups: 1,
             path: path.to_vec(),
             identity: None,
+            lost: None,
         }],
         handles: Vec::new(),
     }

@@ -33,8 +33,12 @@ pub struct InodeState {
     pub inode: u64,
     /// The guest's lookup count.
     pub lookups: u64,
-    /// The path relative to the shared directory, as bytes.
+    /// The path relative to the shared directory, as bytes; empty when the inode is lost.
     pub path: Vec<u8>,
+    /// Why the source found no path to the inode (deleted, moved out of the share): the
+    /// destination refuses the migration, or lets the guest get errors on it (`OnError`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<String>,
     /// The file's identity on its file system, if it has one: the destination, when it sees
     /// the same file system, checks that the path still leads to this very file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,7 +169,11 @@ impl ShareState {
             if inode.inode <= ROOT_INODE || inode.lookups == 0 || !inodes.insert(inode.inode) {
                 return Err(StateError::Number(inode.inode));
             }
-            check_path(&inode.path)?;
+            match &inode.lost {
+                None => check_path(&inode.path)?,
+                Some(reason) if inode.path.is_empty() && reason.len() <= MAX_PATH => {}
+                Some(_) => return Err(StateError::Number(inode.inode)),
+            }
             if inode.identity.as_ref().is_some_and(|id| {
                 id.fsid == 0 || id.handle.is_empty() || id.handle.len() > MAX_HANDLE
             }) {

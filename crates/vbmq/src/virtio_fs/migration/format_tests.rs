@@ -13,6 +13,7 @@ fn state() -> ShareState {
                 lookups: 3,
                 path: b"dir".to_vec(),
                 identity: None,
+                lost: None,
             },
             InodeState {
                 inode: 5,
@@ -23,6 +24,7 @@ fn state() -> ShareState {
                     handle_type: 1,
                     handle: vec![1, 2, 3, 4, 5, 6, 7, 8],
                 }),
+                lost: None,
             },
         ],
         handles: vec![
@@ -146,6 +148,11 @@ fn a_path_that_is_not_plain_names_is_refused() {
         );
     }
     assert!(with_path(b"dir/..file/...").is_ok());
+    // A lost inode has no path, and needs none.
+    let mut lost = state();
+    lost.inodes[1].path.clear();
+    lost.inodes[1].lost = Some("deleted".into());
+    assert_eq!(ShareState::decode(&lost.encode().unwrap()), Ok(lost));
 }
 
 #[test]
@@ -169,6 +176,8 @@ fn reserved_repeated_or_unknown_numbers_are_refused() {
         .unwrap()
         .handle
         .clear();
+    let mut lost_with_path = state();
+    lost_with_path.inodes[1].lost = Some("deleted".into());
     let mut handle_twice = state();
     handle_twice.handles[1].handle = 1;
     let mut unknown_inode = state();
@@ -181,6 +190,7 @@ fn reserved_repeated_or_unknown_numbers_are_refused() {
         no_fsid,
         long_handle,
         no_handle,
+        lost_with_path,
         handle_twice,
         unknown_inode,
     ] {

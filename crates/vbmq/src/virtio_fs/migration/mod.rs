@@ -9,6 +9,7 @@ mod format;
 mod paths;
 mod transfer;
 
+use std::collections::BTreeSet;
 use std::io;
 
 use fuse_backend_rs::abi::fuse_abi::FsOptions;
@@ -17,26 +18,36 @@ use fuse_backend_rs::api::filesystem::FileSystem;
 pub use format::{FileIdentity, HandleState, InodeState, Session, ShareState, StateError};
 pub use transfer::{Direction, StateTransfer};
 
-use super::FsDevice;
+use super::{FsDevice, OnError};
 
 /// The oldest FUSE minor version a loaded session may have: older guests get replies the
 /// server shapes by the version their INIT gave, which a load cannot set.
 const MIN_MINOR: u32 = 4;
 
 impl FsDevice {
-    /// The share's state, to send to the destination. Fails when an inode has no path leading to
-    /// it in the share any more (deleted, or moved out).
+    /// The share's state, to send to the destination. An inode with no path leading to it in
+    /// the share any more (deleted, or moved out) is sent as lost, for the destination to
+    /// decide (`OnError`).
     pub fn save_state(&self) -> io::Result<ShareState> {
         let root = paths::open_root(&self.root)?;
         let mut inodes = Vec::new();
         for export in self.fs.export_inodes()? {
-            let path = paths::path_in_share(&self.root, &root, &export.file)
-                .map_err(|e| io::Error::other(format!("inode {}: {e}", export.inode)))?;
+            let (path, lost) = match paths::path_in_share(&self.root, &root, &export.file) {
+                Ok(path) => (path, None),
+                Err(e) => {
+                    crate::limited!(warn, "share: inode {} cannot migrate: {e}", export.inode);
+                    (Vec::new(), Some(e.to_string()))
+                }
+            };
             inodes.push(InodeState {
                 inode: export.inode,
                 lookups: export.refcount,
+                identity: lost
+                    .is_none()
+                    .then(|| paths::identity(&export.file))
+                    .flatten(),
                 path,
-                identity: paths::identity(&export.file),
+                lost,
             });
         }
         let handles = self
@@ -92,31 +103,54 @@ impl FsDevice {
         // The options the guest's INIT set, set again the same way.
         self.fs.init(FsOptions::from_bits_truncate(session.flags))?;
         let root = paths::open_root(&self.root)?;
+        let mut missing = BTreeSet::new();
         for inode in &state.inodes {
-            paths::open_beneath(&root, &inode.path)
-                .and_then(|file| {
+            let imported = match &inode.lost {
+                Some(reason) => Err(io::Error::other(format!("lost on the source: {reason}"))),
+                None => paths::open_beneath(&root, &inode.path).and_then(|file| {
                     paths::check_identity(&file, inode.identity.as_ref())?;
                     self.fs.import_inode(inode.inode, inode.lookups, file)
-                })
-                .map_err(|e| {
-                    io::Error::other(format!(
-                        "inode {} ({}): {e}",
-                        inode.inode,
-                        String::from_utf8_lossy(&inode.path)
-                    ))
-                })?;
+                }),
+            };
+            if let Err(e) = imported {
+                let e = io::Error::other(format!(
+                    "inode {} ({}): {e}",
+                    inode.inode,
+                    String::from_utf8_lossy(&inode.path)
+                ));
+                self.on_error(e)?;
+                missing.insert(inode.inode);
+            }
         }
         for handle in &state.handles {
             // A read-only share's guest never held a handle open for writing.
             if self.readonly() && super::readonly::opens_for_writing(handle.flags) {
                 return Err(io::Error::from_raw_os_error(libc::EROFS));
             }
-            self.fs
+            if missing.contains(&handle.inode) {
+                continue;
+            }
+            if let Err(e) = self
+                .fs
                 .import_handle(handle.handle, handle.inode, handle.flags)
-                .map_err(|e| io::Error::other(format!("handle {}: {e}", handle.handle)))?;
+            {
+                self.on_error(io::Error::other(format!("handle {}: {e}", handle.handle)))?;
+            }
         }
         self.resume_session(session);
         Ok(())
+    }
+
+    /// `e` for a held file that could not be opened again: the load's end, or with
+    /// `OnError::GuestError` a warning (the guest gets `EBADF` on that file).
+    fn on_error(&self, e: io::Error) -> io::Result<()> {
+        match self.migration_on_error {
+            OnError::Abort => Err(e),
+            OnError::GuestError => {
+                crate::limited!(warn, "share: {e}; the guest gets errors on it");
+                Ok(())
+            }
+        }
     }
 }
 
