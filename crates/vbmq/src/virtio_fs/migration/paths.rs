@@ -119,8 +119,9 @@ pub fn identity(file: &File) -> Option<FileIdentity> {
         return None;
     }
     // SAFETY: fstatvfs succeeded and filled it.
+    let vfs = unsafe { vfs.assume_init() };
     #[allow(clippy::useless_conversion)] // `c_ulong` is narrower on 32-bit targets.
-    let fsid = u64::from(unsafe { vfs.assume_init() }.f_fsid);
+    let fsid = u64::from(vfs.f_fsid);
     if fsid == 0 {
         return None;
     }
