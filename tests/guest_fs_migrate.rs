@@ -26,6 +26,12 @@ cd /mnt/dir
 # Held across the migration: the directory (the shell's cwd), one descriptor written, one read.
 exec 3<>held
 exec 4<held
+# With Held::Deleted, also a file deleted while held: no path leads to it any more.
+if [ @DELETED@ = 1 ]; then
+    echo gone >gone
+    exec 5<>gone
+    rm gone
+fi
 n=0
 write() { n=$((n + 1)); echo "line $n" >&3; }
 write
@@ -33,6 +39,10 @@ echo WRITING
 # Writes go on while QEMU migrates, until the host says the guest runs on the destination.
 while [ ! -e /mnt/migrated ]; do write; done
 echo "MIGRATED-AT $n"
+if [ @DELETED@ = 1 ]; then
+    if echo x >&5; then echo "LOST-WRITE ok"; else echo "LOST-WRITE failed"; fi
+    exec 5>&-
+fi
 i=0
 while [ $i -lt AFTER ]; do write; i=$((i + 1)); done
 cat <&4 >/tmp/read
@@ -50,12 +60,19 @@ enum Backend {
     Virtiofsd,
 }
 
-/// One backend process serving `shared` on `socket`.
-fn serve(backend: Backend, dir: &TestDir, socket: &Path, shared: &Path, log: &str) -> Vbmq {
+/// One backend process serving `shared` on `socket` (`extra`: more of vbmq's `--fs` keys).
+fn serve(
+    backend: Backend,
+    dir: &TestDir,
+    socket: &Path,
+    shared: &Path,
+    log: &str,
+    extra: &str,
+) -> Vbmq {
     match backend {
         Backend::Vbmq => {
             let spec = format!(
-                "socket={},dir={},tag=share,queues=1",
+                "socket={},dir={},tag=share,queues=1{extra}",
                 socket.display(),
                 shared.display()
             );
@@ -159,18 +176,43 @@ fn migrate(source: &mut Qmp, destination: &mut Qmp, uri: &Path) -> Value {
     info
 }
 
+/// What the guest holds besides its file (`Held::Deleted`: also a file deleted while open,
+/// which no path leads to; the destination is given `migration-on-error=guest-error`).
+#[derive(Clone, Copy, PartialEq)]
+enum Held {
+    File,
+    Deleted,
+}
+
 /// Migrates the guest once from one backend process to the other; returns the downtime (ms)
-/// QEMU measured and the backends' logs.
-fn run(backend: Backend) -> (u64, String) {
+/// QEMU measured, the guest's output and the backends' logs.
+fn run(backend: Backend, held: Held) -> (u64, String, String) {
     let dir = TestDir::new(&format!("fs-migrate-{backend:?}").to_lowercase());
     let shared = dir.join("shared");
     std::fs::create_dir(&shared).unwrap();
     let sockets: Vec<PathBuf> = (0..2).map(|i| dir.join(&format!("fs{i}.sock"))).collect();
-    let source_backend = serve(backend, &dir, &sockets[0], &shared, "source.log");
-    let destination_backend = serve(backend, &dir, &sockets[1], &shared, "destination.log");
+    let deleted = held == Held::Deleted;
+    let lenient = if deleted {
+        ",migration-on-error=guest-error"
+    } else {
+        ""
+    };
+    let source_backend = serve(backend, &dir, &sockets[0], &shared, "source.log", "");
+    let destination_backend = serve(
+        backend,
+        &dir,
+        &sockets[1],
+        &shared,
+        "destination.log",
+        lenient,
+    );
     let initrd = dir.join("initrd");
     Vm::initramfs(
-        &script(&GUEST.replace("AFTER", &AFTER.to_string())),
+        &script(
+            &GUEST
+                .replace("AFTER", &AFTER.to_string())
+                .replace("@DELETED@", if deleted { "1" } else { "0" }),
+        ),
         &[],
         &initrd,
     );
@@ -257,18 +299,19 @@ fn run(backend: Backend) -> (u64, String) {
         source_backend.log_text(),
         destination_backend.log_text()
     );
-    match backend {
-        Backend::Vbmq => {
+    match (backend, held) {
+        (Backend::Vbmq, Held::File) => {
             source_backend.stop();
             destination_backend.stop();
         }
-        // virtiofsd ends with its frontend's connection; whatever it returns is not checked.
-        Backend::Virtiofsd => {
+        // The lost file's warnings; virtiofsd ends with its frontend's connection. Whatever
+        // they return is not checked.
+        _ => {
             source_backend.terminate();
             destination_backend.terminate();
         }
     }
-    (downtime, logs)
+    (downtime, guest.output.clone(), logs)
 }
 
 #[test]
@@ -277,7 +320,7 @@ fn run(backend: Backend) -> (u64, String) {
     ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn a_guest_with_a_file_open_migrates_between_two_vbmq_shares() {
-    let (downtime, logs) = run(Backend::Vbmq);
+    let (downtime, _, logs) = run(Backend::Vbmq, Held::File);
     assert_eq!(
         logs.matches("share: state transfer done").count(),
         2,
@@ -298,6 +341,20 @@ fn a_guest_with_a_file_open_migrates_between_two_vbmq_shares() {
     ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn virtiofsd_migrates_the_same_guest() {
-    let (downtime, _) = run(Backend::Virtiofsd);
+    let (downtime, _, _) = run(Backend::Virtiofsd, Held::File);
     eprintln!("DOWNTIME virtiofsd {downtime} ms");
+}
+
+/// A guest holding a file deleted while open (no path leads to it) migrates to a destination
+/// with `migration-on-error=guest-error`: that file alone answers errors there, the rest works.
+#[test]
+#[cfg_attr(
+    not(feature = "guest-tests"),
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
+)]
+fn a_deleted_file_held_open_is_lost_alone_with_guest_error() {
+    let (_, output, logs) = run(Backend::Vbmq, Held::Deleted);
+    assert_eq!(tagged(&output, "LOST-WRITE"), ["failed"], "{output}");
+    assert!(logs.contains("cannot migrate"), "{logs}");
+    assert!(logs.contains("the guest gets errors on it"), "{logs}");
 }
