@@ -4,7 +4,8 @@
 //! migration stream. The guest writes through one open descriptor before, during and after the
 //! migration and reads everything back through another opened before it; the host checks the
 //! file. virtiofsd migrates the same guest as the reference (its `find-paths` mode), and the
-//! downtime of each is printed.
+//! downtime of each is printed. A guest also holding a file deleted while open migrates to a
+//! destination with `migration-on-error=guest-error`: that file alone answers errors there.
 
 mod guest;
 
