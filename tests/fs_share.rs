@@ -26,7 +26,7 @@ impl Share {
     }
 
     /// As [`Self::start`], vbmq started by `command` (`prlimit ... vbmq`, say).
-    fn start_with(name: &str, extra: &str, mut command: Command) -> Self {
+    fn start_with(name: &str, extra: &str, command: Command) -> Self {
         let dir = std::env::temp_dir().join(format!("vbmq-fs-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("share/sub")).unwrap();
@@ -34,13 +34,27 @@ impl Share {
         std::fs::write(dir.join("share/file"), pattern()).unwrap();
         std::fs::write(dir.join("outside/secret"), b"not for guests").unwrap();
         symlink("../outside/secret", dir.join("share/link-out")).unwrap();
+        let share_dir = dir.join("share");
+        Self::spawn(dir, &share_dir, extra, command)
+    }
+
+    /// A second share of `source`'s directory (a migration's destination).
+    fn sharing(source: &Share, name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("vbmq-fs-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let command = Command::new(env!("CARGO_BIN_EXE_vbmq"));
+        Self::spawn(dir, &source.dir.join("share"), "", command)
+    }
+
+    fn spawn(dir: PathBuf, share_dir: &Path, extra: &str, mut command: Command) -> Self {
         let child = command
             .arg("serve")
             .arg("--fs")
             .arg(format!(
                 "socket={},dir={},tag=t,mode=event{extra}",
                 dir.join("fs.sock").display(),
-                dir.join("share").display()
+                share_dir.display()
             ))
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
@@ -484,4 +498,96 @@ fn a_ring_the_driver_broke_ends_the_connection_and_the_next_is_served() {
     assert!(share.alive());
     let mut next = FsClient::connect(&share.socket()).unwrap();
     still_serves(&mut next);
+}
+
+/// The pages whose bits are set in a dirty log.
+fn dirty_pages(log: &std::fs::File) -> Vec<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut bits = vec![0u8; log.metadata().unwrap().len() as usize];
+    log.read_exact_at(&mut bits, 0).unwrap();
+    (0..bits.len() as u64 * 8)
+        .filter(|&page| bits[(page / 8) as usize] & (1 << (page % 8)) != 0)
+        .collect()
+}
+
+/// Reads `pages` pages of "file" through slot 0 and returns the guest pages the reply spans.
+fn read_pages(client: &mut FsClient, node: u64, fh: u64, pages: u32) -> Vec<u64> {
+    let request = client.read_request(node, fh, 0, pages * 4096);
+    client.submit(0, &request, 16 + pages * 4096).unwrap();
+    client.kick().unwrap();
+    let (_, written) = client.wait(Duration::from_secs(10)).expect("a reply");
+    assert_eq!(written, 16 + pages * 4096);
+    let (_, reply_at) = FsClient::slot_addrs(0);
+    (reply_at / 4096..(reply_at + u64::from(written)).div_ceil(4096)).collect()
+}
+
+#[test]
+fn a_migrating_frontend_sees_every_page_a_reply_wrote_in_its_log() {
+    let share = Share::start("dirty-log", "");
+    let mut client = FsClient::connect(&share.socket()).unwrap();
+    let entry = client.lookup(ROOT_ID, "file").unwrap();
+    let fh = client.open(entry.nodeid, libc::O_RDONLY as u32).unwrap();
+    // One bit per 4 KiB page of the client's 64 MiB.
+    let log = tempfile::tempfile().unwrap();
+    log.set_len(4096).unwrap();
+    client.log_dirty_pages(Some(&log)).unwrap();
+    let reply = read_pages(&mut client, entry.nodeid, fh, 3);
+    let dirty = dirty_pages(&log);
+    for page in &reply {
+        assert!(
+            dirty.contains(page),
+            "reply page {page} not in {dirty:?}: {}",
+            share.log()
+        );
+    }
+    let used = client.used_ring() / 4096;
+    assert!(
+        dirty.contains(&used),
+        "used ring page {used} not in {dirty:?}"
+    );
+    // Logging off (a cancelled migration): nothing is marked any more.
+    client.log_dirty_pages(None).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&log, &[0; 4096], 0).unwrap();
+    read_pages(&mut client, entry.nodeid, fh, 2);
+    assert_eq!(dirty_pages(&log), Vec::<u64>::new());
+}
+
+#[test]
+fn a_share_state_moves_to_a_destination_and_the_open_file_goes_on_working() {
+    let source = Share::start("state-src", "");
+    let mut client = FsClient::connect(&source.socket()).unwrap();
+    let sub = client.lookup(ROOT_ID, "sub").unwrap();
+    let entry = client.lookup(ROOT_ID, "file").unwrap();
+    let fh = client.open(entry.nodeid, libc::O_RDONLY as u32).unwrap();
+    let state = client
+        .save_state()
+        .unwrap_or_else(|e| panic!("save: {e}: {}", source.log()));
+
+    let mut destination = Share::sharing(&source, "state-dst");
+    let mut moved = FsClient::connect_without_init(&destination.socket()).unwrap();
+    // A state cut short: refused, and the share goes on serving, with nothing held.
+    let cut = moved.load_state(&state[..state.len() - 1]);
+    assert!(cut.is_err(), "a truncated state was loaded");
+    let (out, _) = moved
+        .call(Opcode::Getattr, entry.nodeid, &[0; 16], &[], 4096)
+        .unwrap();
+    assert_eq!(out.error, -libc::EIO, "a session began without INIT");
+    moved.load_state(&state).unwrap();
+    // The guest's inode numbers and open handle are valid on the destination.
+    let expected = pattern();
+    let request = moved.read_request(entry.nodeid, fh, 4096, 4096);
+    moved.submit(0, &request, 16 + 4096).unwrap();
+    moved.kick().unwrap();
+    let (_, written) = moved.wait(Duration::from_secs(10)).expect("a reply");
+    assert_eq!(written, 16 + 4096, "{}", destination.log());
+    let mut data = vec![0u8; 4096];
+    let (_, reply_at) = FsClient::slot_addrs(0);
+    moved
+        .memory()
+        .read_slice(&mut data, GuestAddress(reply_at + 16))
+        .unwrap();
+    assert!(data == expected[4096..8192]);
+    assert_eq!(moved.getattr(sub.nodeid).unwrap().attr.ino, sub.attr.ino);
+    moved.release(entry.nodeid, fh).unwrap();
+    assert!(destination.alive(), "{}", destination.log());
 }

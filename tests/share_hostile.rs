@@ -8,6 +8,7 @@
 mod share_hostile {
     pub mod malformed;
     pub mod memory;
+    pub mod migration;
     pub mod racing;
     pub mod readonly;
     pub mod requests;

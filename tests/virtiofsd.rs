@@ -266,7 +266,7 @@ fn started_as_virtiofsd_it_prints_its_capabilities_and_refuses_the_unknown() {
     assert_eq!(json["type"], "fs");
     let features = json["features"].as_array().unwrap();
     assert!(features.iter().any(|f| f == "separate-options"));
-    assert!(!features.iter().any(|f| f == "migrate-precopy"));
+    assert!(features.iter().any(|f| f == "migrate-precopy"));
     for args in [
         &["--shared-dir", "/tmp", "--socket-path", "/tmp/x", "--frob"][..],
         &["--fd=3", "-o", "source=/tmp,modcaps=+sys_admin"][..],

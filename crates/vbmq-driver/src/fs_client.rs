@@ -9,7 +9,9 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use vhost::vhost_user::message::VhostUserHeaderFlag;
+use vhost::vhost_user::message::{
+    VhostTransferStateDirection, VhostTransferStatePhase, VhostUserHeaderFlag,
+};
 use vhost::vhost_user::{
     Frontend, VhostUserFrontend, VhostUserProtocolFeatures, VhostUserVirtioFeatures,
 };
@@ -55,6 +57,8 @@ pub struct FsClient {
     ram: GuestRam,
     queues: Vec<Queue>,
     unique: u64,
+    /// The features acked (without `VHOST_F_LOG_ALL`).
+    features: u64,
 }
 
 impl FsClient {
@@ -72,12 +76,16 @@ impl FsClient {
         frontend.set_owner().map_err(other)?;
         let offered = frontend.get_features().map_err(other)?;
         if offered & VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits() != 0 {
-            let wanted = VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::REPLY_ACK;
+            let wanted = VhostUserProtocolFeatures::MQ
+                | VhostUserProtocolFeatures::REPLY_ACK
+                | VhostUserProtocolFeatures::LOG_SHMFD
+                | VhostUserProtocolFeatures::DEVICE_STATE;
             let protocol = frontend.get_protocol_features().map_err(other)? & wanted;
             frontend.set_protocol_features(protocol).map_err(other)?;
         }
         let wanted = (1 << VIRTIO_F_VERSION_1) | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
-        frontend.set_features(offered & wanted).map_err(other)?;
+        let features = offered & wanted;
+        frontend.set_features(features).map_err(other)?;
         let ram = GuestRam::new(RAM_SIZE)?;
         frontend.set_mem_table(&ram.regions()).map_err(other)?;
         let mut client = FsClient {
@@ -85,6 +93,7 @@ impl FsClient {
             ram,
             queues: Vec::new(),
             unique: 0,
+            features,
         };
         for index in 0..2 {
             client.start_queue(index, offered)?;
@@ -234,6 +243,69 @@ impl FsClient {
         self.ram.truncate(len)
     }
 
+    /// Logs dirty pages as a migrating frontend does: `SET_LOG_BASE` with `log` (one bit per
+    /// 4 KiB page of guest memory from address 0), then `SET_FEATURES` with `VHOST_F_LOG_ALL`.
+    /// `None` acks the features without it again (a finished or cancelled migration).
+    pub fn log_dirty_pages(&mut self, log: Option<&std::fs::File>) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let log_all = VhostUserVirtioFeatures::LOG_ALL.bits();
+        let Some(log) = log else {
+            self.frontend.set_features(self.features).map_err(other)?;
+            return self.frontend.get_features().map(|_| ()).map_err(other);
+        };
+        let region = vhost::VhostUserDirtyLogRegion {
+            mmap_size: log.metadata()?.len(),
+            mmap_offset: 0,
+            mmap_handle: log.as_raw_fd(),
+        };
+        self.frontend.set_log_base(0, Some(region)).map_err(other)?;
+        self.frontend
+            .set_features(self.features | log_all)
+            .map_err(other)?;
+        // A round trip: the backend logs before the next request is made available.
+        self.frontend.get_features().map(|_| ()).map_err(other)
+    }
+
+    /// Takes the backend's state as a migration's source does: `SET_DEVICE_STATE_FD` (save)
+    /// with a pipe, read to its end, then `CHECK_DEVICE_STATE`.
+    pub fn save_state(&mut self) -> io::Result<Vec<u8>> {
+        use std::io::Read;
+        let (read, write) = pipe()?;
+        self.frontend
+            .set_device_state_fd(
+                VhostTransferStateDirection::SAVE,
+                VhostTransferStatePhase::STOPPED,
+                write,
+            )
+            .map_err(other)?;
+        let mut state = Vec::new();
+        std::fs::File::from(read).read_to_end(&mut state)?;
+        self.frontend.check_device_state().map_err(other)?;
+        Ok(state)
+    }
+
+    /// Gives the backend `state` as a migration's destination does: `SET_DEVICE_STATE_FD`
+    /// (load) with a pipe, `state` written and the pipe closed, then `CHECK_DEVICE_STATE`.
+    pub fn load_state(&mut self, state: &[u8]) -> io::Result<()> {
+        use std::io::Write;
+        let (read, write) = pipe()?;
+        self.frontend
+            .set_device_state_fd(
+                VhostTransferStateDirection::LOAD,
+                VhostTransferStatePhase::STOPPED,
+                read,
+            )
+            .map_err(other)?;
+        // The backend may refuse and close early: the check reports why.
+        let _ = std::fs::File::from(write).write_all(state);
+        self.frontend.check_device_state().map_err(other)
+    }
+
+    /// The guest address of the request queue's used ring.
+    pub fn used_ring(&self) -> u64 {
+        self.queues[1].ring.used
+    }
+
     /// The guest memory, for requests framed by hand.
     pub fn memory(&self) -> &vm_memory::GuestMemoryMmap<()> {
         &self.ram.mem
@@ -372,6 +444,23 @@ impl FsClient {
         let unique = self.next_unique();
         fuse::request(Opcode::Read, unique, node, fuse::args(&args), &[])
     }
+}
+
+/// A pipe: (read end, write end).
+fn pipe() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors the kernel writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: two fresh descriptors nothing else owns.
+    Ok(unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    })
 }
 
 fn check(out: &OutHeader) -> io::Result<()> {

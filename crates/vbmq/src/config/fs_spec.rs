@@ -8,7 +8,7 @@ use super::disk_spec::{
     check_cpus, cpus, on_off, poll_us, queue_size, queues, socket_group, socket_mode, wait_mode,
 };
 use super::spec_error::{SpecError, bad};
-use crate::virtio_fs::{FsCache, TAG_LEN};
+use crate::virtio_fs::{FsCache, OnError, TAG_LEN};
 use crate::worker::WaitMode;
 
 /// The keys `FsSpec::parse` accepts, with their meaning (for `--help`).
@@ -63,7 +63,12 @@ pub const FS_KEYS: &[(&str, &str)] = &[
     ),
     (
         "direct-io=on|off",
-        "honour O_DIRECT in the guest's opens (default on)",
+        "honour O_DIRECT in the guest's opens (default on)"
+    ),
+    (
+        "migration-on-error=abort|guest-error",
+        "a migration's destination, for a file the guest held that it cannot open: fail the \
+         migration, or let the guest get errors on that file (default abort)",
     ),
 ];
 
@@ -115,6 +120,8 @@ pub struct FsSpec {
     pub gid_map: Vec<crate::virtio_fs::IdRule>,
     /// Offer the tag through vhost-user's CONFIG (`vbmq virtiofsd --tag`).
     pub offer_config: bool,
+    /// A migration's destination: what to do with a held file it cannot open again.
+    pub migration_on_error: OnError,
 }
 
 impl FsSpec {
@@ -158,6 +165,7 @@ impl FsSpec {
             uid_map: Vec::new(),
             gid_map: Vec::new(),
             offer_config: false,
+            migration_on_error: OnError::Abort,
         }
     }
 }
@@ -213,6 +221,10 @@ impl FsSpec {
                 "posix-acl" => spec.posix_acl = on_off(key, value)?,
                 "announce-submounts" => spec.announce_submounts = on_off(key, value)?,
                 "direct-io" => spec.direct_io = on_off(key, value)?,
+                "migration-on-error" => {
+                    spec.migration_on_error =
+                        OnError::parse(value).ok_or_else(|| bad(key, "abort or guest-error"))?;
+                }
                 _ => return Err(bad(key, "unknown key (vbmq serve --help lists them)").into()),
             }
         }
@@ -251,6 +263,12 @@ mod tests {
         .unwrap();
         assert_eq!(spec.cache, FsCache::Never);
         assert!(!spec.xattr && spec.announce_submounts && !spec.direct_io);
+        assert_eq!(spec.migration_on_error, OnError::Abort);
+        let spec = FsSpec::parse(
+            "socket=/s,dir=/d,tag=t,migration-on-error=guest-error",
+            &[0],
+        );
+        assert_eq!(spec.unwrap().migration_on_error, OnError::GuestError);
     }
 
     #[test]
@@ -271,6 +289,10 @@ mod tests {
         assert_eq!(
             key("socket=/s,dir=/d,tag=t,xattr=off,posix-acl=on"),
             "posix-acl"
+        );
+        assert_eq!(
+            key("socket=/s,dir=/d,tag=t,migration-on-error=ignore"),
+            "migration-on-error"
         );
     }
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use super::disk_spec::{check_cpus, cpus, queues, socket_group, wait_mode};
 use super::fs_spec::FsSpec;
-use crate::virtio_fs::{FsCache, IdRule, TAG_LEN, check_xattrmap};
+use crate::virtio_fs::{FsCache, IdRule, OnError, TAG_LEN, check_xattrmap};
 
 /// What `vbmq virtiofsd` was asked to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,9 +40,9 @@ pub struct VirtiofsdArgs {
 }
 
 /// The vhost-user backend capabilities `--print-capabilities` prints (QEMU's
-/// `docs/interop/vhost-user.json`): no `migrate-precopy`, since vbmq does not migrate a share's
-/// state yet.
-pub const VIRTIOFSD_CAPABILITIES: &str = "{\n  \"type\": \"fs\",\n  \"features\": [\n    \"posix-acl-negotiation-mode\",\n    \"separate-options\"\n  ]\n}";
+/// `docs/interop/vhost-user.json`): `migrate-precopy`, as a share's state moves with the VM
+/// (dirty logging and DEVICE_STATE, find-paths mode).
+pub const VIRTIOFSD_CAPABILITIES: &str = "{\n  \"type\": \"fs\",\n  \"features\": [\n    \"migrate-precopy\",\n    \"posix-acl-negotiation-mode\",\n    \"separate-options\"\n  ]\n}";
 
 /// The options, for `--help`.
 pub const VIRTIOFSD_HELP: &str = "\
@@ -77,6 +77,10 @@ virtiofsd's options, with virtiofsd's meaning:
                               xattr, no_xattr, xattrmap=RULES, posix_acl, no_posix_acl, announce_submounts,
                               allow_direct_io, no_allow_direct_io, sandbox=namespace|chroot,
                               log_level=LEVEL, flock, no_flock, posix_lock, no_posix_lock, debug
+  --migration-mode find-paths          how a share's state migrates (the only mode; default)
+  --migration-on-error abort|guest-error  a file held open that the destination cannot open
+                              again: fail the migration (default) or the guest's use of it
+  --migration-verify-handles, --migration-confirm-paths   accepted; vbmq always does both
   --print-capabilities        print the vhost-user backend capabilities (JSON) and exit
 vbmq's own:
   --queues N                  request queues, each on its own thread (default 1)
@@ -85,7 +89,8 @@ vbmq's own:
   --translate-uid, --translate-gid map:GUEST:HOST:N | guest:GUEST:HOST:N | host:HOST:GUEST:N
                               translate IDs (squash-* and forbid-guest are refused)
   --uid-map, --gid-map :GUEST:HOST:N:   the same as map: (virtiofsd: a user namespace's map)
-Refused (vbmq does not do it): --inode-file-handles=mandatory, and every other option.
+Refused (vbmq does not do it): --inode-file-handles=mandatory, --migration-mode file-handles,
+and every other option.
 ";
 
 /// Reads virtiofsd's arguments (after the program name). An error is one line.
@@ -131,6 +136,7 @@ struct State {
     xattrmap: Option<String>,
     uids: Vec<IdRule>,
     gids: Vec<IdRule>,
+    migration_on_error: OnError,
 }
 
 struct Parser<'a> {
@@ -159,6 +165,8 @@ const WITH_VALUE: &[&str] = &[
     "--translate-gid",
     "--uid-map",
     "--gid-map",
+    "--migration-mode",
+    "--migration-on-error",
     "--queues",
     "--mode",
     "--cpus",
@@ -223,6 +231,9 @@ impl Parser<'_> {
             "--syslog" => s.syslog = true,
             "-d" => s.log_level = Some("debug".into()),
             "-f" => {}
+            // The source confirms each path leads to the inode it names, and the destination
+            // refuses a path to another file (when both see one file system): always.
+            "--migration-verify-handles" | "--migration-confirm-paths" => {}
             _ => return Err(format!("{name}: not an option vbmq virtiofsd takes")),
         }
         Ok(None)
@@ -253,6 +264,17 @@ impl Parser<'_> {
         let s = &mut self.state;
         match name {
             "--shared-dir" => s.dir = Some(PathBuf::from(value)),
+            "--migration-mode" if value == "find-paths" => {}
+            "--migration-mode" if value == "file-handles" => {
+                return Err(bad(
+                    "vbmq migrates a share's state by paths only (find-paths)",
+                ));
+            }
+            "--migration-mode" => return Err(bad("find-paths or file-handles")),
+            "--migration-on-error" => {
+                s.migration_on_error =
+                    OnError::parse(value).ok_or_else(|| bad("abort or guest-error"))?;
+            }
             "--socket-path" | "--socket" => s.socket = Some(PathBuf::from(value)),
             "--fd" => s.fd = Some(value.parse().map_err(|_| bad("not a descriptor number"))?),
             "--socket-group" => {
@@ -413,6 +435,7 @@ impl State {
         if self.posix_acl && !(self.uids.is_empty() && self.gids.is_empty()) {
             return Err("--posix-acl: not with translated IDs (the ACLs' IDs would not be)".into());
         }
+        spec.migration_on_error = self.migration_on_error;
         spec.uid_map = self.uids;
         spec.gid_map = self.gids;
         spec.posix_acl = self.posix_acl;

@@ -233,9 +233,28 @@ fn what_vbmq_does_not_do_is_refused_with_one_line() {
 }
 
 #[test]
-fn the_capabilities_offer_separate_options_but_no_migration() {
+fn the_capabilities_offer_separate_options_and_migration() {
     let text = VIRTIOFSD_CAPABILITIES;
     assert!(text.contains("\"type\": \"fs\""));
     assert!(text.contains("\"separate-options\""));
-    assert!(!text.contains("migrate-precopy"));
+    assert!(text.contains("\"migrate-precopy\""));
+}
+
+#[test]
+fn migration_options_as_virtiofsd_takes_them() {
+    let args = serve(
+        "--shared-dir /d --socket-path /s --migration-mode find-paths \
+         --migration-on-error guest-error --migration-verify-handles --migration-confirm-paths",
+    );
+    assert_eq!(args.spec.migration_on_error, OnError::GuestError);
+    let args = serve("--shared-dir /d --socket-path /s --migration-on-error=abort");
+    assert_eq!(args.spec.migration_on_error, OnError::Abort);
+    for line in [
+        "--shared-dir /d --socket-path /s --migration-mode file-handles",
+        "--shared-dir /d --socket-path /s --migration-mode guess",
+        "--shared-dir /d --socket-path /s --migration-on-error ignore",
+    ] {
+        let e = refused(line);
+        assert!(e.starts_with("--migration-"), "{line}: {e}");
+    }
 }

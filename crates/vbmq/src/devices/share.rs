@@ -38,7 +38,8 @@ fn queue_settings(spec: &FsSpec) -> Vec<QueueSettings> {
 pub(crate) fn build_share(spec: &FsSpec) -> Result<ShareServer, FsSpecError> {
     let queues = u32::try_from(spec.queues).unwrap_or(u32::MAX);
     let device = FsDevice::open_with(&spec.dir, &spec.tag, queues, &spec.features())
-        .map_err(|e| bad("dir", e.to_string()))?;
+        .map_err(|e| bad("dir", e.to_string()))?
+        .with_migration_on_error(spec.migration_on_error);
     if let Some(fd) = spec.listen_fd {
         let listener = inherited_listener(fd).map_err(|e| bad("fd", format!("{fd}: {e}")))?;
         return Ok(ShareServer::inherited(
@@ -78,7 +79,8 @@ pub(crate) fn build_passed_share(
     let queues = u32::try_from(spec.queues).unwrap_or(u32::MAX);
     let device =
         FsDevice::from_descriptor(passed.dir, &spec.dir, &spec.tag, queues, &spec.features())
-            .map_err(|e| bad("dir", e.to_string()))?;
+            .map_err(|e| bad("dir", e.to_string()))?
+            .with_migration_on_error(spec.migration_on_error);
     Ok(ShareServer::from_listener(
         &spec.socket,
         passed.listener,

@@ -8,7 +8,9 @@
 //! Every guest memory region carries a [`DirtyLog`]. Writes made through `vm-memory` (status
 //! bytes, used ring) mark it themselves; writes the kernel makes into guest buffers (io_uring
 //! reads) and the engines' copies are marked by the worker with [`mark_host_range`] after the
-//! completion and before the used entry is published. Logging is on only between a
+//! completion and before the used entry is published. A share's FUSE replies are written through
+//! `fuse-backend-rs`'s writer, whose slices of guest memory carry this bitmap: it marks the bytes
+//! each write (or `preadv` into the reply) filled. Logging is on only between a
 //! `SET_FEATURES` with `VHOST_F_LOG_ALL` and one without (a finished or cancelled migration):
 //! while off, marking costs one load of a flag that never changes.
 
@@ -225,6 +227,21 @@ pub fn inherit_log(mem: &GuestMemory, log: &Arc<MmapLogReg>) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Carries logging over to a new memory table `new` replacing `old`: regions without a log
+/// take the one `old` logs to (the frontend does not send it again), and marking is `on` or
+/// off in every region.
+pub fn carry_over(old: &GuestMemory, new: &GuestMemory, on: bool) {
+    if let Some(log) = log_memory(old)
+        && let Err(e) = inherit_log(new, &log)
+    {
+        crate::limited!(
+            warn,
+            "the dirty log does not cover the new memory table: {e}"
+        );
+    }
+    set_logging(new, on);
 }
 
 /// The log memory of any region of `mem`.

@@ -3,13 +3,17 @@
 //! [`FsQueueWorker`]. The per-queue mutex is taken by the serving thread when it serves, and by
 //! the control thread only to stop the queue: never per request.
 
+use std::fs::File;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::connection::{Connection, config_bytes, lock, refuse_set_config};
-use crate::guest::{GuestMemory, Vring};
-use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use crate::guest::{GuestMemory, Vring, dirty_log};
+use vhost::vhost_user::message::{
+    VhostTransferStateDirection, VhostTransferStatePhase, VhostUserProtocolFeatures,
+    VhostUserVirtioFeatures,
+};
 use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VhostUserDaemon, VringEpollHandler};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
@@ -18,6 +22,7 @@ use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
 use crate::virtio_fs::FsDevice;
+use crate::virtio_fs::migration::{Direction, StateTransfer};
 use crate::worker::{FsQueueWorker, QueueSettings, QueueStats, StopFlag};
 
 /// One queue, as its serving thread and the control thread share it.
@@ -35,6 +40,12 @@ pub struct VhostUserFs {
     handlers: Mutex<Vec<Arc<VringEpollHandler<Arc<VhostUserFs>>>>>,
     /// Set for good when the connection ends or the process stops.
     shut_down: AtomicBool,
+    /// The frontend acked `VHOST_F_LOG_ALL`: a live migration is under way. Every reply and
+    /// used entry is written through `vm-memory` and marks its pages itself (see
+    /// [`dirty_log`]).
+    dirty_logging: AtomicBool,
+    /// The share's state moving to or from another backend (`SET_DEVICE_STATE_FD`).
+    state_transfer: StateTransfer,
     connection: Connection,
 }
 
@@ -72,6 +83,8 @@ impl VhostUserFs {
             queues,
             handlers: Mutex::new(Vec::new()),
             shut_down: AtomicBool::new(false),
+            dirty_logging: AtomicBool::new(false),
+            state_transfer: StateTransfer::default(),
             connection,
         }
     }
@@ -113,7 +126,7 @@ impl VhostUserFs {
 }
 
 impl VhostUserBackend for VhostUserFs {
-    type Bitmap = crate::guest::dirty_log::DirtyLog;
+    type Bitmap = dirty_log::DirtyLog;
     type Vring = Vring;
 
     fn num_queues(&self) -> usize {
@@ -125,12 +138,11 @@ impl VhostUserBackend for VhostUserFs {
     }
 
     fn features(&self) -> u64 {
-        // No VHOST_F_LOG_ALL: the passthrough's reads do not mark the pages they fill, so a VM
-        // with a share is not offered live migration (QEMU's vhost-user-fs refuses it anyway).
         (1 << VIRTIO_F_VERSION_1)
             | (1 << VIRTIO_RING_F_EVENT_IDX)
             | (1 << VIRTIO_RING_F_INDIRECT_DESC)
             | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+            | VhostUserVirtioFeatures::LOG_ALL.bits()
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
@@ -138,12 +150,44 @@ impl VhostUserBackend for VhostUserFs {
         // configuration space itself.
         let features = VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::REPLY_ACK
-            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS;
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+            | VhostUserProtocolFeatures::LOG_SHMFD
+            | VhostUserProtocolFeatures::DEVICE_STATE;
         if self.device.offers_config() {
             features | VhostUserProtocolFeatures::CONFIG
         } else {
             features
         }
+    }
+
+    fn set_device_state_fd(
+        &self,
+        direction: VhostTransferStateDirection,
+        phase: VhostTransferStatePhase,
+        file: File,
+    ) -> io::Result<Option<File>> {
+        if phase != VhostTransferStatePhase::STOPPED {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "state transfer phase unknown",
+            ));
+        }
+        let direction = match direction {
+            VhostTransferStateDirection::SAVE => Direction::Save,
+            VhostTransferStateDirection::LOAD => Direction::Load,
+        };
+        self.state_transfer
+            .start(self.device.clone(), direction, file)?;
+        Ok(None)
+    }
+
+    fn check_device_state(&self) -> io::Result<()> {
+        let checked = self.state_transfer.check();
+        match &checked {
+            Ok(()) => crate::limited!(info, "share: state transfer done"),
+            Err(e) => crate::limited!(warn, "share: state transfer failed: {e}"),
+        }
+        checked
     }
 
     fn acked_features(&self, features: u64) {
@@ -154,6 +198,15 @@ impl VhostUserBackend for VhostUserFs {
             );
             self.connection.close();
         }
+        let on = features & VhostUserVirtioFeatures::LOG_ALL.bits() != 0;
+        if self.dirty_logging.swap(on, Ordering::SeqCst) != on {
+            crate::limited!(
+                info,
+                "share: dirty page logging {}",
+                if on { "on" } else { "off" }
+            );
+        }
+        dirty_log::set_logging(&self.connection.memory(), on);
     }
 
     fn set_event_idx(&self, _enabled: bool) {
@@ -172,6 +225,8 @@ impl VhostUserBackend for VhostUserFs {
     fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemory>) -> io::Result<()> {
         let map = mem.memory();
         self.connection.check_memory(&map)?;
+        let logging = self.dirty_logging.load(Ordering::Acquire);
+        dirty_log::carry_over(&self.connection.memory(), &map, logging);
         self.connection.replace_memory((*map).clone());
         Ok(())
     }

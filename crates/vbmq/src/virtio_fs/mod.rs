@@ -6,13 +6,17 @@ mod config_space;
 mod features;
 mod id_map;
 mod id_map_fs;
+pub mod migration;
+mod on_error;
 mod readonly;
 mod request_copy;
+mod session;
 mod share;
 pub mod thread_umask;
 
 pub use config_space::{TAG_LEN, config_space};
 pub use features::{FsCache, ShareFeatures, check_xattrmap};
 pub use id_map::{IdMap, IdRule};
+pub use on_error::OnError;
 pub use request_copy::RequestCopy;
 pub use share::{FsDevice, ShareError};

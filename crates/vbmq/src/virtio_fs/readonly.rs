@@ -25,7 +25,7 @@ fn refused<T>() -> io::Result<T> {
 
 /// An open that could change the file: write access (or an invalid access mode) or `O_TRUNC`
 /// (Linux truncates even on `O_RDONLY`).
-fn opens_for_writing(flags: u32) -> bool {
+pub(super) fn opens_for_writing(flags: u32) -> bool {
     let flags = flags.cast_signed();
     flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
 }

@@ -33,6 +33,8 @@ pub enum NotCopied {
 /// One queue's copy of the request it serves, allocated once.
 pub struct RequestCopy {
     bytes: Box<[u8]>,
+    /// Bytes of the last request copied (header and arguments).
+    len: usize,
     /// The copy is host memory: nothing to log for a migration (and the reader never writes).
     no_log: DirtyLog,
 }
@@ -41,6 +43,7 @@ impl Default for RequestCopy {
     fn default() -> Self {
         RequestCopy {
             bytes: vec![0; MAX_REQUEST].into_boxed_slice(),
+            len: 0,
             no_log: DirtyLog::default(),
         }
     }
@@ -69,6 +72,7 @@ impl RequestCopy {
             .get_mut(..args_len)
             .ok_or(NotCopied::TooLarge(header))?;
         guest.read_exact(args).map_err(|_| NotCopied::Unreadable)?;
+        self.len = header_len + args_len;
         let copied = &mut self.bytes[..header_len + args_len];
         // SAFETY: `copied` is host memory borrowed for 'a, as long as the reader holding the
         // slice can live; nothing else reads or writes it meanwhile (`&mut self`).
@@ -82,6 +86,15 @@ impl RequestCopy {
         };
         guest.prepend(front);
         Ok((header, guest))
+    }
+}
+
+impl RequestCopy {
+    /// The arguments of the last request copied (after its header).
+    pub fn args(&self) -> &[u8] {
+        self.bytes
+            .get(size_of::<InHeader>()..self.len)
+            .unwrap_or_default()
     }
 }
 

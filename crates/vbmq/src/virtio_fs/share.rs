@@ -2,10 +2,10 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use fuse_backend_rs::abi::fuse_abi::{InHeader, Opcode, OutHeader};
+use fuse_backend_rs::abi::fuse_abi::{FsOptions, InHeader, InitIn, Opcode, OutHeader};
 use fuse_backend_rs::api::filesystem::FileSystem;
 use fuse_backend_rs::api::server::Server;
 use fuse_backend_rs::passthrough::{Config, PassthroughFs};
@@ -15,8 +15,10 @@ use vm_memory::ByteValued;
 
 use super::ShareFeatures;
 use super::id_map_fs::IdMapFs;
+use super::on_error::OnError;
 use super::readonly::ReadOnlyFs;
 use super::request_copy::{NotCopied, RequestCopy, Slice};
+use super::session::Session;
 use crate::guest::GuestMemory;
 
 /// Why a share cannot be served.
@@ -36,11 +38,17 @@ pub struct FsDevice {
     /// The configuration space is offered through vhost-user's CONFIG.
     offer_config: bool,
     request_queues: u32,
-    fs: Arc<PassthroughFs>,
+    /// The shared directory, canonical.
+    pub(super) root: PathBuf,
+    pub(super) fs: Arc<PassthroughFs>,
     server: Served,
     /// The guest's FUSE session began (an INIT succeeded): until then every other request gets
     /// `EIO`, as libfuse answers.
     started: AtomicBool,
+    /// What the INIT that began it asked for, for a migration to carry.
+    session: Mutex<Option<Session>>,
+    /// A migration's destination: what to do with a held file it cannot open again.
+    pub(super) migration_on_error: OnError,
 }
 
 /// The server over the share: a read-only share's file system refuses every change itself.
@@ -81,7 +89,7 @@ impl FsDevice {
         }
         let fs = passthrough(&root, features).map_err(|e| e.at(dir))?;
         fs.import().map_err(error)?;
-        Ok(Self::serving(fs, tag, request_queues, features))
+        Ok(Self::serving(fs, root, tag, request_queues, features))
     }
 
     /// As [`Self::open_with`], over `root`, a directory another process opened and passed (a
@@ -98,11 +106,12 @@ impl FsDevice {
         let hint = descriptor_path(&root).unwrap_or_else(|| dir.to_path_buf());
         let fs = passthrough(&hint, features).map_err(|e| e.at(dir))?;
         fs.import_from(root).map_err(error)?;
-        Ok(Self::serving(fs, tag, request_queues, features))
+        Ok(Self::serving(fs, hint, tag, request_queues, features))
     }
 
     fn serving(
         fs: Arc<PassthroughFs>,
+        root: PathBuf,
         tag: &str,
         request_queues: u32,
         features: &ShareFeatures,
@@ -119,15 +128,25 @@ impl FsDevice {
             tag: tag.to_string(),
             offer_config: features.offer_config,
             request_queues,
+            root,
             fs,
             server,
             started: AtomicBool::new(false),
+            session: Mutex::new(None),
+            migration_on_error: OnError::default(),
         }
     }
 
     /// Whether the frontend is offered the configuration space (vhost-user's CONFIG).
     pub fn offers_config(&self) -> bool {
         self.offer_config
+    }
+
+    /// The share, answering `on_error` when a migration brings a held file it cannot open.
+    #[must_use]
+    pub fn with_migration_on_error(mut self, on_error: OnError) -> Self {
+        self.migration_on_error = on_error;
+        self
     }
 
     /// The configuration space the guest reads.
@@ -139,7 +158,24 @@ impl FsDevice {
     /// the connection, DESTROY or not): the descriptors are closed, the root stays.
     pub fn end_session(&self) {
         self.started.store(false, Ordering::Release);
+        *self.session.lock().unwrap_or_else(PoisonError::into_inner) = None;
         self.fs.destroy();
+    }
+
+    /// Whether the share is read-only (`readonly=on`).
+    pub(super) fn readonly(&self) -> bool {
+        matches!(self.server, Served::ReadOnly(_))
+    }
+
+    /// The FUSE session, once an INIT began it.
+    pub fn session(&self) -> Option<Session> {
+        *self.session.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Begins the session `session` describes without an INIT (a migration's destination).
+    pub(super) fn resume_session(&self, session: Session) {
+        *self.session.lock().unwrap_or_else(PoisonError::into_inner) = Some(session);
+        self.started.store(true, Ordering::Release);
     }
 
     /// The number of request queues (besides the high-priority queue).
@@ -188,6 +224,9 @@ impl FsDevice {
             Ok(written) => {
                 // An INIT answered with its `InitOut`, not with an error alone.
                 if init && written > size_of::<OutHeader>() {
+                    if let Some(session) = init_session(copy.args()) {
+                        self.resume_session(session);
+                    }
                     self.started.store(true, Ordering::Release);
                 }
                 u32::try_from(written).unwrap_or(u32::MAX)
@@ -264,6 +303,21 @@ fn serve<'a, F: FileSystem + Sync>(
     writer: VirtioFsWriter<'a, Slice<'a>>,
 ) -> fuse_backend_rs::Result<usize> {
     server.handle_message(reader, writer.into(), None, None)
+}
+
+/// What an INIT's arguments `args` (as the server read them) asked for.
+fn init_session(args: &[u8]) -> Option<Session> {
+    let init = InitIn::from_slice(args.get(..size_of::<InitIn>())?)?;
+    let mut flags = u64::from(init.flags);
+    if flags & FsOptions::INIT_EXT.bits() != 0 {
+        let flags2 = args.get(size_of::<InitIn>()..size_of::<InitIn>() + 4)?;
+        flags |= u64::from(u32::from_le_bytes(flags2.try_into().ok()?)) << 32;
+    }
+    Some(Session {
+        major: init.major,
+        minor: init.minor,
+        flags,
+    })
 }
 
 /// Answers the request under `header` with `errno` alone.

@@ -73,6 +73,11 @@ impl InodeStore {
         self.by_id.clear();
     }
 
+    /// Every inode held.
+    pub fn values(&self) -> impl Iterator<Item = &Arc<InodeData>> {
+        self.data.values()
+    }
+
     pub fn get(&self, inode: &Inode) -> Option<&Arc<InodeData>> {
         self.data.get(inode)
     }

@@ -29,6 +29,7 @@ use std::time::Duration;
 use vm_memory::{bitmap::BitmapSlice, ByteValued};
 
 pub use self::config::{CachePolicy, Config};
+pub use self::migration::{HandleExport, InodeExport};
 use self::file_handle::{FileHandle, OpenableFileHandle};
 use self::inode_store::{InodeId, InodeStore};
 use self::mount_fd::MountFds;
@@ -51,6 +52,7 @@ mod config;
 mod containment;
 mod file_handle;
 mod inode_store;
+mod migration;
 mod mount_fd;
 mod os_compat;
 mod overlay;

@@ -58,7 +58,7 @@ fn privileged_xattr(name: &CStr) -> bool {
 }
 
 impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
-    fn open_inode(&self, inode: Inode, flags: i32) -> io::Result<File> {
+    pub(super) fn open_inode(&self, inode: Inode, flags: i32) -> io::Result<File> {
         let data = self.inode_inside(inode)?;
         if !is_safe_inode(data.mode) {
             Err(ebadf())
