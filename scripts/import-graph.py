@@ -21,7 +21,7 @@ LAYERS = {
     "crates/vbmq/src": [
         # Helpers to the side of everything: log rate limits, clocks, socket files, systemd,
         # the process's confinement.
-        ("log_limit", "timer", "socket_files", "systemd", "confine"),
+        ("log_limit", "timer", "socket_files", "passed_fds", "systemd", "confine"),
         # Guest memory: the memory table, its fault guard, the dirty log, the in-flight record.
         ("guest",),
         # I/O limits, shared by the device (its buckets) and the queue core (the waits).

@@ -222,6 +222,7 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
             let command = match m.subcommand()? {
                 ("add-disk", a) => Request::AddDisk {
                     spec: a.get_one::<String>("spec")?.clone(),
+                    fds: Vec::new(),
                 },
                 ("remove-disk", a) => Request::RemoveDisk { socket: socket(a)? },
                 ("resize", a) => Request::Resize {

@@ -1,10 +1,13 @@
 //! `vbmq ctl`: one request to a running `vbmq serve --control PATH`, its reply on stdout.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use crate::control::passed_fds;
 use crate::control::protocol::{Reply, Versioned};
+use crate::ctl_disk::{self, Opened};
 
 /// A request and where to send it.
 pub struct Request {
@@ -15,18 +18,46 @@ pub struct Request {
 }
 
 /// Sends the request; prints the result as JSON (exit 0) or the error as one line (exit 2;
-/// exit 1 when the daemon cannot be reached).
+/// exit 1 when the daemon cannot be reached). `add-disk` first opens and binds what the disk
+/// needs and passes it (see [`ctl_disk`]).
 pub fn run(request: &Request) -> i32 {
-    let reply = match exchange(request) {
+    use crate::control::Request as R;
+    let mut command = request.command.clone();
+    let mut opened = Opened::default();
+    if let R::AddDisk { spec, fds } = &mut command {
+        opened = match ctl_disk::open(spec) {
+            Ok(opened) => opened,
+            Err(e) => {
+                eprintln!("vbmq: {e}");
+                return 2;
+            }
+        };
+        fds.clone_from(&opened.names);
+    }
+    let borrowed: Vec<BorrowedFd<'_>> = opened.fds.iter().map(AsFd::as_fd).collect();
+    let result = exchange(&request.control, &command, &borrowed);
+    drop(borrowed);
+    let bound = opened.bound.take();
+    drop(opened);
+    let reply = match result {
         Ok(reply) => reply,
         Err(e) => {
+            if let Some(socket) = &bound {
+                ctl_disk::remove_stale_socket(socket);
+            }
             eprintln!("vbmq: {}: {e}", request.control.display());
             return 1;
         }
     };
     if !reply.ok {
+        if let Some(socket) = &bound {
+            ctl_disk::remove_stale_socket(socket);
+        }
         eprintln!("vbmq: {}", reply.error.as_deref().unwrap_or("failed"));
         return 2;
+    }
+    if let R::RemoveDisk { socket } = &command {
+        ctl_disk::remove_stale_socket(Path::new(socket));
     }
     match reply.result {
         None | Some(crate::control::protocol::Answer::Nothing) => {}
@@ -38,15 +69,19 @@ pub fn run(request: &Request) -> i32 {
     0
 }
 
-fn exchange(request: &Request) -> std::io::Result<Reply> {
-    let mut stream = UnixStream::connect(&request.control)?;
+fn exchange(
+    control: &Path,
+    command: &crate::control::Request,
+    fds: &[BorrowedFd<'_>],
+) -> std::io::Result<Reply> {
+    let stream = UnixStream::connect(control)?;
     let body = Versioned {
         version: crate::control::VERSION,
-        request: &request.command,
+        request: command,
     };
     let mut line = serde_json::to_vec(&body).map_err(std::io::Error::other)?;
     line.push(b'\n');
-    stream.write_all(&line)?;
+    passed_fds::send(&stream, &line, fds)?;
     let mut reply = String::new();
     BufReader::new(stream).read_line(&mut reply)?;
     serde_json::from_str(&reply).map_err(std::io::Error::other)

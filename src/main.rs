@@ -4,6 +4,7 @@ mod cli;
 mod config_file;
 mod control;
 mod ctl;
+mod ctl_disk;
 mod fd_wait;
 mod metrics;
 

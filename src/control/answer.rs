@@ -1,23 +1,37 @@
 //! The daemon's side of the protocol: a [`Request`] done on the [`Host`], its [`Reply`].
 
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use vbmq::host::{DiskCounters, DiskInfo, Host};
+use vbmq::passed_fds::PassedDisk;
 
-use super::protocol::{Answer, DiskEntry, DiskStats, Latency, QueueStats, Reply, Request, Size};
+use super::protocol::{
+    Answer, DiskEntry, DiskStats, Latency, Passed, QueueStats, Reply, Request, Size,
+};
 
-/// Answers one request line.
-pub fn answer(host: &Host, line: &[u8]) -> Reply {
-    match Request::parse(line).and_then(|request| dispatch(host, request)) {
+/// Answers one request line and the descriptors that came with it.
+pub fn answer(host: &Host, line: &[u8], fds: Vec<OwnedFd>) -> Reply {
+    match Request::parse(line).and_then(|request| dispatch(host, request, fds)) {
         Ok(answer) => Reply::done(answer),
         Err(error) => Reply::refused(error),
     }
 }
 
-fn dispatch(host: &Host, request: Request) -> Result<Answer, String> {
+fn dispatch(host: &Host, request: Request, fds: Vec<OwnedFd>) -> Result<Answer, String> {
     let refused = |e: vbmq::host::HostError| e.to_string();
+    if let Request::AddDisk { spec, fds: names } = request {
+        let passed = passed_disk(&names, fds)?;
+        return host
+            .add_disk_passed(&spec, passed)
+            .map(disk)
+            .map_err(refused);
+    }
+    if !fds.is_empty() {
+        return Err("only add-disk takes descriptors".into());
+    }
     match request {
-        Request::AddDisk { spec } => host.add_disk(&spec).map(disk).map_err(refused),
+        Request::AddDisk { .. } => Err("add-disk: answered above: a defect".into()),
         Request::RemoveDisk { socket } => host
             .remove_disk(Path::new(&socket))
             .map(|()| Answer::Nothing)
@@ -50,6 +64,29 @@ fn dispatch(host: &Host, request: Request) -> Result<Answer, String> {
             .map(|disks| Answer::Stats(disks.iter().map(stats).collect()))
             .map_err(refused),
     }
+}
+
+/// The descriptors of an `add-disk`, by the names the request gives them in order.
+fn passed_disk(names: &[Passed], fds: Vec<OwnedFd>) -> Result<PassedDisk, String> {
+    if names.len() != fds.len() {
+        return Err(format!(
+            "add-disk: {} descriptor(s) named, {} passed",
+            names.len(),
+            fds.len()
+        ));
+    }
+    let mut passed = PassedDisk::default();
+    for (name, fd) in names.iter().zip(fds) {
+        let slot = match name {
+            Passed::Socket => &mut passed.socket,
+            Passed::Image => &mut passed.image,
+            Passed::ImageDirect => &mut passed.image_direct,
+        };
+        if slot.replace(fd).is_some() {
+            return Err(format!("add-disk: {name:?} passed twice"));
+        }
+    }
+    Ok(passed)
 }
 
 fn disk(info: DiskInfo) -> Answer {

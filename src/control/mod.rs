@@ -3,6 +3,7 @@
 //! a slow or hostile client stalls neither other clients nor any disk's I/O.
 
 mod answer;
+pub mod passed_fds;
 pub mod protocol;
 mod server;
 

@@ -19,6 +19,10 @@ pub enum Request {
     AddDisk {
         /// Exactly a `--disk` value.
         spec: String,
+        /// The descriptors passed with the request (`SCM_RIGHTS`), in order: what `vbmq ctl`
+        /// opened and bound for the disk.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        fds: Vec<Passed>,
     },
     /// Stop the disk on this socket.
     RemoveDisk {
@@ -57,6 +61,18 @@ pub enum Request {
         )]
         socket: Option<String>,
     },
+}
+
+/// What a descriptor passed with a request is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Passed {
+    /// The disk's vhost-user socket, bound and listening.
+    Socket,
+    /// The image, opened without `O_DIRECT`.
+    Image,
+    /// The image, opened with `O_DIRECT`.
+    ImageDirect,
 }
 
 /// A capacity as sent: a number of bytes or a size text such as `40G`.

@@ -9,8 +9,17 @@ fn requests() -> Vec<(Request, Value)> {
         (
             Request::AddDisk {
                 spec: "socket=/r/a.sock,null=1G".into(),
+                fds: vec![],
             },
             json!({"command": "add-disk", "spec": "socket=/r/a.sock,null=1G"}),
+        ),
+        (
+            Request::AddDisk {
+                spec: "socket=/r/a.sock,path=/i.raw".into(),
+                fds: vec![Passed::Socket, Passed::Image, Passed::ImageDirect],
+            },
+            json!({"command": "add-disk", "spec": "socket=/r/a.sock,path=/i.raw",
+                "fds": ["socket", "image", "image-direct"]}),
         ),
         (
             Request::RemoveDisk {

@@ -1,7 +1,7 @@
 //! The control socket: bound before confinement, served after it.
 
-use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use vbmq::host::Host;
 
 use super::answer::answer;
+use super::passed_fds;
 use super::protocol::Reply;
 
 /// The longest request line; a longer one gets an error and the connection is closed.
@@ -105,8 +106,9 @@ fn serve_client(host: &Host, mut stream: UnixStream) {
         return;
     }
     let mut pending: Vec<u8> = Vec::new();
+    let mut fds = Vec::new();
     loop {
-        let line = match read_line(&mut stream, &mut pending) {
+        let line = match read_line(&mut stream, &mut pending, &mut fds) {
             Ok(Some(line)) => line,
             Ok(None) => return,
             Err(error) => {
@@ -114,14 +116,20 @@ fn serve_client(host: &Host, mut stream: UnixStream) {
                 return;
             }
         };
-        if reply(&mut stream, &answer(host, &line)).is_err() {
+        // The descriptors that came with the line's bytes are the request's.
+        if reply(&mut stream, &answer(host, &line, std::mem::take(&mut fds))).is_err() {
             return;
         }
     }
 }
 
-/// The next line (without its newline), `None` at a clean end, or why the client is dropped.
-fn read_line(stream: &mut UnixStream, pending: &mut Vec<u8>) -> Result<Option<Vec<u8>>, String> {
+/// The next line (without its newline), `None` at a clean end, or why the client is dropped;
+/// descriptors that arrive are added to `fds`.
+fn read_line(
+    stream: &mut UnixStream,
+    pending: &mut Vec<u8>,
+    fds: &mut Vec<OwnedFd>,
+) -> Result<Option<Vec<u8>>, String> {
     let deadline = Instant::now() + REQUEST_TIMEOUT;
     let mut buf = [0u8; 4096];
     loop {
@@ -140,12 +148,13 @@ fn read_line(stream: &mut UnixStream, pending: &mut Vec<u8>) -> Result<Option<Ve
             ));
         }
         wait(stream, libc::POLLIN, left);
-        match stream.read(&mut buf) {
+        match passed_fds::recv(stream, &mut buf, fds) {
             Ok(0) if pending.is_empty() => return Ok(None),
             Ok(0) => return Err("request ended without a newline".into()),
             Ok(n) => pending.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(e.to_string()),
             Err(_) => return Ok(None),
         }
     }

@@ -1,6 +1,7 @@
 //! The running disks of one `vbmq serve`, added and removed while the others go on: the typed
 //! API the control socket speaks for (the JSON lives in the `vbmq` binary).
 
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -10,8 +11,9 @@ use std::time::Duration;
 use crate::backend::Disk;
 use crate::config::check_sockets;
 use crate::config::{DiskSpec, SpecError, Storage};
-use crate::devices::{Built, build_disk};
+use crate::devices::{Built, Source, build_disk};
 use crate::limits::Limits;
+use crate::passed_fds::{PassedDisk, image_files, listening_unix_socket};
 use crate::vhost_user::{Stopper, VhostUserBlk};
 use crate::virtio_blk::{BlkDevice, resize_disk};
 use crate::worker::{LATENCY_BUCKETS, QueueStats, online_cpus};
@@ -99,7 +101,7 @@ struct Running {
     device: Arc<BlkDevice>,
     current: Arc<Mutex<Option<Arc<VhostUserBlk>>>>,
     stats: Vec<Arc<QueueStats>>,
-    files: [PathBuf; 2],
+    files: Vec<PathBuf>,
     stopper: Stopper,
     thread: Option<JoinHandle<()>>,
 }
@@ -177,8 +179,18 @@ impl Host {
 
     /// Opens and binds a disk without serving it yet (start-up disks: before confinement).
     pub fn prepare(&self, text: &str, spec: DiskSpec) -> Result<Prepared, HostError> {
+        self.prepare_from(text, spec, Source::default(), None)
+    }
+
+    fn prepare_from(
+        &self,
+        text: &str,
+        spec: DiskSpec,
+        source: Source,
+        listener: Option<UnixListener>,
+    ) -> Result<Prepared, HostError> {
         Self::check_sockets(&lock(&self.disks), &spec, &self.other_sockets)?;
-        let built = build_disk(&spec)?;
+        let built = build_disk(&spec, source, listener)?;
         Ok(Prepared {
             text: text.to_string(),
             spec,
@@ -238,25 +250,88 @@ impl Host {
 
     /// `add-disk`: parses `text` as `--disk` does, opens, binds and serves it.
     pub fn add_disk(&self, text: &str) -> Result<DiskInfo, HostError> {
+        self.add_disk_passed(text, PassedDisk::default())
+    }
+
+    /// `add-disk` with what the client opened and bound for the disk (`vbmq ctl add-disk`
+    /// passes its socket and, for `path=`, its image): each is checked, then served in place
+    /// of what vbmq would open or bind itself. A confined vbmq serves a `path=` disk only from
+    /// a passed image, and a socket outside its control socket's directory only when passed.
+    pub fn add_disk_passed(&self, text: &str, passed: PassedDisk) -> Result<DiskInfo, HostError> {
         let spec = DiskSpec::parse(text, &online_cpus())?;
-        self.check_run_time(&spec)?;
-        let prepared = self.prepare(text, spec)?;
+        let confined = self.check_run_time(&spec, &passed)?;
+        let listener = passed
+            .socket
+            .map(listening_unix_socket)
+            .transpose()
+            .map_err(|e| spec_error("socket", format!("{}: {e}", spec.socket.display())))?;
+        let image = match (passed.image, &spec.storage) {
+            (Some(image), Storage::File(path)) => Some(
+                image_files(image, passed.image_direct, spec.readonly)
+                    .map_err(|e| spec_error("path", format!("{}: {e}", path.display())))?,
+            ),
+            _ => None,
+        };
+        let source = Source {
+            image,
+            positional: confined,
+        };
+        let prepared = self.prepare_from(text, spec, source, listener)?;
         self.start(prepared)
     }
 
-    /// What a confined process cannot open or bind, refused with the reason before trying.
-    fn check_run_time(&self, spec: &DiskSpec) -> Result<(), HostError> {
+    /// What a confined process cannot open or bind, refused with the reason before trying;
+    /// what was passed must be what the spec needs. Returns whether the process is confined.
+    fn check_run_time(&self, spec: &DiskSpec, passed: &PassedDisk) -> Result<bool, HostError> {
         let policy = lock(&self.policy).clone();
+        let is_file = matches!(spec.storage, Storage::File(_));
+        if passed.image.is_some() && !is_file {
+            return Err(spec_error(
+                "path",
+                "an image was passed for a disk without path=".into(),
+            ));
+        }
+        if passed.image.is_some() || passed.image_direct.is_some() {
+            if passed.image.is_none() {
+                return Err(spec_error(
+                    "path",
+                    "an O_DIRECT image was passed alone".into(),
+                ));
+            }
+            if spec.direct != passed.image_direct.is_some() {
+                let why = if spec.direct {
+                    "direct=on needs the image passed with O_DIRECT too"
+                } else {
+                    "an O_DIRECT image was passed for a direct=off disk"
+                };
+                return Err(spec_error("direct", why.into()));
+            }
+            if spec.cache_preload {
+                return Err(spec_error(
+                    "cache-preload",
+                    "opens the image by its path: not for a passed image".into(),
+                ));
+            }
+        }
         if !policy.confined {
-            return Ok(());
+            return Ok(false);
         }
         match &spec.storage {
             Storage::Null(_) | Storage::Memory { image: None, .. } => {}
-            Storage::File(_) | Storage::Rbd(_) => {
+            Storage::File(_) if passed.image.is_some() => {}
+            Storage::File(_) => {
                 return Err(spec_error(
                     "path",
-                    "a confined vbmq adds null= and mem= disks only at run time: \
-                     give file and RBD disks at start (see SECURITY.md)"
+                    "a confined vbmq opens no image at run time: `vbmq ctl add-disk` opens it \
+                     and passes it (docs/control.md)"
+                        .into(),
+                ));
+            }
+            Storage::Rbd(_) => {
+                return Err(spec_error(
+                    "rbd",
+                    "a confined vbmq adds no RBD disk at run time: give it at start \
+                     (docs/operate.md)"
                         .into(),
                 ));
             }
@@ -266,6 +341,9 @@ impl Host {
                     "a confined vbmq opens no file at run time (see SECURITY.md)".into(),
                 ));
             }
+        }
+        if passed.socket.is_some() {
+            return Ok(true);
         }
         let dir = match spec.socket.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => parent,
@@ -286,7 +364,7 @@ impl Host {
                 ),
             ));
         }
-        Ok(())
+        Ok(true)
     }
 
     /// `remove-disk`: drains and closes its connection, stops its socket, removes its files.

@@ -15,6 +15,7 @@ mod iovec;
 mod memory;
 mod null;
 mod ofd_lock;
+mod positional;
 mod rbd;
 mod registered_memory;
 mod uring;

@@ -5,5 +5,5 @@
 mod disk;
 mod share;
 
-pub(crate) use disk::{Built, build_disk};
+pub(crate) use disk::{Built, Source, build_disk};
 pub(crate) use share::build_share;
