@@ -73,9 +73,19 @@ fn ctl() -> Command {
                 .arg(socket().required(true))
                 .arg(Arg::new("limits").value_name("LIMITS").required(true)),
         )
-        .subcommand(Command::new("reload").about(
-            "Read the --config file again: disks no longer in it (or changed) go, new ones come",
-        ))
+        .subcommand(
+            Command::new("reload")
+                .about(
+                    "Read the --config file again, checked whole first: limit changes apply in \
+                     place, disks no longer in it go, new ones come; anything else refuses it",
+                )
+                .arg(
+                    Arg::new("replace")
+                        .long("replace")
+                        .action(ArgAction::SetTrue)
+                        .help("Remove and add a disk whose line changed beyond its limits"),
+                ),
+        )
         .subcommand(Command::new("list").about("Every disk: spec, size, queues, connection (JSON)"))
         .subcommand(
             Command::new("stats")
@@ -236,7 +246,9 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                     socket: socket(a)?,
                     limits: a.get_one::<String>("limits")?.clone(),
                 },
-                ("reload", _) => Request::Reload,
+                ("reload", a) => Request::Reload {
+                    replace: a.get_flag("replace"),
+                },
                 ("list", _) => Request::List,
                 ("stats", a) => Request::Stats { socket: socket(a) },
                 _ => return None,

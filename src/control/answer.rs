@@ -57,7 +57,7 @@ fn dispatch(host: &Host, request: Request, fds: Vec<OwnedFd>) -> Result<Answer, 
                 .map(disk)
                 .map_err(refused)
         }
-        Request::Reload => host.reload().map(Answer::Notes).map_err(refused),
+        Request::Reload { replace } => host.reload(replace).map(Answer::Notes).map_err(refused),
         Request::List => Ok(Answer::Disks(host.list().iter().map(entry).collect())),
         Request::Stats { socket } => host
             .stats(socket.as_deref().map(Path::new))

@@ -48,7 +48,15 @@ pub enum Request {
         limits: String,
     },
     /// Read the configuration file again and apply what changed.
-    Reload,
+    Reload {
+        /// A line that cannot change in place is removed and added (anything but `true`: no).
+        #[serde(
+            default,
+            deserialize_with = "loose",
+            skip_serializing_if = "std::ops::Not::not"
+        )]
+        replace: bool,
+    },
     /// Every disk.
     List,
     /// Counters of every disk, or of the one on `socket` (a non-string `socket` is no socket).

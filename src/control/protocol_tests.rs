@@ -50,7 +50,14 @@ fn requests() -> Vec<(Request, Value)> {
             },
             json!({"command": "set-limits", "socket": "/r/a.sock", "limits": "iops=10"}),
         ),
-        (Request::Reload, json!({"command": "reload"})),
+        (
+            Request::Reload { replace: false },
+            json!({"command": "reload"}),
+        ),
+        (
+            Request::Reload { replace: true },
+            json!({"command": "reload", "replace": true}),
+        ),
         (Request::List, json!({"command": "list"})),
         (Request::Stats { socket: None }, json!({"command": "stats"})),
         (

@@ -18,6 +18,8 @@ use crate::vhost_user::{Stopper, VhostUserBlk};
 use crate::virtio_blk::{BlkDevice, resize_disk};
 use crate::worker::{LATENCY_BUCKETS, QueueStats, online_cpus};
 
+mod reload;
+
 /// One disk as `list` shows it.
 #[derive(Clone, Debug)]
 pub struct DiskInfo {
@@ -427,44 +429,102 @@ impl Host {
         *lock(&self.config) = (texts, Some(reloader));
     }
 
-    /// `reload` (and SIGHUP): reads the configuration file again and applies the difference:
-    /// disks no longer in it, or changed, are removed; new or changed ones are added. A file
-    /// that cannot be read or holds a bad disk changes nothing. Returns what was done.
-    pub fn reload(&self) -> Result<Vec<String>, HostError> {
+    /// `reload` (and SIGHUP): reads the configuration file again and applies the difference,
+    /// checked whole first (see [`reload::plan`]): a file that cannot be read, a line that does
+    /// not parse, a new disk this process cannot add, or a changed line that cannot change in
+    /// place (unless `replace`) refuses the reload and changes nothing. Limit-only changes are
+    /// applied to the running disk; new disks are added, then replaced ones removed and added,
+    /// then removed ones go. Returns what was done.
+    pub fn reload(&self, replace: bool) -> Result<Vec<String>, HostError> {
         let mut config = lock(&self.config);
         let Some(reloader) = config.1.as_ref() else {
             return Err(HostError::Start("no --config file to reload".into()));
         };
         let texts = reloader().map_err(HostError::Start)?;
+        let mut new = Vec::new();
         for text in &texts {
-            DiskSpec::parse(text, &online_cpus())?;
+            new.push((text.clone(), DiskSpec::parse(text, &online_cpus())?));
         }
-        let old = config.0.clone();
+        let specs: Vec<DiskSpec> = new.iter().map(|(_, spec)| spec.clone()).collect();
+        {
+            let others = lock(&self.other_sockets);
+            let others: Vec<(&str, &Path)> = others
+                .iter()
+                .map(|(what, path)| (*what, path.as_path()))
+                .collect();
+            check_sockets(&specs, &[], &others)?;
+        }
+        let running: Vec<(PathBuf, String, DiskSpec)> = lock(&self.disks)
+            .iter()
+            .map(|r| (r.spec.socket.clone(), r.text.clone(), r.spec.clone()))
+            .collect();
+        let check_add = |spec: &DiskSpec| {
+            self.check_run_time(spec, &PassedDisk::default())
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        let plan = reload::plan(&running, &config.0, &new, replace, check_add)
+            .map_err(|e| HostError::Start(format!("reload refused, nothing changed: {e}")))?;
         let mut done = Vec::new();
-        for text in old.iter().filter(|t| !texts.contains(t)) {
-            let Ok(spec) = DiskSpec::parse(text, &online_cpus()) else {
-                continue;
-            };
-            match self.remove_disk(&spec.socket) {
-                Ok(()) => done.push(format!("removed {}", spec.socket.display())),
-                Err(e) => done.push(format!("{}: {e}", spec.socket.display())),
-            }
-        }
-        let mut applied: Vec<String> = old.iter().filter(|t| texts.contains(t)).cloned().collect();
-        for text in texts.iter().filter(|t| !old.contains(t)) {
-            match self.add_disk(text) {
-                Ok(info) => {
-                    done.push(format!("added {}", info.socket.display()));
-                    applied.push(text.clone());
+        let mut added: Vec<PathBuf> = Vec::new();
+        for (socket, text) in &plan.add {
+            if let Err(e) = self.add_disk(text) {
+                // Back to where it was: the disks added so far go again.
+                for socket in &added {
+                    let _ = self.remove_disk(socket);
                 }
-                Err(e) => done.push(format!("not added: {e}")),
+                return Err(HostError::Start(format!(
+                    "reload refused, nothing changed: {}: {e}",
+                    socket.display()
+                )));
+            }
+            added.push(socket.clone());
+            done.push(format!("added {}", socket.display()));
+        }
+        for (socket, limits, text) in &plan.limits {
+            match self.set_limits(socket, *limits) {
+                Ok(_) => {
+                    self.retext(socket, text);
+                    done.push(format!("limits of {} changed in place", socket.display()));
+                }
+                Err(e) => done.push(format!("{}: {e}", socket.display())),
             }
         }
-        config.0 = applied;
+        for (socket, text) in &plan.replace {
+            let _ = self.remove_disk(socket);
+            match self.add_disk(text) {
+                Ok(_) => done.push(format!("replaced {}", socket.display())),
+                Err(e) => done.push(format!(
+                    "removed {}, not added again: {e}",
+                    socket.display()
+                )),
+            }
+        }
+        for socket in &plan.remove {
+            match self.remove_disk(socket) {
+                Ok(()) => done.push(format!("removed {}", socket.display())),
+                Err(e) => done.push(format!("{}: {e}", socket.display())),
+            }
+        }
+        config.0 = texts;
         if done.is_empty() {
             done.push("no change".into());
         }
         Ok(done)
+    }
+
+    /// The disk on `socket` is now described by `text` (its limits changed in place).
+    fn retext(&self, socket: &Path, text: &str) {
+        let Ok(spec) = DiskSpec::parse(text, &online_cpus()) else {
+            return;
+        };
+        if let Some(running) = lock(&self.disks)
+            .iter_mut()
+            .find(|r| r.spec.socket == socket)
+        {
+            running.text = text.to_string();
+            running.spec = spec;
+        }
     }
 
     /// `list`: every disk, in the order added.

@@ -193,7 +193,8 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
             continue;
         }
         if signal == libc::SIGHUP {
-            match host.reload() {
+            // A refused reload changes nothing and says why in the log.
+            match host.reload(false) {
                 Ok(changes) => info!("configuration reloaded: {}", changes.join("; ")),
                 Err(e) => tracing::error!("configuration not reloaded: {e}"),
             }
