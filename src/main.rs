@@ -85,6 +85,12 @@ fn serve(
         config_texts = file.disk;
     }
     let options = &options;
+    // Before this process opens anything: a `socket-fd=` that names no inherited descriptor
+    // could otherwise name one of vbmq's own.
+    if let Err(e) = check_inherited_sockets(&options.disks) {
+        eprintln!("vbmq: --disk socket-fd: {e}");
+        return 2;
+    }
     // Before the control socket is bound: a disk or share given its path would take it over.
     let control_socket: Vec<(&str, &std::path::Path)> = control
         .as_deref()
@@ -142,6 +148,19 @@ fn serve(
         let _ = std::fs::remove_file(path);
     }
     status
+}
+
+/// Every `socket-fd=` names an inherited open descriptor, and no two disks the same one.
+fn check_inherited_sockets(disks: &[vbmq::config::DiskSpec]) -> Result<(), String> {
+    let mut seen = Vec::new();
+    for name in disks.iter().filter_map(|d| d.socket_fd.as_deref()) {
+        let fd = vbmq::systemd::inherited_fd(name).map_err(|e| e.to_string())?;
+        if seen.contains(&fd) {
+            return Err(format!("descriptor {fd} given to two disks"));
+        }
+        seen.push(fd);
+    }
+    Ok(())
 }
 
 /// Prints help and version as clap does; any other error as one line naming the flag or key

@@ -180,8 +180,14 @@ impl Host {
     }
 
     /// Opens and binds a disk without serving it yet (start-up disks: before confinement).
+    /// A disk with `socket-fd=` serves that inherited socket (the caller makes sure no two
+    /// disks name one descriptor, and that it was inherited, not opened by the process).
     pub fn prepare(&self, text: &str, spec: DiskSpec) -> Result<Prepared, HostError> {
-        self.prepare_from(text, spec, Source::default(), None)
+        let listener = match &spec.socket_fd {
+            Some(name) => Some(adopt_inherited(name).map_err(|e| spec_error("socket-fd", e))?),
+            None => None,
+        };
+        self.prepare_from(text, spec, Source::default(), listener)
     }
 
     fn prepare_from(
@@ -286,6 +292,13 @@ impl Host {
     /// what was passed must be what the spec needs. Returns whether the process is confined.
     fn check_run_time(&self, spec: &DiskSpec, passed: &PassedDisk) -> Result<bool, HostError> {
         let policy = lock(&self.policy).clone();
+        if spec.socket_fd.is_some() {
+            return Err(spec_error(
+                "socket-fd",
+                "an inherited socket is for start: `vbmq ctl add-disk` passes the socket itself"
+                    .into(),
+            ));
+        }
         let is_file = matches!(spec.storage, Storage::File(_));
         if passed.image.is_some() && !is_file {
             return Err(spec_error(
@@ -594,6 +607,23 @@ impl Prepared {
     pub fn spec(&self) -> &DiskSpec {
         &self.spec
     }
+}
+
+/// The inherited listening socket `socket-fd=` names, owned from now on.
+fn adopt_inherited(name: &str) -> Result<UnixListener, String> {
+    let fd = crate::systemd::inherited_fd(name).map_err(|e| e.to_string())?;
+    // SAFETY: an open descriptor the process inherited; `prepare`'s caller gives each one to
+    // one disk only, so this is its only owner.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: F_SETFD on a descriptor we own: not inherited further by anything we run.
+    unsafe {
+        libc::fcntl(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            libc::F_SETFD,
+            libc::FD_CLOEXEC,
+        )
+    };
+    listening_unix_socket(fd).map_err(|e| format!("{name}: {e}"))
 }
 
 fn stop(running: &mut Running) {
