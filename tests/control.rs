@@ -220,7 +220,7 @@ fn a_refused_spec_is_one_line_and_exit_2_and_the_daemon_goes_on() {
         ),
         (
             format!("socket={},rbd=rbd/vm", s(&run.join("x.sock"))),
-            "vbmq: --disk rbd: a confined vbmq adds no RBD disk at run time",
+            "vbmq: --disk rbd: a confined vbmq adds an RBD disk at run time only on a cluster",
         ),
         ("nonsense".to_string(), "vbmq: --disk"),
     ];

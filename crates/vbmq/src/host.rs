@@ -280,10 +280,7 @@ impl Host {
             ),
             _ => None,
         };
-        let source = Source {
-            image,
-            positional: confined,
-        };
+        let source = Source { image, confined };
         let prepared = self.prepare_from(text, spec, source, listener)?;
         self.start(prepared)
     }
@@ -342,11 +339,14 @@ impl Host {
                         .into(),
                 ));
             }
+            // Through the connection an `rbd=` disk of the same cluster made at start.
+            Storage::Rbd(target) if crate::backend::cluster_connected(target) => {}
             Storage::Rbd(_) => {
                 return Err(spec_error(
                     "rbd",
-                    "a confined vbmq adds no RBD disk at run time: give it at start \
-                     (docs/operate.md)"
+                    "a confined vbmq adds an RBD disk at run time only on a cluster an rbd= disk \
+                     connected to at start (same ceph-conf=, ceph-user=, ceph-timeout=; \
+                     docs/operate.md)"
                         .into(),
                 ));
             }

@@ -216,6 +216,7 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
     report.extend(shares.iter().map(|share| (share.report)()));
     stop_shares(shares);
     host.stop_all();
+    crate::backend::release_clusters();
     crate::backend::release_image_locks();
     for line in report {
         info!("statistics {line}");

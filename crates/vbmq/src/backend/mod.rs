@@ -32,7 +32,7 @@ pub use image_lock::release_all as release_image_locks;
 pub use iovec::IovList;
 pub use memory::MemoryDisk;
 pub use null::NullDisk;
-pub use rbd::{RbdDisk, RbdTarget};
+pub use rbd::{RbdDisk, RbdTarget, cluster_connected, release_clusters};
 
 /// One operation handed to an engine. Offsets and lengths are in bytes and already checked
 /// against the disk's capacity.

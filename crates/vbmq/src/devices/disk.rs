@@ -42,13 +42,14 @@ fn default_serial(spec: &DiskSpec) -> String {
 }
 
 /// What a disk is opened from: its spec's paths, or the image a client passed (buffered and
-/// `O_DIRECT` descriptors, checked), served without a ring when `positional`.
+/// `O_DIRECT` descriptors, checked), served without a ring when `confined`.
 #[derive(Default)]
 pub(crate) struct Source {
     /// The image, passed.
     pub image: Option<(File, Option<File>)>,
-    /// Every queue does its I/O with positional system calls (the process can make no ring).
-    pub positional: bool,
+    /// The process is confined: every queue does its I/O with positional system calls (no ring
+    /// can be made), and an RBD image is opened only through a cluster connection made at start.
+    pub confined: bool,
 }
 
 /// An open disk and the files it keeps reading (a Ceph configuration and keyring).
@@ -67,7 +68,12 @@ fn open_storage(
     source: Source,
 ) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
     if let Storage::Rbd(target) = &spec.storage {
-        let disk = RbdDisk::open(target, spec.readonly).map_err(|e| SpecError {
+        let opened = if source.confined {
+            RbdDisk::open_connected(target, spec.readonly)
+        } else {
+            RbdDisk::open(target, spec.readonly)
+        };
+        let disk = opened.map_err(|e| SpecError {
             key: "rbd".into(),
             reason: format!("{}/{}: {e}", target.pool, target.image),
         })?;
@@ -95,7 +101,7 @@ fn open_file(path: &Path, spec: &DiskSpec, source: Source) -> std::io::Result<Fi
         Some((image, direct)) => FileDisk::from_files(image, direct, spec.readonly),
         None => FileDisk::open(path, spec.readonly, spec.direct),
     }?;
-    Ok(if source.positional {
+    Ok(if source.confined {
         disk.positional()
     } else {
         disk
