@@ -9,8 +9,14 @@ use vbmq::worker::online_cpus;
 
 /// What the command line asks for.
 pub enum Job {
-    /// Serve disks until SIGTERM or SIGINT, with a control socket and a metrics address.
-    Serve(ServeOptions, Option<PathBuf>, Option<std::net::SocketAddr>),
+    /// Serve disks until SIGTERM or SIGINT, with a control socket, a metrics address and the
+    /// state file of the disks added at run time.
+    Serve(
+        ServeOptions,
+        Option<PathBuf>,
+        Option<std::net::SocketAddr>,
+        Option<PathBuf>,
+    ),
     /// Run the benchmark.
     Bench(vbmq_bench::Options),
     /// Send one request to a running `vbmq serve`.
@@ -38,6 +44,10 @@ fn ctl() -> Command {
     Command::new("ctl")
         .about("Ask a running `vbmq serve --control PATH`: add, remove, list disks, read counters")
         .arg(control_arg().required(true))
+        .arg(state_arg().help(
+            "Record the disks added and removed here, for `vbmq serve --state FILE` to serve \
+             again after a restart",
+        ))
         .subcommand_required(true)
         .subcommand(
             Command::new("add-disk")
@@ -94,6 +104,13 @@ fn ctl() -> Command {
         )
 }
 
+fn state_arg() -> Arg {
+    Arg::new("state")
+        .long("state")
+        .value_name("FILE")
+        .value_parser(value_parser!(PathBuf))
+}
+
 fn control_arg() -> Arg {
     Arg::new("control")
         .long("control")
@@ -145,6 +162,10 @@ fn serve() -> Command {
                      (docs/operate.md); disks read again on SIGHUP or `vbmq ctl reload`",
                 ),
         )
+        .arg(state_arg().help(
+            "Serve again, at start, the disks `vbmq ctl --state FILE add-disk` recorded \
+             (docs/operate.md)",
+        ))
         .arg(
             Arg::new("metrics")
                 .long("metrics")
@@ -221,6 +242,7 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
             },
             m.get_one::<PathBuf>("control").cloned(),
             m.get_one::<std::net::SocketAddr>("metrics").copied(),
+            m.get_one::<PathBuf>("state").cloned(),
         )),
         ("ctl", m) => {
             let control = m.get_one::<PathBuf>("control")?.clone();
@@ -253,7 +275,12 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                 ("stats", a) => Request::Stats { socket: socket(a) },
                 _ => return None,
             };
-            Some(Job::Ctl(crate::ctl::Request { control, command }))
+            let state = m.get_one::<PathBuf>("state").cloned();
+            Some(Job::Ctl(crate::ctl::Request {
+                control,
+                command,
+                state,
+            }))
         }
         ("bench", m) => Some(Job::Bench(vbmq_bench::Options {
             quick: m.get_flag("quick"),

@@ -15,6 +15,8 @@ pub struct Request {
     pub control: PathBuf,
     /// The request.
     pub command: crate::control::Request,
+    /// Where disks added and removed are recorded (`--state`).
+    pub state: Option<PathBuf>,
 }
 
 /// Sends the request; prints the result as JSON (exit 0) or the error as one line (exit 2;
@@ -58,6 +60,15 @@ pub fn run(request: &Request) -> i32 {
     }
     if let R::RemoveDisk { socket } = &command {
         ctl_disk::remove_stale_socket(Path::new(socket));
+    }
+    // Served (or stopped) whether or not the record can be written: said, not failed.
+    let recorded = match (&request.state, &command) {
+        (Some(state), R::AddDisk { spec, .. }) => crate::state_file::add(state, spec),
+        (Some(state), R::RemoveDisk { socket }) => crate::state_file::remove(state, socket),
+        _ => Ok(()),
+    };
+    if let Err(e) = recorded {
+        eprintln!("vbmq: done, but not recorded in --state: {e}");
     }
     match reply.result {
         None | Some(crate::control::protocol::Answer::Nothing) => {}

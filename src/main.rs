@@ -7,6 +7,7 @@ mod ctl;
 mod ctl_disk;
 mod fd_wait;
 mod metrics;
+mod state_file;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use tracing_subscriber::EnvFilter;
@@ -23,7 +24,9 @@ fn main() {
         Err(e) => std::process::exit(usage_error(&e)),
     };
     let status = match cli::job(&matches) {
-        Some(cli::Job::Serve(options, control, metrics)) => serve(&options, control, metrics),
+        Some(cli::Job::Serve(options, control, metrics, state)) => {
+            serve(&options, control, metrics, state.as_deref())
+        }
         Some(cli::Job::Ctl(request)) => ctl::run(&request),
         Some(cli::Job::Bench(options)) => vbmq_bench::run(&options),
         None => 2,
@@ -40,6 +43,7 @@ fn serve(
     options: &vbmq::serve::ServeOptions,
     control: Option<std::path::PathBuf>,
     metrics: Option<std::net::SocketAddr>,
+    state: Option<&std::path::Path>,
 ) -> i32 {
     // The configuration file's disks come first, then --disk; its settings yield to the flags.
     let mut options = options.clone();
@@ -83,6 +87,30 @@ fn serve(
             options.control_dir = control.as_deref().map(control::socket_dir);
         }
         config_texts = file.disk;
+    }
+    // Then the disks `vbmq ctl` added before a restart, unless a line above names their socket.
+    if let Some(path) = state {
+        let texts = match state_file::read(path) {
+            Ok(texts) => texts,
+            Err(e) => {
+                eprintln!("vbmq: --state {e}");
+                return 2;
+            }
+        };
+        let cpus = vbmq::worker::online_cpus();
+        for text in texts {
+            let spec = match vbmq::config::DiskSpec::parse(&text, &cpus) {
+                Ok(spec) => spec,
+                Err(e) => {
+                    eprintln!("vbmq: --state {}: {e}", path.display());
+                    return 2;
+                }
+            };
+            if options.disks.iter().all(|d| d.socket != spec.socket) {
+                options.disks.push(spec);
+                options.texts.push(text);
+            }
+        }
     }
     let options = &options;
     // Before this process opens anything: a `socket-fd=` that names no inherited descriptor
