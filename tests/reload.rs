@@ -70,8 +70,23 @@ fn a_limit_change_applies_in_place_under_io_and_a_bad_reload_changes_nothing() {
     let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
         .args(["serve", "--config", s(&conf)])
         .stdin(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // The log, line by line, to wait for what SIGHUP says.
+    let (log_tx, log) = std::sync::mpsc::channel::<String>();
+    let mut child = child;
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            eprintln!("{line}");
+            let _ = log_tx.send(line);
+        }
+    });
     let mut daemon = Daemon { child };
     wait_for(&control);
     wait_for(&a);
@@ -139,6 +154,18 @@ fn a_limit_change_applies_in_place_under_io_and_a_bad_reload_changes_nothing() {
     let bad = format!("socket={},null=1G,queues=0", s(&run.join("x.sock")));
     write_config(&conf, &control, &[disk_a(",iops=1000"), disk_b("1G"), bad]);
     refused(&control, &["reload"], "queues");
+    // SIGHUP: the same refusal, logged.
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(daemon.child.id().cast_signed(), libc::SIGHUP) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = log.recv_timeout(left).expect("SIGHUP's refusal in the log");
+        if line.contains("configuration not reloaded") {
+            assert!(line.contains("queues"), "{line}");
+            break;
+        }
+    }
     // A change that cannot be made in place, without --replace.
     write_config(
         &conf,
