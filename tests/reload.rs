@@ -177,8 +177,10 @@ fn a_limit_change_applies_in_place_under_io_and_a_bad_reload_changes_nothing() {
     let c = format!("socket={},path={}", s(&run.join("c.sock")), s(&file));
     write_config(&conf, &control, &[disk_a(",iops=1000"), disk_b("1G"), c]);
     refused(&control, &["reload"], "vbmq ctl add-disk");
-    // A file disk cannot be opened again either, even with --replace.
-    write_config(&conf, &control, &[disk_a(",queues=2"), disk_b("1G")]);
+    // Another image for A, even with --replace: the confined process cannot open it.
+    let other = image(dir.path(), "other.raw", 1 << 20, 6);
+    let a_other = format!("socket={},path={},queues=2", s(&a), s(&other));
+    write_config(&conf, &control, &[a_other, disk_b("1G")]);
     refused(&control, &["reload", "--replace"], "cannot be added again");
     let listed = entry(&control, &a);
     assert_eq!(listed["limits"]["iops"], 50, "{listed}");
@@ -200,6 +202,27 @@ fn a_limit_change_applies_in_place_under_io_and_a_bad_reload_changes_nothing() {
     stop.store(true, Ordering::Relaxed);
     load.join().expect("the client");
     assert_eq!(errors.load(Ordering::Relaxed), 0, "I/O errors on A");
+
+    // --replace on a file disk: served again from the image it holds, with the new line.
+    let data = pattern(99, 8192);
+    let mut client = Client::connect(&a, 1, false).expect("connect to A");
+    assert_eq!(client.write(0, 1 << 20, &data), 0);
+    drop(client);
+    write_config(&conf, &control, &[disk_a(",queues=2"), disk_b("2G")]);
+    let out = ctl(&control, &["reload", "--replace"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("replaced"),
+        "{out:?}"
+    );
+    assert_eq!(entry(&control, &a)["queues"], 2);
+    let mut client = Client::connect(&a, 2, false).expect("connect to A again");
+    assert!(client.read(1, 1 << 20, data.len()).1 == data);
+    drop(client);
     assert!(daemon.alive());
     assert!(daemon.terminate().success());
 }

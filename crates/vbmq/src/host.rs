@@ -1,6 +1,7 @@
 //! The running disks of one `vbmq serve`, added and removed while the others go on: the typed
 //! API the control socket speaks for (the JSON lives in the `vbmq` binary).
 
+use std::fs::File;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -104,9 +105,14 @@ struct Running {
     current: Arc<Mutex<Option<Arc<VhostUserBlk>>>>,
     stats: Vec<Arc<QueueStats>>,
     files: Vec<PathBuf>,
+    /// Copies of a file disk's image descriptors, to serve it again after `reload --replace`.
+    image: Option<ImageFiles>,
     stopper: Stopper,
     thread: Option<JoinHandle<()>>,
 }
+
+/// An image's buffered and `O_DIRECT` descriptors.
+type ImageFiles = (File, Option<File>);
 
 /// Where disks added at run time may be, once the process is confined.
 #[derive(Clone, Debug, Default)]
@@ -198,17 +204,24 @@ impl Host {
         listener: Option<UnixListener>,
     ) -> Result<Prepared, HostError> {
         Self::check_sockets(&lock(&self.disks), &spec, &self.other_sockets)?;
+        let image = image_copy(&spec, &source);
         let built = build_disk(&spec, source, listener)?;
         Ok(Prepared {
             text: text.to_string(),
             spec,
             built,
+            image,
         })
     }
 
     /// Serves a prepared disk on its own thread.
     pub fn start(&self, prepared: Prepared) -> Result<DiskInfo, HostError> {
-        let Prepared { text, spec, built } = prepared;
+        let Prepared {
+            text,
+            spec,
+            built,
+            image,
+        } = prepared;
         let (server, disk, _files): Built = built;
         let mut disks = lock(&self.disks);
         // Checked again under the lock: two adds of one socket cannot both pass.
@@ -221,6 +234,7 @@ impl Host {
             current: server.current(),
             stats: server.queue_stats(),
             files: server.files(),
+            image,
             text,
             spec,
             disk,
@@ -476,7 +490,14 @@ impl Host {
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         };
-        let plan = reload::plan(&running, &config.0, &new, replace, check_add)
+        // A file disk is served again from its own image (the same path, access mode and
+        // O_DIRECT): a confined process cannot open it anew.
+        let check_replace = |current: &DiskSpec, new: &DiskSpec| {
+            self.check_run_time(new, &self.passed_again(current, new))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        let plan = reload::plan(&running, &config.0, &new, replace, check_add, check_replace)
             .map_err(|e| HostError::Start(format!("reload refused, nothing changed: {e}")))?;
         let mut done = Vec::new();
         let mut added: Vec<PathBuf> = Vec::new();
@@ -504,13 +525,27 @@ impl Host {
             }
         }
         for (socket, text) in &plan.replace {
+            let Some((_, old_text, current)) = running.iter().find(|(s, _, _)| s == socket) else {
+                continue;
+            };
+            let Ok(new_spec) = DiskSpec::parse(text, &online_cpus()) else {
+                continue;
+            };
+            let (again, back) = (
+                self.passed_again(current, &new_spec),
+                self.passed_again(current, current),
+            );
             let _ = self.remove_disk(socket);
-            match self.add_disk(text) {
+            match self.add_disk_passed(text, again) {
                 Ok(_) => done.push(format!("replaced {}", socket.display())),
-                Err(e) => done.push(format!(
-                    "removed {}, not added again: {e}",
-                    socket.display()
-                )),
+                // As it was, if it can be.
+                Err(e) => match self.add_disk_passed(old_text, back) {
+                    Ok(_) => done.push(format!("{}: kept as it was: {e}", socket.display())),
+                    Err(_) => done.push(format!(
+                        "removed {}, not added again: {e}",
+                        socket.display()
+                    )),
+                },
             }
         }
         for socket in &plan.remove {
@@ -524,6 +559,37 @@ impl Host {
             done.push("no change".into());
         }
         Ok(done)
+    }
+
+    /// What the running disk `current` passes to itself to be served again as `new`: copies of
+    /// its image's descriptors when `new` is the same image opened the same way.
+    fn passed_again(&self, current: &DiskSpec, new: &DiskSpec) -> PassedDisk {
+        let same_image = matches!(
+            (&current.storage, &new.storage),
+            (Storage::File(a), Storage::File(b)) if a == b
+        ) && current.readonly == new.readonly
+            && current.direct == new.direct;
+        let disks = lock(&self.disks);
+        let image = disks
+            .iter()
+            .find(|r| r.spec.socket == current.socket)
+            .and_then(|r| r.image.as_ref())
+            .filter(|_| same_image)
+            .and_then(|(image, direct)| {
+                let direct = match direct {
+                    Some(direct) => Some(direct.try_clone().ok()?),
+                    None => None,
+                };
+                Some((image.try_clone().ok()?, direct))
+            });
+        match image {
+            Some((image, direct)) => PassedDisk {
+                socket: None,
+                image: Some(image.into()),
+                image_direct: direct.map(Into::into),
+            },
+            None => PassedDisk::default(),
+        }
     }
 
     /// The disk on `socket` is now described by `text` (its limits changed in place).
@@ -595,6 +661,7 @@ pub struct Prepared {
     text: String,
     spec: DiskSpec,
     built: Built,
+    image: Option<ImageFiles>,
 }
 
 impl Prepared {
@@ -606,6 +673,37 @@ impl Prepared {
     /// The parsed spec.
     pub fn spec(&self) -> &DiskSpec {
         &self.spec
+    }
+}
+
+/// Copies of the image a file disk is opened from (`source`'s passed descriptors, or the path
+/// opened again while the process may still open it), kept for `reload --replace`.
+fn image_copy(spec: &DiskSpec, source: &Source) -> Option<ImageFiles> {
+    let Storage::File(path) = &spec.storage else {
+        return None;
+    };
+    match &source.image {
+        Some((image, direct)) => {
+            let direct = match direct {
+                Some(direct) => Some(direct.try_clone().ok()?),
+                None => None,
+            };
+            Some((image.try_clone().ok()?, direct))
+        }
+        None if !source.confined => {
+            let open = |direct: bool| {
+                let mut options = std::fs::OpenOptions::new();
+                options.read(true).write(!spec.readonly);
+                if direct {
+                    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_DIRECT);
+                }
+                options.open(path).ok()
+            };
+            let image = open(false)?;
+            let direct = if spec.direct { Some(open(true)?) } else { None };
+            Some((image, direct))
+        }
+        None => None,
     }
 }
 

@@ -31,14 +31,16 @@ fn limits_only(a: &DiskSpec, b: &DiskSpec) -> bool {
 
 /// Plans the move from the disks running now (`running`: socket, text and spec; `old`: the
 /// texts of the previous file) to the file's new disks (`new`, parsed). `check_add` says why a
-/// disk could not be added now. With `replace`, a line that cannot change in place is removed
-/// and added; without, it is refused. The error names every refused line.
+/// disk could not be added now; `check_replace` why a running disk (its spec, then the new
+/// one) could not be added again once removed. With `replace`, a line that cannot change in
+/// place is removed and added; without, it is refused. The error names every refused line.
 pub(super) fn plan(
     running: &[(PathBuf, String, DiskSpec)],
     old: &[String],
     new: &[(String, DiskSpec)],
     replace: bool,
     check_add: impl Fn(&DiskSpec) -> Result<(), String>,
+    check_replace: impl Fn(&DiskSpec, &DiskSpec) -> Result<(), String>,
 ) -> Result<Plan, String> {
     let mut plan = Plan::default();
     let mut refused = Vec::new();
@@ -51,7 +53,7 @@ pub(super) fn plan(
                 plan.limits
                     .push((socket.clone(), spec.limits, text.clone()));
             }
-            Some(_) if replace => match check_add(spec) {
+            Some((_, _, current)) if replace => match check_replace(current, spec) {
                 Ok(()) => plan.replace.push((socket.clone(), text.clone())),
                 Err(e) => refused.push(format!("{}: cannot be added again: {e}", socket.display())),
             },
@@ -107,21 +109,57 @@ mod tests {
         }
     }
 
+    fn no_files_again(_: &DiskSpec, spec: &DiskSpec) -> Result<(), String> {
+        no_files(spec)
+    }
+
     #[test]
     fn a_limit_change_is_in_place_and_other_changes_need_replace() {
         let running = [disk(A), disk(B)];
         let old = [A.to_string(), B.to_string()];
-        let p = plan(&running, &old, &[line(A_LIMITED), line(B)], false, no_files).unwrap();
+        let p = plan(
+            &running,
+            &old,
+            &[line(A_LIMITED), line(B)],
+            false,
+            no_files,
+            no_files_again,
+        )
+        .unwrap();
         assert_eq!(p.limits.len(), 1);
         assert_eq!(p.limits[0].1.iops, 50);
         assert!(p.add.is_empty() && p.replace.is_empty() && p.remove.is_empty());
 
-        let e = plan(&running, &old, &[line(A_QUEUES), line(B)], false, no_files).unwrap_err();
+        let e = plan(
+            &running,
+            &old,
+            &[line(A_QUEUES), line(B)],
+            false,
+            no_files,
+            no_files_again,
+        )
+        .unwrap_err();
         assert!(e.contains("/r/a.sock: changed beyond its limits"), "{e}");
         // Asked for, but a confined process cannot open the image again.
-        let e = plan(&running, &old, &[line(A_QUEUES), line(B)], true, no_files).unwrap_err();
+        let e = plan(
+            &running,
+            &old,
+            &[line(A_QUEUES), line(B)],
+            true,
+            no_files,
+            no_files_again,
+        )
+        .unwrap_err();
         assert!(e.contains("cannot be added again"), "{e}");
-        let p = plan(&running, &old, &[line(A_QUEUES), line(B)], true, |_| Ok(())).unwrap();
+        let p = plan(
+            &running,
+            &old,
+            &[line(A_QUEUES), line(B)],
+            true,
+            |_| Ok(()),
+            |_, _| Ok(()),
+        )
+        .unwrap();
         assert_eq!(
             p.replace,
             vec![(PathBuf::from("/r/a.sock"), A_QUEUES.to_string())]
@@ -138,6 +176,7 @@ mod tests {
             &[line(A_LIMITED), line(B), line(C)],
             false,
             no_files,
+            no_files_again,
         )
         .unwrap_err();
         assert_eq!(e, "/r/c.sock: no path= disk at run time");
@@ -148,9 +187,17 @@ mod tests {
         // B was added at run time: not the file's to remove; named as it is, it is kept.
         let running = [disk(A), disk(B)];
         let old = [A.to_string()];
-        let p = plan(&running, &old, &[], false, no_files).unwrap();
+        let p = plan(&running, &old, &[], false, no_files, no_files_again).unwrap();
         assert_eq!(p.remove, vec![PathBuf::from("/r/a.sock")]);
-        let p = plan(&running, &old, &[line(A), line(B)], false, no_files).unwrap();
+        let p = plan(
+            &running,
+            &old,
+            &[line(A), line(B)],
+            false,
+            no_files,
+            no_files_again,
+        )
+        .unwrap();
         assert_eq!(p, Plan::default());
     }
 }
