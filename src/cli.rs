@@ -9,8 +9,14 @@ use vbmq::worker::online_cpus;
 
 /// What the command line asks for.
 pub enum Job {
-    /// Serve disks until SIGTERM or SIGINT, with a control socket and a metrics address.
-    Serve(ServeOptions, Option<PathBuf>, Option<std::net::SocketAddr>),
+    /// Serve disks until SIGTERM or SIGINT, with a control socket, a metrics address and the
+    /// state file of the disks added at run time.
+    Serve(
+        ServeOptions,
+        Option<PathBuf>,
+        Option<std::net::SocketAddr>,
+        Option<PathBuf>,
+    ),
     /// Run the benchmark.
     Bench(vbmq_bench::Options),
     /// Send one request to a running `vbmq serve`.
@@ -58,6 +64,10 @@ fn ctl() -> Command {
              counters",
         )
         .arg(control_arg().required(true))
+        .arg(state_arg().help(
+            "Record the disks added and removed here, for `vbmq serve --state FILE` to serve \
+             again after a restart",
+        ))
         .subcommand_required(true)
         .subcommand(
             Command::new("add-disk")
@@ -107,9 +117,19 @@ fn ctl() -> Command {
                 .arg(socket().required(true))
                 .arg(Arg::new("limits").value_name("LIMITS").required(true)),
         )
-        .subcommand(Command::new("reload").about(
-            "Read the --config file again: disks no longer in it (or changed) go, new ones come",
-        ))
+        .subcommand(
+            Command::new("reload")
+                .about(
+                    "Read the --config file again, checked whole first: limit changes apply in \
+                     place, disks no longer in it go, new ones come; anything else refuses it",
+                )
+                .arg(
+                    Arg::new("replace")
+                        .long("replace")
+                        .action(ArgAction::SetTrue)
+                        .help("Remove and add a disk whose line changed beyond its limits"),
+                ),
+        )
         .subcommand(Command::new("list").about(
             "Every disk (spec, size, queues, connection) and share (spec, tag, directory, \
              connection), as JSON",
@@ -119,6 +139,13 @@ fn ctl() -> Command {
                 .about("Per-queue counters of every disk and share, or of the one on SOCKET (JSON)")
                 .arg(socket()),
         )
+}
+
+fn state_arg() -> Arg {
+    Arg::new("state")
+        .long("state")
+        .value_name("FILE")
+        .value_parser(value_parser!(PathBuf))
 }
 
 fn control_arg() -> Arg {
@@ -183,6 +210,10 @@ fn serve() -> Command {
                      (docs/operate.md); disks read again on SIGHUP or `vbmq ctl reload`",
                 ),
         )
+        .arg(state_arg().help(
+            "Serve again, at start, the disks `vbmq ctl --state FILE add-disk` recorded \
+             (docs/operate.md)",
+        ))
         .arg(
             Arg::new("metrics")
                 .long("metrics")
@@ -268,6 +299,7 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
             },
             m.get_one::<PathBuf>("control").cloned(),
             m.get_one::<std::net::SocketAddr>("metrics").copied(),
+            m.get_one::<PathBuf>("state").cloned(),
         )),
         ("ctl", m) => {
             let control = m.get_one::<PathBuf>("control")?.clone();
@@ -279,6 +311,7 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
             let command = match m.subcommand()? {
                 ("add-disk", a) => Request::AddDisk {
                     spec: a.get_one::<String>("spec")?.clone(),
+                    fds: Vec::new(),
                 },
                 ("remove-disk", a) => Request::RemoveDisk { socket: socket(a)? },
                 ("add-fs", a) => Request::AddFs {
@@ -296,12 +329,19 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                     socket: socket(a)?,
                     limits: a.get_one::<String>("limits")?.clone(),
                 },
-                ("reload", _) => Request::Reload,
+                ("reload", a) => Request::Reload {
+                    replace: a.get_flag("replace"),
+                },
                 ("list", _) => Request::List,
                 ("stats", a) => Request::Stats { socket: socket(a) },
                 _ => return None,
             };
-            Some(Job::Ctl(crate::ctl::Request { control, command }))
+            let state = m.get_one::<PathBuf>("state").cloned();
+            Some(Job::Ctl(crate::ctl::Request {
+                control,
+                command,
+                state,
+            }))
         }
         ("bench", m) => Some(Job::Bench(vbmq_bench::Options {
             quick: m.get_flag("quick"),

@@ -1,11 +1,13 @@
 //! `vbmq ctl`: one request to a running `vbmq serve --control PATH`, its reply on stdout.
 
 use std::io::{BufRead, BufReader};
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use crate::control::passed_fds;
 use crate::control::protocol::{Reply, Versioned};
+use crate::ctl_disk::{self, Opened};
 
 /// A request and where to send it.
 pub struct Request {
@@ -13,48 +15,83 @@ pub struct Request {
     pub control: PathBuf,
     /// The request.
     pub command: crate::control::Request,
+    /// Where disks added and removed are recorded (`--state`).
+    pub state: Option<PathBuf>,
 }
 
 /// Sends the request; prints the result as JSON (exit 0) or the error as one line (exit 2;
-/// exit 1 when the daemon cannot be reached). `add-fs` first opens the directory and binds the
-/// socket, and sends them with the request; `remove-fs` removes the socket's files after.
+/// exit 1 when the daemon cannot be reached). `add-disk` and `add-fs` first open and bind what
+/// the device needs and pass it (see [`ctl_disk`] and [`crate::ctl_fs`]); `remove-disk` and
+/// `remove-fs` remove the socket's files the daemon could not.
 pub fn run(request: &Request) -> i32 {
-    use crate::control::Request as Command;
-    let opened = match &request.command {
-        Command::AddFs { spec } => match crate::ctl_fs::open_share(spec) {
-            Ok(opened) => Some(opened),
+    use crate::control::Request as R;
+    let mut command = request.command.clone();
+    let mut opened = Opened::default();
+    let mut share = None;
+    match &mut command {
+        R::AddDisk { spec, fds } => {
+            opened = match ctl_disk::open(spec) {
+                Ok(opened) => opened,
+                Err(e) => {
+                    eprintln!("vbmq: {e}");
+                    return 2;
+                }
+            };
+            fds.clone_from(&opened.names);
+        }
+        R::AddFs { spec } => match crate::ctl_fs::open_share(spec) {
+            Ok(opened) => share = Some(opened),
             Err(e) => {
                 eprintln!("vbmq: {e}");
                 return 2;
             }
         },
-        _ => None,
-    };
-    let fds = opened
-        .as_ref()
-        .map(|o| o.fds().to_vec())
-        .unwrap_or_default();
-    let reply = exchange(request, &fds);
-    drop(fds);
-    let done = reply.as_ref().is_ok_and(|reply| reply.ok);
-    if let Some(opened) = opened
+        _ => {}
+    }
+    let mut borrowed: Vec<BorrowedFd<'_>> = opened.fds.iter().map(AsFd::as_fd).collect();
+    if let Some(share) = &share {
+        borrowed.extend_from_slice(share.fds());
+    }
+    let result = exchange(&request.control, &command, &borrowed);
+    drop(borrowed);
+    let bound = opened.bound.take();
+    drop(opened);
+    let done = result.as_ref().is_ok_and(|reply| reply.ok);
+    if let Some(share) = share
         && !done
     {
-        opened.discard();
+        share.discard();
     }
-    if let (Command::RemoveFs { socket }, true) = (&request.command, done) {
-        crate::ctl_fs::remove_files(std::path::Path::new(socket));
-    }
-    let reply = match reply {
+    let reply = match result {
         Ok(reply) => reply,
         Err(e) => {
+            if let Some(socket) = &bound {
+                ctl_disk::remove_stale_socket(socket);
+            }
             eprintln!("vbmq: {}: {e}", request.control.display());
             return 1;
         }
     };
     if !reply.ok {
+        if let Some(socket) = &bound {
+            ctl_disk::remove_stale_socket(socket);
+        }
         eprintln!("vbmq: {}", reply.error.as_deref().unwrap_or("failed"));
         return 2;
+    }
+    match &command {
+        R::RemoveDisk { socket } => ctl_disk::remove_stale_socket(Path::new(socket)),
+        R::RemoveFs { socket } => crate::ctl_fs::remove_files(Path::new(socket)),
+        _ => {}
+    }
+    // Served (or stopped) whether or not the record can be written: said, not failed.
+    let recorded = match (&request.state, &command) {
+        (Some(state), R::AddDisk { spec, .. }) => crate::state_file::add(state, spec),
+        (Some(state), R::RemoveDisk { socket }) => crate::state_file::remove(state, socket),
+        _ => Ok(()),
+    };
+    if let Err(e) = recorded {
+        eprintln!("vbmq: done, but not recorded in --state: {e}");
     }
     match reply.result {
         None | Some(crate::control::protocol::Answer::Nothing) => {}
@@ -66,15 +103,19 @@ pub fn run(request: &Request) -> i32 {
     0
 }
 
-fn exchange(request: &Request, fds: &[BorrowedFd<'_>]) -> std::io::Result<Reply> {
-    let stream = UnixStream::connect(&request.control)?;
+fn exchange(
+    control: &Path,
+    command: &crate::control::Request,
+    fds: &[BorrowedFd<'_>],
+) -> std::io::Result<Reply> {
+    let stream = UnixStream::connect(control)?;
     let body = Versioned {
         version: crate::control::VERSION,
-        request: &request.command,
+        request: command,
     };
     let mut line = serde_json::to_vec(&body).map_err(std::io::Error::other)?;
     line.push(b'\n');
-    crate::control::passed_fds::send(&stream, &line, fds)?;
+    passed_fds::send(&stream, &line, fds)?;
     let mut reply = String::new();
     BufReader::new(stream).read_line(&mut reply)?;
     serde_json::from_str(&reply).map_err(std::io::Error::other)

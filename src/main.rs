@@ -5,9 +5,11 @@ mod cli;
 mod config_file;
 mod control;
 mod ctl;
+mod ctl_disk;
 mod ctl_fs;
 mod fd_wait;
 mod metrics;
+mod state_file;
 mod syslog;
 mod virtiofsd;
 
@@ -29,7 +31,9 @@ fn main() {
         Err(e) => std::process::exit(usage_error(&e)),
     };
     let status = match cli::job(&matches) {
-        Some(cli::Job::Serve(options, control, metrics)) => serve(&options, control, metrics),
+        Some(cli::Job::Serve(options, control, metrics, state)) => {
+            serve(&options, control, metrics, state.as_deref())
+        }
         Some(cli::Job::Ctl(request)) => ctl::run(&request),
         Some(cli::Job::Bench(options)) => vbmq_bench::run(&options),
         None => 2,
@@ -46,6 +50,7 @@ fn serve(
     options: &vbmq::serve::ServeOptions,
     control: Option<std::path::PathBuf>,
     metrics: Option<std::net::SocketAddr>,
+    state: Option<&std::path::Path>,
 ) -> i32 {
     // The configuration file's disks come first, then --disk; its settings yield to the flags.
     let mut options = options.clone();
@@ -92,7 +97,37 @@ fn serve(
         }
         config_texts = file.disk;
     }
+    // Then the disks `vbmq ctl` added before a restart, unless a line above names their socket.
+    if let Some(path) = state {
+        let texts = match state_file::read(path) {
+            Ok(texts) => texts,
+            Err(e) => {
+                eprintln!("vbmq: --state {e}");
+                return 2;
+            }
+        };
+        let cpus = vbmq::worker::online_cpus();
+        for text in texts {
+            let spec = match vbmq::config::DiskSpec::parse(&text, &cpus) {
+                Ok(spec) => spec,
+                Err(e) => {
+                    eprintln!("vbmq: --state {}: {e}", path.display());
+                    return 2;
+                }
+            };
+            if options.disks.iter().all(|d| d.socket != spec.socket) {
+                options.disks.push(spec);
+                options.texts.push(text);
+            }
+        }
+    }
     let options = &options;
+    // Before this process opens anything: a `socket-fd=` that names no inherited descriptor
+    // could otherwise name one of vbmq's own.
+    if let Err(e) = check_inherited_sockets(&options.disks) {
+        eprintln!("vbmq: --disk socket-fd: {e}");
+        return 2;
+    }
     // Before the control socket is bound: a disk or share given its path would take it over.
     let control_socket: Vec<(&str, &std::path::Path)> = control
         .as_deref()
@@ -150,6 +185,19 @@ fn serve(
         let _ = std::fs::remove_file(path);
     }
     status
+}
+
+/// Every `socket-fd=` names an inherited open descriptor, and no two disks the same one.
+fn check_inherited_sockets(disks: &[vbmq::config::DiskSpec]) -> Result<(), String> {
+    let mut seen = Vec::new();
+    for name in disks.iter().filter_map(|d| d.socket_fd.as_deref()) {
+        let fd = vbmq::systemd::inherited_fd(name).map_err(|e| e.to_string())?;
+        if seen.contains(&fd) {
+            return Err(format!("descriptor {fd} given to two disks"));
+        }
+        seen.push(fd);
+    }
+    Ok(())
 }
 
 /// Prints help and version as clap does; any other error as one line naming the flag or key

@@ -205,13 +205,22 @@ fn a_refused_spec_is_one_line_and_exit_2_and_the_daemon_goes_on() {
             format!("socket={},null=1G,queues=999", s(&run.join("x.sock"))),
             "vbmq: --disk queues: must be 1..=64",
         ),
+        // `vbmq ctl` opens the image and binds the socket itself (tests/passed_disks.rs).
         (
-            format!("socket={},path={}", s(&run.join("x.sock")), s(&img)),
-            "vbmq: --disk path: a confined vbmq adds null= and mem= disks only at run time",
+            format!(
+                "socket={},path={}",
+                s(&run.join("x.sock")),
+                s(&dir.path().join("no.raw"))
+            ),
+            "vbmq: --disk path:",
         ),
         (
-            format!("socket={},null=1G", s(&dir.path().join("elsewhere.sock"))),
+            format!("socket={},null=1G", s(&img)),
             "vbmq: --disk socket:",
+        ),
+        (
+            format!("socket={},rbd=rbd/vm", s(&run.join("x.sock"))),
+            "vbmq: --disk rbd: a confined vbmq adds an RBD disk at run time only on a cluster",
         ),
         ("nonsense".to_string(), "vbmq: --disk"),
     ];

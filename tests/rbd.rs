@@ -294,3 +294,52 @@ fn osd_killed_fails_requests_while_a_file_disk_keeps_serving() {
     // The daemon still answers and exits cleanly.
     assert!(daemon.terminate().success());
 }
+
+/// A confined vbmq adds an `rbd=` disk at run time through the cluster connection an `rbd=`
+/// disk made at start, with its socket outside the control socket's directory; a disk on a
+/// cluster (here: a user) no connection was made for is refused.
+#[cfg_attr(
+    not(feature = "ceph-tests"),
+    ignore = "needs feature ceph-tests: a single-node Ceph cluster (scripts/test.sh)"
+)]
+#[test]
+fn an_rbd_disk_added_at_run_time_reuses_the_connection_made_at_start() {
+    let cluster = Cluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    cluster.create_image("boot", SIZE);
+    cluster.create_image("added", SIZE);
+    let (spec, _socket) = disk(dir.path(), "boot", &cluster.disk("boot"));
+    let (mut daemon, control) = common::serve_with_control(dir.path(), &[spec]);
+    let (added, socket) = disk(
+        dir.path(),
+        "added",
+        &format!("{},queues=2", cluster.disk("added")),
+    );
+    let out = common::ctl(&control, &["add-disk", &added]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut client = Client::connect(&socket, 2, false).unwrap();
+    assert_eq!(client.capacity(), SIZE);
+    let data = pattern(77, 128 << 10);
+    assert_eq!(client.write(0, 1 << 20, &data), 0);
+    assert!(client.read(1, 1 << 20, data.len()).1 == data);
+    assert_eq!(client.flush(0), 0);
+    drop(client);
+    let out = common::ctl(&control, &["remove-disk", socket.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(exported(&cluster, dir.path(), "added", 1 << 20, data.len()) == data);
+    // Another user: no connection was made for it at start.
+    let (other, _) = disk(
+        dir.path(),
+        "other",
+        &format!("{},ceph-user=other", cluster.disk("added")),
+    );
+    let out = common::ctl(&control, &["add-disk", &other]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only on a cluster"));
+    assert!(daemon.alive());
+    assert!(daemon.terminate().success());
+}

@@ -5,9 +5,10 @@ use std::os::unix::net::UnixListener;
 use std::path::Path;
 
 use vbmq::host::{DeviceInfo, DeviceKind, DiskCounters, DiskInfo, Host, PassedShare, ShareInfo};
+use vbmq::passed_fds::PassedDisk;
 
 use super::protocol::{
-    Answer, DeviceEntry, DiskEntry, DiskStats, Kind, Latency, QueueStats, Reply, Request,
+    Answer, DeviceEntry, DiskEntry, DiskStats, Kind, Latency, Passed, QueueStats, Reply, Request,
     ShareEntry, Size,
 };
 
@@ -21,8 +22,18 @@ pub fn answer(host: &Host, line: &[u8], fds: Vec<OwnedFd>) -> Reply {
 
 fn dispatch(host: &Host, request: Request, fds: Vec<OwnedFd>) -> Result<Answer, String> {
     let refused = |e: vbmq::host::HostError| e.to_string();
+    if let Request::AddDisk { spec, fds: names } = request {
+        let passed = passed_disk(&names, fds)?;
+        return host
+            .add_disk_passed(&spec, passed)
+            .map(disk)
+            .map_err(refused);
+    }
+    if !fds.is_empty() && !matches!(request, Request::AddFs { .. }) {
+        return Err("only add-disk and add-fs take descriptors".into());
+    }
     match request {
-        Request::AddDisk { spec } => host.add_disk(&spec).map(disk).map_err(refused),
+        Request::AddDisk { .. } => Err("add-disk: answered above: a defect".into()),
         Request::RemoveDisk { socket } => host
             .remove_disk(Path::new(&socket))
             .map(|()| Answer::Nothing)
@@ -58,7 +69,7 @@ fn dispatch(host: &Host, request: Request, fds: Vec<OwnedFd>) -> Result<Answer, 
                 .map(disk)
                 .map_err(refused)
         }
-        Request::Reload => host.reload().map(Answer::Notes).map_err(refused),
+        Request::Reload { replace } => host.reload(replace).map(Answer::Notes).map_err(refused),
         Request::List => Ok(Answer::Devices(
             host.devices().iter().map(device_entry).collect(),
         )),
@@ -83,6 +94,29 @@ fn passed_share(fds: Vec<OwnedFd>) -> Result<PassedShare, String> {
         listener: UnixListener::from(listener),
         lock: lock.into(),
     })
+}
+
+/// The descriptors of an `add-disk`, by the names the request gives them in order.
+fn passed_disk(names: &[Passed], fds: Vec<OwnedFd>) -> Result<PassedDisk, String> {
+    if names.len() != fds.len() {
+        return Err(format!(
+            "add-disk: {} descriptor(s) named, {} passed",
+            names.len(),
+            fds.len()
+        ));
+    }
+    let mut passed = PassedDisk::default();
+    for (name, fd) in names.iter().zip(fds) {
+        let slot = match name {
+            Passed::Socket => &mut passed.socket,
+            Passed::Image => &mut passed.image,
+            Passed::ImageDirect => &mut passed.image_direct,
+        };
+        if slot.replace(fd).is_some() {
+            return Err(format!("add-disk: {name:?} passed twice"));
+        }
+    }
+    Ok(passed)
 }
 
 fn disk(info: DiskInfo) -> Answer {

@@ -19,6 +19,10 @@ pub enum Request {
     AddDisk {
         /// Exactly a `--disk` value.
         spec: String,
+        /// The descriptors passed with the request (`SCM_RIGHTS`), in order: what `vbmq ctl`
+        /// opened and bound for the disk.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        fds: Vec<Passed>,
     },
     /// Stop the disk on this socket.
     RemoveDisk {
@@ -54,7 +58,15 @@ pub enum Request {
         limits: String,
     },
     /// Read the configuration file again and apply what changed.
-    Reload,
+    Reload {
+        /// A line that cannot change in place is removed and added (anything but `true`: no).
+        #[serde(
+            default,
+            deserialize_with = "loose",
+            skip_serializing_if = "std::ops::Not::not"
+        )]
+        replace: bool,
+    },
     /// Every disk and share.
     List,
     /// Counters of every disk and share, or of the one on `socket` (a non-string `socket` is
@@ -68,6 +80,18 @@ pub enum Request {
         )]
         socket: Option<String>,
     },
+}
+
+/// What a descriptor passed with a request is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Passed {
+    /// The disk's vhost-user socket, bound and listening.
+    Socket,
+    /// The image, opened without `O_DIRECT`.
+    Image,
+    /// The image, opened with `O_DIRECT`.
+    ImageDirect,
 }
 
 /// A capacity as sent: a number of bytes or a size text such as `40G`.

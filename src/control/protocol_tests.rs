@@ -9,8 +9,17 @@ fn requests() -> Vec<(Request, Value)> {
         (
             Request::AddDisk {
                 spec: "socket=/r/a.sock,null=1G".into(),
+                fds: vec![],
             },
             json!({"command": "add-disk", "spec": "socket=/r/a.sock,null=1G"}),
+        ),
+        (
+            Request::AddDisk {
+                spec: "socket=/r/a.sock,path=/i.raw".into(),
+                fds: vec![Passed::Socket, Passed::Image, Passed::ImageDirect],
+            },
+            json!({"command": "add-disk", "spec": "socket=/r/a.sock,path=/i.raw",
+                "fds": ["socket", "image", "image-direct"]}),
         ),
         (
             Request::RemoveDisk {
@@ -53,7 +62,14 @@ fn requests() -> Vec<(Request, Value)> {
             },
             json!({"command": "set-limits", "socket": "/r/a.sock", "limits": "iops=10"}),
         ),
-        (Request::Reload, json!({"command": "reload"})),
+        (
+            Request::Reload { replace: false },
+            json!({"command": "reload"}),
+        ),
+        (
+            Request::Reload { replace: true },
+            json!({"command": "reload", "replace": true}),
+        ),
         (Request::List, json!({"command": "list"})),
         (Request::Stats { socket: None }, json!({"command": "stats"})),
         (

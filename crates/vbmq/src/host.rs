@@ -1,6 +1,8 @@
 //! The running disks of one `vbmq serve`, added and removed while the others go on: the typed
 //! API the control socket speaks for (the JSON lives in the `vbmq` binary).
 
+use std::fs::File;
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -9,14 +11,19 @@ use std::time::Duration;
 
 use crate::backend::Disk;
 use crate::config::check_sockets;
-use crate::config::{DiskSpec, SpecError, Storage};
-use crate::devices::{Built, build_disk};
+use crate::config::{DiskSpec, SpecError};
+use crate::devices::{Built, Source, build_disk};
 use crate::limits::Limits;
+use crate::passed_fds::PassedDisk;
 use crate::vhost_user::{Stopper, VhostUserBlk};
 use crate::virtio_blk::{BlkDevice, resize_disk};
 use crate::worker::{LATENCY_BUCKETS, QueueStats, online_cpus};
 
+mod reload;
+mod run_time;
 mod shares;
+
+use run_time::{adopt_inherited, image_copy};
 pub use shares::{
     DeviceInfo, DeviceKind, PassedShare, RELATIVE_SOCKET, SHARE, ShareInfo, ShareRoot,
 };
@@ -115,10 +122,15 @@ struct Running {
     device: Arc<BlkDevice>,
     current: Arc<Mutex<Option<Arc<VhostUserBlk>>>>,
     stats: Vec<Arc<QueueStats>>,
-    files: [PathBuf; 2],
+    files: Vec<PathBuf>,
+    /// Copies of a file disk's image descriptors, to serve it again after `reload --replace`.
+    image: Option<ImageFiles>,
     stopper: Stopper,
     thread: Option<JoinHandle<()>>,
 }
+
+/// An image's buffered and `O_DIRECT` descriptors.
+type ImageFiles = (File, Option<File>);
 
 /// Where disks added at run time may be, once the process is confined.
 #[derive(Clone, Debug, Default)]
@@ -196,19 +208,42 @@ impl Host {
     }
 
     /// Opens and binds a disk without serving it yet (start-up disks: before confinement).
+    /// A disk with `socket-fd=` serves that inherited socket (the caller makes sure no two
+    /// disks name one descriptor, and that it was inherited, not opened by the process).
     pub fn prepare(&self, text: &str, spec: DiskSpec) -> Result<Prepared, HostError> {
+        let listener = match &spec.socket_fd {
+            Some(name) => Some(adopt_inherited(name).map_err(|e| spec_error("socket-fd", e))?),
+            None => None,
+        };
+        self.prepare_from(text, spec, Source::default(), listener)
+    }
+
+    fn prepare_from(
+        &self,
+        text: &str,
+        spec: DiskSpec,
+        source: Source,
+        listener: Option<UnixListener>,
+    ) -> Result<Prepared, HostError> {
         Self::check_sockets(&lock(&self.disks), &spec, &self.other_sockets)?;
-        let built = build_disk(&spec)?;
+        let image = image_copy(&spec, &source);
+        let built = build_disk(&spec, source, listener)?;
         Ok(Prepared {
             text: text.to_string(),
             spec,
             built,
+            image,
         })
     }
 
     /// Serves a prepared disk on its own thread.
     pub fn start(&self, prepared: Prepared) -> Result<DiskInfo, HostError> {
-        let Prepared { text, spec, built } = prepared;
+        let Prepared {
+            text,
+            spec,
+            built,
+            image,
+        } = prepared;
         let (server, disk, _files): Built = built;
         let mut disks = lock(&self.disks);
         // Checked again under the lock: two adds of one socket cannot both pass.
@@ -221,6 +256,7 @@ impl Host {
             current: server.current(),
             stats: server.queue_stats(),
             files: server.files(),
+            image,
             text,
             spec,
             disk,
@@ -258,55 +294,7 @@ impl Host {
 
     /// `add-disk`: parses `text` as `--disk` does, opens, binds and serves it.
     pub fn add_disk(&self, text: &str) -> Result<DiskInfo, HostError> {
-        let spec = DiskSpec::parse(text, &online_cpus())?;
-        self.check_run_time(&spec)?;
-        let prepared = self.prepare(text, spec)?;
-        self.start(prepared)
-    }
-
-    /// What a confined process cannot open or bind, refused with the reason before trying.
-    fn check_run_time(&self, spec: &DiskSpec) -> Result<(), HostError> {
-        let policy = lock(&self.policy).clone();
-        if !policy.confined {
-            return Ok(());
-        }
-        match &spec.storage {
-            Storage::Null(_) | Storage::Memory { image: None, .. } => {}
-            Storage::File(_) | Storage::Rbd(_) => {
-                return Err(spec_error(
-                    "path",
-                    "a confined vbmq adds null= and mem= disks only at run time: \
-                     give file and RBD disks at start (see SECURITY.md)"
-                        .into(),
-                ));
-            }
-            Storage::Memory { image: Some(_), .. } => {
-                return Err(spec_error(
-                    "image",
-                    "a confined vbmq opens no file at run time (see SECURITY.md)".into(),
-                ));
-            }
-        }
-        let dir = match spec.socket.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent,
-            _ => Path::new("."),
-        };
-        if !policy.socket_dirs.iter().any(|d| d == dir) {
-            let dirs: Vec<String> = policy
-                .socket_dirs
-                .iter()
-                .map(|d| d.display().to_string())
-                .collect();
-            return Err(spec_error(
-                "socket",
-                format!(
-                    "{}: a confined vbmq binds run-time sockets only in {}",
-                    spec.socket.display(),
-                    dirs.join(", ")
-                ),
-            ));
-        }
-        Ok(())
+        self.add_disk_passed(text, PassedDisk::default())
     }
 
     /// `remove-disk`: drains and closes its connection, stops its socket, removes its files.
@@ -369,44 +357,123 @@ impl Host {
         *lock(&self.config) = (texts, Some(reloader));
     }
 
-    /// `reload` (and SIGHUP): reads the configuration file again and applies the difference:
-    /// disks no longer in it, or changed, are removed; new or changed ones are added. A file
-    /// that cannot be read or holds a bad disk changes nothing. Returns what was done.
-    pub fn reload(&self) -> Result<Vec<String>, HostError> {
+    /// `reload` (and SIGHUP): reads the configuration file again and applies the difference,
+    /// checked whole first (see [`reload::plan`]): a file that cannot be read, a line that does
+    /// not parse, a new disk this process cannot add, or a changed line that cannot change in
+    /// place (unless `replace`) refuses the reload and changes nothing. Limit-only changes are
+    /// applied to the running disk; new disks are added, then replaced ones removed and added,
+    /// then removed ones go. Returns what was done.
+    pub fn reload(&self, replace: bool) -> Result<Vec<String>, HostError> {
         let mut config = lock(&self.config);
         let Some(reloader) = config.1.as_ref() else {
             return Err(HostError::Start("no --config file to reload".into()));
         };
         let texts = reloader().map_err(HostError::Start)?;
+        let mut new = Vec::new();
         for text in &texts {
-            DiskSpec::parse(text, &online_cpus())?;
+            new.push((text.clone(), DiskSpec::parse(text, &online_cpus())?));
         }
-        let old = config.0.clone();
+        let specs: Vec<DiskSpec> = new.iter().map(|(_, spec)| spec.clone()).collect();
+        {
+            let others = lock(&self.other_sockets);
+            let others: Vec<(&str, &Path)> = others
+                .iter()
+                .map(|(what, path)| (*what, path.as_path()))
+                .collect();
+            check_sockets(&specs, &[], &others)?;
+        }
+        let running: Vec<(PathBuf, String, DiskSpec)> = lock(&self.disks)
+            .iter()
+            .map(|r| (r.spec.socket.clone(), r.text.clone(), r.spec.clone()))
+            .collect();
+        let check_add = |spec: &DiskSpec| {
+            self.check_run_time(spec, &PassedDisk::default())
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        // A file disk is served again from its own image (the same path, access mode and
+        // O_DIRECT): a confined process cannot open it anew.
+        let check_replace = |current: &DiskSpec, new: &DiskSpec| {
+            self.check_run_time(new, &self.passed_again(current, new))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        let plan = reload::plan(&running, &config.0, &new, replace, check_add, check_replace)
+            .map_err(|e| HostError::Start(format!("reload refused, nothing changed: {e}")))?;
         let mut done = Vec::new();
-        for text in old.iter().filter(|t| !texts.contains(t)) {
-            let Ok(spec) = DiskSpec::parse(text, &online_cpus()) else {
+        let mut added: Vec<PathBuf> = Vec::new();
+        for (socket, text) in &plan.add {
+            if let Err(e) = self.add_disk(text) {
+                // Back to where it was: the disks added so far go again.
+                for socket in &added {
+                    let _ = self.remove_disk(socket);
+                }
+                return Err(HostError::Start(format!(
+                    "reload refused, nothing changed: {}: {e}",
+                    socket.display()
+                )));
+            }
+            added.push(socket.clone());
+            done.push(format!("added {}", socket.display()));
+        }
+        for (socket, limits, text) in &plan.limits {
+            match self.set_limits(socket, *limits) {
+                Ok(_) => {
+                    self.retext(socket, text);
+                    done.push(format!("limits of {} changed in place", socket.display()));
+                }
+                Err(e) => done.push(format!("{}: {e}", socket.display())),
+            }
+        }
+        for (socket, text) in &plan.replace {
+            let Some((_, old_text, current)) = running.iter().find(|(s, _, _)| s == socket) else {
                 continue;
             };
-            match self.remove_disk(&spec.socket) {
-                Ok(()) => done.push(format!("removed {}", spec.socket.display())),
-                Err(e) => done.push(format!("{}: {e}", spec.socket.display())),
+            let Ok(new_spec) = DiskSpec::parse(text, &online_cpus()) else {
+                continue;
+            };
+            let (again, back) = (
+                self.passed_again(current, &new_spec),
+                self.passed_again(current, current),
+            );
+            let _ = self.remove_disk(socket);
+            match self.add_disk_passed(text, again) {
+                Ok(_) => done.push(format!("replaced {}", socket.display())),
+                // As it was, if it can be.
+                Err(e) => match self.add_disk_passed(old_text, back) {
+                    Ok(_) => done.push(format!("{}: kept as it was: {e}", socket.display())),
+                    Err(_) => done.push(format!(
+                        "removed {}, not added again: {e}",
+                        socket.display()
+                    )),
+                },
             }
         }
-        let mut applied: Vec<String> = old.iter().filter(|t| texts.contains(t)).cloned().collect();
-        for text in texts.iter().filter(|t| !old.contains(t)) {
-            match self.add_disk(text) {
-                Ok(info) => {
-                    done.push(format!("added {}", info.socket.display()));
-                    applied.push(text.clone());
-                }
-                Err(e) => done.push(format!("not added: {e}")),
+        for socket in &plan.remove {
+            match self.remove_disk(socket) {
+                Ok(()) => done.push(format!("removed {}", socket.display())),
+                Err(e) => done.push(format!("{}: {e}", socket.display())),
             }
         }
-        config.0 = applied;
+        config.0 = texts;
         if done.is_empty() {
             done.push("no change".into());
         }
         Ok(done)
+    }
+
+    /// The disk on `socket` is now described by `text` (its limits changed in place).
+    fn retext(&self, socket: &Path, text: &str) {
+        let Ok(spec) = DiskSpec::parse(text, &online_cpus()) else {
+            return;
+        };
+        if let Some(running) = lock(&self.disks)
+            .iter_mut()
+            .find(|r| r.spec.socket == socket)
+        {
+            running.text = text.to_string();
+            running.spec = spec;
+        }
     }
 
     /// `list`: every disk, in the order added.
@@ -470,6 +537,7 @@ pub struct Prepared {
     text: String,
     spec: DiskSpec,
     built: Built,
+    image: Option<ImageFiles>,
 }
 
 impl Prepared {

@@ -222,7 +222,8 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
             continue;
         }
         if signal == libc::SIGHUP {
-            match host.reload() {
+            // A refused reload changes nothing and says why in the log.
+            match host.reload(false) {
                 Ok(changes) => info!("configuration reloaded: {}", changes.join("; ")),
                 Err(e) => tracing::error!("configuration not reloaded: {e}"),
             }
@@ -239,6 +240,7 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
     }
     let report = host.report();
     host.stop_all();
+    crate::backend::release_clusters();
     crate::backend::release_image_locks();
     for line in report {
         info!("statistics {line}");

@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::direct_align::direct_alignment;
 use super::handover::WriterSeat;
 use super::image_lock::ImageLock;
+use super::immediate::Immediate;
+use super::positional::PositionalIo;
 use super::uring::{FileKind, RingOptions, UringEngine};
 use super::{Disk, Engine, EngineOptions, Geometry};
 
@@ -38,6 +40,8 @@ pub struct FileDisk {
     lock: Option<ImageLock>,
     /// SQPOLL and fixed buffers for every queue's ring.
     ring: RingOptions,
+    /// No ring: each queue does its I/O with positional system calls (see [`PositionalIo`]).
+    positional: bool,
 }
 
 fn ioctl_value<T: Default>(file: &File, request: libc::c_ulong) -> io::Result<T> {
@@ -54,6 +58,23 @@ impl FileDisk {
     /// Opens the image at `path` (once: see the type) and learns its size and block size.
     pub fn open(path: &Path, readonly: bool, direct: bool) -> io::Result<Self> {
         let file = Self::open_file(path, readonly, false)?;
+        let direct = if direct {
+            // Fail now, not on the first request, where O_DIRECT is refused.
+            let direct = Self::open_file(path, readonly, true)?;
+            if !same_file(&direct, &file)? {
+                return Err(io::Error::other("replaced while it was being opened"));
+            }
+            Some(direct)
+        } else {
+            None
+        };
+        Self::from_files(file, direct, readonly)
+    }
+
+    /// The image open as `file` (buffered) and `direct` (the same file with `O_DIRECT`; none for
+    /// `direct=off`), each opened read-only if `readonly` and read-write otherwise: what
+    /// [`FileDisk::open`] opens, or what a client passed (see `crate::passed_fds`).
+    pub fn from_files(file: File, direct: Option<File>, readonly: bool) -> io::Result<Self> {
         let metadata = file.metadata()?;
         let (capacity, block_size, physical) = if metadata.file_type().is_block_device() {
             let size: u64 = ioctl_value(&file, BLKGETSIZE64)?;
@@ -83,16 +104,12 @@ impl FileDisk {
                 inline_rw: tmpfs,
             }
         };
-        let (direct, direct_align) = if direct {
-            // Fail now, not on the first request, where O_DIRECT is refused.
-            let direct = Self::open_file(path, readonly, true)?;
-            if !same_file(&direct, &file)? {
-                return Err(io::Error::other("replaced while it was being opened"));
+        let (direct, direct_align) = match direct {
+            Some(direct) => {
+                let align = direct_alignment(&direct).max(block_size as usize);
+                (Some(direct.into()), align)
             }
-            let align = direct_alignment(&direct).max(block_size as usize);
-            (Some(direct.into()), align)
-        } else {
-            (None, 1)
+            None => (None, 1),
         };
         // Guests that align to the physical block size keep to the direct path.
         let physical = physical.max(u32::try_from(direct_align).unwrap_or(512));
@@ -106,6 +123,7 @@ impl FileDisk {
             direct_align,
             lock: None,
             ring: RingOptions::default(),
+            positional: false,
             capacity: AtomicU64::new(capacity),
             geometry: Geometry {
                 capacity,
@@ -150,6 +168,13 @@ impl FileDisk {
         if let FileKind::Regular { inline_rw, .. } = &mut self.kind {
             *inline_rw = false;
         }
+        self
+    }
+
+    /// Serves every queue without a ring (see [`PositionalIo`]): for a disk added once the
+    /// process is confined, when no ring can be created any more.
+    pub fn positional(mut self) -> Self {
+        self.positional = true;
         self
     }
 
@@ -238,6 +263,15 @@ impl Disk for FileDisk {
             None => buffered.try_clone()?,
         };
         let align = self.direct_align;
+        if self.positional {
+            let io = PositionalIo {
+                direct,
+                buffered,
+                align,
+                kind: self.kind,
+            };
+            return Ok(Box::new(Immediate::new(io, options.depth)));
+        }
         Ok(Box::new(UringEngine::new(
             direct, buffered, align, self.kind, options, self.ring,
         )?))

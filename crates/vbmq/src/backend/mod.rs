@@ -15,6 +15,7 @@ mod iovec;
 mod memory;
 mod null;
 mod ofd_lock;
+mod positional;
 mod rbd;
 mod registered_memory;
 mod uring;
@@ -31,7 +32,7 @@ pub use image_lock::release_all as release_image_locks;
 pub use iovec::IovList;
 pub use memory::MemoryDisk;
 pub use null::NullDisk;
-pub use rbd::{RbdDisk, RbdTarget};
+pub use rbd::{RbdDisk, RbdTarget, cluster_connected, release_clusters};
 
 /// One operation handed to an engine. Offsets and lengths are in bytes and already checked
 /// against the disk's capacity.

@@ -245,6 +245,13 @@ pub const DISK_KEYS: &[DiskKey] = &[
         Some("the process's"),
         "group owning the socket",
     ),
+    key(
+        "socket-fd",
+        "N|NAME",
+        None,
+        "serve this inherited listening socket instead of binding socket= (a descriptor \
+         number, or a FileDescriptorName= of systemd socket activation); at start only",
+    ),
 ];
 
 /// Looks a key up.

@@ -81,6 +81,9 @@ pub struct DiskSpec {
     pub socket_mode: u32,
     /// Group owning the socket file (`socket-group=NAME|GID`); the process's own if `None`.
     pub socket_group: Option<u32>,
+    /// An inherited listening socket to serve instead of binding `socket` (`socket-fd=N|NAME`:
+    /// a descriptor number, or a name in systemd's `LISTEN_FDNAMES`); at start only.
+    pub socket_fd: Option<String>,
     /// Bytes of host DRAM read cache in front of a `path=` disk (`cache=`; 0: none).
     pub cache: u64,
     /// Fill the cache from the start of the file before serving (`cache-preload=on`).
@@ -227,6 +230,7 @@ impl DiskSpec {
             fixed_buffers: false,
             socket_mode: 0o600,
             socket_group: None,
+            socket_fd: None,
             cache: 0,
             cache_preload: false,
             limits: Limits::default(),
@@ -340,6 +344,16 @@ impl DiskSpec {
                 }
                 "socket-group" => spec.socket_group = Some(socket_group(key, value)?),
                 "socket-mode" => spec.socket_mode = socket_mode(key, value)?,
+                "socket-fd" => {
+                    let number = value.parse::<i32>();
+                    let name_ok = !value.is_empty()
+                        && value.len() <= 255
+                        && value.bytes().all(|b| b.is_ascii_graphic() && b != b':');
+                    if !matches!(number, Ok(3..)) && (number.is_ok() || !name_ok) {
+                        return Err(bad(key, "a descriptor number from 3, or a socket name"));
+                    }
+                    spec.socket_fd = Some(value.to_string());
+                }
                 _ if set_limit(&mut spec.limits, key, value)? => {}
                 _ => return Err(bad(key, "listed but not parsed: a defect")),
             }

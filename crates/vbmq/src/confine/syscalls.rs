@@ -189,6 +189,10 @@ const SHARES: &[libc::c_long] = &[
 
 const IOCTLS: &[u64] = &[libc::FIONBIO, libc::FIOCLEX];
 
+/// With a control socket: a block device passed for a run-time disk is measured (its size,
+/// logical and physical block sizes: `BLKGETSIZE64`, `BLKSSZGET`, `BLKPBSZGET`); they only read.
+const BLOCK_SIZE_IOCTLS: &[u64] = &[0x8008_1272, 0x1268, 0x127b];
+
 /// Compiles the allowlist; anything else raises SIGSYS (reported, then the process exits).
 /// `run_time_disks`: the calls [`RUN_TIME_DISKS`] names, and Unix sockets beside TCP ones.
 pub(super) fn filter(
@@ -235,6 +239,11 @@ pub(super) fn filter(
     }
     let ioctl_rules = IOCTLS
         .iter()
+        .chain(if run_time_disks {
+            BLOCK_SIZE_IOCTLS
+        } else {
+            &[]
+        })
         .map(|&request| {
             SeccompRule::new(vec![SeccompCondition::new(
                 1,
@@ -265,6 +274,7 @@ pub(super) fn filter(
             )?,
         ])
     };
+    // A socket passed for a run-time disk or share, or inherited, is checked to listen.
     if !ceph {
         rules.insert(
             libc::SYS_getsockopt,

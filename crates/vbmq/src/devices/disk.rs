@@ -1,7 +1,10 @@
 //! A disk from its spec: the storage (a file or block device, RBD, memory or null), the read
 //! cache and the delay knob in front of it, the virtio-blk device, and its bound socket.
 
-use std::path::PathBuf;
+use std::fs::File;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,9 +41,20 @@ fn default_serial(spec: &DiskSpec) -> String {
     }
 }
 
+/// What a disk is opened from: its spec's paths, or the image a client passed (buffered and
+/// `O_DIRECT` descriptors, checked), served without a ring when `confined`.
+#[derive(Default)]
+pub(crate) struct Source {
+    /// The image, passed.
+    pub image: Option<(File, Option<File>)>,
+    /// The process is confined: every queue does its I/O with positional system calls (no ring
+    /// can be made), and an RBD image is opened only through a cluster connection made at start.
+    pub confined: bool,
+}
+
 /// An open disk and the files it keeps reading (a Ceph configuration and keyring).
-fn open_disk(spec: &DiskSpec) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
-    let (disk, files) = open_storage(spec)?;
+fn open_disk(spec: &DiskSpec, source: Source) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
+    let (disk, files) = open_storage(spec, source)?;
     if spec.delay_us == 0 {
         return Ok((disk, files));
     }
@@ -49,9 +63,17 @@ fn open_disk(spec: &DiskSpec) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError
     Ok((delayed, files))
 }
 
-fn open_storage(spec: &DiskSpec) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
+fn open_storage(
+    spec: &DiskSpec,
+    source: Source,
+) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
     if let Storage::Rbd(target) = &spec.storage {
-        let disk = RbdDisk::open(target, spec.readonly).map_err(|e| SpecError {
+        let opened = if source.confined {
+            RbdDisk::open_connected(target, spec.readonly)
+        } else {
+            RbdDisk::open(target, spec.readonly)
+        };
+        let disk = opened.map_err(|e| SpecError {
             key: "rbd".into(),
             reason: format!("{}/{}: {e}", target.pool, target.image),
         })?;
@@ -70,13 +92,33 @@ fn open_storage(spec: &DiskSpec) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecEr
             })?;
         return Ok((Arc::new(cached), files));
     }
-    open_local_disk(spec).map(|disk| (disk, Vec::new()))
+    open_local_disk(spec, source).map(|disk| (disk, Vec::new()))
 }
 
-fn open_local_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
+/// The passed image (`source`), or the one at `path`.
+fn open_file(path: &Path, spec: &DiskSpec, source: Source) -> std::io::Result<FileDisk> {
+    let disk = match source.image {
+        Some((image, direct)) => FileDisk::from_files(image, direct, spec.readonly),
+        None => FileDisk::open(path, spec.readonly, spec.direct),
+    }?;
+    Ok(if source.confined {
+        disk.positional()
+    } else {
+        disk
+    })
+}
+
+fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, SpecError> {
     match &spec.storage {
         Storage::File(path) => {
-            let disk: Arc<dyn Disk> = FileDisk::open(path, spec.readonly, spec.direct)
+            let id = match &source.image {
+                Some((image, _)) => Some(image_id(image).map_err(|e| SpecError {
+                    key: "path".into(),
+                    reason: format!("{}: {e}", path.display()),
+                })?),
+                None => None,
+            };
+            let disk: Arc<dyn Disk> = open_file(path, spec, source)
                 .and_then(|disk| {
                     if spec.lock {
                         disk.lock(spec.handover)
@@ -111,11 +153,17 @@ fn open_local_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
                 return Ok(disk);
             }
             let label = spec.socket.display().to_string();
-            let cached =
-                CachedDisk::open(disk, path, spec.cache, &label).map_err(|e| SpecError {
-                    key: "cache".into(),
-                    reason: e.to_string(),
-                })?;
+            let cached = match id {
+                Some(id) => {
+                    let name = path.display().to_string();
+                    CachedDisk::open_image(disk, id, &name, spec.cache, &label)
+                }
+                None => CachedDisk::open(disk, path, spec.cache, &label),
+            }
+            .map_err(|e| SpecError {
+                key: "cache".into(),
+                reason: e.to_string(),
+            })?;
             if spec.cache_preload {
                 cached.preload(path).map_err(|e| SpecError {
                     key: "cache-preload".into(),
@@ -152,9 +200,24 @@ fn open_local_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
 /// The server of one disk, the disk (to close at exit) and the files it keeps reading.
 pub(crate) type Built = (DiskServer, Arc<dyn Disk>, Vec<PathBuf>);
 
-/// Opens a disk and binds its socket.
-pub(crate) fn build_disk(spec: &DiskSpec) -> Result<Built, SpecError> {
-    let (disk, files) = open_disk(spec)?;
+/// The cache's name for a passed image: the file, as [`ImageId::of_file`] names it.
+fn image_id(file: &File) -> std::io::Result<ImageId> {
+    let metadata = file.metadata()?;
+    Ok(if metadata.file_type().is_block_device() {
+        ImageId::File(u64::MAX, metadata.rdev())
+    } else {
+        ImageId::File(metadata.dev(), metadata.ino())
+    })
+}
+
+/// Opens a disk (from `source`) and binds its socket, or serves `listener`, a socket a client
+/// bound and passed.
+pub(crate) fn build_disk(
+    spec: &DiskSpec,
+    source: Source,
+    listener: Option<UnixListener>,
+) -> Result<Built, SpecError> {
+    let (disk, files) = open_disk(spec, source)?;
     let kept = Arc::clone(&disk);
     let serial = spec.serial.clone().unwrap_or_else(|| default_serial(spec));
     let device = Arc::new(BlkDevice::new(
@@ -175,12 +238,15 @@ pub(crate) fn build_disk(spec: &DiskSpec) -> Result<Built, SpecError> {
         })
         .collect();
     let (mode, group) = (spec.socket_mode, spec.socket_group);
-    DiskServer::bind(&spec.socket, mode, group, device, disk, settings)
-        .map(|server| (server.track_inflight(spec.inflight), kept, files))
-        .map_err(|e| SpecError {
-            key: "socket".into(),
-            reason: e.to_string(),
-        })
+    match listener {
+        Some(listener) => DiskServer::with_listener(&spec.socket, listener, device, disk, settings),
+        None => DiskServer::bind(&spec.socket, mode, group, device, disk, settings),
+    }
+    .map(|server| (server.track_inflight(spec.inflight), kept, files))
+    .map_err(|e| SpecError {
+        key: "socket".into(),
+        reason: e.to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -38,9 +38,10 @@ pub enum SocketError {
 /// One disk on one socket.
 pub struct DiskServer {
     socket: PathBuf,
-    lock_path: PathBuf,
+    /// The socket file and its lock file, removed with the disk (none for a passed socket).
+    files: Vec<PathBuf>,
     /// Held for the process lifetime: a second vbmq cannot take the socket.
-    _lock: File,
+    _lock: Option<File>,
     listener: Listener,
     device: Arc<BlkDevice>,
     disk: Arc<dyn Disk>,
@@ -110,6 +111,22 @@ impl Stopper {
     }
 }
 
+/// Each queue's engine, created before the socket is served.
+fn engines(
+    disk: &dyn Disk,
+    settings: &[QueueSettings],
+) -> Result<Vec<Option<Box<dyn Engine>>>, SocketError> {
+    settings
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            disk.engine(s.engine_options())
+                .map(Some)
+                .map_err(|e| SocketError::Engine(i, e))
+        })
+        .collect()
+}
+
 fn take_lock(path: &Path) -> Result<File, SocketError> {
     let file = crate::socket_files::open_lock_file(path)
         .map_err(|e| SocketError::Lock(path.to_path_buf(), e))?;
@@ -130,19 +147,58 @@ impl DiskServer {
         disk: Arc<dyn Disk>,
         settings: Vec<QueueSettings>,
     ) -> Result<Self, SocketError> {
-        let engines = settings
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                disk.engine(s.engine_options())
-                    .map(Some)
-                    .map_err(|e| SocketError::Engine(i, e))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let engines = engines(disk.as_ref(), &settings)?;
         let (listener, lock, lock_path) = listen(socket, mode, group)?;
-        Ok(DiskServer {
+        let files = vec![socket.to_path_buf(), lock_path];
+        Ok(Self::new(
+            socket,
+            files,
+            Some(lock),
+            listener,
+            device,
+            disk,
+            settings,
+            engines,
+        ))
+    }
+
+    /// Serves on `listener`, a socket bound and passed by a client (see `crate::passed_fds`),
+    /// known as `socket`: no lock file, and its file is the client's to remove.
+    pub fn with_listener(
+        socket: &Path,
+        listener: std::os::unix::net::UnixListener,
+        device: Arc<BlkDevice>,
+        disk: Arc<dyn Disk>,
+        settings: Vec<QueueSettings>,
+    ) -> Result<Self, SocketError> {
+        let engines = engines(disk.as_ref(), &settings)?;
+        let listener = Listener::from(listener);
+        Ok(Self::new(
+            socket,
+            Vec::new(),
+            None,
+            listener,
+            device,
+            disk,
+            settings,
+            engines,
+        ))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        socket: &Path,
+        files: Vec<PathBuf>,
+        lock: Option<File>,
+        listener: Listener,
+        device: Arc<BlkDevice>,
+        disk: Arc<dyn Disk>,
+        settings: Vec<QueueSettings>,
+        engines: Vec<Option<Box<dyn Engine>>>,
+    ) -> Self {
+        DiskServer {
             socket: socket.to_path_buf(),
-            lock_path,
+            files,
             _lock: lock,
             listener,
             device,
@@ -153,7 +209,7 @@ impl DiskServer {
             current: Arc::new(Mutex::new(None)),
             stopped: Arc::new(AtomicBool::new(false)),
             inflight: true,
-        })
+        }
     }
 
     /// A handle to the connection being served, for shutdown.
@@ -202,9 +258,9 @@ impl DiskServer {
         self.device.clone()
     }
 
-    /// The socket file and its lock file, to remove at exit.
-    pub fn files(&self) -> [PathBuf; 2] {
-        [self.socket.clone(), self.lock_path.clone()]
+    /// The socket file and its lock file, to remove at exit (none for a passed socket).
+    pub fn files(&self) -> Vec<PathBuf> {
+        self.files.clone()
     }
 
     /// Whether frontends are offered in-flight tracking (on unless turned off).

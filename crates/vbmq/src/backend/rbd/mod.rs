@@ -56,10 +56,118 @@ impl RbdTarget {
     }
 }
 
-/// An open image, its pool context and its cluster connection, closed together.
+/// A connection to a cluster as one user, shared by every image opened through it. Made at
+/// start (librados connects to the monitors over TCP and reads the configuration and keyring,
+/// which the confinement allows only then), it stays for the process's lifetime: an `rbd=`
+/// disk added at run time on the same cluster, user and timeout reuses it (see
+/// [`RbdDisk::open_connected`]) and needs nothing the confined process may not do.
+struct Cluster {
+    api: &'static ffi::Api,
+    handle: ffi::Rados,
+    /// The configuration file, the user and the timeout it was made with.
+    key: (PathBuf, String, Duration),
+    /// The files librados read: the configuration and the keyrings found.
+    files: Vec<PathBuf>,
+}
+
+// SAFETY: a librados cluster handle may be used from any thread, concurrently.
+unsafe impl Send for Cluster {}
+// SAFETY: as above.
+unsafe impl Sync for Cluster {}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // SAFETY: a handle made by `rados_create2`, shut down once, after every image opened
+        // through it is closed (each holds the `Arc`).
+        unsafe { (self.api.rados_shutdown)(self.handle) };
+    }
+}
+
+/// The connections made so far, kept until [`release_clusters`].
+static CLUSTERS: Mutex<Vec<Arc<Cluster>>> = Mutex::new(Vec::new());
+
+fn cluster_key(target: &RbdTarget) -> (PathBuf, String, Duration) {
+    (target.conf.clone(), target.user.clone(), target.timeout)
+}
+
+/// The connection to `target`'s cluster made earlier, if any.
+fn connected(target: &RbdTarget) -> Option<Arc<Cluster>> {
+    let key = cluster_key(target);
+    CLUSTERS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .find(|c| c.key == key)
+        .cloned()
+}
+
+/// Whether an `rbd=` disk on `target` could be opened without a new cluster connection.
+pub fn cluster_connected(target: &RbdTarget) -> bool {
+    connected(target).is_some()
+}
+
+/// Lets go of every cluster connection (at exit, once every disk is closed).
+pub fn release_clusters() {
+    std::mem::take(&mut *CLUSTERS.lock().unwrap_or_else(|p| p.into_inner()));
+}
+
+/// Makes a new connection to `target`'s cluster and keeps it.
+fn connect(api: &'static ffi::Api, target: &RbdTarget) -> io::Result<Arc<Cluster>> {
+    let user = cstring("ceph-user", &target.user)?;
+    let conf = cstring("ceph-conf", &path_str(&target.conf)?)?;
+    let timeout = cstring("timeout", &target.timeout.as_secs().max(1).to_string())?;
+    let mut handle = std::ptr::null_mut();
+    // SAFETY: NUL-terminated strings; `handle` receives a new handle.
+    ffi::check(unsafe {
+        (api.rados_create2)(&mut handle, c"ceph".as_ptr(), user_name(&user).as_ptr(), 0)
+    })
+    .map_err(context("rados_create2"))?;
+    // From here on the handle is shut down by `Cluster`'s drop, even on error.
+    let mut cluster = Cluster {
+        api,
+        handle,
+        key: cluster_key(target),
+        files: Vec::new(),
+    };
+    let set = |key: &std::ffi::CStr, value: &std::ffi::CStr| {
+        // SAFETY: an unconnected cluster handle and NUL-terminated strings.
+        ffi::check(unsafe { (api.rados_conf_set)(handle, key.as_ptr(), value.as_ptr()) })
+            .map(drop)
+            .map_err(context(&key.to_string_lossy()))
+    };
+    // SAFETY: as above.
+    ffi::check(unsafe { (api.rados_conf_read_file)(handle, conf.as_ptr()) })
+        .map_err(context(&format!("reading {}", target.conf.display())))?;
+    set(c"rados_osd_op_timeout", &timeout)?;
+    set(c"rados_mon_op_timeout", &timeout)?;
+    set(c"client_mount_timeout", &timeout)?;
+    // Write-through: a completed write is on the OSDs, as with O_DIRECT on a file.
+    set(c"rbd_cache", c"false")?;
+    // No admin socket: it would be a socket file that confinement cannot account for.
+    set(c"admin_socket", c"")?;
+    let keyrings = conf_get(api, handle, c"keyring");
+    // SAFETY: a configured cluster handle.
+    ffi::check(unsafe { (api.rados_connect)(handle) }).map_err(context("connecting"))?;
+    cluster.files = std::iter::once(target.conf.clone())
+        .chain(keyrings.split([',', ';', ' ', '\t']).filter_map(|path| {
+            let path = Path::new(path);
+            (path.is_absolute() && path.is_file()).then(|| path.to_path_buf())
+        }))
+        .collect();
+    let cluster = Arc::new(cluster);
+    CLUSTERS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(Arc::clone(&cluster));
+    Ok(cluster)
+}
+
+/// An open image and its pool context, closed together; the cluster connection it was opened
+/// through outlives it.
 struct Image {
     api: &'static ffi::Api,
-    cluster: ffi::Rados,
+    /// Held: the connection stays while the image is open.
+    _cluster: Arc<Cluster>,
     ioctx: ffi::IoCtx,
     /// Null once closed (at exit).
     handle: AtomicPtr<c_void>,
@@ -124,13 +232,12 @@ impl Image {
 impl Drop for Image {
     fn drop(&mut self) {
         self.close();
-        // SAFETY: the handles were opened by `RbdDisk::open` and are closed once, after the
-        // image; a null pool context was never opened.
+        // SAFETY: the pool context was opened by `RbdDisk::open` and is closed once, after the
+        // image; a null one was never opened. The cluster goes with the last `Arc`.
         unsafe {
             if !self.ioctx.is_null() {
                 (self.api.rados_ioctx_destroy)(self.ioctx);
             }
-            (self.api.rados_shutdown)(self.cluster);
         }
         // The watch's argument is freed only now that librbd can no longer call it.
         if self.watch.is_some() {
@@ -219,25 +326,46 @@ fn context(what: &str) -> impl FnOnce(io::Error) -> io::Error + '_ {
 }
 
 impl RbdDisk {
-    /// Connects to the cluster `target.conf` names as `client.USER` and opens the image.
+    /// Opens the image through the connection to the cluster `target.conf` names as
+    /// `client.USER`, made now if there is none yet.
     pub fn open(target: &RbdTarget, readonly: bool) -> io::Result<Self> {
         let api = ffi::api()?;
-        let user = cstring("ceph-user", &target.user)?;
-        let conf = cstring("ceph-conf", &path_str(&target.conf)?)?;
+        let cluster = match connected(target) {
+            Some(cluster) => cluster,
+            None => connect(api, target)?,
+        };
+        Self::open_on(api, cluster, target, readonly)
+    }
+
+    /// Opens the image through a connection made earlier (at start), refused if there is none:
+    /// what a confined process can do (no new connection to the monitors, no file read).
+    pub fn open_connected(target: &RbdTarget, readonly: bool) -> io::Result<Self> {
+        let api = ffi::api()?;
+        let cluster = connected(target).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "no connection to this cluster (ceph-conf=, ceph-user=, ceph-timeout=) was made \
+                 at start",
+            )
+        })?;
+        Self::open_on(api, cluster, target, readonly)
+    }
+
+    fn open_on(
+        api: &'static ffi::Api,
+        cluster: Arc<Cluster>,
+        target: &RbdTarget,
+        readonly: bool,
+    ) -> io::Result<Self> {
         let pool = cstring("pool", &target.pool)?;
         let namespace = cstring("namespace", &target.namespace)?;
         let name = cstring("image", &target.image)?;
-        let timeout = cstring("timeout", &target.timeout.as_secs().max(1).to_string())?;
-        let mut cluster = std::ptr::null_mut();
-        // SAFETY: NUL-terminated strings; `cluster` receives a new handle.
-        ffi::check(unsafe {
-            (api.rados_create2)(&mut cluster, c"ceph".as_ptr(), user_name(&user).as_ptr(), 0)
-        })
-        .map_err(context("rados_create2"))?;
+        let handle_of_cluster = cluster.handle;
+        let files = cluster.files.clone();
         // From here on the handles are closed by `Image`'s drop, even on error.
         let mut image = Image {
             api,
-            cluster,
+            _cluster: cluster,
             ioctx: std::ptr::null_mut(),
             handle: AtomicPtr::new(std::ptr::null_mut()),
             watch: None,
@@ -245,25 +373,7 @@ impl RbdDisk {
             failure_logged: AtomicBool::new(false),
             label: format!("{}/{}", target.pool, target.image),
         };
-        let set = |key: &std::ffi::CStr, value: &std::ffi::CStr| {
-            // SAFETY: an unconnected cluster handle and NUL-terminated strings.
-            ffi::check(unsafe { (api.rados_conf_set)(cluster, key.as_ptr(), value.as_ptr()) })
-                .map(drop)
-                .map_err(context(&key.to_string_lossy()))
-        };
-        // SAFETY: as above.
-        ffi::check(unsafe { (api.rados_conf_read_file)(cluster, conf.as_ptr()) })
-            .map_err(context(&format!("reading {}", target.conf.display())))?;
-        set(c"rados_osd_op_timeout", &timeout)?;
-        set(c"rados_mon_op_timeout", &timeout)?;
-        set(c"client_mount_timeout", &timeout)?;
-        // Write-through: a completed write is on the OSDs, as with O_DIRECT on a file.
-        set(c"rbd_cache", c"false")?;
-        // No admin socket: it would be a socket file that confinement cannot account for.
-        set(c"admin_socket", c"")?;
-        let keyrings = conf_get(api, cluster, c"keyring");
-        // SAFETY: a configured cluster handle.
-        ffi::check(unsafe { (api.rados_connect)(cluster) }).map_err(context("connecting"))?;
+        let cluster = handle_of_cluster;
         let mut ioctx = std::ptr::null_mut();
         // SAFETY: a connected cluster; `ioctx` receives a new handle.
         ffi::check(unsafe { (api.rados_ioctx_create)(cluster, pool.as_ptr(), &mut ioctx) })
@@ -316,12 +426,7 @@ impl RbdDisk {
             readonly,
             resizes_seen,
             listener,
-            files: std::iter::once(target.conf.clone())
-                .chain(keyrings.split([',', ';', ' ', '\t']).filter_map(|path| {
-                    let path = Path::new(path);
-                    (path.is_absolute() && path.is_file()).then(|| path.to_path_buf())
-                }))
-                .collect(),
+            files,
         })
     }
 

@@ -1,0 +1,121 @@
+//! `--state FILE`: the disks added with `vbmq ctl add-disk` since start, so that a restarted
+//! vbmq (an upgrade, `systemctl restart`) serves them again. `vbmq ctl` writes it, with the
+//! operator's rights, after each `add-disk` and `remove-disk` vbmq accepted; `vbmq serve` reads
+//! it at start, before it is confined, and opens them as it opens `--disk`s. The confined
+//! daemon never writes it: what it names is what an operator added.
+//!
+//! ```toml
+//! disk = ["socket=/srv/vm3/disk.sock,path=/var/lib/vm3.raw"]
+//! ```
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct State {
+    #[serde(default)]
+    disk: Vec<String>,
+}
+
+/// The disks the file lists (none if it does not exist yet).
+pub fn read(path: &Path) -> Result<Vec<String>, String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => toml::from_str::<State>(&text)
+            .map(|state| state.disk)
+            .map_err(|e| format!("{}: {}", path.display(), e.message())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// The socket a `--disk` text names, if it names one.
+fn socket_of(text: &str) -> Option<&str> {
+    text.split(',')
+        .find_map(|item| item.strip_prefix("socket="))
+}
+
+/// Records `text` (a disk vbmq now serves), replacing a line of the same socket.
+pub fn add(path: &Path, text: &str) -> Result<(), String> {
+    update(path, |disks| {
+        disks.retain(|d| socket_of(d) != socket_of(text));
+        disks.push(text.to_string());
+    })
+}
+
+/// Forgets the disk on `socket`.
+pub fn remove(path: &Path, socket: &str) -> Result<(), String> {
+    update(path, |disks| disks.retain(|d| socket_of(d) != Some(socket)))
+}
+
+/// Reads, changes and writes the file again (0600, by rename), under a lock beside it so that
+/// two `vbmq ctl` at once lose neither change.
+fn update(path: &Path, change: impl FnOnce(&mut Vec<String>)) -> Result<(), String> {
+    let error = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let lock_path = with_suffix(path, ".lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&lock_path)
+        .map_err(|e| error(&e))?;
+    // SAFETY: flock on a descriptor we own; released when `lock` closes.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
+        return Err(error(&std::io::Error::last_os_error()));
+    }
+    let mut disks = read(path)?;
+    change(&mut disks);
+    let text = toml::to_string(&State { disk: disks }).map_err(|e| error(&e))?;
+    let temp = with_suffix(path, &format!(".{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&temp);
+    let written = std::fs::OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .mode(0o600)
+        .open(&temp)
+        .and_then(|mut file| {
+            file.write_all(text.as_bytes())?;
+            file.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&temp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&temp);
+        return Err(error(&e));
+    }
+    Ok(())
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disks_are_recorded_replaced_and_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.toml");
+        assert_eq!(read(&path).unwrap(), Vec::<String>::new());
+        add(&path, "socket=/a.sock,null=1G").unwrap();
+        add(&path, "socket=/b.sock,path=/b.raw").unwrap();
+        add(&path, "socket=/a.sock,null=2G").unwrap();
+        assert_eq!(
+            read(&path).unwrap(),
+            ["socket=/b.sock,path=/b.raw", "socket=/a.sock,null=2G"]
+        );
+        remove(&path, "/b.sock").unwrap();
+        assert_eq!(read(&path).unwrap(), ["socket=/a.sock,null=2G"]);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+}
