@@ -2,7 +2,7 @@
 //! queue pinned to a CPU in `poll` or `adaptive` mode is served by that CPU's thread
 //! ([`cpu_poller`]), shared with every other such queue of the process; the crate's thread then
 //! only passes the guest's kicks on. Other queues are served by their crate thread, driving its
-//! own [`QueueWorker`]. The per-queue mutex is taken by the serving thread when it serves, and by
+//! own worker ([`BlkQueueWorker`]). The per-queue mutex is taken by the serving thread when it serves, and by
 //! the control thread only to stop the queue: never per request.
 
 use std::fs::File;
@@ -24,13 +24,14 @@ use vmm_sys_util::event::{EventConsumer, EventNotifier};
 use super::connection::{Connection, config_bytes, lock, refuse_set_config};
 use crate::backend::{Disk, Engine};
 use crate::guest::{dirty_log, inflight_region};
+use crate::virtio_blk::queue::{BlkQueue, BlkQueueWorker};
 use crate::virtio_blk::{BlkDevice, config_space};
 use crate::worker::cpu_poller::{self, CpuPoller, QueueCell};
-use crate::worker::{QueueSettings, QueueStats, QueueWorker, WaitMode};
+use crate::worker::{QueueSettings, QueueStats};
 
 /// One queue of the connection.
 struct QueueHandle {
-    cell: Arc<QueueCell>,
+    cell: Arc<QueueCell<BlkQueueWorker>>,
     /// The CPU thread that serves the queue; `None`: the crate's thread of the queue does.
     poller: Option<Arc<CpuPoller>>,
     /// Handed to `poller` (on the queue's first event of the connection).
@@ -38,16 +39,16 @@ struct QueueHandle {
 }
 
 impl std::ops::Deref for QueueHandle {
-    type Target = QueueCell;
+    type Target = QueueCell<BlkQueueWorker>;
 
-    fn deref(&self) -> &QueueCell {
+    fn deref(&self) -> &QueueCell<BlkQueueWorker> {
         &self.cell
     }
 }
 
 /// The CPU thread for a queue with these settings, if it is to have one.
 fn poller_for(index: usize, settings: &QueueSettings) -> Option<Arc<CpuPoller>> {
-    let cpu = settings.cpu.filter(|_| settings.mode != WaitMode::Event)?;
+    let cpu = settings.shared_cpu()?;
     cpu_poller::poller_of(cpu)
         .map_err(|e| {
             crate::limited!(
@@ -94,7 +95,7 @@ impl VhostUserBlk {
             .zip(stats)
             .enumerate()
             .map(|(index, (settings, stats))| {
-                let mut worker = QueueWorker::new(
+                let mut worker = BlkQueue::worker(
                     index,
                     *settings,
                     device.clone(),
@@ -197,7 +198,7 @@ impl VhostUserBlk {
         for (index, queue) in self.queues.iter().enumerate() {
             queue.stop.stop_for_good_and_drain(&queue.worker);
             if let Some(poller) = &queue.poller {
-                poller.remove(&queue.cell);
+                poller.remove(&*queue.cell);
             }
             crate::limited!(debug, "queue {index} stopped");
         }

@@ -18,10 +18,11 @@ use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
 use crate::virtio_fs::FsDevice;
-use crate::worker::{FsQueueWorker, QueueSettings, QueueStats, StopFlag};
+use crate::virtio_fs::queue::{FsQueue, FsQueueWorker};
+use crate::worker::{QueueSettings, QueueStats, StopFlag};
 
 /// One queue, as its serving thread and the control thread share it.
-struct FsQueue {
+struct FsQueueHandle {
     /// Asks the serving thread to leave the queue alone (to stop it).
     stop: StopFlag,
     worker: Mutex<FsQueueWorker>,
@@ -31,7 +32,7 @@ struct FsQueue {
 pub struct VhostUserFs {
     device: Arc<FsDevice>,
     max_queue_size: u16,
-    queues: Vec<FsQueue>,
+    queues: Vec<FsQueueHandle>,
     handlers: Mutex<Vec<Arc<VringEpollHandler<Arc<VhostUserFs>>>>>,
     /// Set for good when the connection ends or the process stops.
     shut_down: AtomicBool,
@@ -52,7 +53,7 @@ impl VhostUserFs {
             .zip(stats)
             .enumerate()
             .map(|(index, (settings, stats))| {
-                let mut worker = FsQueueWorker::new(
+                let mut worker = FsQueue::worker(
                     index,
                     *settings,
                     device.clone(),
@@ -60,7 +61,7 @@ impl VhostUserFs {
                     stats.clone(),
                 );
                 worker.report_broken_ring_to(connection.ring_broken.clone());
-                FsQueue {
+                FsQueueHandle {
                     stop: StopFlag::new(),
                     worker: Mutex::new(worker),
                 }
@@ -200,7 +201,10 @@ impl VhostUserBackend for VhostUserFs {
             crate::limited!(warn, "event {device_event} for unknown thread {thread_id}");
             return Ok(());
         };
-        lock(&queue.worker).run(vring, queue.stop.flag());
+        let mut worker = lock(&queue.worker);
+        worker.set_up(vring, true);
+        worker.run(vring, queue.stop.flag());
+        drop(worker);
         self.connection.close_if_broken(thread_id);
         Ok(())
     }

@@ -1,8 +1,9 @@
 //! The virtio-fs device (virtio device id 26): FUSE requests from the guest's `virtiofs`
 //! driver, served by `fuse-backend-rs`'s protocol server over a passthrough of one host
-//! directory. The queue threads call [`FsDevice::handle`] with each descriptor chain.
+//! directory. Its queue handler ([`queue`]) calls [`FsDevice::handle`] with each descriptor chain.
 
 mod config_space;
+pub mod queue;
 mod readonly;
 mod request_copy;
 mod share;
