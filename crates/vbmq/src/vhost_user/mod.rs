@@ -2,6 +2,7 @@
 //! accepts one frontend after another.
 
 mod connection;
+mod queue_handle;
 mod share_server;
 mod socket;
 mod vhost_user_blk;
