@@ -1,39 +1,22 @@
 //! A shared directory's vhost-user socket: bound once, it serves one frontend after another
 //! until the process stops or its [`Stopper`] is used.
 
-use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use vhost::vhost_user::Listener;
-use vhost_user_backend::VhostUserDaemon;
-use vm_memory::GuestMemoryAtomic;
-
-use super::connection::lock;
-use super::socket::{listen, serve_until_stopped};
+use super::socket::BoundSocket;
 use super::{SocketError, Stopper, VhostUserFs};
-use crate::guest::GuestMemory;
 use crate::virtio_fs::FsDevice;
 use crate::worker::{QueueSettings, QueueStats};
 
 /// One shared directory on one socket.
 pub struct ShareServer {
-    socket: PathBuf,
-    lock_path: PathBuf,
-    /// Held while serving: a second vbmq cannot take the socket.
-    _lock: File,
-    listener: Listener,
+    bound: BoundSocket<VhostUserFs>,
     device: Arc<FsDevice>,
     settings: Vec<QueueSettings>,
     /// Counters of each queue, kept across connections.
     stats: Vec<Arc<QueueStats>>,
-    /// The connection being served, to be closed on shutdown.
-    current: Arc<Mutex<Option<Arc<VhostUserFs>>>>,
-    /// Set when the share is stopped: no frontend is accepted any more.
-    stopped: Arc<AtomicBool>,
 }
 
 impl ShareServer {
@@ -46,38 +29,22 @@ impl ShareServer {
         device: Arc<FsDevice>,
         settings: Vec<QueueSettings>,
     ) -> Result<Self, SocketError> {
-        let (listener, lock, lock_path) = listen(socket, mode, group)?;
         Ok(ShareServer {
-            socket: socket.to_path_buf(),
-            lock_path,
-            _lock: lock,
-            listener,
+            bound: BoundSocket::bind(socket, mode, group)?,
             device,
             stats: settings.iter().map(|_| Arc::default()).collect(),
             settings,
-            current: Arc::new(Mutex::new(None)),
-            stopped: Arc::new(AtomicBool::new(false)),
         })
     }
 
     /// A way to stop this server from another thread.
     pub fn stopper(&self) -> io::Result<Stopper> {
-        let current = self.current.clone();
-        let disconnect = move || {
-            if let Some(backend) = lock(&current).clone() {
-                backend.disconnect();
-            }
-        };
-        Stopper::new(
-            self.listener.as_raw_fd(),
-            self.stopped.clone(),
-            Box::new(disconnect),
-        )
+        self.bound.stopper()
     }
 
     /// A report of the share's counters, for the log: each queue's requests and passes.
     pub fn stats_reporter(&self) -> impl Fn() -> String + Send + 'static {
-        let (socket, stats) = (self.socket.clone(), self.stats.clone());
+        let (socket, stats) = (self.bound.path().to_path_buf(), self.stats.clone());
         move || {
             let mut report = format!("{}:", socket.display());
             for (index, queue) in stats.iter().enumerate() {
@@ -93,45 +60,22 @@ impl ShareServer {
 
     /// The socket file and its lock file, to remove at exit.
     pub fn files(&self) -> [PathBuf; 2] {
-        [self.socket.clone(), self.lock_path.clone()]
+        self.bound.files()
     }
 
     /// Serves frontends one after another, until stopped.
-    pub fn run(mut self) {
-        let (socket, stopped) = (self.socket.clone(), self.stopped.clone());
-        serve_until_stopped(&socket, &stopped, || self.serve_one());
-    }
-
-    fn serve_one(&mut self) -> Result<(), String> {
-        let backend = Arc::new(VhostUserFs::new(
-            self.device.clone(),
-            &self.settings,
-            &self.stats,
-        ));
-        let atomic_mem = GuestMemoryAtomic::new(GuestMemory::new());
-        let mut daemon = VhostUserDaemon::new("vbmq-fs".to_string(), backend.clone(), atomic_mem)
-            .map_err(|e| format!("cannot create the vhost-user daemon: {e}"))?;
-        backend.attach(daemon.get_epoll_handlers());
-        let result = daemon
-            .start(&mut self.listener)
-            .map_err(|e| format!("cannot accept a frontend: {e}"));
-        if result.is_ok() {
-            backend.connected(daemon.shutdown_handle());
-            crate::limited!(info, "{}: frontend connected", self.socket.display());
-            *lock(&self.current) = Some(backend.clone());
-            // A stop between the accept and the line above found no connection to close.
-            if self.stopped.load(Ordering::Acquire) {
-                backend.disconnect();
-            }
-            if let Err(e) = daemon.wait() {
-                crate::limited!(info, "{}: connection ended: {e}", self.socket.display());
-            }
-            crate::limited!(info, "{}: frontend disconnected", self.socket.display());
-        }
-        *lock(&self.current) = None;
-        backend.end(daemon);
-        // The queue threads are gone: the next frontend starts a session of its own.
-        self.device.end_session();
-        result
+    pub fn run(self) {
+        let ShareServer {
+            mut bound,
+            device,
+            settings,
+            stats,
+        } = self;
+        bound.run(
+            "vbmq-fs",
+            || Arc::new(VhostUserFs::new(device.clone(), &settings, &stats)),
+            // The queue threads are gone: the next frontend starts a session of its own.
+            |_| device.end_session(),
+        );
     }
 }

@@ -19,6 +19,7 @@ use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
 use super::connection::{Connection, config_bytes, lock, refuse_set_config};
 use super::queue_handle::QueueHandle;
+use super::socket::ConnectionBackend;
 use crate::backend::{Disk, Engine};
 use crate::guest::{dirty_log, inflight_region};
 use crate::virtio_blk::queue::BlkQueue;
@@ -365,6 +366,24 @@ impl VhostUserBlk {
         if on != was {
             crate::limited!(info, "dirty page logging {}", if on { "on" } else { "off" });
         }
+    }
+}
+
+impl ConnectionBackend for VhostUserBlk {
+    fn attach(&self, handlers: Vec<Arc<VringEpollHandler<Arc<Self>>>>) {
+        VhostUserBlk::attach(self, handlers);
+    }
+
+    fn connected(&self, handle: Option<ShutdownHandle>) {
+        VhostUserBlk::connected(self, handle);
+    }
+
+    fn disconnect(&self) {
+        VhostUserBlk::disconnect(self);
+    }
+
+    fn end(&self, daemon: VhostUserDaemon<Arc<Self>>) {
+        VhostUserBlk::end(self, daemon);
     }
 }
 

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use super::connection::{Connection, config_bytes, lock, refuse_set_config};
 use super::queue_handle::QueueHandle;
+use super::socket::ConnectionBackend;
 use crate::guest::{GuestMemory, Vring};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VhostUserDaemon, VringEpollHandler};
@@ -213,5 +214,23 @@ impl VhostUserBackend for VhostUserFs {
             },
         );
         Ok(())
+    }
+}
+
+impl ConnectionBackend for VhostUserFs {
+    fn attach(&self, handlers: Vec<Arc<VringEpollHandler<Arc<Self>>>>) {
+        VhostUserFs::attach(self, handlers);
+    }
+
+    fn connected(&self, handle: Option<ShutdownHandle>) {
+        VhostUserFs::connected(self, handle);
+    }
+
+    fn disconnect(&self) {
+        VhostUserFs::disconnect(self);
+    }
+
+    fn end(&self, daemon: VhostUserDaemon<Arc<Self>>) {
+        VhostUserFs::end(self, daemon);
     }
 }
