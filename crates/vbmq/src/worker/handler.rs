@@ -26,6 +26,10 @@ pub trait QueueHandler: Send {
     /// right after the snapshot is replaced (only ever with nothing in flight).
     fn use_memory(&mut self, mem: &GuestMemory);
 
+    /// Whether the device has limits ([`Self::hold_back`]): the worker then keeps a timer to wake
+    /// its thread when held-back requests may go.
+    const LIMITED: bool = false;
+
     /// How long the next request must wait in the ring (the device's limits); zero: it may go.
     fn hold_back(&self) -> Duration {
         Duration::ZERO

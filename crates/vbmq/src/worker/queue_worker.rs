@@ -127,11 +127,15 @@ impl<H: QueueHandler> QueueWorker<H> {
             set_up: false,
             broken: None,
             checked: None,
-            limit_timer: Timer::new()
-                .map_err(|e| {
-                    crate::limited!(warn, "queue {index}: no timer for I/O limits: {e}");
+            limit_timer: H::LIMITED
+                .then(|| {
+                    Timer::new()
+                        .map_err(|e| {
+                            crate::limited!(warn, "queue {index}: no timer for I/O limits: {e}");
+                        })
+                        .ok()
                 })
-                .ok(),
+                .flatten(),
             limited: false,
             asleep_since: 0,
         }

@@ -109,6 +109,7 @@ impl BlkQueue {
 
 impl QueueHandler for BlkQueue {
     const THREAD_NAME: &'static str = "vbmq-q";
+    const LIMITED: bool = true;
 
     fn set_up(&mut self, _own_thread: bool) -> Option<RawFd> {
         if self.requests.engine.is_none() && self.may_open_engine {
