@@ -28,10 +28,11 @@ LAYERS = {
         ("limits",),
         # The storage engines.
         ("backend",),
-        # The device models: a virtio-blk request, a virtio-fs share.
-        ("virtio_blk", "virtio_fs"),
-        # The per-queue I/O threads.
+        # The device-neutral queue core: the loop, waiting, CPU pinning and the shared per-CPU
+        # threads, ring checks, statistics; each device plugs its handler in.
         ("worker",),
+        # The device models and their queue handlers: virtio-blk, virtio-fs.
+        ("virtio_blk", "virtio_fs"),
         # The vhost-user transport: the protocol glue and the socket servers.
         ("vhost_user",),
         # The specs the command line and the configuration file give.

@@ -14,8 +14,9 @@ use vbmq::backend::{Disk, FileDisk, NullDisk};
 use vbmq::guest::{GuestMemory, Vring, dirty_log};
 use vbmq::test_utils::{Buffer, SplitRing, blk_header};
 use vbmq::virtio_blk::BlkDevice;
+use vbmq::virtio_blk::queue::{BlkQueue, BlkQueueWorker};
+use vbmq::worker::QueueSettings;
 use vbmq::worker::WaitMode;
-use vbmq::worker::{QueueSettings, QueueWorker};
 use vhost_user_backend::VringT;
 use virtio_bindings::virtio_blk::VIRTIO_BLK_T_IN;
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
@@ -101,7 +102,7 @@ fn file_disk() -> (tempfile::NamedTempFile, Arc<dyn Disk>) {
     (file, Arc::new(disk))
 }
 
-fn queue_worker(guest: &Guest, disk: Arc<dyn Disk>) -> QueueWorker {
+fn queue_worker(guest: &Guest, disk: Arc<dyn Disk>) -> BlkQueueWorker {
     let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, ""));
     let settings = QueueSettings {
         mode: WaitMode::Event,
@@ -111,7 +112,7 @@ fn queue_worker(guest: &Guest, disk: Arc<dyn Disk>) -> QueueWorker {
         max_size: QUEUE_SIZE,
     };
     let stats = Default::default();
-    let mut worker = QueueWorker::new(0, settings, device, disk, guest.mem.clone(), stats);
+    let mut worker = BlkQueue::worker(0, settings, device, disk, guest.mem.clone(), stats);
     worker.set_up(&guest.vring, true);
     worker
 }

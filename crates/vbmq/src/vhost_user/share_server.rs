@@ -3,37 +3,21 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use vhost::vhost_user::Listener;
-use vhost_user_backend::VhostUserDaemon;
-use vm_memory::GuestMemoryAtomic;
-
-use super::connection::lock;
-use super::socket::{listen, serve_until_stopped};
+use super::socket::BoundSocket;
 use super::{SocketError, Stopper, VhostUserFs};
-use crate::guest::GuestMemory;
 use crate::virtio_fs::FsDevice;
 use crate::worker::{QueueSettings, QueueStats};
 
 /// One shared directory on one socket.
 pub struct ShareServer {
-    socket: PathBuf,
-    /// The lock file beside a socket vbmq bound itself (none on an inherited one), held while
-    /// serving: a second vbmq cannot take the socket.
-    lock: Option<(File, PathBuf)>,
-    listener: Listener,
+    bound: BoundSocket<VhostUserFs>,
     device: Arc<FsDevice>,
     settings: Vec<QueueSettings>,
     /// Counters of each queue, kept across connections.
     stats: Vec<Arc<QueueStats>>,
-    /// The connection being served, to be closed on shutdown.
-    current: Arc<Mutex<Option<Arc<VhostUserFs>>>>,
-    /// Set when the share is stopped: no frontend is accepted any more.
-    stopped: Arc<AtomicBool>,
 }
 
 impl ShareServer {
@@ -46,14 +30,8 @@ impl ShareServer {
         device: Arc<FsDevice>,
         settings: Vec<QueueSettings>,
     ) -> Result<Self, SocketError> {
-        let (listener, lock, lock_path) = listen(socket, mode, group)?;
-        Ok(Self::serving(
-            socket,
-            Some((lock, lock_path)),
-            listener,
-            device,
-            settings,
-        ))
+        let bound = BoundSocket::bind(socket, mode, group)?;
+        Ok(Self::serving(bound, device, settings))
     }
 
     /// Serves `device` on `listener`, a listening socket bound by whoever started vbmq
@@ -64,26 +42,7 @@ impl ShareServer {
         device: Arc<FsDevice>,
         settings: Vec<QueueSettings>,
     ) -> Self {
-        Self::serving(name, None, Listener::from(listener), device, settings)
-    }
-
-    fn serving(
-        socket: &Path,
-        lock: Option<(File, PathBuf)>,
-        listener: Listener,
-        device: Arc<FsDevice>,
-        settings: Vec<QueueSettings>,
-    ) -> Self {
-        ShareServer {
-            socket: socket.to_path_buf(),
-            lock,
-            listener,
-            device,
-            stats: settings.iter().map(|_| Arc::default()).collect(),
-            settings,
-            current: Arc::new(Mutex::new(None)),
-            stopped: Arc::new(AtomicBool::new(false)),
-        }
+        Self::serving(BoundSocket::adopt(name, listener, None), device, settings)
     }
 
     /// Serves `device` on `listener`, a socket another process bound at `socket` and passed
@@ -97,28 +56,26 @@ impl ShareServer {
     ) -> Self {
         let mut lock_name = socket.as_os_str().to_owned();
         lock_name.push(".lock");
-        Self::serving(
-            socket,
-            Some((lock, PathBuf::from(lock_name))),
-            Listener::from(listener),
+        let lock = Some((lock, PathBuf::from(lock_name)));
+        Self::serving(BoundSocket::adopt(socket, listener, lock), device, settings)
+    }
+
+    fn serving(
+        bound: BoundSocket<VhostUserFs>,
+        device: Arc<FsDevice>,
+        settings: Vec<QueueSettings>,
+    ) -> Self {
+        ShareServer {
+            bound,
             device,
+            stats: settings.iter().map(|_| Arc::default()).collect(),
             settings,
-        )
+        }
     }
 
     /// A way to stop this server from another thread.
     pub fn stopper(&self) -> io::Result<Stopper> {
-        let current = self.current.clone();
-        let disconnect = move || {
-            if let Some(backend) = lock(&current).clone() {
-                backend.disconnect();
-            }
-        };
-        Stopper::new(
-            self.listener.as_raw_fd(),
-            self.stopped.clone(),
-            Box::new(disconnect),
-        )
+        self.bound.stopper()
     }
 
     /// The counters of each queue (the high-priority queue first), kept across connections.
@@ -128,53 +85,27 @@ impl ShareServer {
 
     /// A handle to the connection being served (`None`: no frontend).
     pub fn current(&self) -> Arc<Mutex<Option<Arc<VhostUserFs>>>> {
-        self.current.clone()
+        self.bound.current()
     }
 
     /// The socket file and its lock file, to remove at exit (none for an inherited socket).
     pub fn files(&self) -> Vec<PathBuf> {
-        match &self.lock {
-            Some((_, lock_path)) => vec![self.socket.clone(), lock_path.clone()],
-            None => Vec::new(),
-        }
+        self.bound.files()
     }
 
     /// Serves frontends one after another, until stopped.
-    pub fn run(mut self) {
-        let (socket, stopped) = (self.socket.clone(), self.stopped.clone());
-        serve_until_stopped(&socket, &stopped, || self.serve_one());
-    }
-
-    fn serve_one(&mut self) -> Result<(), String> {
-        let backend = Arc::new(VhostUserFs::new(
-            self.device.clone(),
-            &self.settings,
-            &self.stats,
-        ));
-        let atomic_mem = GuestMemoryAtomic::new(GuestMemory::new());
-        let mut daemon = VhostUserDaemon::new("vbmq-fs".to_string(), backend.clone(), atomic_mem)
-            .map_err(|e| format!("cannot create the vhost-user daemon: {e}"))?;
-        backend.attach(daemon.get_epoll_handlers());
-        let result = daemon
-            .start(&mut self.listener)
-            .map_err(|e| format!("cannot accept a frontend: {e}"));
-        if result.is_ok() {
-            backend.connected(daemon.shutdown_handle());
-            crate::limited!(info, "{}: frontend connected", self.socket.display());
-            *lock(&self.current) = Some(backend.clone());
-            // A stop between the accept and the line above found no connection to close.
-            if self.stopped.load(Ordering::Acquire) {
-                backend.disconnect();
-            }
-            if let Err(e) = daemon.wait() {
-                crate::limited!(info, "{}: connection ended: {e}", self.socket.display());
-            }
-            crate::limited!(info, "{}: frontend disconnected", self.socket.display());
-        }
-        *lock(&self.current) = None;
-        backend.end(daemon);
-        // The queue threads are gone: the next frontend starts a session of its own.
-        self.device.end_session();
-        result
+    pub fn run(self) {
+        let ShareServer {
+            mut bound,
+            device,
+            settings,
+            stats,
+        } = self;
+        bound.run(
+            "vbmq-fs",
+            || Arc::new(VhostUserFs::new(device.clone(), &settings, &stats)),
+            // The queue threads are gone: the next frontend starts a session of its own.
+            |_| device.end_session(),
+        );
     }
 }

@@ -1,5 +1,7 @@
-//! A disk's vhost-user socket: bound once, it serves one frontend after another until the
-//! process stops or its [`Stopper`] is used.
+//! A device's vhost-user socket, whatever the device: bound once beside its lock file, it serves
+//! one frontend after another until the process stops or its [`Stopper`] is used. A device's
+//! server ([`DiskServer`](super::DiskServer), [`ShareServer`](super::ShareServer)) adds only how
+//! it makes a connection's backend and what it takes back when the connection ends.
 
 use std::fs::File;
 use std::io;
@@ -8,15 +10,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::guest::GuestMemory;
 use vhost::vhost_user::Listener;
-use vhost_user_backend::VhostUserDaemon;
+use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VhostUserDaemon, VringEpollHandler};
 use vm_memory::GuestMemoryAtomic;
 
-use super::VhostUserBlk;
-use crate::backend::{Disk, Engine};
-use crate::virtio_blk::BlkDevice;
-use crate::worker::{QueueSettings, QueueStats};
+use super::connection::lock;
+use crate::guest::dirty_log::DirtyLog;
+use crate::guest::{GuestMemory, Vring};
 
 /// Why a socket could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -35,31 +35,7 @@ pub enum SocketError {
     Engine(usize, io::Error),
 }
 
-/// One disk on one socket.
-pub struct DiskServer {
-    socket: PathBuf,
-    /// The socket file and its lock file, removed with the disk (none for a passed socket).
-    files: Vec<PathBuf>,
-    /// Held for the process lifetime: a second vbmq cannot take the socket.
-    _lock: Option<File>,
-    listener: Listener,
-    device: Arc<BlkDevice>,
-    disk: Arc<dyn Disk>,
-    settings: Vec<QueueSettings>,
-    /// Counters of each queue, kept across connections.
-    stats: Vec<Arc<QueueStats>>,
-    /// Each queue's engine, created here, before confinement (no ring can be created after),
-    /// lent to each connection's workers and taken back when it ends.
-    engines: Vec<Option<Box<dyn Engine>>>,
-    /// The connection being served, to be quiesced on shutdown.
-    current: Arc<Mutex<Option<Arc<VhostUserBlk>>>>,
-    /// Set when the disk is removed: no frontend is accepted any more.
-    stopped: Arc<AtomicBool>,
-    /// Offer in-flight tracking to frontends.
-    inflight: bool,
-}
-
-/// Stops one [`DiskServer`] from another thread: no new frontend, the connected one drained
+/// Stops one device's server from another thread: no new frontend, the connected one drained
 /// and closed. The listening socket is shut down through a duplicate of its descriptor, so a
 /// late stop never reaches a descriptor number the process has reused.
 pub struct Stopper {
@@ -111,22 +87,6 @@ impl Stopper {
     }
 }
 
-/// Each queue's engine, created before the socket is served.
-fn engines(
-    disk: &dyn Disk,
-    settings: &[QueueSettings],
-) -> Result<Vec<Option<Box<dyn Engine>>>, SocketError> {
-    settings
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            disk.engine(s.engine_options())
-                .map(Some)
-                .map_err(|e| SocketError::Engine(i, e))
-        })
-        .collect()
-}
-
 fn take_lock(path: &Path) -> Result<File, SocketError> {
     let file = crate::socket_files::open_lock_file(path)
         .map_err(|e| SocketError::Lock(path.to_path_buf(), e))?;
@@ -135,182 +95,6 @@ fn take_lock(path: &Path) -> Result<File, SocketError> {
         return Err(SocketError::InUse(path.with_extension("")));
     }
     Ok(file)
-}
-
-impl DiskServer {
-    /// Binds `socket`, replacing a stale socket file but not one a live vbmq holds.
-    pub fn bind(
-        socket: &Path,
-        mode: u32,
-        group: Option<u32>,
-        device: Arc<BlkDevice>,
-        disk: Arc<dyn Disk>,
-        settings: Vec<QueueSettings>,
-    ) -> Result<Self, SocketError> {
-        let engines = engines(disk.as_ref(), &settings)?;
-        let (listener, lock, lock_path) = listen(socket, mode, group)?;
-        let files = vec![socket.to_path_buf(), lock_path];
-        Ok(Self::new(
-            socket,
-            files,
-            Some(lock),
-            listener,
-            device,
-            disk,
-            settings,
-            engines,
-        ))
-    }
-
-    /// Serves on `listener`, a socket bound and passed by a client (see `crate::passed_fds`),
-    /// known as `socket`: no lock file, and its file is the client's to remove.
-    pub fn with_listener(
-        socket: &Path,
-        listener: std::os::unix::net::UnixListener,
-        device: Arc<BlkDevice>,
-        disk: Arc<dyn Disk>,
-        settings: Vec<QueueSettings>,
-    ) -> Result<Self, SocketError> {
-        let engines = engines(disk.as_ref(), &settings)?;
-        let listener = Listener::from(listener);
-        Ok(Self::new(
-            socket,
-            Vec::new(),
-            None,
-            listener,
-            device,
-            disk,
-            settings,
-            engines,
-        ))
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        socket: &Path,
-        files: Vec<PathBuf>,
-        lock: Option<File>,
-        listener: Listener,
-        device: Arc<BlkDevice>,
-        disk: Arc<dyn Disk>,
-        settings: Vec<QueueSettings>,
-        engines: Vec<Option<Box<dyn Engine>>>,
-    ) -> Self {
-        DiskServer {
-            socket: socket.to_path_buf(),
-            files,
-            _lock: lock,
-            listener,
-            device,
-            disk,
-            stats: settings.iter().map(|_| Arc::default()).collect(),
-            engines,
-            settings,
-            current: Arc::new(Mutex::new(None)),
-            stopped: Arc::new(AtomicBool::new(false)),
-            inflight: true,
-        }
-    }
-
-    /// A handle to the connection being served, for shutdown.
-    pub fn current(&self) -> Arc<Mutex<Option<Arc<VhostUserBlk>>>> {
-        self.current.clone()
-    }
-
-    /// A report of the disk's counters, for the log: each queue's, then the engine's.
-    pub fn stats_reporter(&self) -> impl Fn() -> String + Send + 'static {
-        let (socket, stats, disk) = (self.socket.clone(), self.stats.clone(), self.disk.clone());
-        move || {
-            let mut report = format!("{}:", socket.display());
-            for (index, queue) in stats.iter().enumerate() {
-                report.push_str(&format!(" [queue {index}: {}]", queue.summary()));
-            }
-            for (name, value) in disk.stats() {
-                report.push_str(&format!(" {name}={value}"));
-            }
-            report
-        }
-    }
-
-    /// A way to stop this server from another thread.
-    pub fn stopper(&self) -> io::Result<Stopper> {
-        let current = self.current.clone();
-        let disconnect = move || {
-            let backend = current.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            if let Some(backend) = backend {
-                backend.disconnect();
-            }
-        };
-        Stopper::new(
-            self.listener.as_raw_fd(),
-            self.stopped.clone(),
-            Box::new(disconnect),
-        )
-    }
-
-    /// The counters of each queue.
-    pub fn queue_stats(&self) -> Vec<Arc<QueueStats>> {
-        self.stats.clone()
-    }
-
-    /// The device the guests see (its capacity changes with a resize).
-    pub fn device(&self) -> Arc<BlkDevice> {
-        self.device.clone()
-    }
-
-    /// The socket file and its lock file, to remove at exit (none for a passed socket).
-    pub fn files(&self) -> Vec<PathBuf> {
-        self.files.clone()
-    }
-
-    /// Whether frontends are offered in-flight tracking (on unless turned off).
-    pub fn track_inflight(mut self, on: bool) -> Self {
-        self.inflight = on;
-        self
-    }
-
-    /// Serves frontends one after another, until stopped.
-    pub fn run(mut self) {
-        let (socket, stopped) = (self.socket.clone(), self.stopped.clone());
-        serve_until_stopped(&socket, &stopped, || self.serve_one());
-    }
-
-    fn serve_one(&mut self) -> Result<(), String> {
-        let atomic_mem = GuestMemoryAtomic::new(GuestMemory::new());
-        let backend = Arc::new(
-            VhostUserBlk::new(
-                self.device.clone(),
-                self.disk.clone(),
-                &self.settings,
-                &self.stats,
-            )
-            .with_inflight_tracking(self.inflight),
-        );
-        let mut daemon = VhostUserDaemon::new("vbmq".to_string(), backend.clone(), atomic_mem)
-            .map_err(|e| format!("cannot create the vhost-user daemon: {e}"))?;
-        backend.attach(daemon.get_epoll_handlers());
-        backend.lend_engines(std::mem::take(&mut self.engines));
-        let result = daemon
-            .start(&mut self.listener)
-            .map_err(|e| format!("cannot accept a frontend: {e}"));
-        if result.is_ok() {
-            backend.connected(daemon.shutdown_handle());
-            crate::limited!(info, "{}: frontend connected", self.socket.display());
-            *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(backend.clone());
-            // A stop between the accept and the line above found no connection to close.
-            if self.stopped.load(Ordering::Acquire) {
-                backend.disconnect();
-            }
-            if let Err(e) = daemon.wait() {
-                crate::limited!(info, "{}: connection ended: {e}", self.socket.display());
-            }
-            crate::limited!(info, "{}: frontend disconnected", self.socket.display());
-        }
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        backend.end(daemon);
-        self.engines = backend.take_engines();
-        result
-    }
 }
 
 /// Binds `socket` (and creates its directory, 0755, if it is missing), replacing a stale socket
@@ -373,4 +157,142 @@ fn dup_descriptor(fd: std::os::fd::RawFd) -> io::Result<OwnedFd> {
     }
     // SAFETY: `new` is a fresh descriptor nothing else owns.
     Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(new) })
+}
+
+/// A connection's backend, as its socket server drives it.
+pub(super) trait ConnectionBackend:
+    VhostUserBackend<Bitmap = DirtyLog, Vring = Vring> + Sized + Send + Sync + 'static
+{
+    /// Gives the backend the epoll handlers of its daemon.
+    fn attach(&self, handlers: Vec<Arc<VringEpollHandler<Arc<Self>>>>);
+    /// Gives the backend a way to close its connection, once the daemon accepted a frontend.
+    fn connected(&self, handle: Option<ShutdownHandle>);
+    /// Completes what is in flight and closes the connection (the device is being stopped).
+    fn disconnect(&self);
+    /// Ends the connection: stops the queues, drops the daemon (which joins its threads) and
+    /// only then closes the exit eventfds they polled.
+    fn end(&self, daemon: VhostUserDaemon<Arc<Self>>);
+}
+
+/// A bound socket and the connection it serves.
+pub(super) struct BoundSocket<B> {
+    socket: PathBuf,
+    /// The socket file and its lock file, removed with the device (none for a socket another
+    /// process bound and keeps).
+    files: Vec<PathBuf>,
+    /// Held while serving: a second vbmq cannot take the socket (none for an inherited one).
+    _lock: Option<File>,
+    listener: Listener,
+    /// The connection being served, to be closed on shutdown.
+    current: Arc<Mutex<Option<Arc<B>>>>,
+    /// Set when the device is stopped: no frontend is accepted any more.
+    stopped: Arc<AtomicBool>,
+}
+
+impl<B: ConnectionBackend> BoundSocket<B> {
+    /// Binds `socket` (see [`listen`]).
+    pub fn bind(socket: &Path, mode: u32, group: Option<u32>) -> Result<Self, SocketError> {
+        let (listener, lock, lock_path) = listen(socket, mode, group)?;
+        Ok(Self::serving(socket, listener, Some((lock, lock_path))))
+    }
+
+    /// Serves on `listener`, a socket another process bound (passed over the control socket,
+    /// or inherited at start), known as `socket`. With its `lock` file (and the lock file's
+    /// path), the two files are the device's to remove; without, they are the binder's.
+    pub fn adopt(
+        socket: &Path,
+        listener: std::os::unix::net::UnixListener,
+        lock: Option<(File, PathBuf)>,
+    ) -> Self {
+        Self::serving(socket, Listener::from(listener), lock)
+    }
+
+    fn serving(socket: &Path, listener: Listener, lock: Option<(File, PathBuf)>) -> Self {
+        let (lock, files) = match lock {
+            Some((lock, lock_path)) => (Some(lock), vec![socket.to_path_buf(), lock_path]),
+            None => (None, Vec::new()),
+        };
+        BoundSocket {
+            socket: socket.to_path_buf(),
+            files,
+            _lock: lock,
+            listener,
+            current: Arc::new(Mutex::new(None)),
+            stopped: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.socket
+    }
+
+    /// A handle to the connection being served, for shutdown.
+    pub fn current(&self) -> Arc<Mutex<Option<Arc<B>>>> {
+        self.current.clone()
+    }
+
+    /// A way to stop the server from another thread.
+    pub fn stopper(&self) -> io::Result<Stopper> {
+        let current = self.current.clone();
+        let disconnect = move || {
+            if let Some(backend) = lock(&current).clone() {
+                backend.disconnect();
+            }
+        };
+        Stopper::new(
+            self.listener.as_raw_fd(),
+            self.stopped.clone(),
+            Box::new(disconnect),
+        )
+    }
+
+    /// The socket file and its lock file, to remove at exit (none for a socket another
+    /// process bound and keeps).
+    pub fn files(&self) -> Vec<PathBuf> {
+        self.files.clone()
+    }
+
+    /// Serves frontends one after another, until stopped: each with the backend `connection`
+    /// makes, handed to `ended` once its connection has ended (even one that failed to start).
+    pub fn run(
+        &mut self,
+        name: &str,
+        mut connection: impl FnMut() -> Arc<B>,
+        mut ended: impl FnMut(&B),
+    ) {
+        let (socket, stopped) = (self.socket.clone(), self.stopped.clone());
+        serve_until_stopped(&socket, &stopped, || {
+            let backend = connection();
+            let result = self.serve_one(name, &backend);
+            ended(&backend);
+            result
+        });
+    }
+
+    fn serve_one(&mut self, name: &str, backend: &Arc<B>) -> Result<(), String> {
+        let atomic_mem = GuestMemoryAtomic::new(GuestMemory::new());
+        let mut daemon = VhostUserDaemon::new(name.to_string(), backend.clone(), atomic_mem)
+            .map_err(|e| format!("cannot create the vhost-user daemon: {e}"))?;
+        backend.attach(daemon.get_epoll_handlers());
+        let result = daemon
+            .start(&mut self.listener)
+            .map_err(|e| format!("cannot accept a frontend: {e}"));
+        if result.is_ok() {
+            backend.connected(daemon.shutdown_handle());
+            crate::limited!(info, "{}: frontend connected", self.socket.display());
+            *lock(&self.current) = Some(backend.clone());
+            // A stop between the accept and the line above found no connection to close.
+            if self.stopped.load(Ordering::Acquire) {
+                backend.disconnect();
+            }
+            if let Err(e) = daemon.wait() {
+                crate::limited!(info, "{}: connection ended: {e}", self.socket.display());
+            }
+            crate::limited!(info, "{}: frontend disconnected", self.socket.display());
+        }
+        *lock(&self.current) = None;
+        backend.end(daemon);
+        result
+    }
 }

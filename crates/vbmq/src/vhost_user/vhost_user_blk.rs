@@ -1,9 +1,5 @@
-//! `VhostUserBackend` for a virtio-blk device: one epoll thread per virtqueue (the crate's). A
-//! queue pinned to a CPU in `poll` or `adaptive` mode is served by that CPU's thread
-//! ([`cpu_poller`]), shared with every other such queue of the process; the crate's thread then
-//! only passes the guest's kicks on. Other queues are served by their crate thread, driving its
-//! own [`QueueWorker`]. The per-queue mutex is taken by the serving thread when it serves, and by
-//! the control thread only to stop the queue: never per request.
+//! `VhostUserBackend` for a virtio-blk device: one epoll thread per virtqueue (the crate's),
+//! each queue served by that thread or by its CPU's shared thread ([`QueueHandle`]).
 
 use std::fs::File;
 use std::io;
@@ -22,41 +18,13 @@ use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
 use super::connection::{Connection, config_bytes, lock, refuse_set_config};
+use super::queue_handle::QueueHandle;
+use super::socket::ConnectionBackend;
 use crate::backend::{Disk, Engine};
 use crate::guest::{dirty_log, inflight_region};
+use crate::virtio_blk::queue::BlkQueue;
 use crate::virtio_blk::{BlkDevice, config_space};
-use crate::worker::cpu_poller::{self, CpuPoller, QueueCell};
-use crate::worker::{QueueSettings, QueueStats, QueueWorker, WaitMode};
-
-/// One queue of the connection.
-struct QueueHandle {
-    cell: Arc<QueueCell>,
-    /// The CPU thread that serves the queue; `None`: the crate's thread of the queue does.
-    poller: Option<Arc<CpuPoller>>,
-    /// Handed to `poller` (on the queue's first event of the connection).
-    attached: AtomicBool,
-}
-
-impl std::ops::Deref for QueueHandle {
-    type Target = QueueCell;
-
-    fn deref(&self) -> &QueueCell {
-        &self.cell
-    }
-}
-
-/// The CPU thread for a queue with these settings, if it is to have one.
-fn poller_for(index: usize, settings: &QueueSettings) -> Option<Arc<CpuPoller>> {
-    let cpu = settings.cpu.filter(|_| settings.mode != WaitMode::Event)?;
-    cpu_poller::poller_of(cpu)
-        .map_err(|e| {
-            crate::limited!(
-                warn,
-                "queue {index}: no thread for CPU {cpu}, one of its own: {e}"
-            )
-        })
-        .ok()
-}
+use crate::worker::{QueueSettings, QueueStats};
 
 /// The epoll handlers of the connection, to register completion eventfds with.
 type Handlers = Vec<Arc<VringEpollHandler<Arc<VhostUserBlk>>>>;
@@ -65,7 +33,7 @@ type Handlers = Vec<Arc<VringEpollHandler<Arc<VhostUserBlk>>>>;
 pub struct VhostUserBlk {
     device: Arc<BlkDevice>,
     max_queue_size: u16,
-    queues: Vec<QueueHandle>,
+    queues: Vec<QueueHandle<BlkQueue>>,
     handlers: Mutex<Handlers>,
     /// Set for good when the connection ends or the process stops.
     shut_down: AtomicBool,
@@ -94,7 +62,7 @@ impl VhostUserBlk {
             .zip(stats)
             .enumerate()
             .map(|(index, (settings, stats))| {
-                let mut worker = QueueWorker::new(
+                let mut worker = BlkQueue::worker(
                     index,
                     *settings,
                     device.clone(),
@@ -102,14 +70,8 @@ impl VhostUserBlk {
                     connection.guest_memory.clone(),
                     stats.clone(),
                 );
-                worker.stop_also_on(connection.memory_broken.clone());
-                worker.report_broken_ring_to(connection.ring_broken.clone());
                 worker.log_dirty_pages_on(dirty_logging.clone());
-                QueueHandle {
-                    cell: Arc::new(QueueCell::new(worker)),
-                    poller: poller_for(index, settings),
-                    attached: AtomicBool::new(false),
-                }
+                QueueHandle::new(index, settings, worker, &connection)
             })
             .collect();
         VhostUserBlk {
@@ -195,10 +157,7 @@ impl VhostUserBlk {
     pub fn quiesce(&self) {
         self.shut_down.store(true, Ordering::Release);
         for (index, queue) in self.queues.iter().enumerate() {
-            queue.stop.stop_for_good_and_drain(&queue.worker);
-            if let Some(poller) = &queue.poller {
-                poller.remove(&queue.cell);
-            }
+            queue.stop_for_good();
             crate::limited!(debug, "queue {index} stopped");
         }
         for handler in lock(&self.handlers).drain(..) {
@@ -380,34 +339,20 @@ impl VhostUserBackend for VhostUserBlk {
             crate::limited!(warn, "event {device_event} for unknown thread {thread_id}");
             return Ok(());
         };
-        if let Some(poller) = &queue.poller {
-            self.pass_on(thread_id, queue, poller, device_event, vring);
-            return Ok(());
-        }
-        let mut worker = queue.lock();
-        let first = !worker.is_set_up();
-        let completion = worker.set_up(vring, true);
-        if first {
-            // Completions and the limit timer wake the thread alike.
-            let handlers = lock(&self.handlers);
-            for fd in completion.into_iter().chain(worker.limit_timer_fd()) {
-                if let Some(handler) = handlers.get(thread_id)
-                    && let Err(e) = handler.register_listener(
-                        fd,
-                        EventSet::IN,
-                        u64::from(self.completion_event()),
-                    )
-                {
-                    crate::limited!(warn, "queue {thread_id}: cannot wait for completions: {e}");
+        let completion_event = self.completion_event();
+        queue.serve_event(
+            thread_id,
+            device_event,
+            completion_event,
+            vring,
+            &self.connection,
+            |fd| match lock(&self.handlers).get(thread_id) {
+                Some(handler) => {
+                    handler.register_listener(fd, EventSet::IN, u64::from(completion_event))
                 }
-            }
-        }
-        if device_event == self.completion_event() {
-            worker.clear_completion_event();
-        }
-        worker.run(vring, queue.stop.flag());
-        drop(worker);
-        self.connection.close_if_broken(thread_id);
+                None => Ok(()),
+            },
+        );
         Ok(())
     }
 }
@@ -422,46 +367,23 @@ impl VhostUserBlk {
             crate::limited!(info, "dirty page logging {}", if on { "on" } else { "off" });
         }
     }
+}
 
-    /// The crate's thread of a queue a CPU thread serves: hands the queue over on its first
-    /// event, then passes kicks on, and closes the connection when the CPU thread found its
-    /// guest memory or its ring broken.
-    fn pass_on(
-        &self,
-        thread_id: usize,
-        queue: &QueueHandle,
-        poller: &CpuPoller,
-        device_event: u16,
-        vring: &Vring,
-    ) {
-        if device_event == self.completion_event() {
-            queue.notice.read();
-            self.connection.close_if_broken(thread_id);
-            return;
-        }
-        if !queue.attached.swap(true, Ordering::AcqRel) {
-            let mut worker = queue.lock();
-            let completion = worker.set_up(vring, false);
-            for fd in completion.into_iter().chain(worker.limit_timer_fd()) {
-                if let Err(e) = poller.watch(fd, false) {
-                    crate::limited!(warn, "queue {thread_id}: cannot wait for completions: {e}");
-                }
-            }
-            drop(worker);
-            let handlers = lock(&self.handlers);
-            if let Some(handler) = handlers.get(thread_id)
-                && let Err(e) = handler.register_listener(
-                    queue.notice.as_raw_fd(),
-                    EventSet::IN,
-                    u64::from(self.completion_event()),
-                )
-            {
-                crate::limited!(warn, "queue {thread_id}: cannot watch its memory: {e}");
-            }
-            poller.add(queue.cell.clone(), vring.clone());
-        }
-        poller.watch_kick(&queue.cell, vring);
-        poller.wake();
+impl ConnectionBackend for VhostUserBlk {
+    fn attach(&self, handlers: Vec<Arc<VringEpollHandler<Arc<Self>>>>) {
+        VhostUserBlk::attach(self, handlers);
+    }
+
+    fn connected(&self, handle: Option<ShutdownHandle>) {
+        VhostUserBlk::connected(self, handle);
+    }
+
+    fn disconnect(&self) {
+        VhostUserBlk::disconnect(self);
+    }
+
+    fn end(&self, daemon: VhostUserDaemon<Arc<Self>>) {
+        VhostUserBlk::end(self, daemon);
     }
 }
 

@@ -1,7 +1,7 @@
 //! `VhostUserBackend` for a virtio-fs device: the high-priority queue and the request queues,
-//! each served by its own thread of the crate (pinned by `cpus=`), driving its own
-//! [`FsQueueWorker`]. The per-queue mutex is taken by the serving thread when it serves, and by
-//! the control thread only to stop the queue: never per request.
+//! one epoll thread of the crate each, each queue served by that thread (pinned by `cpus=`) or,
+//! in `poll` or `adaptive` mode on a CPU, by that CPU's shared thread, as disks' queues are
+//! ([`QueueHandle`]).
 
 use std::fs::File;
 use std::io;
@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::connection::{Connection, config_bytes, lock, refuse_set_config};
+use super::queue_handle::QueueHandle;
+use super::socket::ConnectionBackend;
 use crate::guest::{GuestMemory, Vring, dirty_log};
 use vhost::vhost_user::message::{
     VhostTransferStateDirection, VhostTransferStatePhase, VhostUserProtocolFeatures,
@@ -23,20 +25,14 @@ use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
 use crate::virtio_fs::FsDevice;
 use crate::virtio_fs::migration::{Direction, StateTransfer};
-use crate::worker::{FsQueueWorker, QueueSettings, QueueStats, StopFlag};
-
-/// One queue, as its serving thread and the control thread share it.
-struct FsQueue {
-    /// Asks the serving thread to leave the queue alone (to stop it).
-    stop: StopFlag,
-    worker: Mutex<FsQueueWorker>,
-}
+use crate::virtio_fs::queue::FsQueue;
+use crate::worker::{QueueSettings, QueueStats};
 
 /// A virtio-fs device served over one vhost-user connection.
 pub struct VhostUserFs {
     device: Arc<FsDevice>,
     max_queue_size: u16,
-    queues: Vec<FsQueue>,
+    queues: Vec<QueueHandle<FsQueue>>,
     handlers: Mutex<Vec<Arc<VringEpollHandler<Arc<VhostUserFs>>>>>,
     /// Set for good when the connection ends or the process stops.
     shut_down: AtomicBool,
@@ -63,18 +59,14 @@ impl VhostUserFs {
             .zip(stats)
             .enumerate()
             .map(|(index, (settings, stats))| {
-                let mut worker = FsQueueWorker::new(
+                let worker = FsQueue::worker(
                     index,
                     *settings,
                     device.clone(),
                     connection.guest_memory.clone(),
                     stats.clone(),
                 );
-                worker.report_broken_ring_to(connection.ring_broken.clone());
-                FsQueue {
-                    stop: StopFlag::new(),
-                    worker: Mutex::new(worker),
-                }
+                QueueHandle::new(index, settings, worker, &connection)
             })
             .collect();
         VhostUserFs {
@@ -109,7 +101,7 @@ impl VhostUserFs {
     fn quiesce(&self) {
         self.shut_down.store(true, Ordering::Release);
         for queue in &self.queues {
-            queue.stop.stop_for_good_and_drain(&queue.worker);
+            queue.stop_for_good();
         }
         for handler in lock(&self.handlers).drain(..) {
             handler.send_exit_event();
@@ -122,6 +114,12 @@ impl VhostUserFs {
         self.quiesce();
         drop(daemon);
         self.connection.close_exit_fds();
+    }
+
+    /// The event id of the CPU thread's notices (and the limit timer) on each thread's epoll
+    /// (above the crate's own ids).
+    fn completion_event(&self) -> u16 {
+        u16::try_from(self.queues.len()).unwrap_or(u16::MAX - 1) + 1
     }
 }
 
@@ -241,7 +239,8 @@ impl VhostUserBackend for VhostUserFs {
 
     fn stop_vring(&self, queue_index: u32) -> io::Result<()> {
         if let Some(queue) = self.queues.get(queue_index as usize) {
-            drop(queue.stop.stop_and_drain(&queue.worker));
+            // Whatever the driver broke is gone with the ring.
+            queue.stop.stop_and_drain(&queue.worker).ring_stopped();
         }
         Ok(())
     }
@@ -261,8 +260,38 @@ impl VhostUserBackend for VhostUserFs {
             crate::limited!(warn, "event {device_event} for unknown thread {thread_id}");
             return Ok(());
         };
-        lock(&queue.worker).run(vring, queue.stop.flag());
-        self.connection.close_if_broken(thread_id);
+        let completion_event = self.completion_event();
+        queue.serve_event(
+            thread_id,
+            device_event,
+            completion_event,
+            vring,
+            &self.connection,
+            |fd| match lock(&self.handlers).get(thread_id) {
+                Some(handler) => {
+                    handler.register_listener(fd, EventSet::IN, u64::from(completion_event))
+                }
+                None => Ok(()),
+            },
+        );
         Ok(())
+    }
+}
+
+impl ConnectionBackend for VhostUserFs {
+    fn attach(&self, handlers: Vec<Arc<VringEpollHandler<Arc<Self>>>>) {
+        VhostUserFs::attach(self, handlers);
+    }
+
+    fn connected(&self, handle: Option<ShutdownHandle>) {
+        VhostUserFs::connected(self, handle);
+    }
+
+    fn disconnect(&self) {
+        VhostUserFs::disconnect(self);
+    }
+
+    fn end(&self, daemon: VhostUserDaemon<Arc<Self>>) {
+        VhostUserFs::end(self, daemon);
     }
 }

@@ -1,9 +1,11 @@
-//! The virtio-blk device model: features, config space and request parsing. Nothing here reads
-//! or writes the disk; it turns guest descriptor chains into validated requests (and resizes
-//! the storage under a device: `resize_disk`).
+//! The virtio-blk device model: features, config space and request parsing, which turn guest
+//! descriptor chains into validated requests (and resizes the storage under a device:
+//! `resize_disk`); and its queue handler ([`queue`]), which hands the requests to the queue's
+//! engine and completes them.
 
 mod config_space;
 mod device;
+pub mod queue;
 mod request;
 mod resize;
 mod writes_in_flight;

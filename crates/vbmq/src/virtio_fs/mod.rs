@@ -1,6 +1,6 @@
 //! The virtio-fs device (virtio device id 26): FUSE requests from the guest's `virtiofs`
 //! driver, served by `fuse-backend-rs`'s protocol server over a passthrough of one host
-//! directory. The queue threads call [`FsDevice::handle`] with each descriptor chain.
+//! directory. Its queue handler ([`queue`]) calls [`FsDevice::handle`] with each descriptor chain.
 
 mod config_space;
 mod features;
@@ -8,6 +8,7 @@ mod id_map;
 mod id_map_fs;
 pub mod migration;
 mod on_error;
+pub mod queue;
 mod readonly;
 mod request_copy;
 mod session;

@@ -21,6 +21,22 @@ pub fn clear_for_this_thread() -> io::Result<()> {
     Ok(())
 }
 
+thread_local! {
+    /// The calling thread's umask was cleared.
+    static CLEARED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// [`clear_for_this_thread`], once per thread: a thread that serves several queues (a CPU's
+/// thread) calls it before each request, cheaply. A failure is not tried again.
+#[inline]
+pub fn clear_once_for_this_thread() -> io::Result<()> {
+    if CLEARED.get() {
+        return Ok(());
+    }
+    CLEARED.set(true);
+    clear_for_this_thread()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

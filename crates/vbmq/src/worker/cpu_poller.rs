@@ -21,25 +21,27 @@ use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
 use super::WaitMode;
 use super::affinity::{name_current_thread, pin_current_thread};
-use super::queue_worker::QueueWorker;
+use super::queue_worker::ServedQueue;
 use super::stop_flag::StopFlag;
 use crate::timer::now_ns;
 
 /// Requests taken from one ring before the thread turns to the next.
 pub const BUDGET: u16 = 32;
 
-/// One queue as its serving thread and the control thread share it.
+/// One queue as its serving thread and the control thread share it: a worker `W` of any
+/// device (a CPU's thread holds them as [`ServedQueue`]s).
 #[repr(align(128))]
-pub struct QueueCell {
+pub struct QueueCell<W: ?Sized = dyn ServedQueue> {
     /// Asks the serving thread to leave the queue alone (to stop or drain it).
     pub stop: StopFlag,
-    /// The queue's state, held by whichever thread serves or stops it.
-    pub worker: Mutex<QueueWorker>,
     /// The kick eventfd last added to the CPU thread's epoll (-1: none).
     watched_kick: AtomicI32,
     /// Written by the CPU thread when the queue's guest memory broke, for the connection's
     /// thread to close it.
     pub notice: Notice,
+    /// The queue's state, held by whichever thread serves or stops it (last: it may be
+    /// unsized).
+    pub worker: Mutex<W>,
 }
 
 /// An eventfd the CPU thread writes to reach a connection's thread (`-1` if none could be made:
@@ -71,19 +73,21 @@ impl Notice {
     }
 }
 
-impl QueueCell {
+impl<W> QueueCell<W> {
     /// A queue around its worker.
-    pub fn new(worker: QueueWorker) -> Self {
+    pub fn new(worker: W) -> Self {
         QueueCell {
             stop: StopFlag::new(),
-            worker: Mutex::new(worker),
             watched_kick: AtomicI32::new(-1),
             notice: Notice::new(),
+            worker: Mutex::new(worker),
         }
     }
+}
 
+impl<W: ?Sized> QueueCell<W> {
     /// The worker, whatever a panic elsewhere left behind.
-    pub fn lock(&self) -> MutexGuard<'_, QueueWorker> {
+    pub fn lock(&self) -> MutexGuard<'_, W> {
         self.worker.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -166,7 +170,7 @@ enum Serve {
 /// (a queue it could not take at the start of a burst is tried again then).
 const BURST: u32 = 4096;
 
-fn try_lock(cell: &QueueCell) -> Option<MutexGuard<'_, QueueWorker>> {
+fn try_lock(cell: &QueueCell) -> Option<MutexGuard<'_, dyn ServedQueue + 'static>> {
     match cell.worker.try_lock() {
         Ok(worker) => Some(worker),
         Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
@@ -196,7 +200,7 @@ impl CpuPoller {
     }
 
     /// Watches the ring's current kick eventfd, if it is not watched already.
-    pub fn watch_kick(&self, cell: &QueueCell, vring: &Vring) {
+    pub fn watch_kick<W: ?Sized>(&self, cell: &QueueCell<W>, vring: &Vring) {
         use vhost_user_backend::VringT;
         let Some(fd) = vring
             .get_ref()
@@ -222,8 +226,10 @@ impl CpuPoller {
 
     /// Serves `cell` no more (once the thread has reloaded its list, which it does before its
     /// next pass over the queues or right after a sleep).
-    pub fn remove(&self, cell: &Arc<QueueCell>) {
-        self.lock_queues().retain(|(c, _)| !Arc::ptr_eq(c, cell));
+    pub fn remove<W: ?Sized>(&self, cell: &QueueCell<W>) {
+        let address = std::ptr::from_ref(cell).cast::<u8>();
+        self.lock_queues()
+            .retain(|(c, _)| !std::ptr::eq(Arc::as_ptr(c).cast::<u8>(), address));
         cell.watched_kick.store(-1, Ordering::Release);
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.wake();
@@ -294,7 +300,7 @@ impl CpuPoller {
     /// Serves the queues, holding them, until all are idle (true) or something else needs them
     /// (false): the control thread (a stop flag), a new list, or a queue not taken at the start.
     fn burst(&self, entries: &[Entry], states: &mut [QueueState], seen: u64) -> bool {
-        let mut workers: Vec<Option<MutexGuard<'_, QueueWorker>>> = entries
+        let mut workers: Vec<Option<MutexGuard<'_, dyn ServedQueue + 'static>>> = entries
             .iter()
             .map(|entry| {
                 if entry.cell.stop.is_set() {
@@ -347,7 +353,7 @@ impl CpuPoller {
 fn serve(
     entries: &[Entry],
     states: &mut [QueueState],
-    workers: &mut [Option<MutexGuard<'_, QueueWorker>>],
+    workers: &mut [Option<MutexGuard<'_, dyn ServedQueue + 'static>>],
 ) -> Serve {
     let mut spin = false;
     let mut worked = false;

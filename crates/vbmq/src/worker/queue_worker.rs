@@ -1,6 +1,8 @@
-//! One virtqueue's worker. It runs on the vhost-user-backend epoll thread dedicated to this
-//! queue, pinned to the queue's CPU; in `poll` and `adaptive` modes it keeps that thread
-//! spinning on the avail ring and the completion queue instead of returning to epoll.
+//! One virtqueue's worker, whatever the device. It runs on the vhost-user-backend epoll thread
+//! dedicated to this queue, pinned to the queue's CPU, or on that CPU's shared thread
+//! ([`cpu_poller`](super::cpu_poller)); in `poll` and `adaptive` modes it keeps its thread
+//! spinning on the avail ring and the completions instead of returning to epoll. The device's
+//! [`QueueHandler`] starts and completes the requests.
 
 use std::hint::spin_loop;
 use std::os::fd::RawFd;
@@ -11,20 +13,15 @@ use std::time::{Duration, Instant};
 use crate::guest::{GuestMemory, Vring};
 use vhost_user_backend::{VringState, VringT};
 use virtio_queue::QueueT;
-use vm_memory::{
-    GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend as _, GuestMemoryRegion as _,
-};
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
 
 use super::WaitMode;
 use super::affinity::{name_current_thread, pin_current_thread};
-use super::inflight::InFlight;
-use super::requests::{Ctx, Requests};
+use super::handler::QueueHandler;
 use super::ring_setup::{RingSetup, stop_outside_memory};
 use super::stats::QueueStats;
-use crate::backend::{Disk, Engine, EngineOptions};
-use crate::guest::inflight_region::InflightRecord;
+use crate::backend::EngineOptions;
 use crate::timer::{Timer, now_ns};
-use crate::virtio_blk::BlkDevice;
 
 /// Failed waits after which [`QueueWorker::drain`] gives up on the requests in flight.
 const DRAIN_ATTEMPTS: u32 = 100;
@@ -53,6 +50,11 @@ impl QueueSettings {
             notify: self.mode != WaitMode::Poll,
         }
     }
+
+    /// Whether a CPU's shared thread serves the queue: one pinned to a CPU that polls.
+    pub fn shared_cpu(&self) -> Option<usize> {
+        self.cpu.filter(|_| self.mode != WaitMode::Event)
+    }
 }
 
 /// What one pass over the queue found.
@@ -62,95 +64,96 @@ pub struct Pass {
     pub ready: bool,
     /// Requests taken off the ring.
     pub started: usize,
-    /// Engine completions reaped.
+    /// Completions reaped.
     pub completed: usize,
-    /// The disk's limits held requests back in the ring.
+    /// The device's limits held requests back in the ring.
     pub limited: bool,
 }
 
-/// The state a queue's thread owns: engine, in-flight table and guest-memory snapshot.
-pub struct QueueWorker {
+/// The state a queue's thread owns: its ring checks, its guest-memory snapshot and the
+/// device's handler `H`.
+pub struct QueueWorker<H: QueueHandler> {
     index: usize,
     settings: QueueSettings,
-    disk: Arc<dyn Disk>,
     atomic_mem: GuestMemoryAtomic<GuestMemory>,
-    /// What serving the requests takes: guest memory, engine, in-flight table, counters.
-    requests: Requests,
+    /// The guest memory every in-flight request points into: replaced only once they completed.
+    mem: Arc<GuestMemory>,
+    stats: Arc<QueueStats>,
+    /// The device's side: what starting and completing a request takes.
+    handler: H,
     /// Ends the polling loop like `stop` (see [`Self::stop_also_on`]).
     also_stop: Arc<AtomicBool>,
     /// Set when the driver broke the ring: the connection is to be closed (see
     /// [`Self::report_broken_ring_to`]).
     ring_broken: Arc<AtomicBool>,
-    /// Whether [`Self::set_up`] may open an engine (no: a confined process, whose engines were
-    /// created before confinement and are lent to each connection's workers).
-    may_open_engine: bool,
     vring: Option<Vring>,
     set_up: bool,
     /// The ring set-up the driver or frontend broke (an avail index further ahead than the ring
     /// holds, or a ring not wholly inside guest memory): not served until the frontend sets the
     /// ring up again (virtio's NEEDS_RESET).
     broken: Option<RingSetup>,
-    /// The ring placement last found wholly inside guest memory.
+    /// The ring placement last found wholly inside guest memory (checked again when the ring
+    /// or the memory map changes, not on every pass).
     checked: Option<RingSetup>,
-    /// The record is to be read against the ring before the next request is taken.
-    recover: bool,
-    /// Armed when the disk's limits hold requests back: it wakes a sleeping thread.
+    /// Armed when the device's limits hold requests back: it wakes a sleeping thread.
     limit_timer: Option<Timer>,
     /// The last pass was held back by the limits: sleep, the timer wakes the thread.
     limited: bool,
     /// When this queue's own thread went back to sleep (`now_ns`; 0: it is awake).
     asleep_since: u64,
-    /// The guest memory snapshot the engine was last shown (its address; 0: none).
-    engine_memory: usize,
 }
 
-impl QueueWorker {
-    /// A worker for queue `index`; it opens its engine on its own thread, in [`Self::set_up`].
+impl<H: QueueHandler> QueueWorker<H> {
+    /// A worker for queue `index` around the device's `handler`; the handler readies itself on
+    /// the serving thread, in [`Self::set_up`].
     pub fn new(
         index: usize,
         settings: QueueSettings,
-        device: Arc<BlkDevice>,
-        disk: Arc<dyn Disk>,
+        handler: H,
         atomic_mem: GuestMemoryAtomic<GuestMemory>,
         stats: Arc<QueueStats>,
     ) -> Self {
         let mem = atomic_mem.memory().into_inner();
         QueueWorker {
             index,
-            requests: Requests {
-                mem,
-                engine: None,
-                device,
-                inflight: InFlight::new(usize::from(settings.max_size)),
-                stats,
-                record: None,
-                dirty_logging: Arc::new(AtomicBool::new(false)),
-            },
             settings,
-            disk,
             atomic_mem,
-            may_open_engine: true,
+            mem,
+            stats,
+            handler,
             also_stop: Arc::new(AtomicBool::new(false)),
             ring_broken: Arc::new(AtomicBool::new(false)),
             vring: None,
             set_up: false,
             broken: None,
             checked: None,
-            recover: false,
-            limit_timer: Timer::new()
-                .map_err(|e| {
-                    crate::limited!(warn, "queue {index}: no timer for I/O limits: {e}");
+            limit_timer: H::LIMITED
+                .then(|| {
+                    Timer::new()
+                        .map_err(|e| {
+                            crate::limited!(warn, "queue {index}: no timer for I/O limits: {e}");
+                        })
+                        .ok()
                 })
-                .ok(),
+                .flatten(),
             limited: false,
             asleep_since: 0,
-            engine_memory: 0,
         }
     }
 
-    /// Prepares the worker: opens its engine and, on a thread of its own (`own_thread`), names
-    /// that thread and pins it. Returns the engine's completion eventfd the first time, for the
-    /// caller to wait on.
+    /// The device's handler.
+    pub fn handler(&self) -> &H {
+        &self.handler
+    }
+
+    /// The device's handler, to change.
+    pub fn handler_mut(&mut self) -> &mut H {
+        &mut self.handler
+    }
+
+    /// Prepares the worker: readies its handler and, on a thread of its own (`own_thread`),
+    /// names that thread and pins it. Returns the handler's completion descriptor the first
+    /// time, for the caller to wait on.
     pub fn set_up(&mut self, vring: &Vring, own_thread: bool) -> Option<RawFd> {
         if self.set_up {
             return None;
@@ -158,45 +161,21 @@ impl QueueWorker {
         self.set_up = true;
         self.vring = Some(vring.clone());
         if own_thread {
-            name_current_thread(&format!("vbmq-q{}", self.index));
+            name_current_thread(&format!("{}{}", H::THREAD_NAME, self.index));
             if let Some(cpu) = self.settings.cpu
                 && let Err(e) = pin_current_thread(cpu)
             {
                 crate::limited!(warn, "queue {}: cannot pin to CPU {cpu}: {e}", self.index);
             }
         }
-        if self.requests.engine.is_none() && self.may_open_engine {
-            match self.disk.engine(self.settings.engine_options()) {
-                Ok(engine) => self.requests.engine = Some(engine),
-                Err(e) => {
-                    crate::limited!(
-                        error,
-                        "queue {}: cannot open its I/O engine: {e}",
-                        self.index
-                    )
-                }
-            }
-        }
-        if self.requests.engine.is_none() {
-            crate::limited!(
-                error,
-                "queue {}: no I/O engine: its requests fail",
-                self.index
-            );
-        }
-        self.requests
-            .engine
-            .as_ref()
-            .and_then(|engine| engine.completion_fd())
+        self.handler.set_up(own_thread)
     }
 
     /// Serves the queue after a kick, a completion or the ring being enabled, in the queue's
     /// mode. Returns when the thread should sleep in epoll again, or when `stop` is set.
     pub fn run(&mut self, vring: &Vring, stop: &AtomicBool) {
         if self.asleep_since != 0 {
-            self.requests
-                .stats
-                .slept(now_ns().saturating_sub(self.asleep_since));
+            self.stats.slept(now_ns().saturating_sub(self.asleep_since));
         }
         self.run_mode(vring, stop);
         self.asleep_since = now_ns();
@@ -219,7 +198,7 @@ impl QueueWorker {
         let mut idle_since: Option<Instant> = None;
         while !stop.load(Ordering::Relaxed) && !self.also_stop.load(Ordering::Relaxed) {
             let pass = self.pass(vring, false, u16::MAX);
-            if !pass.ready && self.requests.inflight.count == 0 {
+            if !pass.ready && self.handler.in_flight() == 0 {
                 return;
             }
             if pass.started + pass.completed > 0 {
@@ -247,10 +226,7 @@ impl QueueWorker {
 
     fn suppress_kicks(&mut self, vring: &Vring) {
         let mut state = vring.get_mut();
-        if let Err(e) = state
-            .get_queue_mut()
-            .disable_notification(&*self.requests.mem)
-        {
+        if let Err(e) = state.get_queue_mut().disable_notification(&*self.mem) {
             crate::limited!(
                 debug,
                 "queue {}: cannot disable notifications: {e}",
@@ -264,16 +240,12 @@ impl QueueWorker {
     fn rearm_kicks(&mut self, vring: &Vring) -> bool {
         let mut state = vring.get_mut();
         let queue = state.get_queue_mut();
-        if !queue
-            .enable_notification(&*self.requests.mem)
-            .unwrap_or(false)
-            || self.limited
-        {
+        if !queue.enable_notification(&*self.mem).unwrap_or(false) || self.limited {
             return false;
         }
         // Entries an avail index past the ring claims cannot be taken: sleep all the same.
         queue
-            .avail_idx(&*self.requests.mem, Ordering::Acquire)
+            .avail_idx(&*self.mem, Ordering::Acquire)
             .is_ok_and(|avail| avail.0.wrapping_sub(queue.next_avail()) <= queue.size())
     }
 
@@ -281,67 +253,24 @@ impl QueueWorker {
     /// Returns false if requests are still in flight: the old memory is kept, mapped, for them.
     fn refresh_memory(&mut self, vring: &Vring) -> bool {
         let current = self.atomic_mem.memory();
-        if std::ptr::eq(&*current, &*self.requests.mem) {
+        if std::ptr::eq(&*current, &*self.mem) {
             return true;
         }
         drop(current);
         if !self.drain(vring) {
             return false;
         }
-        let old = std::mem::replace(
-            &mut self.requests.mem,
-            self.atomic_mem.memory().into_inner(),
-        );
-        // The engine lets go of the old mappings before they can be unmapped.
-        self.show_engine_memory();
+        let old = std::mem::replace(&mut self.mem, self.atomic_mem.memory().into_inner());
+        // The handler (its engine) lets go of the old mappings before they can be unmapped.
+        self.handler.use_memory(&self.mem);
         drop(old);
         true
-    }
-
-    /// Tells the engine which guest memory requests point into (an engine that registers it
-    /// with the kernel must know), once per memory snapshot, with nothing in flight.
-    fn show_engine_memory(&mut self) {
-        let mem: *const GuestMemory = &*self.requests.mem;
-        if self.engine_memory == mem as usize {
-            return;
-        }
-        let Some(engine) = self.requests.engine.as_mut() else {
-            return;
-        };
-        let regions: Vec<libc::iovec> = self
-            .requests
-            .mem
-            .iter()
-            .filter_map(|region| {
-                Some(libc::iovec {
-                    iov_base: self
-                        .requests
-                        .mem
-                        .get_host_address(region.start_addr())
-                        .ok()?
-                        .cast(),
-                    iov_len: usize::try_from(region.len()).ok()?,
-                })
-            })
-            .collect();
-        // SAFETY: `self.requests.mem` keeps these mappings until the next snapshot, which the engine is
-        // shown before this one is dropped (`refresh_memory`), or until the engine is taken
-        // back (`take_engine`, which shows it nothing).
-        if let Err(e) = unsafe { engine.guest_memory(&regions) } {
-            crate::limited!(
-                warn,
-                "queue {}: guest memory not registered with io_uring ({e}): requests use it \
-                 unregistered",
-                self.index
-            );
-        }
-        self.engine_memory = mem as usize;
     }
 
     /// One pass: take the available requests (at most `budget`), submit them together, complete
     /// what is done, and notify the guest once. `rearm` keeps kicks enabled (event mode).
     fn pass(&mut self, vring: &Vring, rearm: bool, budget: u16) -> Pass {
-        self.show_engine_memory();
+        self.handler.use_memory(&self.mem);
         loop {
             let (pass, stale) = self.pass_with_current_memory(vring, rearm, budget);
             if !stale || !self.refresh_memory(vring) {
@@ -363,8 +292,9 @@ impl QueueWorker {
         let mut state = vring.get_mut();
         let atomic_mem = &self.atomic_mem;
         let limit_timer = self.limit_timer.as_ref();
-        let mut ctx = self.requests.ctx(self.index);
-        let setup = RingSetup::of(state.get_queue(), ctx.mem);
+        let mem: &GuestMemory = &self.mem;
+        let handler = &mut self.handler;
+        let setup = RingSetup::of(state.get_queue(), mem);
         if self.broken.is_some_and(|broken| broken != setup) {
             // A new ring address, size, base index or memory table: the ring was set up anew.
             self.broken = None;
@@ -375,31 +305,30 @@ impl QueueWorker {
         };
         let mut stale = false;
         let mut used = 0;
-        if pass.ready && self.recover {
+        if pass.ready && handler.recovery_pending() {
             // What a process before this one left in flight goes first, read through the
             // current memory map.
-            if !std::ptr::eq(&*atomic_mem.memory(), ctx.mem) {
+            if !std::ptr::eq(&*atomic_mem.memory(), mem) {
                 return (pass, true);
             }
-            self.recover = false;
-            let (started, added) = ctx.recover(state.get_queue_mut(), self.index);
+            let (started, added) = handler.recover(state.get_queue_mut(), mem);
             pass.started += started;
             used += added;
         }
         if pass.ready {
             let queue = state.get_queue_mut();
             loop {
-                if rearm && queue.disable_notification(ctx.mem).is_err() {
+                if rearm && queue.disable_notification(mem).is_err() {
                     // The ring is not in this snapshot: the frontend may have sent its memory
                     // table since (the first request of a VM's BIOS comes right after).
-                    stale = !std::ptr::eq(&*atomic_mem.memory(), ctx.mem);
-                    if !stale && !setup.fits(ctx.mem) {
+                    stale = !std::ptr::eq(&*atomic_mem.memory(), mem);
+                    if !stale && !setup.fits(mem) {
                         stop_outside_memory(self.index, &mut self.broken, setup);
                         pass.ready = false;
                     }
                     break;
                 }
-                let avail = queue.avail_idx(ctx.mem, Ordering::Acquire);
+                let avail = queue.avail_idx(mem, Ordering::Acquire);
                 let mut waiting = avail
                     .as_ref()
                     .map_or(0, |idx| idx.0.wrapping_sub(queue.next_avail()));
@@ -422,14 +351,13 @@ impl QueueWorker {
                 }
                 // Only when there is work (or the ring is not mapped at all) is the snapshot
                 // compared with the current map: an idle poll stays cheap.
-                if (waiting > 0 || avail.is_err()) && !std::ptr::eq(&*atomic_mem.memory(), ctx.mem)
-                {
+                if (waiting > 0 || avail.is_err()) && !std::ptr::eq(&*atomic_mem.memory(), mem) {
                     stale = true;
                     break;
                 }
                 // The memory table may have changed since SET_VRING_ADDR checked the ring.
                 if (waiting > 0 || avail.is_err()) && self.checked != Some(setup.placement()) {
-                    if avail.is_ok() && setup.fits(ctx.mem) {
+                    if avail.is_ok() && setup.fits(mem) {
                         self.checked = Some(setup.placement());
                     } else {
                         stop_outside_memory(self.index, &mut self.broken, setup);
@@ -440,25 +368,23 @@ impl QueueWorker {
                 let offered = waiting;
                 waiting = waiting.min(budget);
                 while waiting > 0 {
-                    if ctx.device.limits.on() {
-                        let wait = ctx.device.limits.wait();
-                        if !wait.is_zero() {
-                            // Left in the ring; the timer wakes the thread when they may go.
-                            if let Some(timer) = limit_timer {
-                                timer.arm(wait);
-                            }
-                            pass.limited = true;
-                            break;
+                    let wait = handler.hold_back();
+                    if !wait.is_zero() {
+                        // Left in the ring; the timer wakes the thread when they may go.
+                        if let Some(timer) = limit_timer {
+                            timer.arm(wait);
                         }
+                        pass.limited = true;
+                        break;
                     }
-                    let Some(chain) = queue.pop_descriptor_chain(ctx.mem) else {
+                    let Some(chain) = queue.pop_descriptor_chain(mem) else {
                         break;
                     };
                     waiting -= 1;
                     pass.started += 1;
-                    used += ctx.start(queue, chain);
+                    used += handler.start(queue, mem, chain);
                 }
-                if pass.limited || !rearm || !queue.enable_notification(ctx.mem).unwrap_or(false) {
+                if pass.limited || !rearm || !queue.enable_notification(mem).unwrap_or(false) {
                     break;
                 }
                 // Go round again for requests that arrived meanwhile, never for entries that
@@ -468,64 +394,16 @@ impl QueueWorker {
                 }
             }
         }
-        // Completions are timed apart from the requests taken in this pass.
-        ctx.clock = 0;
-        used += Self::reap(&mut ctx, &mut state, true, &mut pass);
+        let (completed, added) = handler.complete(state.get_queue_mut(), mem, true);
+        pass.completed += completed;
+        used += added;
         if used > 0 {
-            Self::notify_guest(&mut state, ctx.mem);
+            notify_guest(&mut state, mem);
         }
         self.limited = pass.limited;
-        self.requests.stats.pass(
-            pass.started + pass.completed > 0,
-            self.requests.inflight.count,
-        );
+        self.stats
+            .pass(pass.started + pass.completed > 0, handler.in_flight());
         (pass, stale)
-    }
-
-    /// Submits what is queued and reaps completions into the used ring.
-    fn reap(
-        ctx: &mut Ctx<'_>,
-        state: &mut VringState<GuestMemoryAtomic<GuestMemory>>,
-        submit: bool,
-        pass: &mut Pass,
-    ) -> usize {
-        let Some(engine) = ctx.engine.take() else {
-            return 0;
-        };
-        if submit && let Err(e) = engine.submit() {
-            crate::limited!(error, "I/O submission failed: {e}");
-        }
-        let queue = state.get_queue_mut();
-        let mut completed = 0;
-        loop {
-            engine.reap(&mut |tag, result| {
-                completed += 1;
-                ctx.complete(tag, result);
-            });
-            if ctx.inflight.retries.is_empty() {
-                break;
-            }
-            // Short transfers go on at once; an engine that completes at push time has their
-            // results for the next round. Each round moves bytes or ends a request, so it ends.
-            ctx.resubmit(engine.as_mut());
-            if let Err(e) = engine.submit() {
-                crate::limited!(error, "I/O submission failed: {e}");
-            }
-        }
-        let used = ctx.publish_finished(queue);
-        ctx.engine = Some(engine);
-        pass.completed += completed;
-        used
-    }
-
-    fn notify_guest(state: &mut VringState<GuestMemoryAtomic<GuestMemory>>, mem: &GuestMemory) {
-        let needed = state
-            .get_queue_mut()
-            .needs_notification(mem)
-            .unwrap_or(true);
-        if needed && let Err(e) = state.signal_used_queue() {
-            crate::limited!(debug, "cannot notify the guest: {e}");
-        }
     }
 
     /// The limit timer's descriptor, for the serving thread to wait on.
@@ -538,29 +416,23 @@ impl QueueWorker {
         if let Some(timer) = &self.limit_timer {
             timer.clear();
         }
-        if let Some(fd) = self
-            .requests
-            .engine
-            .as_ref()
-            .and_then(|engine| engine.completion_fd())
-        {
+        if let Some(fd) = self.handler.completion_fd() {
             let mut value = 0u64;
-            // SAFETY: reads 8 bytes into a u64 from an eventfd the engine owns.
+            // SAFETY: reads 8 bytes into a u64 from an eventfd the handler owns.
             let _ = unsafe { libc::read(fd, (&mut value as *mut u64).cast(), 8) };
         }
     }
 
-    /// Completes every request in flight, blocking until the engine returns them all. Returns
-    /// false if the engine keeps failing to wait for them: they are still in flight then, and
-    /// the memory they point into and the engine they are in must not be let go (see [`Drop`]).
+    /// Completes every request in flight, blocking until the handler returns them all. Returns
+    /// false if it keeps failing to wait for them: they are still in flight then, and the
+    /// memory they point into (and the engine they are in) must not be let go (see [`Drop`]).
     pub fn drain(&mut self, vring: &Vring) -> bool {
         let mut failures = 0;
-        let mut ctx = self.requests.ctx(self.index);
-        while ctx.inflight.count > 0 {
-            let Some(engine) = ctx.engine.as_mut() else {
+        while self.handler.in_flight() > 0 {
+            let Some(waited) = self.handler.wait() else {
                 break;
             };
-            if let Err(e) = engine.wait() {
+            if let Err(e) = waited {
                 crate::limited!(
                     error,
                     "queue {}: waiting for in-flight I/O failed: {e}",
@@ -575,20 +447,20 @@ impl QueueWorker {
             // Reaped even after a failed wait: what did complete (an overflowing completion
             // queue's entries, say) is taken, and the next wait may succeed.
             let mut state = vring.get_mut();
-            // Each round's completions are timed together.
-            ctx.clock = 0;
-            let mut pass = Pass::default();
-            if Self::reap(&mut ctx, &mut state, false, &mut pass) > 0 {
-                Self::notify_guest(&mut state, ctx.mem);
+            let (_, used) = self
+                .handler
+                .complete(state.get_queue_mut(), &self.mem, false);
+            if used > 0 {
+                notify_guest(&mut state, &self.mem);
             }
         }
-        if self.requests.inflight.count > 0 {
+        if self.handler.in_flight() > 0 {
             crate::limited!(
                 error,
                 "queue {}: {} requests still in flight after {failures} failed waits: their \
                  guest memory and engine are kept",
                 self.index,
-                self.requests.inflight.count
+                self.handler.in_flight()
             );
             return false;
         }
@@ -605,85 +477,17 @@ impl QueueWorker {
         self.ring_broken = flag;
     }
 
-    /// The flag that says the frontend logs dirty pages (a live migration is under way).
-    pub fn log_dirty_pages_on(&mut self, flag: Arc<AtomicBool>) {
-        self.requests.dirty_logging = flag;
-    }
-
-    /// Gives the worker an engine created earlier (before confinement); it will open none.
-    pub fn lend_engine(&mut self, engine: Option<Box<dyn Engine>>) {
-        if self.requests.inflight.count > 0 {
-            // The engine in use still holds operations: never dropped (see `Drop`).
-            std::mem::forget(self.requests.engine.take());
-        }
-        self.requests.engine = engine;
-        self.engine_memory = 0;
-        self.may_open_engine = false;
-    }
-
-    /// Takes the engine back once the worker has drained it: an engine with operations still
-    /// in flight would complete them into the next connection's requests, so it is dropped.
-    pub fn take_engine(&mut self) -> Option<Box<dyn Engine>> {
-        if self.requests.inflight.count > 0 {
-            // Nor can it be dropped: the kernel may still carry its operations out, into memory
-            // that would be unmapped. It stays with this worker, which leaks it (see `Drop`).
-            crate::limited!(
-                error,
-                "queue {}: {} requests never completed; its engine is kept from reuse",
-                self.index,
-                self.requests.inflight.count
-            );
-            return None;
-        }
-        let mut engine = self.requests.engine.take();
-        self.engine_memory = 0;
-        if let Some(engine) = engine.as_mut() {
-            // SAFETY: no regions: the departed guest's memory is let go.
-            if let Err(e) = unsafe { engine.guest_memory(&[]) } {
-                crate::limited!(
-                    warn,
-                    "queue {}: unregistering guest memory: {e}",
-                    self.index
-                );
-            }
-        }
-        engine
-    }
-
     /// The frontend stopped the ring (`GET_VRING_BASE`): whatever the driver broke is gone
     /// with it, and the ring may be served again once started.
     pub fn ring_stopped(&mut self) {
-        if !self.requests.inflight.finished.is_empty() {
-            // Entries the used ring could not take: the ring they belong to is gone (a record
-            // keeps them in flight, for the restarted ring to take them again).
-            crate::limited!(
-                warn,
-                "queue {}: {} finished requests never returned to the stopped ring",
-                self.index,
-                self.requests.inflight.finished.len()
-            );
-            self.requests.inflight.finished.clear();
-        }
+        self.handler.ring_stopped();
         self.broken = None;
         self.checked = None;
-        self.recover = self.requests.record.is_some();
-    }
-
-    /// Gives the worker its queue's in-flight record (`SET_INFLIGHT_FD`), read when the ring
-    /// next starts.
-    pub fn set_inflight_record(&mut self, record: Option<InflightRecord>) {
-        self.recover = record.is_some();
-        self.requests.record = record;
     }
 
     /// Requests in flight.
     pub fn in_flight(&self) -> usize {
-        self.requests.inflight.count
-    }
-
-    /// Counts time a thread shared with other queues slept.
-    pub fn slept(&self, ns: u64) {
-        self.requests.stats.slept(ns);
+        self.handler.in_flight()
     }
 
     /// Whether [`Self::set_up`] has run.
@@ -691,50 +495,93 @@ impl QueueWorker {
         self.set_up
     }
 
-    /// How this queue runs.
-    pub fn settings(&self) -> QueueSettings {
-        self.settings
-    }
-
-    /// Makes the worker ready for [`Self::step`]s after a sleep: the current guest memory, the
-    /// guest's kicks off.
-    pub fn begin_polling(&mut self, vring: &Vring) {
-        self.refresh_memory(vring);
-        self.suppress_kicks(vring);
-    }
-
-    /// One pass for a thread that serves several queues: at most `budget` requests taken.
-    pub fn step(&mut self, vring: &Vring, budget: u16) -> Pass {
-        self.pass(vring, false, budget)
-    }
-
-    /// Turns the guest's kicks on before the serving thread sleeps; true if requests arrived
-    /// meanwhile (it must not sleep then).
-    pub fn rearm(&mut self, vring: &Vring) -> bool {
-        self.rearm_kicks(vring)
-    }
-
-    /// The connection's guest memory shrank under it (see [`Self::stop_also_on`]) or the driver
-    /// broke this ring: the connection is to be closed.
-    pub fn connection_broke(&self) -> bool {
-        self.also_stop.load(Ordering::Relaxed) || self.ring_broken.load(Ordering::Relaxed)
-    }
-
-    /// Whether the engine wakes a sleeping thread when its operations complete.
-    pub fn has_completion_fd(&self) -> bool {
-        self.requests
-            .engine
-            .as_ref()
-            .is_some_and(|engine| engine.completion_fd().is_some())
-    }
-
     /// The vring this worker serves, once it has been set up.
     pub fn vring(&self) -> Option<&Vring> {
         self.vring.as_ref()
     }
+
+    /// The queue's index.
+    pub fn index(&self) -> usize {
+        self.index
+    }
 }
 
-impl super::Drain for QueueWorker {
+fn notify_guest(state: &mut VringState<GuestMemoryAtomic<GuestMemory>>, mem: &GuestMemory) {
+    let needed = state
+        .get_queue_mut()
+        .needs_notification(mem)
+        .unwrap_or(true);
+    if needed && let Err(e) = state.signal_used_queue() {
+        crate::limited!(debug, "cannot notify the guest: {e}");
+    }
+}
+
+/// A queue as a thread that serves several queues of any device sees it (a CPU's thread, see
+/// [`cpu_poller`](super::cpu_poller)): one virtual call per pass, none per request.
+pub trait ServedQueue: Send {
+    /// How this queue runs.
+    fn settings(&self) -> QueueSettings;
+    /// Makes the worker ready for [`Self::step`]s after a sleep: the current guest memory, the
+    /// guest's kicks off.
+    fn begin_polling(&mut self, vring: &Vring);
+    /// One pass: at most `budget` requests taken.
+    fn step(&mut self, vring: &Vring, budget: u16) -> Pass;
+    /// Turns the guest's kicks on before the serving thread sleeps; true if requests arrived
+    /// meanwhile (it must not sleep then).
+    fn rearm(&mut self, vring: &Vring) -> bool;
+    /// Counts time the shared thread slept.
+    fn slept(&self, ns: u64);
+    /// Clears the completion eventfd (and the limit timer) after it woke the thread.
+    fn clear_completion_event(&self);
+    /// The connection's guest memory shrank under it (see [`QueueWorker::stop_also_on`]) or
+    /// the driver broke this ring: the connection is to be closed.
+    fn connection_broke(&self) -> bool;
+    /// Requests in flight.
+    fn in_flight(&self) -> usize;
+    /// Whether completions wake a sleeping thread.
+    fn has_completion_fd(&self) -> bool;
+}
+
+impl<H: QueueHandler> ServedQueue for QueueWorker<H> {
+    fn settings(&self) -> QueueSettings {
+        self.settings
+    }
+
+    fn begin_polling(&mut self, vring: &Vring) {
+        self.refresh_memory(vring);
+        self.suppress_kicks(vring);
+    }
+
+    fn step(&mut self, vring: &Vring, budget: u16) -> Pass {
+        self.pass(vring, false, budget)
+    }
+
+    fn rearm(&mut self, vring: &Vring) -> bool {
+        self.rearm_kicks(vring)
+    }
+
+    fn slept(&self, ns: u64) {
+        self.stats.slept(ns);
+    }
+
+    fn clear_completion_event(&self) {
+        QueueWorker::clear_completion_event(self);
+    }
+
+    fn connection_broke(&self) -> bool {
+        self.also_stop.load(Ordering::Relaxed) || self.ring_broken.load(Ordering::Relaxed)
+    }
+
+    fn in_flight(&self) -> usize {
+        self.handler.in_flight()
+    }
+
+    fn has_completion_fd(&self) -> bool {
+        self.handler.completion_fd().is_some()
+    }
+}
+
+impl<H: QueueHandler> super::Drain for QueueWorker<H> {
     fn drain_in_flight(&mut self) -> usize {
         let in_flight = self.in_flight();
         if let Some(vring) = self.vring().cloned() {
@@ -744,21 +591,20 @@ impl super::Drain for QueueWorker {
     }
 }
 
-impl Drop for QueueWorker {
+impl<H: QueueHandler> Drop for QueueWorker<H> {
     fn drop(&mut self) {
-        if self.requests.inflight.count == 0 {
+        if self.handler.in_flight() == 0 {
             return;
         }
-        // Requests the engine never returned: the kernel may still read or write their guest
-        // memory, and dropping an io_uring does not wait for its operations. Both are leaked
-        // rather than freed early.
+        // Requests the handler never returned: the kernel may still read or write their guest
+        // memory (dropping an io_uring does not wait for its operations), so the memory is
+        // leaked rather than freed early; the handler leaks its engine likewise.
         crate::limited!(
             error,
             "queue {}: {} requests never completed: their engine and guest memory are leaked",
             self.index,
-            self.requests.inflight.count
+            self.handler.in_flight()
         );
-        std::mem::forget(self.requests.engine.take());
-        std::mem::forget(Arc::clone(&self.requests.mem));
+        std::mem::forget(Arc::clone(&self.mem));
     }
 }

@@ -24,7 +24,8 @@ use vm_memory::{ByteValued, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryA
 use crate::guest::{GuestMemory, Vring};
 use crate::test_utils::{Buffer, SplitRing};
 use crate::virtio_fs::FsDevice;
-use crate::worker::{FsQueueWorker, QueueSettings, WaitMode};
+use crate::virtio_fs::queue::FsQueue;
+use crate::worker::{QueueSettings, WaitMode};
 
 const QUEUE_SIZE: u16 = 16;
 const RING: u64 = 0x1000;
@@ -350,7 +351,8 @@ fn run(input: &Input) {
         batch: true,
         max_size: QUEUE_SIZE,
     };
-    let mut worker = FsQueueWorker::new(0, settings, device, atomic.clone(), Default::default());
+    let mut worker = FsQueue::worker(0, settings, device, atomic.clone(), Default::default());
+    worker.set_up(&vring, true);
     let stop = AtomicBool::new(false);
 
     let mut seen: Vec<u64> = Vec::new();

@@ -11,8 +11,9 @@ use std::time::Duration;
 use crate::backend::{Disk, MemoryDisk};
 use crate::guest::{GuestMemory, Vring};
 use crate::virtio_blk::BlkDevice;
+use crate::virtio_blk::queue::BlkQueue;
+use crate::worker::QueueSettings;
 use crate::worker::WaitMode;
-use crate::worker::{QueueSettings, QueueWorker};
 use arbitrary::{Arbitrary, Unstructured};
 use vhost_user_backend::VringT;
 use virtio_bindings::virtio_ring::{VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
@@ -286,7 +287,7 @@ fn run(input: &Input) {
         batch: true,
         max_size: QUEUE_SIZE,
     };
-    let mut worker = QueueWorker::new(
+    let mut worker = BlkQueue::worker(
         0,
         settings,
         device,

@@ -9,10 +9,11 @@ use vhost_user_backend::VringT;
 use virtio_bindings::virtio_blk::VIRTIO_BLK_T_IN;
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 
-use super::{QueueSettings, QueueWorker};
+use super::{BlkQueue, BlkQueueWorker};
 use crate::backend::{Disk, NullDisk};
 use crate::virtio_blk::BlkDevice;
-use crate::worker::WaitMode;
+use crate::worker::ServedQueue as _;
+use crate::worker::{QueueSettings, WaitMode};
 use vbmq_driver::{Buffer, SplitRing, blk_header};
 
 const SIZE: u16 = 16;
@@ -39,7 +40,7 @@ fn offer_read(mem: &GuestMemory) {
     ring.publish(mem, &[head]);
 }
 
-fn worker(mode: WaitMode, atomic: &GuestMemoryAtomic<GuestMemory>) -> QueueWorker {
+fn worker(mode: WaitMode, atomic: &GuestMemoryAtomic<GuestMemory>) -> BlkQueueWorker {
     let disk: Arc<dyn Disk> = Arc::new(NullDisk::new(1 << 20));
     let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, ""));
     let settings = QueueSettings {
@@ -49,7 +50,7 @@ fn worker(mode: WaitMode, atomic: &GuestMemoryAtomic<GuestMemory>) -> QueueWorke
         batch: true,
         max_size: SIZE,
     };
-    QueueWorker::new(
+    BlkQueue::worker(
         0,
         settings,
         device,
@@ -181,7 +182,7 @@ fn get_id_split_across_buffers_gets_the_whole_serial() {
         batch: true,
         max_size: SIZE,
     };
-    let mut worker = QueueWorker::new(
+    let mut worker = BlkQueue::worker(
         0,
         settings,
         device,
@@ -230,15 +231,15 @@ fn finished_requests_the_used_ring_cannot_take_yet_are_kept() {
     inflight.finished.extend([(1, 10), (2, 20), (3, 30)]);
     let mem = Arc::new(mem);
     let mut requests = Requests {
-        mem: Arc::clone(&mem),
         engine: None,
         device: Arc::new(device),
         inflight,
         stats: Arc::default(),
         record: None,
         dirty_logging: Arc::default(),
+        clock: 0,
     };
-    let mut ctx = requests.ctx(0);
+    let mut ctx = requests.ctx(0, &mem);
     assert_eq!(ctx.publish_finished(&mut queue), 1);
     assert_eq!(
         ctx.inflight.finished,
@@ -449,7 +450,7 @@ fn a_shrinking_resize_waits_for_writes_in_flight() {
         batch: true,
         max_size: SIZE,
     };
-    let mut worker = QueueWorker::new(
+    let mut worker = BlkQueue::worker(
         0,
         settings,
         device.clone(),
@@ -513,15 +514,15 @@ fn finished_requests_whose_used_index_cannot_be_written_are_kept() {
     inflight.finished.extend([(1, 10), (2, 20)]);
     let mem = Arc::new(mem);
     let mut requests = Requests {
-        mem: Arc::clone(&mem),
         engine: None,
         device: Arc::new(device),
         inflight,
         stats: Arc::default(),
         record: None,
         dirty_logging: Arc::default(),
+        clock: 0,
     };
-    let mut ctx = requests.ctx(0);
+    let mut ctx = requests.ctx(0, &mem);
     assert_eq!(ctx.publish_finished(&mut queue), 0);
     assert_eq!(
         queue.next_used(),

@@ -13,9 +13,10 @@ use vhost_user_backend::VringT;
 use virtio_bindings::virtio_blk::{VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT};
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 
-use super::{QueueSettings, QueueWorker, WaitMode};
+use super::BlkQueue;
 use crate::backend::{Disk, Engine, EngineOptions, Geometry, IoOp};
 use crate::virtio_blk::BlkDevice;
+use crate::worker::{QueueSettings, WaitMode};
 use vbmq_driver::{Buffer, SplitRing, blk_header};
 
 const SIZE: u16 = 16;
@@ -141,7 +142,7 @@ fn serve_one(mem: GuestMemory, disk: Arc<dyn Disk>) -> GuestMemoryAtomic<GuestMe
         batch: true,
         max_size: SIZE,
     };
-    let mut worker = QueueWorker::new(
+    let mut worker = BlkQueue::worker(
         0,
         settings,
         device,

@@ -9,13 +9,13 @@ use virtio_queue::{Queue, QueueT};
 use vm_memory::Bytes;
 
 use super::inflight::InFlight;
-use super::stats::{OpKind, QueueStats};
 use crate::backend::{Engine, IoOp};
 use crate::guest::inflight_region::InflightRecord;
 use crate::timer::now_ns;
 use crate::virtio_blk::{BlkDevice, Payload, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, parse};
+use crate::worker::{OpKind, QueueStats};
 
-/// Everything a pass needs, borrowed apart from the worker so the queue lock can be held.
+/// Everything a call needs, borrowed from the handler with the worker's memory snapshot.
 pub(super) struct Ctx<'a> {
     /// The queue's index.
     pub queue: usize,
@@ -27,16 +27,14 @@ pub(super) struct Ctx<'a> {
     /// The frontend's record of what is in flight, when it keeps one across restarts.
     pub record: Option<&'a mut InflightRecord>,
     /// The time, read once for the requests taken (or completed) together (0: not yet).
-    pub clock: u64,
+    pub clock: &'a mut u64,
     /// The frontend is migrating the VM: pages written by reads are marked in its dirty log.
     pub dirty_logging: &'a AtomicBool,
 }
 
-/// What serving a queue's requests takes, owned by its worker; each pass borrows it as a
-/// [`Ctx`], apart from the worker's ring state.
+/// What serving a queue's requests takes, owned by its handler; each call borrows it as a
+/// [`Ctx`], with the worker's memory snapshot.
 pub(super) struct Requests {
-    /// The guest memory every in-flight request points into: replaced only once they completed.
-    pub mem: Arc<GuestMemory>,
     pub engine: Option<Box<dyn Engine>>,
     pub device: Arc<BlkDevice>,
     pub inflight: InFlight,
@@ -45,20 +43,22 @@ pub(super) struct Requests {
     pub record: Option<InflightRecord>,
     /// The connection's dirty logging is on (see `QueueWorker::log_dirty_pages_on`).
     pub dirty_logging: Arc<AtomicBool>,
+    /// The time read for the requests of this pass (0: not yet; see [`Ctx::clock`]).
+    pub clock: u64,
 }
 
 impl Requests {
-    /// The context of a pass over queue `queue`, its clock not yet read.
-    pub fn ctx(&mut self, queue: usize) -> Ctx<'_> {
+    /// The context of a call on queue `queue` over `mem`, with the pass's clock.
+    pub fn ctx<'a>(&'a mut self, queue: usize, mem: &'a GuestMemory) -> Ctx<'a> {
         Ctx {
             queue,
-            mem: &self.mem,
+            mem,
             device: &self.device,
             engine: self.engine.as_mut(),
             inflight: &mut self.inflight,
             stats: &self.stats,
             record: self.record.as_mut(),
-            clock: 0,
+            clock: &mut self.clock,
             dirty_logging: &self.dirty_logging,
         }
     }
@@ -245,10 +245,10 @@ impl Ctx<'_> {
 
     /// The time for this batch of requests, read once.
     fn now(&mut self) -> u64 {
-        if self.clock == 0 {
-            self.clock = now_ns();
+        if *self.clock == 0 {
+            *self.clock = now_ns();
         }
-        self.clock
+        *self.clock
     }
 
     /// Marks the guest pages of `iov` in the dirty log, while the frontend keeps one.

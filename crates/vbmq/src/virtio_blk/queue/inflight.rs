@@ -3,9 +3,9 @@
 
 use vm_memory::GuestAddress;
 
-use super::stats::OpKind;
 use crate::backend::IovList;
 use crate::virtio_blk::{DISCARD_SEG_MAX, Range, SEG_MAX, WriteTicket};
+use crate::worker::OpKind;
 
 /// A request that has been handed to the engine.
 #[derive(Clone, Copy, Debug, Default)]
