@@ -17,6 +17,7 @@ mod null;
 mod ofd_lock;
 mod rbd;
 mod registered_memory;
+pub mod thin;
 mod uring;
 
 use std::io;
@@ -32,6 +33,7 @@ pub use iovec::IovList;
 pub use memory::MemoryDisk;
 pub use null::NullDisk;
 pub use rbd::{RbdDisk, RbdTarget};
+pub use thin::{ThinDisk, ThinOptions};
 
 /// One operation handed to an engine. Offsets and lengths are in bytes and already checked
 /// against the disk's capacity.

@@ -1,12 +1,14 @@
 //! A disk from its spec: the storage (a file or block device, RBD, memory or null), the read
 //! cache and the delay knob in front of it, the virtio-blk device, and its bound socket.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::cache::ImageId;
-use crate::backend::{CachedDisk, DelayedDisk, Disk, FileDisk, MemoryDisk, NullDisk, RbdDisk};
+use crate::backend::{
+    CachedDisk, DelayedDisk, Disk, FileDisk, MemoryDisk, NullDisk, RbdDisk, ThinDisk, ThinOptions,
+};
 use crate::config::{DiskSpec, SpecError, Storage};
 use crate::vhost_user::DiskServer;
 use crate::virtio_blk::BlkDevice;
@@ -76,37 +78,10 @@ fn open_storage(spec: &DiskSpec) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecEr
 fn open_local_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
     match &spec.storage {
         Storage::File(path) => {
-            let disk: Arc<dyn Disk> = FileDisk::open(path, spec.readonly, spec.direct)
-                .and_then(|disk| {
-                    if spec.lock {
-                        disk.lock(spec.handover)
-                    } else {
-                        Ok(disk)
-                    }
-                })
-                .map(|disk| {
-                    if spec.ring_only {
-                        disk.ring_only()
-                    } else {
-                        disk
-                    }
-                })
-                .and_then(|disk| match spec.sqpoll {
-                    Some(cpu) => disk.sqpoll(cpu),
-                    None => Ok(disk),
-                })
-                .map(|disk| {
-                    if spec.fixed_buffers {
-                        disk.fixed_buffers()
-                    } else {
-                        disk
-                    }
-                })
-                .map(Arc::new)
-                .map_err(|e| SpecError {
-                    key: "path".into(),
-                    reason: format!("{}: {e}", path.display()),
-                })?;
+            let disk: Arc<dyn Disk> = match &spec.base {
+                Some(base) => Arc::new(open_thin_disk(spec, path, base)?),
+                None => Arc::new(open_file(spec, path, spec.readonly)?),
+            };
             if spec.cache == 0 {
                 return Ok(disk);
             }
@@ -147,6 +122,76 @@ fn open_local_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
             reason: "opened by open_disk: a defect".into(),
         }),
     }
+}
+
+/// A raw image file or block device, set up as `spec` says.
+fn open_file(spec: &DiskSpec, path: &Path, readonly: bool) -> Result<FileDisk, SpecError> {
+    FileDisk::open(path, readonly, spec.direct)
+        .and_then(|disk| {
+            if spec.lock {
+                disk.lock(spec.handover)
+            } else {
+                Ok(disk)
+            }
+        })
+        .map(|disk| {
+            if spec.ring_only {
+                disk.ring_only()
+            } else {
+                disk
+            }
+        })
+        .and_then(|disk| match spec.sqpoll {
+            Some(cpu) if !readonly => disk.sqpoll(cpu),
+            _ => Ok(disk),
+        })
+        .map(|disk| {
+            if spec.fixed_buffers {
+                disk.fixed_buffers()
+            } else {
+                disk
+            }
+        })
+        .map_err(|e| SpecError {
+            key: if readonly && spec.base.is_some() {
+                "base"
+            } else {
+                "path"
+            }
+            .into(),
+            reason: format!("{}: {e}", path.display()),
+        })
+}
+
+/// `path=DISK,base=BASE`: DISK (made empty if it does not exist) over BASE, read-only.
+fn open_thin_disk(spec: &DiskSpec, path: &Path, base: &Path) -> Result<ThinDisk, SpecError> {
+    let error = |key: &str, e: std::io::Error| SpecError {
+        key: key.into(),
+        reason: format!("{}: {e}", path.display()),
+    };
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .and_then(|file| file.metadata());
+    match created {
+        Ok(metadata) if metadata.is_file() => {}
+        Ok(_) => {
+            let e = std::io::Error::other("with base=, DISK must be a regular file");
+            return Err(error("path", e));
+        }
+        Err(e) => return Err(error("path", e)),
+    }
+    let data = open_file(spec, path, false)?;
+    // The base is the data's ring's to read: its own ring options do not apply.
+    let base = open_file(spec, base, true)?;
+    let options = ThinOptions {
+        block_size: spec.base_block,
+        copy_on_read: spec.base_copy_on_read,
+        fill: spec.base_fill,
+    };
+    ThinDisk::open(data, path, base, options).map_err(|e| error("base", e))
 }
 
 /// The server of one disk, the disk (to close at exit) and the files it keeps reading.
