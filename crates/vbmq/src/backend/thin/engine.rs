@@ -205,7 +205,7 @@ impl ThinEngine {
                 Ok(())
             }
             Err(e) => {
-                self.ops.take(tag as usize);
+                self.ops.take(host_size(tag));
                 Err(e)
             }
         }
@@ -307,8 +307,10 @@ impl ThinEngine {
                 )
             } else {
                 let iovs = slice(iov, at, n);
+                // No more iovecs than the guest's list, whose count is a u32.
+                let count = u32::try_from(iovs.len()).unwrap_or(u32::MAX);
                 // SAFETY: the iovecs are kept in the operation until it is reaped.
-                let list = unsafe { IovList::new(iovs.as_ptr(), iovs.len() as u32) };
+                let list = unsafe { IovList::new(iovs.as_ptr(), count) };
                 let io = if write {
                     IoOp::Write {
                         offset: from,

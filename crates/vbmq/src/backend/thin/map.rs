@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::host_size;
+
 const MAGIC: &[u8; 8] = b"VBMQTHIN";
 const VERSION: u32 = 1;
 /// Bytes before the bitmap.
@@ -49,7 +51,7 @@ fn invalid(why: String) -> io::Error {
 }
 
 fn header(block_size: u64, capacity: u64) -> Vec<u8> {
-    let mut header = vec![0u8; HEADER as usize];
+    let mut header = vec![0u8; host_size(HEADER)];
     header[..8].copy_from_slice(MAGIC);
     header[8..12].copy_from_slice(&VERSION.to_le_bytes());
     header[16..24].copy_from_slice(&block_size.to_le_bytes());
@@ -87,7 +89,7 @@ impl ThinMap {
             }
             Err(e) => return Err(e),
         };
-        let mut head = vec![0u8; HEADER as usize];
+        let mut head = vec![0u8; host_size(HEADER)];
         file.read_exact_at(&mut head, 0)
             .map_err(|e| invalid(format!("{}: header: {e}", map_path.display())))?;
         if &head[..8] != MAGIC || head[8..12] != VERSION.to_le_bytes() {
