@@ -505,3 +505,157 @@ fn two_queues_writing_one_new_block_keep_both_writes() {
     drop(client);
     assert!(daemon.terminate().success());
 }
+
+/// 4 KiB random I/O at queue depth 32 for `secs` on queue 0; returns IOPS.
+fn qd32(client: &mut Client, write: bool, span: u64, secs: f64, seed: u64) -> f64 {
+    const DEPTH: usize = 32;
+    let buf = client.region.addr as *mut u8;
+    let mut rng = Rng(seed | 1);
+    let mut queue = |client: &mut Client, slot: usize, rng: &mut Rng| {
+        let offset = rng.next(span / 4096) * 4096;
+        // SAFETY: the region holds BUF_LEN >= DEPTH * 4096 bytes.
+        let at = unsafe { buf.add(slot * 4096) };
+        if write {
+            client.queues[0].write(offset, at, 4096, slot, ReqFlags::empty());
+        } else {
+            client.queues[0].read(offset, at, 4096, slot, ReqFlags::empty());
+        }
+    };
+    for slot in 0..DEPTH {
+        queue(client, slot, &mut rng);
+    }
+    let start = Instant::now();
+    let (mut done_count, mut in_flight) = (0u64, DEPTH);
+    let mut done = [const { MaybeUninit::<Completion>::uninit() }; DEPTH];
+    while in_flight > 0 {
+        let n = client.queues[0]
+            .do_io(&mut done, 1, None, None)
+            .expect("do_io");
+        let going = start.elapsed().as_secs_f64() < secs;
+        for c in &done[..n] {
+            // SAFETY: do_io initialised `n` completions.
+            let c = unsafe { c.assume_init_ref() };
+            assert_eq!(c.ret, 0, "I/O failed");
+            done_count += 1;
+            if going {
+                queue(client, c.user_data, &mut rng);
+            } else {
+                in_flight -= 1;
+            }
+        }
+    }
+    done_count as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Not a test: the speed of a `base=` disk against the plain disk, 4 KiB random I/O at QD32
+/// on a 256 MiB image in /dev/shm, vbmq's queue on CPU 1 (`VBMQ_THIN_CPU`), the client wherever
+/// the scheduler puts it. Run in release:
+/// `cargo test --release --test thin_disk thin_speed -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn thin_speed_against_the_plain_disk() {
+    const BENCH_SIZE: usize = 256 << 20;
+    let secs: f64 = std::env::var("VBMQ_THIN_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let cpu = std::env::var("VBMQ_THIN_CPU").unwrap_or_else(|_| "1".into());
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let base = dir.path().join("golden.raw");
+    {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&base).unwrap();
+        let chunk = pattern(11, 4 << 20);
+        for _ in 0..BENCH_SIZE / chunk.len() {
+            file.write_all(&chunk).unwrap();
+        }
+    }
+    let plain = dir.path().join("plain.raw");
+    let socket = dir.path().join("b.sock");
+    let common = format!("queues=1,cpus={cpu},mode=adaptive");
+    let mut results: Vec<(String, f64)> = Vec::new();
+    let mut run = |name: &str, disk: String, write: bool, prepare: &dyn Fn()| {
+        prepare();
+        let _ = std::fs::remove_file(&socket);
+        let spec = format!("socket={},{disk},{common}", socket.display());
+        let daemon = Daemon::start(&[spec]);
+        let mut client = Client::connect(&socket, 1, false).unwrap();
+        let iops = qd32(&mut client, write, BENCH_SIZE as u64, secs, 7);
+        drop(client);
+        assert!(daemon.terminate().success());
+        eprintln!("{name}: {:.0} IOPS", iops);
+        results.push((name.to_string(), iops));
+    };
+    let thin = dir.path().join("thin.raw");
+    let fresh_thin = || {
+        let _ = std::fs::remove_file(&thin);
+        let _ = std::fs::remove_file(dir.path().join("thin.raw.map"));
+    };
+    let plain_copy = || {
+        std::fs::copy(&base, &plain).unwrap();
+    };
+    let thin_spec = format!("path={},base={}", thin.display(), base.display());
+    let filled_spec = format!("{thin_spec},base-fill=on");
+    for round in 0..2 {
+        eprintln!("round {round}");
+        run(
+            "plain randread",
+            format!("path={}", plain.display()),
+            false,
+            &plain_copy,
+        );
+        run(
+            "base= randread, untouched blocks",
+            thin_spec.clone(),
+            false,
+            &fresh_thin,
+        );
+        run(
+            "plain randwrite",
+            format!("path={}", plain.display()),
+            true,
+            &|| {},
+        );
+        run(
+            "base= randwrite, new disk (first writes copy blocks)",
+            thin_spec.clone(),
+            true,
+            &fresh_thin,
+        );
+        // The disk filled in the background, then every block DISK's own.
+        run(
+            "base= randwrite, blocks already copied",
+            filled_spec.clone(),
+            true,
+            &|| {
+                fresh_thin();
+                let spec = format!("socket={},{filled_spec}", socket.display());
+                let _ = std::fs::remove_file(&socket);
+                let daemon = Daemon::start(&[spec]);
+                let map = dir.path().join("thin.raw.map");
+                let want = 4096 + (BENCH_SIZE / BLOCK / 8) as u64;
+                let deadline = Instant::now() + Duration::from_secs(300);
+                // Filled when every map bit is set.
+                loop {
+                    let bits = std::fs::read(&map).unwrap();
+                    if bits.len() as u64 == want && bits[4096..].iter().all(|b| *b == 0xff) {
+                        break;
+                    }
+                    assert!(Instant::now() < deadline, "fill too slow");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                assert!(daemon.terminate().success());
+            },
+        );
+        run(
+            "base= randread, blocks already copied",
+            thin_spec.clone(),
+            false,
+            &|| {},
+        );
+    }
+    eprintln!(
+        "nproc {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+}
