@@ -506,13 +506,19 @@ fn two_queues_writing_one_new_block_keep_both_writes() {
     assert!(daemon.terminate().success());
 }
 
-/// 4 KiB random I/O at queue depth 32 for `secs` on queue 0; returns IOPS.
-fn qd32(client: &mut Client, write: bool, span: u64, secs: f64, seed: u64) -> f64 {
+/// 4 KiB random I/O at queue depth 32 for `secs` on queue 0 (`stride`: the n-th I/O at
+/// `n * stride` instead, until the span is covered once); returns IOPS.
+fn qd32(client: &mut Client, write: bool, span: u64, secs: f64, stride: Option<u64>) -> f64 {
     const DEPTH: usize = 32;
     let buf = client.region.addr as *mut u8;
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng(7);
+    let mut issued = 0u64;
     let mut queue = |client: &mut Client, slot: usize, rng: &mut Rng| {
-        let offset = rng.next(span / 4096) * 4096;
+        let offset = match stride {
+            Some(stride) => issued * stride % span,
+            None => rng.next(span / 4096) * 4096,
+        };
+        issued += 1;
         // SAFETY: the region holds BUF_LEN >= DEPTH * 4096 bytes.
         let at = unsafe { buf.add(slot * 4096) };
         if write {
@@ -531,7 +537,8 @@ fn qd32(client: &mut Client, write: bool, span: u64, secs: f64, seed: u64) -> f6
         let n = client.queues[0]
             .do_io(&mut done, 1, None, None)
             .expect("do_io");
-        let going = start.elapsed().as_secs_f64() < secs;
+        let covered = stride.is_some_and(|stride| (done_count + in_flight as u64) * stride >= span);
+        let going = start.elapsed().as_secs_f64() < secs && !covered;
         for c in &done[..n] {
             // SAFETY: do_io initialised `n` completions.
             let c = unsafe { c.assume_init_ref() };
@@ -548,8 +555,8 @@ fn qd32(client: &mut Client, write: bool, span: u64, secs: f64, seed: u64) -> f6
 }
 
 /// Not a test: the speed of a `base=` disk against the plain disk, 4 KiB random I/O at QD32
-/// on a 256 MiB image in /dev/shm, vbmq's queue on CPU 1 (`VBMQ_THIN_CPU`), the client wherever
-/// the scheduler puts it. Run in release:
+/// on a 256 MiB image in /dev/shm (`VBMQ_THIN_DIR`), vbmq's queue on CPU 1 (`VBMQ_THIN_CPU`),
+/// the client wherever the scheduler puts it, 3 s a case (`VBMQ_THIN_SECS`). Run in release:
 /// `cargo test --release --test thin_disk thin_speed -- --ignored --nocapture`.
 #[test]
 #[ignore]
@@ -560,7 +567,8 @@ fn thin_speed_against_the_plain_disk() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(3.0);
     let cpu = std::env::var("VBMQ_THIN_CPU").unwrap_or_else(|_| "1".into());
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let place = std::env::var("VBMQ_THIN_DIR").unwrap_or_else(|_| "/dev/shm".into());
+    let dir = tempfile::tempdir_in(place).unwrap();
     let base = dir.path().join("golden.raw");
     {
         use std::io::Write;
@@ -574,18 +582,19 @@ fn thin_speed_against_the_plain_disk() {
     let socket = dir.path().join("b.sock");
     let common = format!("queues=1,cpus={cpu},mode=adaptive");
     let mut results: Vec<(String, f64)> = Vec::new();
-    let mut run = |name: &str, disk: String, write: bool, prepare: &dyn Fn()| {
-        prepare();
-        let _ = std::fs::remove_file(&socket);
-        let spec = format!("socket={},{disk},{common}", socket.display());
-        let daemon = Daemon::start(&[spec]);
-        let mut client = Client::connect(&socket, 1, false).unwrap();
-        let iops = qd32(&mut client, write, BENCH_SIZE as u64, secs, 7);
-        drop(client);
-        assert!(daemon.terminate().success());
-        eprintln!("{name}: {:.0} IOPS", iops);
-        results.push((name.to_string(), iops));
-    };
+    let mut run =
+        |name: &str, disk: String, write: bool, stride: Option<u64>, prepare: &dyn Fn()| {
+            prepare();
+            let _ = std::fs::remove_file(&socket);
+            let spec = format!("socket={},{disk},{common}", socket.display());
+            let daemon = Daemon::start(&[spec]);
+            let mut client = Client::connect(&socket, 1, false).unwrap();
+            let iops = qd32(&mut client, write, BENCH_SIZE as u64, secs, stride);
+            drop(client);
+            assert!(daemon.terminate().success());
+            eprintln!("{name}: {:.0} IOPS", iops);
+            results.push((name.to_string(), iops));
+        };
     let thin = dir.path().join("thin.raw");
     let fresh_thin = || {
         let _ = std::fs::remove_file(&thin);
@@ -596,30 +605,38 @@ fn thin_speed_against_the_plain_disk() {
     };
     let thin_spec = format!("path={},base={}", thin.display(), base.display());
     let filled_spec = format!("{thin_spec},base-fill=on");
-    for round in 0..2 {
+    for round in 0..3 {
         eprintln!("round {round}");
+        let plain_spec = format!("path={}", plain.display());
+        let every_block = Some(BLOCK as u64);
         run(
             "plain randread",
-            format!("path={}", plain.display()),
+            plain_spec.clone(),
             false,
+            None,
             &plain_copy,
         );
         run(
-            "base= randread, untouched blocks",
+            "base= randread, untouched",
             thin_spec.clone(),
             false,
+            None,
             &fresh_thin,
         );
+        run("plain randwrite", plain_spec.clone(), true, None, &|| {});
         run(
-            "plain randwrite",
-            format!("path={}", plain.display()),
+            "plain write, 1 per 64K",
+            plain_spec.clone(),
             true,
+            every_block,
             &|| {},
         );
+        // Each write copies its block: the cost of first writes.
         run(
-            "base= randwrite, new disk (first writes copy blocks)",
+            "base= write, 1 per 64K",
             thin_spec.clone(),
             true,
+            every_block,
             &fresh_thin,
         );
         // The disk filled in the background, then every block DISK's own.
@@ -627,6 +644,7 @@ fn thin_speed_against_the_plain_disk() {
             "base= randwrite, blocks already copied",
             filled_spec.clone(),
             true,
+            None,
             &|| {
                 fresh_thin();
                 let spec = format!("socket={},{filled_spec}", socket.display());
@@ -651,6 +669,7 @@ fn thin_speed_against_the_plain_disk() {
             "base= randread, blocks already copied",
             thin_spec.clone(),
             false,
+            None,
             &|| {},
         );
     }

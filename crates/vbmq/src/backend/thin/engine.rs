@@ -140,6 +140,8 @@ pub struct ThinEngine {
     /// Operations in the ring.
     in_ring: usize,
     spare: Vec<Staging>,
+    /// The ring's completions of one reap, kept for the next.
+    finished: Vec<(u64, i32)>,
 }
 
 // SAFETY: the raw pointers it holds are guest iovecs, valid until their operation is reaped (the
@@ -189,6 +191,7 @@ impl ThinEngine {
             deferred: VecDeque::new(),
             in_ring: 0,
             spare: Vec::new(),
+            finished: Vec::new(),
         }
     }
 
@@ -578,12 +581,13 @@ impl Engine for ThinEngine {
     }
 
     fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
-        let mut finished = Vec::new();
+        let mut finished = std::mem::take(&mut self.finished);
         self.ring
             .reap(&mut |tag, result| finished.push((tag, result)));
-        for (tag, result) in finished {
+        for (tag, result) in finished.drain(..) {
             self.complete(tag, result);
         }
+        self.finished = finished;
         self.commit();
         if !self.deferred.is_empty() {
             self.retry_deferred();
