@@ -4,6 +4,7 @@
 //! of its own, which it owns outright: no lock is shared between queues on the data path.
 
 pub mod cache;
+mod crypt;
 mod delay;
 mod direct_align;
 mod file;
@@ -17,6 +18,7 @@ mod null;
 mod ofd_lock;
 mod rbd;
 mod registered_memory;
+mod staging;
 pub mod thin;
 mod uring;
 
@@ -25,6 +27,7 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 
 pub use cache::CachedDisk;
+pub use crypt::EncryptedDisk;
 pub use delay::DelayedDisk;
 pub use file::FileDisk;
 pub use handover::WriterSeat;

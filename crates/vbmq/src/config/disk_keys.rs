@@ -100,6 +100,18 @@ pub const DISK_KEYS: &[DiskKey] = &[
         "with base: copy every block into DISK in the background, so the base can be retired",
     ),
     key(
+        "encrypt",
+        "aes-xts",
+        Some("off"),
+        "with path=: the image holds AES-256-XTS ciphertext only (per-sector tweak); needs key-file",
+    ),
+    key(
+        "key-file",
+        "FILE",
+        None,
+        "with encrypt: the 64-byte key, read once at start (may be a pipe)",
+    ),
+    key(
         "cache",
         "SIZE",
         Some("none"),

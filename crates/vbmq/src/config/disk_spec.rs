@@ -93,6 +93,8 @@ pub struct DiskSpec {
     pub base_copy_on_read: bool,
     /// Copy every block from the base in the background (`base-fill=on`).
     pub base_fill: bool,
+    /// The file holding the AES-XTS key of an encrypted disk (`encrypt=aes-xts,key-file=`).
+    pub key_file: Option<PathBuf>,
 }
 
 /// The GID of group `name` in /etc/group.
@@ -241,12 +243,14 @@ impl DiskSpec {
             base_block: None,
             base_copy_on_read: false,
             base_fill: false,
+            key_file: None,
             limits: Limits::default(),
             inflight: true,
             delay_us: 0,
             delay_every: 16,
         };
         let mut image = None;
+        let mut encrypt = false;
         let mut ceph_conf = None;
         let mut ceph_user = None;
         let mut ceph_timeout = None;
@@ -316,6 +320,14 @@ impl DiskSpec {
                 }
                 "base-copy-on-read" => spec.base_copy_on_read = on_off(key, value)?,
                 "base-fill" => spec.base_fill = on_off(key, value)?,
+                "encrypt" => {
+                    encrypt = match value {
+                        "aes-xts" => true,
+                        "off" => false,
+                        _ => return Err(bad(key, "aes-xts or off")),
+                    }
+                }
+                "key-file" => spec.key_file = Some(PathBuf::from(value)),
                 "inflight" => spec.inflight = on_off(key, value)?,
                 "delay-us" => {
                     let us = value.parse::<u64>().ok().filter(|us| *us <= 60_000_000);
@@ -416,6 +428,23 @@ impl DiskSpec {
             return Err(bad("fixed-buffers", "only with path="));
         }
         spec.check_base()?;
+        match (encrypt, &spec.key_file) {
+            (true, None) => return Err(bad("encrypt", "needs key-file=")),
+            (false, Some(_)) => return Err(bad("key-file", "only with encrypt=aes-xts")),
+            (true, Some(_)) if !matches!(spec.storage, Storage::File(_)) => {
+                return Err(bad("encrypt", "only with path="));
+            }
+            (true, Some(_)) if spec.base.is_some() => {
+                return Err(bad("encrypt", "not with base= yet"));
+            }
+            (true, Some(_)) if spec.cache_preload => {
+                return Err(bad(
+                    "encrypt",
+                    "not with cache-preload=on: it would load ciphertext",
+                ));
+            }
+            _ => {}
+        }
         check_cpus(&spec.cpus, spec.queues, spec.mode)?;
         Ok(spec)
     }
@@ -606,6 +635,30 @@ mod tests {
             assert_eq!(err.key, "base", "{bad}");
             assert!(err.reason.starts_with("not with"), "{err}");
         }
+    }
+
+    #[test]
+    fn encryption_and_its_key() {
+        let spec = DiskSpec::parse(
+            "socket=/s,path=/d,encrypt=aes-xts,key-file=/k,cache=1G",
+            CPUS,
+        )
+        .unwrap();
+        assert_eq!(spec.key_file, Some(PathBuf::from("/k")));
+        assert_eq!(key_of("socket=/s,path=/d,encrypt=aes-xts"), "encrypt");
+        assert_eq!(
+            key_of("socket=/s,path=/d,encrypt=rot13,key-file=/k"),
+            "encrypt"
+        );
+        assert_eq!(key_of("socket=/s,path=/d,key-file=/k"), "key-file");
+        assert_eq!(
+            key_of("socket=/s,mem=1G,encrypt=aes-xts,key-file=/k"),
+            "encrypt"
+        );
+        assert_eq!(
+            key_of("socket=/s,path=/d,base=/b,encrypt=aes-xts,key-file=/k"),
+            "encrypt"
+        );
     }
 
     #[test]

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use crate::backend::cache::ImageId;
 use crate::backend::{
-    CachedDisk, DelayedDisk, Disk, FileDisk, MemoryDisk, NullDisk, RbdDisk, ThinDisk, ThinOptions,
+    CachedDisk, DelayedDisk, Disk, EncryptedDisk, FileDisk, MemoryDisk, NullDisk, RbdDisk,
+    ThinDisk, ThinOptions,
 };
 use crate::config::{DiskSpec, SpecError, Storage};
 use crate::vhost_user::DiskServer;
@@ -81,6 +82,14 @@ fn open_local_disk(spec: &DiskSpec) -> Result<Arc<dyn Disk>, SpecError> {
             let disk: Arc<dyn Disk> = match &spec.base {
                 Some(base) => Arc::new(open_thin_disk(spec, path, base)?),
                 None => Arc::new(open_file(spec, path, spec.readonly)?),
+            };
+            // Under the cache: the cache holds plaintext, in vbmq's memory only.
+            let disk: Arc<dyn Disk> = match &spec.key_file {
+                Some(key) => Arc::new(EncryptedDisk::open(disk, key).map_err(|e| SpecError {
+                    key: "key-file".into(),
+                    reason: format!("{}: {e}", key.display()),
+                })?),
+                None => disk,
             };
             if spec.cache == 0 {
                 return Ok(disk);

@@ -7,53 +7,18 @@
 //! unless the write covers it, lays the guest's bytes over it, writes the block to DISK, and
 //! is acknowledged once [`ThinMap::commit`] has recorded the block, once per reaping pass.
 
-use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::RawFd;
-use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::map::ThinMap;
 use crate::backend::iovec::IovList;
+use crate::backend::staging::Staging;
 use crate::backend::uring::UringEngine;
 use crate::backend::{Engine, IoOp};
 use crate::host_size;
-
-/// An aligned buffer of one block, with the iovec that describes it (boxed: the kernel keeps a
-/// pointer to it).
-struct Staging {
-    ptr: NonNull<u8>,
-    layout: Layout,
-    iov: Box<libc::iovec>,
-}
-
-impl Staging {
-    fn new(len: usize) -> Option<Self> {
-        let layout = Layout::from_size_align(len.max(4096), 4096).ok()?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
-        let iov = Box::new(libc::iovec {
-            iov_base: ptr.as_ptr().cast(),
-            iov_len: layout.size(),
-        });
-        Some(Staging { ptr, layout, iov })
-    }
-
-    fn list(&mut self, len: usize) -> IovList {
-        self.iov.iov_len = len.min(self.layout.size());
-        // SAFETY: one iovec over this buffer, both kept in the job until the operation is reaped.
-        unsafe { IovList::new(&*self.iov, 1) }
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
-    }
-}
 
 /// A guest request split in parts.
 struct Parent {
@@ -429,7 +394,7 @@ impl ThinEngine {
         if let Some((iov, at, within, n)) = j.overlay {
             // SAFETY: `within + n <= len <= ` the staging buffer's size; guest buffers never
             // overlap it.
-            unsafe { iov.copy_out(at, j.staging.ptr.as_ptr().add(within), n) };
+            unsafe { iov.copy_out(at, j.staging.as_ptr().add(within), n) };
         }
         let (offset, list) = (j.block * bs, j.staging.list(j.len));
         self.forward(IoOp::Write { offset, iov: list }, false, Op::DataWrite(job))
@@ -469,7 +434,7 @@ impl ThinEngine {
             && let Some((iov, at, within, n)) = j.copy_out
         {
             // SAFETY: as in `write_block`, the other way.
-            unsafe { iov.copy_in(at, j.staging.ptr.as_ptr().add(within), n) };
+            unsafe { iov.copy_in(at, j.staging.as_ptr().add(within), n) };
         }
         self.map.release(j.block);
         self.part_done(j.parent, error);
