@@ -127,3 +127,67 @@ fn the_image_holds_no_plaintext_and_reads_back_with_its_key() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("64 bytes"), "{err}");
 }
+
+/// Not a test: an encrypted disk against the same disk unencrypted, 4 KiB random I/O at QD32,
+/// one queue on CPU 1 (`VBMQ_CRYPT_CPU`), 256 MiB image in /dev/shm, 3 rounds of 2 s
+/// (`VBMQ_CRYPT_SECS`), with vbmq's CPU time per I/O. Run in release:
+/// `cargo test --release --test encrypted_disk crypt_speed -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn crypt_speed_against_the_plain_disk() {
+    const BENCH_SIZE: usize = 256 << 20;
+    let secs: f64 = std::env::var("VBMQ_CRYPT_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0);
+    let cpu = std::env::var("VBMQ_CRYPT_CPU").unwrap_or_else(|_| "1".into());
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let image = dir.path().join("disk.raw");
+    {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&image).unwrap();
+        let chunk = pattern(11, 4 << 20);
+        for _ in 0..BENCH_SIZE / chunk.len() {
+            file.write_all(&chunk).unwrap();
+        }
+    }
+    let key = dir.path().join("key");
+    std::fs::write(&key, pattern(5, 64)).unwrap();
+    let socket = dir.path().join("e.sock");
+    for round in 0..3 {
+        for write in [false, true] {
+            for encrypted in [false, true] {
+                let crypt = if encrypted {
+                    format!(",encrypt=aes-xts,key-file={}", key.display())
+                } else {
+                    String::new()
+                };
+                let _ = std::fs::remove_file(&socket);
+                let spec = format!(
+                    "socket={},path={}{crypt},queues=1,cpus={cpu}",
+                    socket.display(),
+                    image.display()
+                );
+                let daemon = Daemon::start(&[spec]);
+                let mut client = Client::connect(&socket, 1, false).unwrap();
+                let pid = daemon.child.id();
+                let cpu_before = common::cpu_seconds(pid);
+                let start = std::time::Instant::now();
+                let iops = common::qd32(&mut client, write, BENCH_SIZE as u64, secs, None);
+                let ios = iops * start.elapsed().as_secs_f64();
+                let cpu_per_mio = (common::cpu_seconds(pid) - cpu_before) / ios * 1e6;
+                drop(client);
+                assert!(daemon.terminate().success());
+                eprintln!(
+                    "round {round} {} {}: {iops:.0} IOPS, {cpu_per_mio:.1} CPU s per 10^6 I/O",
+                    if write { "randwrite" } else { "randread" },
+                    if encrypted { "encrypted" } else { "plain" },
+                );
+            }
+        }
+    }
+    eprintln!(
+        "nproc {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+}

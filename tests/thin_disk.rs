@@ -506,54 +506,6 @@ fn two_queues_writing_one_new_block_keep_both_writes() {
     assert!(daemon.terminate().success());
 }
 
-/// 4 KiB random I/O at queue depth 32 for `secs` on queue 0 (`stride`: the n-th I/O at
-/// `n * stride` instead, until the span is covered once); returns IOPS.
-fn qd32(client: &mut Client, write: bool, span: u64, secs: f64, stride: Option<u64>) -> f64 {
-    const DEPTH: usize = 32;
-    let buf = client.region.addr as *mut u8;
-    let mut rng = Rng(7);
-    let mut issued = 0u64;
-    let mut queue = |client: &mut Client, slot: usize, rng: &mut Rng| {
-        let offset = match stride {
-            Some(stride) => issued * stride % span,
-            None => rng.next(span / 4096) * 4096,
-        };
-        issued += 1;
-        // SAFETY: the region holds BUF_LEN >= DEPTH * 4096 bytes.
-        let at = unsafe { buf.add(slot * 4096) };
-        if write {
-            client.queues[0].write(offset, at, 4096, slot, ReqFlags::empty());
-        } else {
-            client.queues[0].read(offset, at, 4096, slot, ReqFlags::empty());
-        }
-    };
-    for slot in 0..DEPTH {
-        queue(client, slot, &mut rng);
-    }
-    let start = Instant::now();
-    let (mut done_count, mut in_flight) = (0u64, DEPTH);
-    let mut done = [const { MaybeUninit::<Completion>::uninit() }; DEPTH];
-    while in_flight > 0 {
-        let n = client.queues[0]
-            .do_io(&mut done, 1, None, None)
-            .expect("do_io");
-        let covered = stride.is_some_and(|stride| (done_count + in_flight as u64) * stride >= span);
-        let going = start.elapsed().as_secs_f64() < secs && !covered;
-        for c in &done[..n] {
-            // SAFETY: do_io initialised `n` completions.
-            let c = unsafe { c.assume_init_ref() };
-            assert_eq!(c.ret, 0, "I/O failed");
-            done_count += 1;
-            if going {
-                queue(client, c.user_data, &mut rng);
-            } else {
-                in_flight -= 1;
-            }
-        }
-    }
-    done_count as f64 / start.elapsed().as_secs_f64()
-}
-
 /// Not a test: the speed of a `base=` disk against the plain disk, 4 KiB random I/O at QD32
 /// on a 256 MiB image in /dev/shm (`VBMQ_THIN_DIR`), vbmq's queue on CPU 1 (`VBMQ_THIN_CPU`),
 /// the client wherever the scheduler puts it, 3 s a case (`VBMQ_THIN_SECS`). Run in release:
@@ -589,7 +541,7 @@ fn thin_speed_against_the_plain_disk() {
             let spec = format!("socket={},{disk},{common}", socket.display());
             let daemon = Daemon::start(&[spec]);
             let mut client = Client::connect(&socket, 1, false).unwrap();
-            let iops = qd32(&mut client, write, BENCH_SIZE as u64, secs, stride);
+            let iops = common::qd32(&mut client, write, BENCH_SIZE as u64, secs, stride);
             drop(client);
             assert!(daemon.terminate().success());
             eprintln!("{name}: {:.0} IOPS", iops);

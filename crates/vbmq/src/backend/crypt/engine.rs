@@ -5,16 +5,12 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
-use aes::Aes256;
-use xts_mode::{Xts128, get_tweak_default};
-
+use super::xts::{SECTOR, Xts};
 use crate::backend::iovec::IovList;
 use crate::backend::staging::Staging;
 use crate::backend::{Engine, IoOp};
 use crate::host_size;
 
-/// The unit of encryption, with its own tweak (its number on the disk).
-const SECTOR: usize = 512;
 /// Staging buffers kept for reuse.
 const SPARE: usize = 64;
 
@@ -30,7 +26,7 @@ struct Pending {
 /// A queue's engine over an encrypted disk.
 pub struct CryptEngine {
     inner: Box<dyn Engine>,
-    xts: Arc<Xts128<Aes256>>,
+    xts: Arc<Xts>,
     pending: Vec<Option<Pending>>,
     free: Vec<usize>,
     /// Completions decided at push time.
@@ -48,7 +44,7 @@ unsafe impl Send for CryptEngine {}
 const PLAIN: u64 = 1 << 63;
 
 impl CryptEngine {
-    pub fn new(inner: Box<dyn Engine>, xts: Arc<Xts128<Aes256>>) -> Self {
+    pub fn new(inner: Box<dyn Engine>, xts: Arc<Xts>) -> Self {
         CryptEngine {
             inner,
             xts,
@@ -82,12 +78,11 @@ impl CryptEngine {
             return Ok(());
         }
         let mut staging = self.staging(len)?;
-        let first = u128::from(offset / SECTOR as u64);
+        let first = offset / SECTOR as u64;
         if write {
             // SAFETY: the staging buffer holds at least `len` bytes, apart from guest memory.
             unsafe { iov.copy_out(0, staging.as_ptr(), len) };
-            self.xts
-                .encrypt_area(staging.bytes(len), SECTOR, first, get_tweak_default);
+            self.xts.encrypt(staging.bytes(len), first);
         }
         let list = staging.list(len);
         let slot = match self.free.pop() {
@@ -131,9 +126,8 @@ impl CryptEngine {
             (false, _) if result < 0 => result,
             (false, _) => -libc::EIO,
             (true, Some((iov, offset))) => {
-                let first = u128::from(offset / SECTOR as u64);
                 self.xts
-                    .decrypt_area(p.staging.bytes(p.len), SECTOR, first, get_tweak_default);
+                    .decrypt(p.staging.bytes(p.len), offset / SECTOR as u64);
                 // SAFETY: the staging buffer holds `len` bytes, apart from guest memory.
                 unsafe { iov.copy_in(0, p.staging.as_ptr(), p.len) };
                 result

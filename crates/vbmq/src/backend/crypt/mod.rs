@@ -11,17 +11,15 @@
 //! as the decryption of zeros, and zeroing in the clear would show which ranges are zero).
 
 mod engine;
+mod xts;
 
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
 use std::sync::Arc;
 
-use aes::Aes256;
-use aes::cipher::KeyInit;
-use xts_mode::Xts128;
-
 use self::engine::CryptEngine;
+use self::xts::Xts;
 use super::{Disk, Engine, EngineOptions, Geometry};
 
 /// Bytes of an `encrypt=aes-xts` key: two AES-256 keys.
@@ -30,7 +28,7 @@ pub const KEY_LEN: usize = 64;
 /// A disk whose image holds ciphertext only.
 pub struct EncryptedDisk {
     inner: Arc<dyn Disk>,
-    xts: Arc<Xts128<Aes256>>,
+    xts: Arc<Xts>,
 }
 
 /// Reads exactly [`KEY_LEN`] bytes from `path` (a file or a pipe).
@@ -57,13 +55,10 @@ impl EncryptedDisk {
     /// Encrypts `inner` with the key read from `key_file`.
     pub fn open(inner: Arc<dyn Disk>, key_file: &Path) -> io::Result<Self> {
         let mut key = read_key(key_file)?;
-        let (data_key, tweak_key) = key.split_at(KEY_LEN / 2);
-        let invalid = |_| io::Error::new(io::ErrorKind::InvalidData, "bad key length");
-        let xts = Xts128::new(
-            Aes256::new_from_slice(data_key).map_err(invalid)?,
-            Aes256::new_from_slice(tweak_key).map_err(invalid)?,
-        );
+        let xts = Xts::new(&key);
         key.fill(0);
+        let xts =
+            xts.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad key length"))?;
         Ok(EncryptedDisk {
             inner,
             xts: Arc::new(xts),
