@@ -85,7 +85,9 @@ mod tests {
             Aes256::new_from_slice(&key[32..]).unwrap(),
         );
         let ours = Xts::new(&key).unwrap();
-        let plain: Vec<u8> = (0..8 * SECTOR).map(|i| (i * 7 % 251) as u8).collect();
+        let plain: Vec<u8> = (0..8 * SECTOR)
+            .map(|i| (i * 7 % 251).to_le_bytes()[0])
+            .collect();
         for first in [0u64, 1, 12345, u64::MAX - 8] {
             let mut a = plain.clone();
             let mut b = plain.clone();
