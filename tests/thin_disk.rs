@@ -134,7 +134,7 @@ fn two_disks_of_two_processes_share_one_base() {
     );
     let one = Daemon::start(&[
         spec(dir.path(), "a.sock", &a, &base, ""),
-        spec(dir.path(), "b.sock", &b, &base, ",base-block=4K"),
+        spec(dir.path(), "b.sock", &b, &base, ",base-block=4K,cache=1M"),
     ]);
     let two = Daemon::start(&[spec(dir.path(), "c.sock", &c, &base, ",queues=2")]);
     let mut clients: Vec<Client> = ["a.sock", "b.sock", "c.sock"]
@@ -254,6 +254,15 @@ fn what_a_thin_disk_cannot_be_is_refused_at_start() {
         "",
     ));
     assert!(err.contains("base"), "{err}");
+    // DISK lost (or replaced by an empty file) while its map records blocks.
+    let daemon = Daemon::start(&[spec(dir.path(), "s.sock", &disk, &base, "")]);
+    let mut client = Client::connect(&dir.path().join("s.sock"), 1, false).unwrap();
+    assert_eq!(client.write(0, 0, &[1u8; 4096]), 0);
+    drop(client);
+    assert!(daemon.terminate().success());
+    std::fs::remove_file(&disk).unwrap();
+    let err = refused(&spec(dir.path(), "s.sock", &disk, &base, ""));
+    assert!(err.contains("replaced or truncated"), "{err}");
     let small = image(dir.path(), "small.raw", SIZE / 2, 1);
     let err = refused(&spec(dir.path(), "s.sock", &disk, &small, ""));
     assert!(err.contains("not the base"), "{err}");

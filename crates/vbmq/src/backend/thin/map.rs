@@ -124,8 +124,16 @@ impl ThinMap {
             .map_err(|e| invalid(format!("{}: bitmap: {e}", map_path.display())))?;
         let written: Vec<u64> = raw.chunks_exact(8).map(|w| field(w, 0)).collect();
         let present_count = written.iter().map(|w| u64::from(w.count_ones())).sum();
-        // A crash between making the map and sizing DISK leaves DISK short.
+        // A crash between making the map and sizing DISK leaves DISK empty; a DISK emptied or
+        // replaced since would read zeros where the map says it holds blocks.
         let len = data.metadata()?.len();
+        if len < capacity && present_count > 0 {
+            return Err(invalid(format!(
+                "DISK has {len} bytes but {} records {present_count} blocks copied into it: \
+                 DISK was replaced or truncated",
+                map_path.display()
+            )));
+        }
         if len < capacity {
             data.set_len(capacity)?;
         } else if len > capacity {
