@@ -542,20 +542,21 @@ fn thin_speed_against_the_plain_disk() {
     let plain = dir.path().join("plain.raw");
     let socket = dir.path().join("b.sock");
     let common = format!("queues=1,cpus={cpu},mode=adaptive");
-    let mut results: Vec<(String, f64)> = Vec::new();
-    let mut run =
-        |name: &str, disk: String, write: bool, stride: Option<u64>, prepare: &dyn Fn()| {
-            prepare();
-            let _ = std::fs::remove_file(&socket);
-            let spec = format!("socket={},{disk},{common}", socket.display());
-            let daemon = Daemon::start(&[spec]);
-            let mut client = Client::connect(&socket, 1, false).unwrap();
-            let iops = common::qd32(&mut client, write, BENCH_SIZE as u64, secs, stride);
-            drop(client);
-            assert!(daemon.terminate().success());
-            eprintln!("{name}: {:.0} IOPS", iops);
-            results.push((name.to_string(), iops));
-        };
+    let run = |name: &str, disk: String, write: bool, stride: Option<u64>, prepare: &dyn Fn()| {
+        prepare();
+        let _ = std::fs::remove_file(&socket);
+        let spec = format!("socket={},{disk},{common}", socket.display());
+        let daemon = Daemon::start(&[spec]);
+        let mut client = Client::connect(&socket, 1, false).unwrap();
+        let (pid, start) = (daemon.child.id(), Instant::now());
+        let cpu_before = common::cpu_seconds(pid);
+        let iops = common::qd32(&mut client, write, BENCH_SIZE as u64, secs, stride);
+        let ios = iops * start.elapsed().as_secs_f64();
+        let cpu = (common::cpu_seconds(pid) - cpu_before) / ios * 1e6;
+        drop(client);
+        assert!(daemon.terminate().success());
+        eprintln!("{name}: {iops:.0} IOPS, {cpu:.1} CPU s per 10^6 I/O");
+    };
     let thin = dir.path().join("thin.raw");
     let fresh_thin = || {
         let _ = std::fs::remove_file(&thin);
