@@ -191,3 +191,57 @@ fn crypt_speed_against_the_plain_disk() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
 }
+
+/// A base image encrypted with the disk's key: a thin encrypted disk over it reads the base's
+/// plaintext, and neither file holds what the guest wrote in the clear.
+#[test]
+fn an_encrypted_thin_disk_over_an_encrypted_base() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("golden.raw");
+    std::fs::File::create(&base)
+        .unwrap()
+        .set_len(SIZE as u64)
+        .unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, pattern(9, 64)).unwrap();
+    let socket = dir.path().join("e.sock");
+    let golden = pattern(4, 65536);
+    // The golden image, written through an encrypted disk.
+    let daemon = Daemon::start(&[spec(dir.path(), &base, &key, "")]);
+    let mut client = Client::connect(&socket, 1, false).unwrap();
+    assert_eq!(client.write(0, 0, &golden), 0);
+    drop(client);
+    assert!(daemon.terminate().success());
+    let base_bytes = std::fs::read(&base).unwrap();
+
+    let disk = dir.path().join("vm.raw");
+    let thin = format!(",base={}", base.display());
+    let daemon = Daemon::start(&[spec(dir.path(), &disk, &key, &thin)]);
+    let mut client = Client::connect(&socket, 1, false).unwrap();
+    let (ret, back) = client.read(0, 0, golden.len());
+    assert_eq!(ret, 0);
+    assert!(back == golden, "the base's plaintext");
+    let data = plaintext();
+    // Into the middle of the base's first block: the rest of the block is copied (ciphertext).
+    assert_eq!(client.write(0, 8192, &data), 0);
+    let (ret, back) = client.read(0, 0, golden.len());
+    assert_eq!(ret, 0);
+    let mut expected = golden.clone();
+    expected[8192..8192 + data.len()].copy_from_slice(&data);
+    assert!(back == expected, "the guest's write over the base");
+    drop(client);
+    assert!(daemon.terminate().success());
+    let raw = std::fs::read(&disk).unwrap();
+    assert!(
+        !contains(&raw, b"PLAINTEXT-MARKER"),
+        "the marker is in DISK"
+    );
+    assert!(
+        !contains(&raw, &golden[..64]),
+        "the base's plaintext is in DISK"
+    );
+    assert!(
+        std::fs::read(&base).unwrap() == base_bytes,
+        "the base changed"
+    );
+}

@@ -103,7 +103,7 @@ pub const DISK_KEYS: &[DiskKey] = &[
         "encrypt",
         "aes-xts",
         Some("off"),
-        "with path=: the image holds AES-256-XTS ciphertext only (per-sector tweak); needs key-file",
+        "with path=: the image holds AES-256-XTS ciphertext only (per-sector tweak); needs key-file; with base=, the base holds ciphertext under the same key",
     ),
     key(
         "key-file",
