@@ -71,6 +71,7 @@ fn a_guest_writes_on_a_disk_made_from_a_base_image() {
          (cd /mnt && sha256sum golden.txt own/* >/sums)
          cp /sums /mnt/sums
          sync
+         fstrim -v /mnt
          umount /mnt
          e2fsck -fn /dev/vda
          sed 's/^/SUM /' /sums",

@@ -90,8 +90,19 @@ fn untouched_blocks_read_the_base_and_writes_land_in_disk_only() {
             "a read across present and absent blocks"
         );
         assert_eq!(read_all(&mut client, SIZE), expected);
-        // No discard: the base's bytes would come back, not zeros.
-        assert_ne!(client.discard(0, BLOCK as u64, 4096), 0);
+        // Write-zeroes over part of a block DISK lacks, two whole ones and part of a fourth,
+        // and over part of a block it holds: zeros there, the base's bytes around.
+        let (z, zlen) = (4 * BLOCK + 4096, 3 * BLOCK);
+        assert_eq!(client.write_zeroes(0, z as u64, zlen as u64, true), 0);
+        expected[z..z + zlen].fill(0);
+        assert_eq!(client.write_zeroes(0, BLOCK as u64 + 512, 1024, false), 0);
+        expected[BLOCK + 512..BLOCK + 1536].fill(0);
+        assert!(
+            read_all(&mut client, SIZE) == expected,
+            "after write-zeroes"
+        );
+        // Discard is advisory: it succeeds.
+        assert_eq!(client.discard(0, 20 * BLOCK as u64, BLOCK as u64), 0);
         drop(client);
         assert!(daemon.terminate().success());
     }
@@ -106,10 +117,10 @@ fn untouched_blocks_read_the_base_and_writes_land_in_disk_only() {
         raw[..BLOCK].iter().all(|b| *b == 0),
         "an untouched block is not copied"
     );
-    // Four blocks copied: DISK stays sparse.
+    // Six blocks copied, two zeroed (holes punched): DISK stays sparse.
     let allocated = std::fs::metadata(&disk).unwrap().blocks() * 512;
     assert!(
-        allocated <= 6 * BLOCK as u64,
+        allocated <= 8 * BLOCK as u64,
         "DISK has {allocated} bytes allocated"
     );
     assert!(dir.path().join("vm.raw.map").exists());

@@ -37,6 +37,8 @@ struct Job {
     overlay: Option<(IovList, usize, usize, usize)>,
     /// A read served from the copied block (copy on read): the same shape.
     copy_out: Option<(IovList, usize, usize, usize)>,
+    /// Bytes of the block to zero (write-zeroes): offset in block, bytes.
+    zero: Option<(usize, usize)>,
     parent: usize,
 }
 
@@ -54,6 +56,9 @@ enum Op {
     BaseRead(usize),
     /// A job's write of its block to DISK.
     DataWrite(usize),
+    /// Write-zeroes of whole blocks on DISK; the blocks DISK lacked, claimed, are recorded
+    /// once it is done.
+    Zeroed { parent: usize, blocks: Vec<u64> },
 }
 
 /// Slab of values addressed by index.
@@ -100,6 +105,8 @@ pub struct ThinEngine {
     jobs: Slab<Job>,
     /// Jobs whose block is written, to commit at the end of the pass.
     written: Vec<usize>,
+    /// Whole blocks zeroed on DISK, to commit at the end of the pass, with their request.
+    zeroed: Vec<(usize, Vec<u64>)>,
     /// Writes waiting for a block another job holds.
     deferred: VecDeque<(IoOp, u64)>,
     /// Operations in the ring.
@@ -153,6 +160,7 @@ impl ThinEngine {
             parents: Slab::new(),
             jobs: Slab::new(),
             written: Vec::new(),
+            zeroed: Vec::new(),
             deferred: VecDeque::new(),
             in_ring: 0,
             spare: Vec::new(),
@@ -328,6 +336,145 @@ impl ThinEngine {
         Ok(())
     }
 
+    /// Write-zeroes: blocks it covers whole are zeroed on DISK in one operation and recorded
+    /// (those DISK lacked); a block it covers in part is zeroed on DISK if DISK holds it, else
+    /// copied from the base with the part zeroed, as a write.
+    fn push_zeroes(&mut self, offset: u64, len: u64, unmap: bool, tag: u64) -> io::Result<()> {
+        let bs = self.map.block_size();
+        let stop = offset.saturating_add(len);
+        let (first, end) = (offset / bs, stop.div_ceil(bs));
+        if first >= end {
+            self.ready.push((tag, 0));
+            return Ok(());
+        }
+        let mut claimed = Vec::new();
+        for block in (first..end).filter(|b| !self.map.is_present(*b)) {
+            if !self.map.try_claim(block) {
+                for b in claimed {
+                    self.map.release(b);
+                }
+                let op = IoOp::WriteZeroes { offset, len, unmap };
+                self.deferred.push_back((op, tag));
+                return Ok(());
+            }
+            claimed.push(block);
+        }
+        claimed.retain(|b| !self.release_if_present(*b));
+        // Blocks covered whole: [whole_first, whole_end); the last one may be short.
+        let last = end - 1;
+        let whole_first = offset.div_ceil(bs);
+        let whole_end = if stop == last * bs + self.map.block_len(last) {
+            end
+        } else {
+            stop / bs
+        };
+        let whole = whole_first..whole_end.max(whole_first);
+        let (mut lacking, mut partial): (Vec<u64>, Vec<u64>) =
+            claimed.into_iter().partition(|b| whole.contains(b));
+        let parent = self.parents.insert(Parent {
+            tag,
+            remaining: 1, // held until every part is queued
+            error: 0,
+            total: 0,
+        });
+        let mut result = Ok(());
+        for block in (first..end).filter(|b| !whole.contains(b)) {
+            let from = offset.max(block * bs);
+            let to = stop.min(block * bs + self.map.block_len(block));
+            let n = host_size(to - from);
+            result = if let Some(i) = partial.iter().position(|b| *b == block) {
+                partial.swap_remove(i);
+                let started = self.start_zero_job(block, host_size(from - block * bs), n, parent);
+                if started.is_err() {
+                    self.map.release(block);
+                }
+                started
+            } else {
+                let op = IoOp::WriteZeroes {
+                    offset: from,
+                    len: n as u64,
+                    unmap,
+                };
+                let part = Op::Part {
+                    parent,
+                    _iovs: Vec::new(),
+                    expect: 0,
+                };
+                self.forward(op, false, part)
+            };
+            if result.is_err() {
+                break;
+            }
+            if let Some(p) = self.parents.get_mut(parent) {
+                p.remaining += 1;
+            }
+        }
+        if result.is_ok() && !whole.is_empty() {
+            let from = whole.start * bs;
+            let to = stop.min(whole.end * bs);
+            let op = IoOp::WriteZeroes {
+                offset: from,
+                len: to - from,
+                unmap,
+            };
+            let blocks = std::mem::take(&mut lacking);
+            let forwarded = self.forward(op, false, Op::Zeroed { parent, blocks });
+            match forwarded {
+                Ok(()) => {
+                    if let Some(p) = self.parents.get_mut(parent) {
+                        p.remaining += 1;
+                    }
+                }
+                // The operation was dropped with its blocks: claim them back to release them.
+                Err(e) => {
+                    lacking = whole.filter(|b| !self.map.is_present(*b)).collect();
+                    result = Err(e);
+                }
+            }
+        }
+        // Claims of parts never started are given back.
+        for block in partial.into_iter().chain(lacking) {
+            self.map.release(block);
+        }
+        if let Err(e) = result {
+            self.fail(parent, errno(&e));
+        }
+        self.part_done(parent, 0);
+        Ok(())
+    }
+
+    /// Copies `block` from the base with `n` bytes from `within` zeroed (claimed by the caller).
+    fn start_zero_job(
+        &mut self,
+        block: u64,
+        within: usize,
+        n: usize,
+        parent: usize,
+    ) -> io::Result<()> {
+        let len = host_size(self.map.block_len(block));
+        let staging = match self.spare.pop() {
+            Some(s) => s,
+            None => Staging::new(host_size(self.map.block_size()))
+                .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?,
+        };
+        let job = self.jobs.insert(Job {
+            block,
+            len,
+            staging,
+            overlay: None,
+            copy_out: None,
+            zero: Some((within, n)),
+            parent,
+        });
+        let result = self.read_block(job);
+        if result.is_err()
+            && let Some(job) = self.jobs.take(job)
+        {
+            self.spare.push(job.staging);
+        }
+        result
+    }
+
     /// Gives back a block claimed after another job made it present; true if so.
     fn release_if_present(&self, block: u64) -> bool {
         if self.map.is_present(block) {
@@ -361,6 +508,7 @@ impl ThinEngine {
             staging,
             overlay: if write { piece } else { None },
             copy_out: if write { None } else { piece },
+            zero: None,
             parent,
         });
         let result = if write && within == 0 && n == len {
@@ -395,6 +543,9 @@ impl ThinEngine {
             // SAFETY: `within + n <= len <= ` the staging buffer's size; guest buffers never
             // overlap it.
             unsafe { iov.copy_out(at, j.staging.as_ptr().add(within), n) };
+        }
+        if let Some((within, n)) = j.zero {
+            j.staging.bytes(j.len)[within..within + n].fill(0);
         }
         let (offset, list) = (j.block * bs, j.staging.list(j.len));
         self.forward(IoOp::Write { offset, iov: list }, false, Op::DataWrite(job))
@@ -471,6 +622,15 @@ impl ThinEngine {
                     self.end_job(job, error);
                 }
             }
+            Op::Zeroed { parent, blocks } => match short(0) {
+                0 => self.zeroed.push((parent, blocks)),
+                error => {
+                    for block in blocks {
+                        self.map.release(block);
+                    }
+                    self.part_done(parent, error);
+                }
+            },
             Op::DataWrite(job) => {
                 let len = self.jobs.get_mut(job).map_or(0, |j| j.len);
                 match short(len) {
@@ -483,14 +643,16 @@ impl ThinEngine {
 
     /// Records the blocks written this pass, then acknowledges their requests.
     fn commit(&mut self) {
-        if self.written.is_empty() {
+        if self.written.is_empty() && self.zeroed.is_empty() {
             return;
         }
         let jobs = std::mem::take(&mut self.written);
-        let blocks: Vec<u64> = jobs
+        let zeroed = std::mem::take(&mut self.zeroed);
+        let mut blocks: Vec<u64> = jobs
             .iter()
             .filter_map(|j| self.jobs.0.get(*j)?.as_ref().map(|j| j.block))
             .collect();
+        blocks.extend(zeroed.iter().flat_map(|(_, blocks)| blocks.iter().copied()));
         let error = match self.map.commit(&blocks) {
             Ok(()) => 0,
             Err(e) => {
@@ -500,6 +662,12 @@ impl ThinEngine {
         };
         for job in jobs {
             self.end_job(job, error);
+        }
+        for (parent, blocks) in zeroed {
+            for block in blocks {
+                self.map.release(block);
+            }
+            self.part_done(parent, error);
         }
     }
 
@@ -522,10 +690,9 @@ impl Engine for ThinEngine {
             IoOp::Read { offset, iov } => self.push_read(offset, iov, tag),
             IoOp::Write { offset, iov } => self.push_write(offset, iov, tag),
             IoOp::Flush => self.forward(op, false, Op::Whole(tag)),
-            IoOp::Discard { .. } | IoOp::WriteZeroes { .. } => {
-                self.ready.push((tag, -libc::EOPNOTSUPP));
-                Ok(())
-            }
+            // Advisory: blocks DISK lacks keep reading the base.
+            IoOp::Discard { .. } => self.forward(op, false, Op::Whole(tag)),
+            IoOp::WriteZeroes { offset, len, unmap } => self.push_zeroes(offset, len, unmap, tag),
         }
     }
 
@@ -534,7 +701,7 @@ impl Engine for ThinEngine {
     }
 
     fn wait(&mut self) -> io::Result<()> {
-        if !self.ready.is_empty() || !self.written.is_empty() {
+        if !self.ready.is_empty() || !self.written.is_empty() || !self.zeroed.is_empty() {
             return self.ring.submit();
         }
         if self.in_ring == 0 {

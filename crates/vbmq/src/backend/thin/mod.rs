@@ -12,7 +12,8 @@
 //! already holds keep the plain disk's promise (durable after a guest flush). The cost: a pass
 //! of the queue that completes first writes to blocks pays two `fdatasync` and one `pwrite`,
 //! once for all of them; reads, and writes to blocks DISK holds, pay one bitmap lookup per
-//! block and no system call.
+//! block and no system call. Write-zeroes records the blocks it covers whole as DISK's (zeroed
+//! there); discard is advisory and leaves the map as it is.
 
 mod engine;
 mod fill;
@@ -138,7 +139,7 @@ impl Disk for ThinDisk {
     }
 
     fn supports_discard(&self) -> bool {
-        false
+        self.data.supports_discard()
     }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
