@@ -225,3 +225,74 @@ pub fn ctl(control: &Path, args: &[&str]) -> Output {
         .output()
         .expect("run vbmq ctl")
 }
+
+/// For speed cases (ignored tests run in release): 4 KiB random I/O at queue depth 32 for `secs` on queue 0 (`stride`: the n-th I/O at
+/// `n * stride` instead, until the span is covered once); returns IOPS.
+pub fn qd32(client: &mut Client, write: bool, span: u64, secs: f64, stride: Option<u64>) -> f64 {
+    const DEPTH: usize = 32;
+    let buf = client.region.addr as *mut u8;
+    let mut rng = 7u64;
+    let mut issued = 0u64;
+    let mut queue = |client: &mut Client, slot: usize, rng: &mut u64| {
+        let offset = match stride {
+            Some(stride) => issued * stride % span,
+            None => xorshift(rng) % (span / 4096) * 4096,
+        };
+        issued += 1;
+        // SAFETY: the region holds BUF_LEN >= DEPTH * 4096 bytes.
+        let at = unsafe { buf.add(slot * 4096) };
+        if write {
+            client.queues[0].write(offset, at, 4096, slot, ReqFlags::empty());
+        } else {
+            client.queues[0].read(offset, at, 4096, slot, ReqFlags::empty());
+        }
+    };
+    for slot in 0..DEPTH {
+        queue(client, slot, &mut rng);
+    }
+    let start = Instant::now();
+    let (mut done_count, mut in_flight) = (0u64, DEPTH);
+    let mut done = [const { MaybeUninit::<Completion>::uninit() }; DEPTH];
+    while in_flight > 0 {
+        let n = client.queues[0]
+            .do_io(&mut done, 1, None, None)
+            .expect("do_io");
+        let covered = stride.is_some_and(|stride| (done_count + in_flight as u64) * stride >= span);
+        let going = start.elapsed().as_secs_f64() < secs && !covered;
+        for c in &done[..n] {
+            // SAFETY: do_io initialised `n` completions.
+            let c = unsafe { c.assume_init_ref() };
+            assert_eq!(c.ret, 0, "I/O failed");
+            done_count += 1;
+            if going {
+                queue(client, c.user_data, &mut rng);
+            } else {
+                in_flight -= 1;
+            }
+        }
+    }
+    done_count as f64 / start.elapsed().as_secs_f64()
+}
+
+/// The next value of a xorshift generator.
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// CPU seconds (user and system) process `pid` has used.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Fields 14 and 15 of stat (utime, stime), counted after the command's closing parenthesis.
+    (ticks(11) + ticks(12)) / 100.0
+}

@@ -13,7 +13,7 @@ use super::handover::WriterSeat;
 use super::image_lock::ImageLock;
 use super::immediate::Immediate;
 use super::positional::PositionalIo;
-use super::uring::{FileKind, RingOptions, UringEngine};
+use super::uring::{BaseFiles, FileKind, RingOptions, UringEngine};
 use super::{Disk, Engine, EngineOptions, Geometry};
 
 // Block-device ioctls from <linux/fs.h>, which libc does not carry.
@@ -192,6 +192,51 @@ impl FileDisk {
         self
     }
 
+    /// The `O_DIRECT` (or buffered again) and buffered descriptors, duplicated: the image
+    /// opened at start, never the path again; positional I/O shares no offset.
+    fn descriptors(&self) -> io::Result<(OwnedFd, OwnedFd)> {
+        let buffered = self.buffered.try_clone()?;
+        let direct = match &self.direct {
+            Some(direct) => direct.try_clone()?,
+            None => buffered.try_clone()?,
+        };
+        Ok((direct, buffered))
+    }
+
+    /// A queue's engine over this image, with `base` registered on its ring too.
+    pub(super) fn uring_engine(
+        &self,
+        options: EngineOptions,
+        base: Option<BaseFiles>,
+    ) -> io::Result<UringEngine> {
+        let (direct, buffered) = self.descriptors()?;
+        let align = self.direct_align;
+        UringEngine::with_base(direct, buffered, align, self.kind, options, self.ring, base)
+    }
+
+    /// This image as another disk's base, read through that disk's rings.
+    pub(super) fn as_base(&self) -> io::Result<BaseFiles> {
+        let (direct, buffered) = self.descriptors()?;
+        let inline_rw = matches!(
+            self.kind,
+            FileKind::Regular {
+                inline_rw: true,
+                ..
+            }
+        );
+        Ok(BaseFiles {
+            direct,
+            buffered,
+            align: self.direct_align,
+            inline_rw,
+        })
+    }
+
+    /// The image through the page cache (a duplicate descriptor).
+    pub(super) fn file(&self) -> io::Result<File> {
+        Ok(File::from(self.buffered.try_clone()?))
+    }
+
     /// Whether the block device `rdev` accepts discards (its queue says how many bytes).
     fn device_discards(rdev: u64) -> bool {
         let (major, minor) = (libc::major(rdev), libc::minor(rdev));
@@ -256,25 +301,18 @@ impl Disk for FileDisk {
     }
 
     fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
-        // The image opened at start, never the path again; positional I/O shares no offset.
-        let buffered = self.buffered.try_clone()?;
-        let direct = match &self.direct {
-            Some(direct) => direct.try_clone()?,
-            None => buffered.try_clone()?,
-        };
-        let align = self.direct_align;
         if self.positional {
+            // The image opened at start, never the path again; positional I/O shares no offset.
+            let (direct, buffered) = self.descriptors()?;
             let io = PositionalIo {
                 direct,
                 buffered,
-                align,
+                align: self.direct_align,
                 kind: self.kind,
             };
             return Ok(Box::new(Immediate::new(io, options.depth)));
         }
-        Ok(Box::new(UringEngine::new(
-            direct, buffered, align, self.kind, options, self.ring,
-        )?))
+        Ok(Box::new(self.uring_engine(options, None)?))
     }
 
     fn supports_discard(&self) -> bool {

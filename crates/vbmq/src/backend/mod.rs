@@ -4,6 +4,7 @@
 //! of its own, which it owns outright: no lock is shared between queues on the data path.
 
 pub mod cache;
+mod crypt;
 mod delay;
 mod direct_align;
 mod file;
@@ -18,6 +19,8 @@ mod ofd_lock;
 mod positional;
 mod rbd;
 mod registered_memory;
+mod staging;
+pub mod thin;
 mod uring;
 
 use std::io;
@@ -25,6 +28,7 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 
 pub use cache::CachedDisk;
+pub use crypt::EncryptedDisk;
 pub use delay::DelayedDisk;
 pub use file::FileDisk;
 pub use handover::WriterSeat;
@@ -33,6 +37,7 @@ pub use iovec::IovList;
 pub use memory::MemoryDisk;
 pub use null::NullDisk;
 pub use rbd::{RbdDisk, RbdTarget, cluster_connected, release_clusters};
+pub use thin::{ThinDisk, ThinOptions};
 
 /// One operation handed to an engine. Offsets and lengths are in bytes and already checked
 /// against the disk's capacity.

@@ -16,6 +16,8 @@ use crate::host_size;
 const DIRECT: types::Fixed = types::Fixed(0);
 /// Registered-file index of the buffered descriptor, for buffers `O_DIRECT` cannot take.
 const BUFFERED: types::Fixed = types::Fixed(1);
+/// How far a base image's descriptors sit past the disk's own (`base=`: see [`BaseFiles`]).
+const BASE_SHIFT: u32 = 2;
 
 /// How long an SQPOLL thread spins without work before it sleeps until the next submission
 /// wakes it (one system call then).
@@ -48,6 +50,19 @@ pub struct RingOptions {
     pub fixed_buffers: bool,
 }
 
+/// A read-only base image read through the same ring as the disk (`base=`): its `O_DIRECT`
+/// and buffered descriptors are registered after the disk's.
+pub struct BaseFiles {
+    /// The base with `O_DIRECT` (or buffered again, with `direct=off`).
+    pub direct: OwnedFd,
+    /// The base through the page cache.
+    pub buffered: OwnedFd,
+    /// What `O_DIRECT` needs aligned on the base.
+    pub align: usize,
+    /// Reads are done on the queue's thread (a tmpfs base: see [`UringEngine`]).
+    pub inline_rw: bool,
+}
+
 /// An engine over one file, through a private io_uring.
 ///
 /// A file whose reads the kernel cannot start without possibly blocking (tmpfs: no
@@ -69,18 +84,24 @@ pub struct UringEngine {
     files: [OwnedFd; 2],
     /// The guest memory registered as fixed buffers, with `fixed-buffers=on`.
     fixed: Option<RegisteredMemory>,
+    /// The base image's descriptors (registered at 2 and 3), alignment and inline reads.
+    base: Option<([OwnedFd; 2], usize, bool)>,
+    /// Operations address the base, not the disk (set only inside [`UringEngine::push_base_read`]).
+    on_base: bool,
 }
 
 impl UringEngine {
     /// A ring over `direct` (possibly the same file as `buffered`) with room for
-    /// `options.depth` operations, set up as `ring` says.
-    pub fn new(
+    /// `options.depth` operations, set up as `ring` says; with `base`, a base image's files
+    /// are registered too, for [`UringEngine::push_base_read`].
+    pub fn with_base(
         direct: OwnedFd,
         buffered: OwnedFd,
         align: usize,
         kind: FileKind,
         options: EngineOptions,
         ring: RingOptions,
+        base: Option<BaseFiles>,
     ) -> io::Result<Self> {
         let (sqpoll, fixed_buffers) = (ring.sqpoll, ring.fixed_buffers);
         let entries = options.depth.max(8).next_power_of_two();
@@ -100,8 +121,11 @@ impl UringEngine {
             builder.setup_sqpoll(SQPOLL_IDLE_MS).setup_sqpoll_cpu(cpu);
         }
         let ring = builder.build(entries)?;
-        ring.submitter()
-            .register_files(&[direct.as_raw_fd(), buffered.as_raw_fd()])?;
+        let mut fds = vec![direct.as_raw_fd(), buffered.as_raw_fd()];
+        if let Some(base) = &base {
+            fds.extend([base.direct.as_raw_fd(), base.buffered.as_raw_fd()]);
+        }
+        ring.submitter().register_files(&fds)?;
         let notifier = if options.notify {
             let fd = EventFd::new(EFD_NONBLOCK)?;
             ring.submitter().register_eventfd(fd.as_raw_fd())?;
@@ -130,20 +154,51 @@ impl UringEngine {
             notifier,
             files: [direct, buffered],
             fixed: fixed_buffers.then(RegisteredMemory::default),
+            base: base.map(|b| ([b.direct, b.buffered], b.align, b.inline_rw)),
+            on_base: false,
         })
+    }
+
+    /// Queues a read of the base image (see [`BaseFiles`]); as [`Engine::push`] otherwise.
+    pub fn push_base_read(&mut self, offset: u64, iov: IovList, tag: u64) -> io::Result<()> {
+        if self.base.is_none() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "no base image"));
+        }
+        self.on_base = true;
+        let pushed = self.push(IoOp::Read { offset, iov }, tag);
+        self.on_base = false;
+        pushed
+    }
+
+    /// The descriptors, alignment and inline flag of the file operations now address.
+    fn target(&self) -> (&[OwnedFd; 2], usize, bool) {
+        match (&self.base, self.on_base) {
+            (Some((files, align, inline)), true) => (files, *align, *inline),
+            _ => {
+                let inline = matches!(
+                    self.kind,
+                    FileKind::Regular {
+                        inline_rw: true,
+                        ..
+                    }
+                );
+                (&self.files, self.align, inline)
+            }
+        }
     }
 
     /// The result of an operation done at once on this thread, or `None` for the ring: reads and
     /// writes of files the ring would hand to kernel workers, discards the storage cannot do
     /// (advisory: they succeed), and write-zeroes where no `fallocate` mode can zero.
     fn immediate(&self, op: IoOp) -> Option<i32> {
+        if matches!(op, IoOp::Read { .. } | IoOp::Write { .. }) {
+            return if self.target().2 {
+                self.inline_rw(op)
+            } else {
+                None
+            };
+        }
         match (self.kind, op) {
-            (
-                FileKind::Regular {
-                    inline_rw: true, ..
-                },
-                IoOp::Read { .. } | IoOp::Write { .. },
-            ) => self.inline_rw(op),
             (
                 FileKind::Regular {
                     punch_hole: false, ..
@@ -199,7 +254,8 @@ impl UringEngine {
             IoOp::Write { offset, iov } => (true, offset, iov),
             IoOp::Flush | IoOp::Discard { .. } | IoOp::WriteZeroes { .. } => return None,
         };
-        let fd = self.files[self.file_for(offset, list).0 as usize].as_raw_fd();
+        let index = self.file_for(offset, list).0 as usize;
+        let fd = self.target().0[index % 2].as_raw_fd();
         let (iov, count) = (list.as_ptr(), list.count());
         let offset = offset.cast_signed(); // below the capacity, itself below 2^63
         // SAFETY: the worker guarantees `iov` points to `count` iovecs over mapped guest memory
@@ -225,13 +281,14 @@ impl UringEngine {
 
     /// The registered file an access through `iov` at `offset` must use.
     fn file_for(&self, offset: u64, iov: IovList) -> types::Fixed {
-        let mask = self.align - 1;
+        let shift = if self.on_base { BASE_SHIFT } else { 0 };
+        let mask = self.target().1 - 1;
         let aligned = host_size(offset) & mask == 0
             && iov
                 .iovecs()
                 .iter()
                 .all(|v| (v.iov_base as usize | v.iov_len) & mask == 0);
-        if aligned { DIRECT } else { BUFFERED }
+        types::Fixed(shift + if aligned { DIRECT.0 } else { BUFFERED.0 })
     }
 
     /// The registered buffer holding a one-segment operation's whole buffer, if any.

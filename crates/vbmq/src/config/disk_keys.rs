@@ -75,6 +75,43 @@ pub const DISK_KEYS: &[DiskKey] = &[
         "with mem: a raw image loaded at start",
     ),
     key(
+        "base",
+        "FILE",
+        None,
+        "with path=: a read-only base image (file or block device) that DISK is a thin copy of; \
+         its map is DISK.map (docs/operate.md)",
+    ),
+    key(
+        "base-block",
+        "SIZE",
+        Some("64K, or the map's"),
+        "with base: bytes copied from the base on a block's first write, a power of two 4K..16M",
+    ),
+    key(
+        "base-copy-on-read",
+        "on|off",
+        Some("off"),
+        "with base: blocks read from the base are copied into DISK",
+    ),
+    key(
+        "base-fill",
+        "on|off",
+        Some("off"),
+        "with base: copy every block into DISK in the background, so the base can be retired",
+    ),
+    key(
+        "encrypt",
+        "aes-xts",
+        Some("off"),
+        "with path=: the image holds AES-256-XTS ciphertext only (per-sector tweak); needs key-file; with base=, the base holds ciphertext under the same key",
+    ),
+    key(
+        "key-file",
+        "FILE",
+        None,
+        "with encrypt: the 64-byte key, read once at start (may be a pipe)",
+    ),
+    key(
         "cache",
         "SIZE",
         Some("none"),

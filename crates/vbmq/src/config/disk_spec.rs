@@ -88,6 +88,16 @@ pub struct DiskSpec {
     pub cache: u64,
     /// Fill the cache from the start of the file before serving (`cache-preload=on`).
     pub cache_preload: bool,
+    /// The read-only image a `path=` disk is a thin copy of (`base=`).
+    pub base: Option<PathBuf>,
+    /// Bytes per thin-disk block (`base-block=`; `None`: the map's, or 64 KiB).
+    pub base_block: Option<u64>,
+    /// Copy blocks read from the base into the disk (`base-copy-on-read=on`).
+    pub base_copy_on_read: bool,
+    /// Copy every block from the base in the background (`base-fill=on`).
+    pub base_fill: bool,
+    /// The file holding the AES-XTS key of an encrypted disk (`encrypt=aes-xts,key-file=`).
+    pub key_file: Option<PathBuf>,
 }
 
 /// The GID of group `name` in /etc/group.
@@ -233,12 +243,18 @@ impl DiskSpec {
             socket_fd: None,
             cache: 0,
             cache_preload: false,
+            base: None,
+            base_block: None,
+            base_copy_on_read: false,
+            base_fill: false,
+            key_file: None,
             limits: Limits::default(),
             inflight: true,
             delay_us: 0,
             delay_every: 16,
         };
         let mut image = None;
+        let mut encrypt = false;
         let mut ceph_conf = None;
         let mut ceph_user = None;
         let mut ceph_timeout = None;
@@ -297,6 +313,25 @@ impl DiskSpec {
                     })?;
                 }
                 "cache-preload" => spec.cache_preload = on_off(key, value)?,
+                "base" => spec.base = Some(PathBuf::from(value)),
+                "base-block" => {
+                    let size = parse_size(value)
+                        .filter(|s| s.is_power_of_two() && (4096..=16 << 20).contains(s));
+                    spec.base_block =
+                        Some(size.ok_or_else(|| {
+                            bad(key, "a power of two from 4K to 16M, such as 64K")
+                        })?);
+                }
+                "base-copy-on-read" => spec.base_copy_on_read = on_off(key, value)?,
+                "base-fill" => spec.base_fill = on_off(key, value)?,
+                "encrypt" => {
+                    encrypt = match value {
+                        "aes-xts" => true,
+                        "off" => false,
+                        _ => return Err(bad(key, "aes-xts or off")),
+                    }
+                }
+                "key-file" => spec.key_file = Some(PathBuf::from(value)),
                 "inflight" => spec.inflight = on_off(key, value)?,
                 "delay-us" => {
                     let us = value.parse::<u64>().ok().filter(|us| *us <= 60_000_000);
@@ -406,8 +441,60 @@ impl DiskSpec {
         if spec.fixed_buffers && !matches!(spec.storage, Storage::File(_)) {
             return Err(bad("fixed-buffers", "only with path="));
         }
+        spec.check_base()?;
+        match (encrypt, &spec.key_file) {
+            (true, None) => return Err(bad("encrypt", "needs key-file=")),
+            (false, Some(_)) => return Err(bad("key-file", "only with encrypt=aes-xts")),
+            (true, Some(_)) if !matches!(spec.storage, Storage::File(_)) => {
+                return Err(bad("encrypt", "only with path="));
+            }
+            (true, Some(_)) if spec.cache_preload => {
+                return Err(bad(
+                    "encrypt",
+                    "not with cache-preload=on: it would load ciphertext",
+                ));
+            }
+            _ => {}
+        }
         check_cpus(&spec.cpus, spec.queues, spec.mode)?;
         Ok(spec)
+    }
+
+    /// `base=` and its options: only on a writable `path=` disk, and not with what it cannot
+    /// compose with yet.
+    fn check_base(&self) -> Result<(), SpecError> {
+        if self.base.is_none() {
+            for (given, key) in [
+                (self.base_block.is_some(), "base-block"),
+                (self.base_copy_on_read, "base-copy-on-read"),
+                (self.base_fill, "base-fill"),
+            ] {
+                if given {
+                    return Err(bad(key, "only with base="));
+                }
+            }
+            return Ok(());
+        }
+        let refuse = |key: &str, why: &str| Err(bad("base", format!("not with {key}: {why}")));
+        if !matches!(self.storage, Storage::File(_)) {
+            return Err(bad(
+                "base",
+                "only with path= (the file that holds what is written)",
+            ));
+        }
+        if self.readonly {
+            return refuse("readonly=on", "serve the base itself read-only instead");
+        }
+        if self.handover {
+            return refuse("handover=on", "not supported on thin disks yet");
+        }
+        if self.cache_preload {
+            return refuse(
+                "cache-preload=on",
+                "it would load DISK's raw file, not the disk",
+            );
+        }
+        Ok(())
     }
 
     /// Splits `k=v,k=v` into pairs. A CPU list may itself hold commas (`cpus=2,4,6`): an item
@@ -529,6 +616,59 @@ mod tests {
             }
         }
         assert!(key_of("socket=/s,null=1G,colour=red").contains("colour"));
+    }
+
+    #[test]
+    fn base_and_its_options() {
+        let spec = DiskSpec::parse(
+            "socket=/s,path=/d.raw,base=/golden.raw,base-block=1M,base-fill=on",
+            CPUS,
+        )
+        .unwrap();
+        assert_eq!(spec.base, Some(PathBuf::from("/golden.raw")));
+        assert_eq!((spec.base_block, spec.base_fill), (Some(1 << 20), true));
+        assert!(!spec.base_copy_on_read);
+        assert_eq!(key_of("socket=/s,path=/d,base-fill=on"), "base-fill");
+        assert_eq!(
+            key_of("socket=/s,path=/d,base=/b,base-block=3K"),
+            "base-block"
+        );
+        assert_eq!(
+            key_of("socket=/s,path=/d,base=/b,base-block=32M"),
+            "base-block"
+        );
+        for bad in ["mem=1G", "null=1G"] {
+            assert_eq!(key_of(&format!("socket=/s,{bad},base=/b")), "base");
+        }
+        for bad in ["readonly=on", "handover=on", "cache=1G,cache-preload=on"] {
+            let err = DiskSpec::parse(&format!("socket=/s,path=/d,base=/b,{bad}"), CPUS);
+            let err = err.unwrap_err();
+            assert_eq!(err.key, "base", "{bad}");
+            assert!(err.reason.starts_with("not with"), "{err}");
+        }
+    }
+
+    #[test]
+    fn encryption_and_its_key() {
+        let spec = DiskSpec::parse(
+            "socket=/s,path=/d,encrypt=aes-xts,key-file=/k,cache=1G",
+            CPUS,
+        )
+        .unwrap();
+        assert_eq!(spec.key_file, Some(PathBuf::from("/k")));
+        assert_eq!(key_of("socket=/s,path=/d,encrypt=aes-xts"), "encrypt");
+        assert_eq!(
+            key_of("socket=/s,path=/d,encrypt=rot13,key-file=/k"),
+            "encrypt"
+        );
+        assert_eq!(key_of("socket=/s,path=/d,key-file=/k"), "key-file");
+        assert_eq!(
+            key_of("socket=/s,mem=1G,encrypt=aes-xts,key-file=/k"),
+            "encrypt"
+        );
+        // The base holds ciphertext under the same key.
+        let thin = "socket=/s,path=/d,base=/b,encrypt=aes-xts,key-file=/k";
+        assert!(DiskSpec::parse(thin, CPUS).is_ok());
     }
 
     #[test]

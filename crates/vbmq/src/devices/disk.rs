@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::cache::ImageId;
-use crate::backend::{CachedDisk, DelayedDisk, Disk, FileDisk, MemoryDisk, NullDisk, RbdDisk};
+use crate::backend::{
+    CachedDisk, DelayedDisk, Disk, EncryptedDisk, FileDisk, MemoryDisk, NullDisk, RbdDisk,
+    ThinDisk, ThinOptions,
+};
 use crate::config::{DiskSpec, SpecError, Storage};
 use crate::vhost_user::DiskServer;
 use crate::virtio_blk::BlkDevice;
@@ -96,10 +99,15 @@ fn open_storage(
 }
 
 /// The passed image (`source`), or the one at `path`.
-fn open_file(path: &Path, spec: &DiskSpec, source: Source) -> std::io::Result<FileDisk> {
+fn open_image(
+    path: &Path,
+    spec: &DiskSpec,
+    readonly: bool,
+    source: Source,
+) -> std::io::Result<FileDisk> {
     let disk = match source.image {
-        Some((image, direct)) => FileDisk::from_files(image, direct, spec.readonly),
-        None => FileDisk::open(path, spec.readonly, spec.direct),
+        Some((image, direct)) => FileDisk::from_files(image, direct, readonly),
+        None => FileDisk::open(path, readonly, spec.direct),
     }?;
     Ok(if source.confined {
         disk.positional()
@@ -118,37 +126,25 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
                 })?),
                 None => None,
             };
-            let disk: Arc<dyn Disk> = open_file(path, spec, source)
-                .and_then(|disk| {
-                    if spec.lock {
-                        disk.lock(spec.handover)
-                    } else {
-                        Ok(disk)
-                    }
-                })
-                .map(|disk| {
-                    if spec.ring_only {
-                        disk.ring_only()
-                    } else {
-                        disk
-                    }
-                })
-                .and_then(|disk| match spec.sqpoll {
-                    Some(cpu) => disk.sqpoll(cpu),
-                    None => Ok(disk),
-                })
-                .map(|disk| {
-                    if spec.fixed_buffers {
-                        disk.fixed_buffers()
-                    } else {
-                        disk
-                    }
-                })
-                .map(Arc::new)
-                .map_err(|e| SpecError {
-                    key: "path".into(),
-                    reason: format!("{}: {e}", path.display()),
-                })?;
+            let disk: Arc<dyn Disk> = match &spec.base {
+                Some(_) if source.image.is_some() => {
+                    return Err(SpecError {
+                        key: "base".into(),
+                        reason: "a disk with base= is given at start, not passed at run time"
+                            .into(),
+                    });
+                }
+                Some(base) => Arc::new(open_thin_disk(spec, path, base)?),
+                None => Arc::new(open_file(spec, path, spec.readonly, source)?),
+            };
+            // Under the cache: the cache holds plaintext, in vbmq's memory only.
+            let disk: Arc<dyn Disk> = match &spec.key_file {
+                Some(key) => Arc::new(EncryptedDisk::open(disk, key).map_err(|e| SpecError {
+                    key: "key-file".into(),
+                    reason: format!("{}: {e}", key.display()),
+                })?),
+                None => disk,
+            };
             if spec.cache == 0 {
                 return Ok(disk);
             }
@@ -195,6 +191,81 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
             reason: "opened by open_disk: a defect".into(),
         }),
     }
+}
+
+/// A raw image file or block device (passed, or at `path`), set up as `spec` says.
+fn open_file(
+    spec: &DiskSpec,
+    path: &Path,
+    readonly: bool,
+    source: Source,
+) -> Result<FileDisk, SpecError> {
+    open_image(path, spec, readonly, source)
+        .and_then(|disk| {
+            if spec.lock {
+                disk.lock(spec.handover)
+            } else {
+                Ok(disk)
+            }
+        })
+        .map(|disk| {
+            if spec.ring_only {
+                disk.ring_only()
+            } else {
+                disk
+            }
+        })
+        .and_then(|disk| match spec.sqpoll {
+            Some(cpu) if !readonly => disk.sqpoll(cpu),
+            _ => Ok(disk),
+        })
+        .map(|disk| {
+            if spec.fixed_buffers {
+                disk.fixed_buffers()
+            } else {
+                disk
+            }
+        })
+        .map_err(|e| SpecError {
+            key: if readonly && spec.base.is_some() {
+                "base"
+            } else {
+                "path"
+            }
+            .into(),
+            reason: format!("{}: {e}", path.display()),
+        })
+}
+
+/// `path=DISK,base=BASE`: DISK (made empty if it does not exist) over BASE, read-only.
+fn open_thin_disk(spec: &DiskSpec, path: &Path, base: &Path) -> Result<ThinDisk, SpecError> {
+    let error = |key: &str, e: std::io::Error| SpecError {
+        key: key.into(),
+        reason: format!("{}: {e}", path.display()),
+    };
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .and_then(|file| file.metadata());
+    match created {
+        Ok(metadata) if metadata.is_file() => {}
+        Ok(_) => {
+            let e = std::io::Error::other("with base=, DISK must be a regular file");
+            return Err(error("path", e));
+        }
+        Err(e) => return Err(error("path", e)),
+    }
+    let data = open_file(spec, path, false, Source::default())?;
+    // The base is the data's ring's to read: its own ring options do not apply.
+    let base = open_file(spec, base, true, Source::default())?;
+    let options = ThinOptions {
+        block_size: spec.base_block,
+        copy_on_read: spec.base_copy_on_read,
+        fill: spec.base_fill,
+    };
+    ThinDisk::open(data, path, base, options).map_err(|e| error("base", e))
 }
 
 /// The server of one disk, the disk (to close at exit) and the files it keeps reading.

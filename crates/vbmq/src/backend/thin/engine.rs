@@ -1,0 +1,787 @@
+//! A queue's engine over a thin disk: one io_uring with DISK's and BASE's files registered.
+//!
+//! Reads and writes wholly in blocks DISK holds go to DISK as they are, and reads wholly in
+//! blocks it lacks go to BASE as they are: one bitmap lookup per block, no extra system call.
+//! Other requests are split by block. A write to a block DISK lacks claims the block (a write
+//! to a block claimed elsewhere waits), reads the whole block from BASE into a staging buffer
+//! unless the write covers it, lays the guest's bytes over it, writes the block to DISK, and
+//! is acknowledged once [`ThinMap::commit`] has recorded the block, once per reaping pass.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::map::ThinMap;
+use crate::backend::iovec::IovList;
+use crate::backend::staging::Staging;
+use crate::backend::uring::UringEngine;
+use crate::backend::{Engine, IoOp};
+use crate::host_size;
+
+/// A guest request split in parts.
+struct Parent {
+    tag: u64,
+    remaining: u32,
+    error: i32,
+    total: i32,
+}
+
+/// A block being copied into DISK.
+struct Job {
+    block: u64,
+    len: usize,
+    staging: Staging,
+    /// The guest's bytes to lay over the block: (guest list, offset in it, offset in block, bytes).
+    overlay: Option<(IovList, usize, usize, usize)>,
+    /// A read served from the copied block (copy on read): the same shape.
+    copy_out: Option<(IovList, usize, usize, usize)>,
+    /// Bytes of the block to zero (write-zeroes): offset in block, bytes.
+    zero: Option<(usize, usize)>,
+    parent: usize,
+}
+
+/// What an operation in the ring is for.
+enum Op {
+    /// The guest's request as it came: its result is the guest's.
+    Whole(u64),
+    /// A part of a split request, with its own iovecs and the bytes it must move.
+    Part {
+        parent: usize,
+        _iovs: Vec<libc::iovec>,
+        expect: usize,
+    },
+    /// A job's read of its block from BASE.
+    BaseRead(usize),
+    /// A job's write of its block to DISK.
+    DataWrite(usize),
+    /// Write-zeroes of whole blocks on DISK; the blocks DISK lacked, claimed, are recorded
+    /// once it is done.
+    Zeroed { parent: usize, blocks: Vec<u64> },
+}
+
+/// Slab of values addressed by index.
+struct Slab<T>(Vec<Option<T>>, Vec<usize>);
+
+impl<T> Slab<T> {
+    fn new() -> Self {
+        Slab(Vec::new(), Vec::new())
+    }
+    fn insert(&mut self, value: T) -> usize {
+        match self.1.pop() {
+            Some(i) => {
+                self.0[i] = Some(value);
+                i
+            }
+            None => {
+                self.0.push(Some(value));
+                self.0.len() - 1
+            }
+        }
+    }
+    fn take(&mut self, i: usize) -> Option<T> {
+        let value = self.0.get_mut(i)?.take()?;
+        self.1.push(i);
+        Some(value)
+    }
+    fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        self.0.get_mut(i)?.as_mut()
+    }
+    fn is_empty(&self) -> bool {
+        self.0.iter().all(Option::is_none)
+    }
+}
+
+/// A queue's engine over a thin disk.
+pub struct ThinEngine {
+    ring: UringEngine,
+    map: Arc<ThinMap>,
+    copy_on_read: bool,
+    /// Completions decided at push time.
+    ready: Vec<(u64, i32)>,
+    ops: Slab<Op>,
+    parents: Slab<Parent>,
+    jobs: Slab<Job>,
+    /// Jobs whose block is written, to commit at the end of the pass.
+    written: Vec<usize>,
+    /// Whole blocks zeroed on DISK, to commit at the end of the pass, with their request.
+    zeroed: Vec<(usize, Vec<u64>)>,
+    /// Writes waiting for a block another job holds.
+    deferred: VecDeque<(IoOp, u64)>,
+    /// Operations in the ring.
+    in_ring: usize,
+    spare: Vec<Staging>,
+    /// The ring's completions of one reap, kept for the next.
+    finished: Vec<(u64, i32)>,
+}
+
+// SAFETY: the raw pointers it holds are guest iovecs, valid until their operation is reaped (the
+// `Engine::push` contract), and its own staging buffers; the engine moves between threads only
+// with its worker and is never shared.
+unsafe impl Send for ThinEngine {}
+
+/// The iovecs of bytes `[at, at + len)` of `list`.
+fn slice(list: IovList, mut at: usize, mut len: usize) -> Vec<libc::iovec> {
+    let mut out = Vec::new();
+    for v in list.iovecs() {
+        if len == 0 {
+            break;
+        }
+        if at >= v.iov_len {
+            at -= v.iov_len;
+            continue;
+        }
+        let n = (v.iov_len - at).min(len);
+        // SAFETY: `at < iov_len`: inside this iovec's buffer.
+        let base = unsafe { v.iov_base.cast::<u8>().add(at) };
+        out.push(libc::iovec {
+            iov_base: base.cast(),
+            iov_len: n,
+        });
+        at = 0;
+        len -= n;
+    }
+    out
+}
+
+fn errno(e: &io::Error) -> i32 {
+    -e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+impl ThinEngine {
+    pub fn new(ring: UringEngine, map: Arc<ThinMap>, copy_on_read: bool) -> Self {
+        ThinEngine {
+            ring,
+            map,
+            copy_on_read,
+            ready: Vec::new(),
+            ops: Slab::new(),
+            parents: Slab::new(),
+            jobs: Slab::new(),
+            written: Vec::new(),
+            zeroed: Vec::new(),
+            deferred: VecDeque::new(),
+            in_ring: 0,
+            spare: Vec::new(),
+            finished: Vec::new(),
+        }
+    }
+
+    /// Queues `op` on DISK (`base`: a read of BASE) for `what`.
+    fn forward(&mut self, io: IoOp, base: bool, what: Op) -> io::Result<()> {
+        let tag = self.ops.insert(what) as u64;
+        let pushed = match io {
+            IoOp::Read { offset, iov } if base => self.ring.push_base_read(offset, iov, tag),
+            _ => self.ring.push(io, tag),
+        };
+        match pushed {
+            Ok(()) => {
+                self.in_ring += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.ops.take(host_size(tag));
+                Err(e)
+            }
+        }
+    }
+
+    /// The blocks `[offset, offset + len)` spans.
+    fn blocks(&self, offset: u64, len: usize) -> (u64, u64) {
+        let bs = self.map.block_size();
+        (offset / bs, (offset + len as u64).div_ceil(bs))
+    }
+
+    fn push_read(&mut self, offset: u64, iov: IovList, tag: u64) -> io::Result<()> {
+        let len = iov.len();
+        let (first, end) = self.blocks(offset, len);
+        let present = (first..end).filter(|b| self.map.is_present(*b)).count() as u64;
+        if len == 0 || present == end - first {
+            return self.forward(IoOp::Read { offset, iov }, false, Op::Whole(tag));
+        }
+        if present == 0 && !self.copy_on_read {
+            return self.forward(IoOp::Read { offset, iov }, true, Op::Whole(tag));
+        }
+        self.split(offset, iov, tag, false)
+    }
+
+    fn push_write(&mut self, offset: u64, iov: IovList, tag: u64) -> io::Result<()> {
+        let len = iov.len();
+        let (first, end) = self.blocks(offset, len);
+        if (first..end).all(|b| self.map.is_present(b)) {
+            return self.forward(IoOp::Write { offset, iov }, false, Op::Whole(tag));
+        }
+        // Claim every block DISK lacks, or none.
+        let mut claimed = Vec::new();
+        for block in (first..end).filter(|b| !self.map.is_present(*b)) {
+            if !self.map.try_claim(block) {
+                for b in claimed {
+                    self.map.release(b);
+                }
+                self.deferred.push_back((IoOp::Write { offset, iov }, tag));
+                return Ok(());
+            }
+            claimed.push(block);
+        }
+        // A block another job recorded before giving it up is DISK's now: written as it is.
+        // The others stay claimed until their job ends: only a claim's holder records a block.
+        for block in claimed {
+            self.release_if_present(block);
+        }
+        self.split(offset, iov, tag, true)
+    }
+
+    /// Serves a request block by block: runs of blocks DISK holds go to DISK, blocks it lacks
+    /// to BASE (reads) or to a copy job (writes, claimed by the caller; reads with copy on
+    /// read, claimed here when free).
+    fn split(&mut self, offset: u64, iov: IovList, tag: u64, write: bool) -> io::Result<()> {
+        let len = iov.len();
+        let Ok(total) = i32::try_from(len) else {
+            self.ready.push((tag, -libc::EINVAL));
+            return Ok(());
+        };
+        let bs = self.map.block_size();
+        let (first, end) = self.blocks(offset, len);
+        let parent = self.parents.insert(Parent {
+            tag,
+            remaining: 1, // held until every part is queued
+            error: 0,
+            total,
+        });
+        let mut block = first;
+        while block < end {
+            let present = self.map.is_present(block);
+            // A write holds the claims of the blocks DISK lacks (see `push_write`).
+            let claimed = !present
+                && (write
+                    || (self.copy_on_read
+                        && self.map.try_claim(block)
+                        && !self.release_if_present(block)));
+            let present = present || (!claimed && self.map.is_present(block));
+            let mut run_end = block + 1;
+            if !claimed {
+                while run_end < end
+                    && self.map.is_present(run_end) == present
+                    && (present || !self.copy_on_read)
+                {
+                    run_end += 1;
+                }
+            }
+            let from = offset.max(block * bs);
+            let to = (offset + len as u64).min(run_end * bs);
+            let (at, n) = (host_size(from - offset), host_size(to - from));
+            let result = if claimed {
+                self.start_job(
+                    block,
+                    iov,
+                    at,
+                    host_size(from - block * bs),
+                    n,
+                    write,
+                    parent,
+                )
+            } else {
+                let iovs = slice(iov, at, n);
+                // No more iovecs than the guest's list, whose count is a u32.
+                let count = u32::try_from(iovs.len()).unwrap_or(u32::MAX);
+                // SAFETY: the iovecs are kept in the operation until it is reaped.
+                let list = unsafe { IovList::new(iovs.as_ptr(), count) };
+                let io = if write {
+                    IoOp::Write {
+                        offset: from,
+                        iov: list,
+                    }
+                } else {
+                    IoOp::Read {
+                        offset: from,
+                        iov: list,
+                    }
+                };
+                self.forward(
+                    io,
+                    !present,
+                    Op::Part {
+                        parent,
+                        _iovs: iovs,
+                        expect: n,
+                    },
+                )
+            };
+            match result {
+                Ok(()) => {
+                    if let Some(p) = self.parents.get_mut(parent) {
+                        p.remaining += 1;
+                    }
+                }
+                Err(e) => {
+                    if claimed {
+                        self.map.release(block);
+                    }
+                    self.fail(parent, errno(&e));
+                    // The blocks claimed for the parts not started are given back.
+                    if write {
+                        for b in run_end..end {
+                            if !self.map.is_present(b) {
+                                self.map.release(b);
+                            }
+                        }
+                    }
+                    break;
+                }
+            }
+            block = run_end;
+        }
+        self.part_done(parent, 0);
+        Ok(())
+    }
+
+    /// Write-zeroes: blocks it covers whole are zeroed on DISK in one operation and recorded
+    /// (those DISK lacked); a block it covers in part is zeroed on DISK if DISK holds it, else
+    /// copied from the base with the part zeroed, as a write.
+    fn push_zeroes(&mut self, offset: u64, len: u64, unmap: bool, tag: u64) -> io::Result<()> {
+        let bs = self.map.block_size();
+        let stop = offset.saturating_add(len);
+        let (first, end) = (offset / bs, stop.div_ceil(bs));
+        if first >= end {
+            self.ready.push((tag, 0));
+            return Ok(());
+        }
+        let mut claimed = Vec::new();
+        for block in (first..end).filter(|b| !self.map.is_present(*b)) {
+            if !self.map.try_claim(block) {
+                for b in claimed {
+                    self.map.release(b);
+                }
+                let op = IoOp::WriteZeroes { offset, len, unmap };
+                self.deferred.push_back((op, tag));
+                return Ok(());
+            }
+            claimed.push(block);
+        }
+        claimed.retain(|b| !self.release_if_present(*b));
+        // Blocks covered whole: [whole_first, whole_end); the last one may be short.
+        let last = end - 1;
+        let whole_first = offset.div_ceil(bs);
+        let whole_end = if stop == last * bs + self.map.block_len(last) {
+            end
+        } else {
+            stop / bs
+        };
+        let whole = whole_first..whole_end.max(whole_first);
+        let (mut lacking, mut partial): (Vec<u64>, Vec<u64>) =
+            claimed.into_iter().partition(|b| whole.contains(b));
+        let parent = self.parents.insert(Parent {
+            tag,
+            remaining: 1, // held until every part is queued
+            error: 0,
+            total: 0,
+        });
+        let mut result = Ok(());
+        for block in (first..end).filter(|b| !whole.contains(b)) {
+            let from = offset.max(block * bs);
+            let to = stop.min(block * bs + self.map.block_len(block));
+            let n = host_size(to - from);
+            result = if let Some(i) = partial.iter().position(|b| *b == block) {
+                partial.swap_remove(i);
+                let started = self.start_zero_job(block, host_size(from - block * bs), n, parent);
+                if started.is_err() {
+                    self.map.release(block);
+                }
+                started
+            } else {
+                let op = IoOp::WriteZeroes {
+                    offset: from,
+                    len: n as u64,
+                    unmap,
+                };
+                let part = Op::Part {
+                    parent,
+                    _iovs: Vec::new(),
+                    expect: 0,
+                };
+                self.forward(op, false, part)
+            };
+            if result.is_err() {
+                break;
+            }
+            if let Some(p) = self.parents.get_mut(parent) {
+                p.remaining += 1;
+            }
+        }
+        if result.is_ok() && !whole.is_empty() {
+            let from = whole.start * bs;
+            let to = stop.min(whole.end * bs);
+            let op = IoOp::WriteZeroes {
+                offset: from,
+                len: to - from,
+                unmap,
+            };
+            let blocks = std::mem::take(&mut lacking);
+            let forwarded = self.forward(op, false, Op::Zeroed { parent, blocks });
+            match forwarded {
+                Ok(()) => {
+                    if let Some(p) = self.parents.get_mut(parent) {
+                        p.remaining += 1;
+                    }
+                }
+                // The operation was dropped with its blocks: claim them back to release them.
+                Err(e) => {
+                    lacking = whole.filter(|b| !self.map.is_present(*b)).collect();
+                    result = Err(e);
+                }
+            }
+        }
+        // Claims of parts never started are given back.
+        for block in partial.into_iter().chain(lacking) {
+            self.map.release(block);
+        }
+        if let Err(e) = result {
+            self.fail(parent, errno(&e));
+        }
+        self.part_done(parent, 0);
+        Ok(())
+    }
+
+    /// Copies `block` from the base with `n` bytes from `within` zeroed (claimed by the caller).
+    fn start_zero_job(
+        &mut self,
+        block: u64,
+        within: usize,
+        n: usize,
+        parent: usize,
+    ) -> io::Result<()> {
+        let len = host_size(self.map.block_len(block));
+        let staging = match self.spare.pop() {
+            Some(s) => s,
+            None => Staging::new(host_size(self.map.block_size()))
+                .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?,
+        };
+        let job = self.jobs.insert(Job {
+            block,
+            len,
+            staging,
+            overlay: None,
+            copy_out: None,
+            zero: Some((within, n)),
+            parent,
+        });
+        let result = self.read_block(job);
+        if result.is_err()
+            && let Some(job) = self.jobs.take(job)
+        {
+            self.spare.push(job.staging);
+        }
+        result
+    }
+
+    /// Gives back a block claimed after another job made it present; true if so.
+    fn release_if_present(&self, block: u64) -> bool {
+        if self.map.is_present(block) {
+            self.map.release(block);
+            return true;
+        }
+        false
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_job(
+        &mut self,
+        block: u64,
+        iov: IovList,
+        at: usize,
+        within: usize,
+        n: usize,
+        write: bool,
+        parent: usize,
+    ) -> io::Result<()> {
+        let len = host_size(self.map.block_len(block));
+        let staging = match self.spare.pop() {
+            Some(s) => s,
+            None => Staging::new(host_size(self.map.block_size()))
+                .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?,
+        };
+        let piece = Some((iov, at, within, n));
+        let job = self.jobs.insert(Job {
+            block,
+            len,
+            staging,
+            overlay: if write { piece } else { None },
+            copy_out: if write { None } else { piece },
+            zero: None,
+            parent,
+        });
+        let result = if write && within == 0 && n == len {
+            self.write_block(job)
+        } else {
+            self.read_block(job)
+        };
+        if result.is_err()
+            && let Some(job) = self.jobs.take(job)
+        {
+            self.spare.push(job.staging);
+        }
+        result
+    }
+
+    fn read_block(&mut self, job: usize) -> io::Result<()> {
+        let bs = self.map.block_size();
+        let Some(j) = self.jobs.get_mut(job) else {
+            return Err(io::Error::other("no such job"));
+        };
+        let (offset, list) = (j.block * bs, j.staging.list(j.len));
+        self.forward(IoOp::Read { offset, iov: list }, true, Op::BaseRead(job))
+    }
+
+    /// Lays the guest's bytes over the staged block and writes the block to DISK.
+    fn write_block(&mut self, job: usize) -> io::Result<()> {
+        let bs = self.map.block_size();
+        let Some(j) = self.jobs.get_mut(job) else {
+            return Err(io::Error::other("no such job"));
+        };
+        if let Some((iov, at, within, n)) = j.overlay {
+            // SAFETY: `within + n <= len <= ` the staging buffer's size; guest buffers never
+            // overlap it.
+            unsafe { iov.copy_out(at, j.staging.as_ptr().add(within), n) };
+        }
+        if let Some((within, n)) = j.zero {
+            j.staging.bytes(j.len)[within..within + n].fill(0);
+        }
+        let (offset, list) = (j.block * bs, j.staging.list(j.len));
+        self.forward(IoOp::Write { offset, iov: list }, false, Op::DataWrite(job))
+    }
+
+    fn fail(&mut self, parent: usize, error: i32) {
+        if let Some(p) = self.parents.get_mut(parent)
+            && p.error == 0
+        {
+            p.error = error;
+        }
+    }
+
+    /// One part of `parent` finished with `error` (0: fine).
+    fn part_done(&mut self, parent: usize, error: i32) {
+        if error != 0 {
+            self.fail(parent, error);
+        }
+        let Some(p) = self.parents.get_mut(parent) else {
+            return;
+        };
+        p.remaining -= 1;
+        if p.remaining == 0
+            && let Some(p) = self.parents.take(parent)
+        {
+            let result = if p.error != 0 { p.error } else { p.total };
+            self.ready.push((p.tag, result));
+        }
+    }
+
+    /// Ends a job: its block is given back, its parent hears `error`.
+    fn end_job(&mut self, job: usize, error: i32) {
+        let Some(j) = self.jobs.take(job) else {
+            return;
+        };
+        if error == 0
+            && let Some((iov, at, within, n)) = j.copy_out
+        {
+            // SAFETY: as in `write_block`, the other way.
+            unsafe { iov.copy_in(at, j.staging.as_ptr().add(within), n) };
+        }
+        self.map.release(j.block);
+        self.part_done(j.parent, error);
+        self.spare.push(j.staging);
+    }
+
+    /// Handles one completion of the ring.
+    fn complete(&mut self, tag: u64, result: i32) {
+        let Some(op) = self.ops.take(host_size(tag)) else {
+            return;
+        };
+        self.in_ring -= 1;
+        let short = |expect: usize| {
+            if result < 0 {
+                result
+            } else if usize::try_from(result).is_ok_and(|n| n == expect) {
+                0
+            } else {
+                -libc::EIO
+            }
+        };
+        match op {
+            Op::Whole(tag) => self.ready.push((tag, result)),
+            Op::Part { parent, expect, .. } => self.part_done(parent, short(expect)),
+            Op::BaseRead(job) => {
+                let len = self.jobs.get_mut(job).map_or(0, |j| j.len);
+                let error = short(len);
+                let error = if error == 0 {
+                    self.write_block(job).err().map_or(0, |e| errno(&e))
+                } else {
+                    error
+                };
+                if error != 0 {
+                    self.end_job(job, error);
+                }
+            }
+            Op::Zeroed { parent, blocks } => match short(0) {
+                0 => self.zeroed.push((parent, blocks)),
+                error => {
+                    for block in blocks {
+                        self.map.release(block);
+                    }
+                    self.part_done(parent, error);
+                }
+            },
+            Op::DataWrite(job) => {
+                let len = self.jobs.get_mut(job).map_or(0, |j| j.len);
+                match short(len) {
+                    0 => self.written.push(job),
+                    error => self.end_job(job, error),
+                }
+            }
+        }
+    }
+
+    /// Records the blocks written this pass, then acknowledges their requests.
+    fn commit(&mut self) {
+        if self.written.is_empty() && self.zeroed.is_empty() {
+            return;
+        }
+        let jobs = std::mem::take(&mut self.written);
+        let zeroed = std::mem::take(&mut self.zeroed);
+        let mut blocks: Vec<u64> = jobs
+            .iter()
+            .filter_map(|j| self.jobs.0.get(*j)?.as_ref().map(|j| j.block))
+            .collect();
+        blocks.extend(zeroed.iter().flat_map(|(_, blocks)| blocks.iter().copied()));
+        let error = match self.map.commit(&blocks) {
+            Ok(()) => 0,
+            Err(e) => {
+                crate::limited!(error, "thin disk: cannot record copied blocks: {e}");
+                errno(&e)
+            }
+        };
+        for job in jobs {
+            self.end_job(job, error);
+        }
+        for (parent, blocks) in zeroed {
+            for block in blocks {
+                self.map.release(block);
+            }
+            self.part_done(parent, error);
+        }
+    }
+
+    /// Tries the writes that waited for a block again.
+    fn retry_deferred(&mut self) {
+        for _ in 0..self.deferred.len() {
+            let Some((op, tag)) = self.deferred.pop_front() else {
+                break;
+            };
+            if let Err(e) = self.push(op, tag) {
+                self.ready.push((tag, errno(&e)));
+            }
+        }
+    }
+}
+
+impl Engine for ThinEngine {
+    fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()> {
+        match op {
+            IoOp::Read { offset, iov } => self.push_read(offset, iov, tag),
+            IoOp::Write { offset, iov } => self.push_write(offset, iov, tag),
+            IoOp::Flush => self.forward(op, false, Op::Whole(tag)),
+            // Advisory: blocks DISK lacks keep reading the base.
+            IoOp::Discard { .. } => self.forward(op, false, Op::Whole(tag)),
+            IoOp::WriteZeroes { offset, len, unmap } => self.push_zeroes(offset, len, unmap, tag),
+        }
+    }
+
+    fn submit(&mut self) -> io::Result<()> {
+        self.ring.submit()
+    }
+
+    fn wait(&mut self) -> io::Result<()> {
+        if !self.ready.is_empty() || !self.written.is_empty() || !self.zeroed.is_empty() {
+            return self.ring.submit();
+        }
+        if self.in_ring == 0 {
+            // Only writes waiting for another queue's block: let it finish.
+            std::thread::sleep(Duration::from_micros(50));
+            return Ok(());
+        }
+        self.ring.wait()
+    }
+
+    fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
+        let mut finished = std::mem::take(&mut self.finished);
+        self.ring
+            .reap(&mut |tag, result| finished.push((tag, result)));
+        for (tag, result) in finished.drain(..) {
+            self.complete(tag, result);
+        }
+        self.finished = finished;
+        self.commit();
+        if !self.deferred.is_empty() {
+            self.retry_deferred();
+            if self.in_ring == 0 && !self.deferred.is_empty() {
+                // Waiting for another queue's job, which will not wake this queue: come back.
+                std::thread::sleep(Duration::from_micros(20));
+                self.wake();
+            }
+        }
+        if let Err(e) = self.ring.submit() {
+            crate::limited!(debug, "thin disk: submit: {e}");
+        }
+        for (tag, result) in self.ready.drain(..) {
+            done(tag, result);
+        }
+    }
+
+    fn completion_fd(&self) -> Option<RawFd> {
+        self.ring.completion_fd()
+    }
+
+    unsafe fn guest_memory(&mut self, regions: &[libc::iovec]) -> io::Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.ring.guest_memory(regions) }
+    }
+}
+
+impl ThinEngine {
+    /// Makes the completion eventfd readable, so that a sleeping worker reaps again.
+    fn wake(&self) {
+        if let Some(fd) = self.ring.completion_fd() {
+            let one = 1u64;
+            // SAFETY: writes 8 bytes from a u64 to an eventfd the ring owns.
+            let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+        }
+    }
+}
+
+impl Drop for ThinEngine {
+    fn drop(&mut self) {
+        // The kernel writes into staging buffers until their operations complete.
+        while self.in_ring > 0 {
+            if let Err(e) = self.ring.wait() {
+                crate::limited!(error, "thin disk: cannot wait for copies to finish: {e}");
+                for job in self.jobs.0.iter_mut().filter_map(Option::take) {
+                    std::mem::forget(job.staging);
+                }
+                return;
+            }
+            let mut finished = Vec::new();
+            self.ring
+                .reap(&mut |tag, result| finished.push((tag, result)));
+            for (tag, _) in finished {
+                if self.ops.take(host_size(tag)).is_some() {
+                    self.in_ring -= 1;
+                }
+            }
+        }
+        // Copies never recorded are given back, unacknowledged.
+        for job in self.jobs.0.iter().flatten() {
+            self.map.release(job.block);
+        }
+        debug_assert!(self.ops.is_empty());
+    }
+}

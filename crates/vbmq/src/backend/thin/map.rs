@@ -1,0 +1,257 @@
+//! Which blocks a thin disk holds: an in-memory bitmap, and its copy in the sidecar map file.
+//!
+//! The map file (`DISK.map`) is a 4096-byte header then one bit per block, little-endian
+//! 64-bit words (bit `i` of word `w` is block `64 * w + i`). A bit only ever goes from 0 to 1,
+//! so a torn write of the map can only lose bits whose write was never acknowledged.
+//!
+//! Ordering ([`ThinMap::commit`]): the blocks' data is written to DISK, DISK is flushed
+//! (`fdatasync`), the bits are written to the map file and the map file is flushed, and only
+//! then are the bits set in memory (where other queues see them) and the writes acknowledged.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::host_size;
+
+const MAGIC: &[u8; 8] = b"VBMQTHIN";
+const VERSION: u32 = 1;
+/// Bytes before the bitmap.
+pub const HEADER: u64 = 4096;
+
+/// The present and busy bits of every block, and the map file.
+pub struct ThinMap {
+    block_size: u64,
+    capacity: u64,
+    blocks: u64,
+    /// Blocks DISK holds, as the map file records them.
+    present: Vec<AtomicU64>,
+    /// Blocks being copied into DISK by one engine (or the fill), which others wait for.
+    busy: Vec<AtomicU64>,
+    present_count: AtomicU64,
+    file: File,
+    /// DISK, flushed before the map.
+    data: File,
+    /// The bitmap as written to the map file, under the lock that orders map writes.
+    written: Mutex<Vec<u64>>,
+}
+
+/// The map file of the thin disk at `disk`.
+pub fn map_path(disk: &Path) -> PathBuf {
+    let mut name = disk.as_os_str().to_owned();
+    name.push(".map");
+    PathBuf::from(name)
+}
+
+fn invalid(why: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, why)
+}
+
+fn header(block_size: u64, capacity: u64) -> Vec<u8> {
+    let mut header = vec![0u8; host_size(HEADER)];
+    header[..8].copy_from_slice(MAGIC);
+    header[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    header[16..24].copy_from_slice(&block_size.to_le_bytes());
+    header[24..32].copy_from_slice(&capacity.to_le_bytes());
+    header
+}
+
+fn field(header: &[u8], at: usize) -> u64 {
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&header[at..at + 8]);
+    u64::from_le_bytes(bytes)
+}
+
+impl ThinMap {
+    /// Opens the map of `data` (the DISK file at `path`) over a base of `capacity` bytes, or
+    /// makes it if DISK is empty (then sized to the base). `block_size`: the block asked for,
+    /// `None` to take the map's (64 KiB for a new one).
+    pub fn open(
+        path: &Path,
+        data: File,
+        capacity: u64,
+        block_size: Option<u64>,
+    ) -> io::Result<Self> {
+        let map_path = map_path(path);
+        let file = match OpenOptions::new().read(true).write(true).open(&map_path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if data.metadata()?.len() != 0 {
+                    return Err(invalid(format!(
+                        "holds data but {} is missing: not a disk made from a base, or its map is lost",
+                        map_path.display()
+                    )));
+                }
+                Self::create(&map_path, block_size.unwrap_or(64 << 10), capacity)?
+            }
+            Err(e) => return Err(e),
+        };
+        let mut head = vec![0u8; host_size(HEADER)];
+        file.read_exact_at(&mut head, 0)
+            .map_err(|e| invalid(format!("{}: header: {e}", map_path.display())))?;
+        if &head[..8] != MAGIC || head[8..12] != VERSION.to_le_bytes() {
+            return Err(invalid(format!(
+                "{} is not a vbmq thin-disk map (version {VERSION})",
+                map_path.display()
+            )));
+        }
+        let (bs, recorded) = (field(&head, 16), field(&head, 24));
+        if !bs.is_power_of_two() || !(4096..=(16 << 20)).contains(&bs) {
+            return Err(invalid(format!(
+                "{}: bad block size {bs}",
+                map_path.display()
+            )));
+        }
+        if block_size.is_some_and(|asked| asked != bs) {
+            return Err(invalid(format!(
+                "{} records base-block={bs}: it cannot change",
+                map_path.display()
+            )));
+        }
+        if recorded != capacity {
+            return Err(invalid(format!(
+                "the map records a base of {recorded} bytes, the base has {capacity}: not the base this disk was made from"
+            )));
+        }
+        let blocks = capacity.div_ceil(bs);
+        let words =
+            usize::try_from(blocks.div_ceil(64)).map_err(|_| invalid("too large".into()))?;
+        let mut raw = vec![0u8; words * 8];
+        file.read_exact_at(&mut raw, HEADER)
+            .map_err(|e| invalid(format!("{}: bitmap: {e}", map_path.display())))?;
+        let written: Vec<u64> = raw.chunks_exact(8).map(|w| field(w, 0)).collect();
+        let present_count = written.iter().map(|w| u64::from(w.count_ones())).sum();
+        // A crash between making the map and sizing DISK leaves DISK empty; a DISK emptied or
+        // replaced since would read zeros where the map says it holds blocks.
+        let len = data.metadata()?.len();
+        if len < capacity && present_count > 0 {
+            return Err(invalid(format!(
+                "DISK has {len} bytes but {} records {present_count} blocks copied into it: \
+                 DISK was replaced or truncated",
+                map_path.display()
+            )));
+        }
+        if len < capacity {
+            data.set_len(capacity)?;
+        } else if len > capacity {
+            return Err(invalid(format!(
+                "DISK has {len} bytes, more than the base's {capacity}"
+            )));
+        }
+        Ok(ThinMap {
+            block_size: bs,
+            capacity,
+            blocks,
+            present: written.iter().map(|w| AtomicU64::new(*w)).collect(),
+            busy: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            present_count: AtomicU64::new(present_count),
+            file,
+            data,
+            written: Mutex::new(written),
+        })
+    }
+
+    /// Writes a new, empty map under a temporary name, flushes it and renames it in place.
+    fn create(map_path: &Path, block_size: u64, capacity: u64) -> io::Result<File> {
+        let blocks = capacity.div_ceil(block_size);
+        let tmp = map_path.with_extension("map.new");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        file.write_all_at(&header(block_size, capacity), 0)?;
+        file.set_len(HEADER + blocks.div_ceil(64) * 8)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, map_path)?;
+        if let Some(dir) = map_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            File::open(dir)?.sync_all()?;
+        }
+        Ok(file)
+    }
+
+    /// Bytes per block.
+    pub fn block_size(&self) -> u64 {
+        self.block_size
+    }
+
+    /// Number of blocks (the last may be short).
+    pub fn blocks(&self) -> u64 {
+        self.blocks
+    }
+
+    /// Blocks DISK holds.
+    pub fn present_count(&self) -> u64 {
+        self.present_count.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of block `block` (the last one may be short).
+    pub fn block_len(&self, block: u64) -> u64 {
+        (self.capacity - block * self.block_size).min(self.block_size)
+    }
+
+    fn bit(block: u64) -> (usize, u64) {
+        ((block / 64) as usize, 1 << (block % 64))
+    }
+
+    /// Whether DISK holds `block` (its map bit is durable).
+    pub fn is_present(&self, block: u64) -> bool {
+        let (word, bit) = Self::bit(block);
+        self.present
+            .get(word)
+            .is_some_and(|w| w.load(Ordering::Acquire) & bit != 0)
+    }
+
+    /// Claims `block` for copying; false if someone else has it.
+    pub fn try_claim(&self, block: u64) -> bool {
+        let (word, bit) = Self::bit(block);
+        self.busy
+            .get(word)
+            .is_some_and(|w| w.fetch_or(bit, Ordering::AcqRel) & bit == 0)
+    }
+
+    /// Gives a claimed block back.
+    pub fn release(&self, block: u64) {
+        let (word, bit) = Self::bit(block);
+        if let Some(w) = self.busy.get(word) {
+            w.fetch_and(!bit, Ordering::AcqRel);
+        }
+    }
+
+    /// Records `blocks` (claimed, their data written to DISK) as present: flushes DISK, writes
+    /// and flushes their map bits, then marks them present in memory. One call per pass.
+    pub fn commit(&self, blocks: &[u64]) -> io::Result<()> {
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        self.data.sync_data()?;
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut low, mut high) = (usize::MAX, 0);
+        for &block in blocks {
+            let (word, bit) = Self::bit(block);
+            let Some(w) = written.get_mut(word) else {
+                return Err(invalid(format!("block {block} past the end")));
+            };
+            *w |= bit;
+            low = low.min(word);
+            high = high.max(word);
+        }
+        let bytes: Vec<u8> = written[low..=high]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        self.file.write_all_at(&bytes, HEADER + low as u64 * 8)?;
+        self.file.sync_data()?;
+        for &block in blocks {
+            let (word, bit) = Self::bit(block);
+            if self.present[word].fetch_or(bit, Ordering::AcqRel) & bit == 0 {
+                self.present_count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+}

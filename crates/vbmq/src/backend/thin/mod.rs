@@ -1,0 +1,165 @@
+//! `base=`: a thin disk over a read-only base image.
+//!
+//! DISK holds only the blocks written (or copied) since it was made; every other block reads
+//! from BASE, which vbmq opens read-only (shared lock: any number of disks and processes may
+//! use it) and never writes. Blocks are `base-block=` bytes (64 KiB by default); a write to part
+//! of a block DISK lacks first copies the rest of that block from BASE. Which blocks DISK holds
+//! is recorded in `DISK.map` (see [`map`] for the format and the order of writes).
+//!
+//! Promise: a write is acknowledged only once its data and, for a block newly copied, the
+//! block's map bit are both flushed (data first), so neither `kill -9` nor a power failure at
+//! any instant loses an acknowledged write or shows a half-copied block; writes to blocks DISK
+//! already holds keep the plain disk's promise (durable after a guest flush). The cost: a pass
+//! of the queue that completes first writes to blocks pays two `fdatasync` and one `pwrite`,
+//! once for all of them; reads, and writes to blocks DISK holds, pay one bitmap lookup per
+//! block and no system call. Write-zeroes records the blocks it covers whole as DISK's (zeroed
+//! there); discard is advisory and leaves the map as it is.
+
+mod engine;
+mod fill;
+mod map;
+
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use self::engine::ThinEngine;
+use self::map::ThinMap;
+pub use self::map::map_path;
+use super::{Disk, Engine, EngineOptions, FileDisk, Geometry};
+
+/// What a thin disk does besides serving.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThinOptions {
+    /// Bytes per block (`base-block=`); `None`: the map's, or 64 KiB for a new disk.
+    pub block_size: Option<u64>,
+    /// Copy the blocks a read fetches from BASE into DISK (`base-copy-on-read=on`).
+    pub copy_on_read: bool,
+    /// Copy every block into DISK in the background (`base-fill=on`).
+    pub fill: bool,
+}
+
+/// A disk whose unwritten blocks read from a base image.
+pub struct ThinDisk {
+    data: FileDisk,
+    base: FileDisk,
+    map: Arc<ThinMap>,
+    geometry: Geometry,
+    copy_on_read: bool,
+    stop_fill: Arc<AtomicBool>,
+    filler: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl ThinDisk {
+    /// Serves `data` (the writable DISK file at `path`) over `base`, opening or making its map.
+    pub fn open(
+        data: FileDisk,
+        path: &Path,
+        base: FileDisk,
+        options: ThinOptions,
+    ) -> io::Result<Self> {
+        let base_geometry = base.geometry();
+        let block_size = data.geometry().block_size.max(base_geometry.block_size);
+        if let Some(bs) = options.block_size
+            && (!bs.is_power_of_two() || !(4096..=(16 << 20)).contains(&bs))
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "base-block must be a power of two from 4K to 16M",
+            ));
+        }
+        let capacity = base_geometry.capacity;
+        let map = ThinMap::open(path, data.file()?, capacity, options.block_size)?;
+        if !map.block_size().is_multiple_of(u64::from(block_size)) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("base-block is not a multiple of the {block_size}-byte sector"),
+            ));
+        }
+        let map = Arc::new(map);
+        let stop_fill = Arc::new(AtomicBool::new(false));
+        let filler = if options.fill {
+            Some(fill::start(
+                map.clone(),
+                base.file()?,
+                data.file()?,
+                stop_fill.clone(),
+                path.display().to_string(),
+            )?)
+        } else {
+            None
+        };
+        Ok(ThinDisk {
+            geometry: Geometry {
+                capacity,
+                block_size,
+                ..base_geometry
+            },
+            data,
+            base,
+            map,
+            copy_on_read: options.copy_on_read,
+            stop_fill,
+            filler: Mutex::new(filler),
+        })
+    }
+
+    fn stop_filling(&self) {
+        self.stop_fill.store(true, Ordering::Relaxed);
+        let filler = self.filler.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(filler) = filler
+            && filler.join().is_err()
+        {
+            tracing::error!("thin disk: the background fill panicked");
+        }
+    }
+}
+
+impl Disk for ThinDisk {
+    fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
+        // A request split by block is several operations in the ring.
+        let ring_options = EngineOptions {
+            depth: options.depth.saturating_mul(4),
+            ..options
+        };
+        let ring = self
+            .data
+            .uring_engine(ring_options, Some(self.base.as_base()?))?;
+        Ok(Box::new(ThinEngine::new(
+            ring,
+            self.map.clone(),
+            self.copy_on_read,
+        )))
+    }
+
+    fn supports_discard(&self) -> bool {
+        self.data.supports_discard()
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("thin_blocks", self.map.blocks()),
+            ("thin_present_blocks", self.map.present_count()),
+        ]
+    }
+
+    fn writer_seat(&self) -> Option<Arc<super::WriterSeat>> {
+        None
+    }
+
+    fn close(&self) {
+        self.stop_filling();
+    }
+}
+
+impl Drop for ThinDisk {
+    fn drop(&mut self) {
+        self.stop_filling();
+    }
+}

@@ -1,0 +1,100 @@
+//! A guest on a `base=` disk: it reads the base image's file system, writes its own files on
+//! top, and a second VM finds both; the base's bytes never change.
+
+mod guest;
+
+use guest::{TestDir, Vbmq, Vm, script, tagged};
+use std::os::unix::fs::MetadataExt;
+use std::process::Command;
+
+const BASE_MIB: u64 = 128;
+
+fn sha256(path: &std::path::Path) -> String {
+    let out = Command::new("sha256sum").arg(path).output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// The base is an ext4 image made on the host with a file in it. The first VM checks the file
+/// system and the file, writes files of its own, syncs and checks again; a second VM on the same
+/// DISK finds every file. The base's bytes are the same afterwards, and DISK holds only what was
+/// written.
+#[test]
+#[cfg_attr(
+    not(feature = "guest-tests"),
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
+)]
+fn a_guest_writes_on_a_disk_made_from_a_base_image() {
+    let dir = TestDir::new("thin");
+    let content = dir.join("content");
+    std::fs::create_dir_all(&content).unwrap();
+    let text: String = (1..=20000).map(|i| format!("{i}\n")).collect();
+    std::fs::write(content.join("golden.txt"), &text).unwrap();
+    let base = dir.disk("golden.img", BASE_MIB);
+    let mkfs = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-d"])
+        .arg(&content)
+        .arg(&base)
+        .output()
+        .unwrap();
+    assert!(
+        mkfs.status.success(),
+        "{}",
+        String::from_utf8_lossy(&mkfs.stderr)
+    );
+    let base_sum = sha256(&base);
+    let golden_sum = sha256(&content.join("golden.txt"));
+    let disk = dir.join("vm.raw");
+    let socket = dir.join("thin.sock");
+    let vbmq = Vbmq::serve(
+        &[format!(
+            "socket={},path={},base={},queues=2",
+            socket.display(),
+            disk.display(),
+            base.display()
+        )],
+        dir.join("vbmq.log"),
+    );
+    let first = Vm::new(2).disk(&socket, 2).run(&script(
+        "e2fsck -fn /dev/vda
+         mount /dev/vda /mnt
+         sha256sum /mnt/golden.txt | sed 's/^/GOLDEN /'
+         mkdir /mnt/own
+         for i in 1 2 3 4; do
+             dd if=/dev/urandom of=/mnt/own/file$i bs=64k count=$((i * 8)) 2>/dev/null
+         done
+         echo appended >>/mnt/golden.txt
+         (cd /mnt && sha256sum golden.txt own/* >/sums)
+         cp /sums /mnt/sums
+         sync
+         fstrim -v /mnt
+         umount /mnt
+         e2fsck -fn /dev/vda
+         sed 's/^/SUM /' /sums",
+    ));
+    first.assert_success();
+    let second = Vm::new(2).disk(&socket, 2).run(&script(
+        "e2fsck -fn /dev/vda
+         mount -o ro /dev/vda /mnt
+         (cd /mnt && sha256sum -c sums && sed 's/^/SUM /' sums)
+         umount /mnt",
+    ));
+    second.assert_success();
+    vbmq.stop();
+    let golden = tagged(&first.output, "GOLDEN");
+    assert_eq!(golden.len(), 1, "{}", first.output);
+    assert!(golden[0].starts_with(&golden_sum), "{}", first.output);
+    let sums = tagged(&first.output, "SUM");
+    assert_eq!(sums.len(), 5, "{}", first.output);
+    assert_eq!(sums, tagged(&second.output, "SUM"));
+    assert_eq!(sha256(&base), base_sum, "the base changed");
+    let allocated = std::fs::metadata(&disk).unwrap().blocks() * 512;
+    assert!(
+        allocated < (BASE_MIB << 20) / 2,
+        "DISK has {allocated} bytes allocated"
+    );
+}
