@@ -43,7 +43,8 @@ One disk, served in the foreground until SIGTERM, with QEMU's vhost-user backend
   --fd N                      an inherited socket, already listening (3 or more)
   --blk-file FILE             the raw image file or block device
   --read-only                 refuse writes (the image is opened read-only)
-  --print-capabilities        print the vhost-user backend capabilities (JSON) and exit
+  --print-capabilities        print the vhost-user backend capabilities (JSON) and exit,
+                              ignoring every other argument
 vbmq's own:
   --queues N                  request queues, each on its own thread (default 1)
   --mode event|poll|adaptive  how the queue threads wait (default adaptive)
@@ -71,6 +72,10 @@ pub fn parse_blk_program_args(
     args: &[String],
     online_cpus: &[usize],
 ) -> Result<BlkProgramCommand, String> {
+    // The conventions: with --print-capabilities, every other argument is ignored.
+    if args.iter().any(|arg| arg == "--print-capabilities") {
+        return Ok(BlkProgramCommand::PrintCapabilities);
+    }
     let mut socket: Option<PathBuf> = None;
     let mut fd: Option<i32> = None;
     let mut file: Option<PathBuf> = None;
@@ -97,7 +102,6 @@ pub fn parse_blk_program_args(
                 return Err(format!("{name} takes no value"));
             }
             match name {
-                "--print-capabilities" => return Ok(BlkProgramCommand::PrintCapabilities),
                 "-h" | "--help" => return Ok(BlkProgramCommand::Help),
                 "--read-only" => readonly = true,
                 _ => return Err(format!("{name}: not an option vbmq vhost-user-blk takes")),

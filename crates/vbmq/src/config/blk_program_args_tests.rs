@@ -81,6 +81,11 @@ fn print_capabilities_and_help() {
         parse("--socket-path /s --print-capabilities"),
         Ok(BlkProgramCommand::PrintCapabilities)
     );
+    // Every other argument is ignored then, even one that would be refused.
+    assert_eq!(
+        parse("--frob --fd=1 --print-capabilities"),
+        Ok(BlkProgramCommand::PrintCapabilities)
+    );
     assert_eq!(parse("--help"), Ok(BlkProgramCommand::Help));
     assert!(BLK_PROGRAM_CAPABILITIES.contains("\"block\""));
 }
