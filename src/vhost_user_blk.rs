@@ -49,6 +49,10 @@ pub fn run(args: &[String]) -> i32 {
         match vbmq::systemd::inherited_fd(name) {
             Ok(fd) => {
                 if let Some(path) = bound_path(fd) {
+                    let unnamed = format!("socket={}", args.spec.socket.display());
+                    args.text =
+                        args.text
+                            .replacen(&unnamed, &format!("socket={}", path.display()), 1);
                     args.spec.socket = path;
                 }
             }
@@ -62,6 +66,7 @@ pub fn run(args: &[String]) -> i32 {
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
         )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     tracing::info!("serving {}", args.text);

@@ -62,9 +62,12 @@ fn an_inherited_listening_socket_serves_io() {
     // As libvirt does: the launcher binds and listens, the backend gets the descriptor.
     let listener = UnixListener::bind(&socket).unwrap();
     let fd = listener.as_raw_fd();
+    let log = dir.path().join("vbmq.log");
     let mut cmd = vbmq();
     cmd.arg("--fd=3")
-        .arg(format!("--blk-file={}", file.display()));
+        .arg(format!("--blk-file={}", file.display()))
+        .env("RUST_LOG", "info")
+        .stderr(std::fs::File::create(&log).unwrap());
     // SAFETY: between fork and exec, only fcntl and dup2: the socket at 3, inherited.
     unsafe {
         cmd.pre_exec(move || {
@@ -86,6 +89,10 @@ fn an_inherited_listening_socket_serves_io() {
         socket.exists(),
         "vbmq leaves an inherited socket's file to its owner"
     );
+    // The disk is named by the path the inherited socket is bound to.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let named = format!("serving socket={},path=", socket.display());
+    assert!(text.contains(&named), "{text}");
 }
 
 #[test]
