@@ -2,7 +2,9 @@
 # install.sh — install a built vbmq: the binary, the systemd unit, and QEMU's vhost-user
 # descriptor of type "fs" (libvirt then starts vbmq for <filesystem><driver type='virtiofs'/>
 # without a <binary>: it takes the first fs descriptor by file name, and 40-vbmq-fs.json comes
-# before virtiofsd's 50-*.json).
+# before virtiofsd's 50-*.json), and one of type "block", 50-vbmq-blk.json, whose binary is the
+# link $PREFIX/libexec/vbmq-vhost-user-blk to vbmq (started by that name, vbmq is QEMU's block
+# backend program: --socket-path|--fd, --blk-file, --read-only, --print-capabilities).
 #
 # Usage (as root, after `cargo build --release`): scripts/install.sh [--no-descriptor]
 # Knobs: PREFIX=/usr/local (the binary goes to $PREFIX/bin/vbmq), DESCRIPTORS=/usr/share/qemu/vhost-user,
@@ -24,5 +26,11 @@ if [ "${1:-}" != --no-descriptor ]; then
     > "$DESTDIR$DESCRIPTORS/40-vbmq-fs.json"
   chmod 0644 "$DESTDIR$DESCRIPTORS/40-vbmq-fs.json"
   echo "installed $DESCRIPTORS/40-vbmq-fs.json -> $PREFIX/bin/vbmq"
+  install -d -m 0755 "$DESTDIR$PREFIX/libexec"
+  ln -sfn ../bin/vbmq "$DESTDIR$PREFIX/libexec/vbmq-vhost-user-blk"
+  sed "s|@BINARY@|$PREFIX/libexec/vbmq-vhost-user-blk|" contrib/vhost-user/50-vbmq-blk.json \
+    > "$DESTDIR$DESCRIPTORS/50-vbmq-blk.json"
+  chmod 0644 "$DESTDIR$DESCRIPTORS/50-vbmq-blk.json"
+  echo "installed $DESCRIPTORS/50-vbmq-blk.json -> $PREFIX/libexec/vbmq-vhost-user-blk"
 fi
 echo "installed $PREFIX/bin/vbmq and $UNITS/vbmq.service"

@@ -34,6 +34,24 @@ pub fn command() -> Command {
         .subcommand(bench())
         .subcommand(ctl())
         .subcommand(virtiofsd())
+        .subcommand(vhost_user_blk())
+}
+
+/// Listed for `vbmq --help` only: `main` reads `vbmq vhost-user-blk ...` itself, before clap.
+fn vhost_user_blk() -> Command {
+    Command::new("vhost-user-blk")
+        .about(
+            "Serve one disk with QEMU's vhost-user block backend conventions (--socket-path|--fd, \
+             --blk-file, --read-only; also when started as `vbmq-vhost-user-blk`): \
+             vbmq vhost-user-blk --help lists the options",
+        )
+        .disable_help_flag(true)
+        .arg(
+            Arg::new("options")
+                .num_args(0..)
+                .trailing_var_arg(true)
+                .allow_hyphen_values(true),
+        )
 }
 
 /// Listed for `vbmq --help` only: `main` reads `vbmq virtiofsd ...` itself, before clap.

@@ -1,5 +1,6 @@
-//! `vbmq`: serve disks to VMs (`serve`), serve one share as virtiofsd would (`virtiofsd`), or
-//! measure how fast it does (`bench`).
+//! `vbmq`: serve disks to VMs (`serve`), serve one share as virtiofsd would (`virtiofsd`) or
+//! one disk as a QEMU vhost-user block backend program (`vhost-user-blk`), or measure how fast it
+//! does (`bench`).
 
 mod cli;
 mod config_file;
@@ -11,12 +12,17 @@ mod fd_wait;
 mod metrics;
 mod state_file;
 mod syslog;
+mod vhost_user_blk;
 mod virtiofsd;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use tracing_subscriber::EnvFilter;
 
 fn main() {
+    // Before virtiofsd's: a block backend program is also started with options alone.
+    if let Some(args) = vhost_user_blk::arguments() {
+        std::process::exit(vhost_user_blk::run(&args));
+    }
     if let Some(args) = virtiofsd::arguments() {
         std::process::exit(virtiofsd::run(&args));
     }

@@ -1,5 +1,6 @@
 //! The command line: `--disk` specifications and the values inside them.
 
+mod blk_program_args;
 mod cpu_list;
 mod disk_keys;
 mod disk_spec;
@@ -10,6 +11,10 @@ mod sockets;
 mod spec_error;
 mod virtiofsd_args;
 
+pub use blk_program_args::{
+    BLK_PROGRAM_CAPABILITIES, BLK_PROGRAM_HELP, BlkProgramArgs, BlkProgramCommand,
+    parse_blk_program_args,
+};
 pub use cpu_list::parse_cpu_list;
 pub use disk_keys::{DISK_KEYS, DiskKey, disk_key, disk_keys_help};
 pub use disk_spec::{DiskSpec, Storage};
