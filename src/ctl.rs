@@ -50,7 +50,7 @@ pub fn run(request: &Request) -> i32 {
     }
     let mut borrowed: Vec<BorrowedFd<'_>> = opened.fds.iter().map(AsFd::as_fd).collect();
     if let Some(share) = &share {
-        borrowed.extend_from_slice(share.fds());
+        borrowed.extend_from_slice(&share.fds());
     }
     let result = exchange(&request.control, &command, &borrowed);
     drop(borrowed);

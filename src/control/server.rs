@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use vbmq::host::Host;
 
 use super::answer::answer;
-use super::passed_fds;
 use super::protocol::Reply;
 
 /// The longest request line; a longer one gets an error and the connection is closed.
