@@ -137,7 +137,10 @@ pub fn image_files(
     check_image_file("O_DIRECT image", &direct, readonly, true)?;
     let (a, b) = (image.metadata()?, direct.metadata()?);
     if (a.dev(), a.ino(), a.rdev()) != (b.dev(), b.ino(), b.rdev()) {
-        return Err(refused_image("images", "the two descriptors are different files"));
+        return Err(refused_image(
+            "images",
+            "the two descriptors are different files",
+        ));
     }
     Ok((image, Some(direct)))
 }

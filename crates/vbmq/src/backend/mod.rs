@@ -18,6 +18,7 @@ mod ofd_lock;
 mod positional;
 mod rbd;
 mod registered_memory;
+pub mod ring_pool;
 mod uring;
 
 use std::io;

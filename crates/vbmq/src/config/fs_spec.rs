@@ -63,7 +63,7 @@ pub const FS_KEYS: &[(&str, &str)] = &[
     ),
     (
         "direct-io=on|off",
-        "honour O_DIRECT in the guest's opens (default on)"
+        "honour O_DIRECT in the guest's opens (default on)",
     ),
     (
         "migration-on-error=abort|guest-error",
