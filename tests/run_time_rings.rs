@@ -98,6 +98,7 @@ fn write_and_verify_at_depth(client: &mut Client, q: usize, seed: u64) {
     for (i, block) in data.iter().enumerate() {
         // SAFETY: the region holds BUF_LEN >= DEPTH * BLOCK bytes.
         let at = unsafe { buf.add(i * BLOCK) };
+        // SAFETY: `at` has BLOCK bytes of the region left.
         unsafe { std::ptr::copy_nonoverlapping(block.as_ptr(), at, BLOCK) };
         let offset = (i * 2 * BLOCK) as u64;
         client.queues[q].write(offset, at, BLOCK, 0, ReqFlags::empty());
