@@ -210,3 +210,83 @@ fn with_no_pool_a_run_time_disk_goes_without_io_uring() {
     assert!(daemon.alive());
     assert!(daemon.terminate().success());
 }
+
+/// 4 KiB random reads at QD32 on one queue for `secs`: completions per second.
+fn qd32_randread_iops(socket: &Path, capacity: u64, secs: f64) -> f64 {
+    let mut client = Client::connect(socket, 1, false).expect("connect");
+    let buf = client.region.addr as *mut u8;
+    let blocks = capacity / BLOCK as u64;
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % blocks) * BLOCK as u64
+    };
+    for slot in 0..DEPTH {
+        // SAFETY: the region holds BUF_LEN >= DEPTH * BLOCK bytes.
+        let at = unsafe { buf.add(slot * BLOCK) };
+        client.queues[0].read(next(), at, BLOCK, slot, ReqFlags::empty());
+    }
+    let mut done = [const { MaybeUninit::<Completion>::uninit() }; DEPTH];
+    let start = std::time::Instant::now();
+    let mut ios = 0u64;
+    while start.elapsed().as_secs_f64() < secs {
+        let mut timeout = Duration::from_secs(20);
+        let n = client.queues[0]
+            .do_io(&mut done, 1, Some(&mut timeout), None)
+            .expect("do_io");
+        for c in &done[..n] {
+            // SAFETY: do_io initialised `n` completions.
+            let c = unsafe { c.assume_init_ref() };
+            assert_eq!(c.ret, 0);
+            ios += 1;
+            // SAFETY: as above.
+            let at = unsafe { buf.add(c.user_data * BLOCK) };
+            client.queues[0].read(next(), at, BLOCK, c.user_data, ReqFlags::empty());
+        }
+    }
+    let rate = ios as f64 / start.elapsed().as_secs_f64();
+    let mut timeout = Duration::from_secs(20);
+    let _ = client.queues[0].do_io(&mut done, DEPTH, Some(&mut timeout), None);
+    rate
+}
+
+/// A coarse comparison, not a test: `VBMQ_BENCH_DIR=/some/ext4/dir cargo test --release --test
+/// run_time_rings -- --ignored --nocapture` (a 256 MiB image there, read `O_DIRECT`).
+#[test]
+#[ignore]
+fn qd32_randread_pooled_ring_against_positional() {
+    let base = std::env::var_os("VBMQ_BENCH_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
+    let dir = tempfile::tempdir_in(base).unwrap();
+    let size = 256usize << 20;
+    let file = image(dir.path(), "bench.raw", size, 9);
+    File::open(&file).unwrap().sync_all().unwrap();
+    let mut results: Vec<(usize, Vec<f64>)> = vec![(1, Vec::new()), (0, Vec::new())];
+    for round in 0..3 {
+        for (rings, rates) in &mut results {
+            // A fresh directory: a killed daemon's control socket file would be waited for.
+            let run = dir.path().join(format!("d{rings}-{round}"));
+            std::fs::create_dir_all(&run).unwrap();
+            let (daemon, control) = serve(&run, *rings);
+            let socket = run.join("b.sock");
+            add(&control, &socket, &file, 1);
+            assert_eq!(engine_queues(&control, &socket).0, *rings as u64);
+            qd32_randread_iops(&socket, size as u64, 1.0); // warm-up
+            rates.push(qd32_randread_iops(&socket, size as u64, 4.0));
+            drop(daemon);
+        }
+    }
+    for (rings, rates) in &mut results {
+        rates.sort_by(f64::total_cmp);
+        let name = if *rings == 1 {
+            "pooled ring"
+        } else {
+            "positional"
+        };
+        println!(
+            "{name}: median {:.0} IOPS (min {:.0}, max {:.0})",
+            rates[1], rates[0], rates[2]
+        );
+    }
+}
