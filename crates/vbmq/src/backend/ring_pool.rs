@@ -168,6 +168,15 @@ mod tests {
         let fd = file.as_raw_fd();
         let mut ring = take(fd, fd).unwrap().unwrap();
         assert_eq!(available(), before + 1);
+        // Restricted: no register operation but the file slots' update.
+        let mut page = vec![0u8; 4096];
+        let iov = libc::iovec {
+            iov_base: page.as_mut_ptr().cast(),
+            iov_len: page.len(),
+        };
+        // SAFETY: `page` outlives the ring's use of it (the call is refused).
+        assert!(unsafe { ring.submitter().register_buffers(&[iov]) }.is_err());
+        assert!(ring.submitter().register_files_update(0, &[fd]).is_ok());
         ring.drained();
         drop(ring);
         assert_eq!(available(), before + 2);
