@@ -219,6 +219,17 @@ fn serve() -> Command {
             "A control socket (0600) for `vbmq ctl`; run-time disks' sockets go in its directory",
         ))
         .arg(
+            Arg::new("run-time-rings")
+                .long("run-time-rings")
+                .value_name("N")
+                .value_parser(value_parser!(usize))
+                .help(
+                    "Spare io_uring rings made at start for `vbmq ctl add-disk path=` disks, one \
+                     per queue (about 650 KiB each); 0: such disks go without io_uring \
+                     [default: 4 per CPU, at most 16]",
+                ),
+        )
+        .arg(
             Arg::new("config")
                 .long("config")
                 .value_name("FILE")
@@ -314,6 +325,10 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                     .map(|p| crate::control::socket_dir(p)),
                 config: m.get_one::<PathBuf>("config").cloned(),
                 ready_line: None,
+                run_time_rings: m
+                    .get_one::<usize>("run-time-rings")
+                    .copied()
+                    .unwrap_or_else(vbmq::backend::ring_pool::default_count),
             },
             m.get_one::<PathBuf>("control").cloned(),
             m.get_one::<std::net::SocketAddr>("metrics").copied(),

@@ -80,6 +80,8 @@ pub fn run(args: &[String]) -> i32 {
         control_dir: None,
         config: None,
         ready_line: None,
+        // No control socket: no disk is added at run time.
+        run_time_rings: 0,
     };
     match vbmq::serve::run(&options, None) {
         0 => 0,

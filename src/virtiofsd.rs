@@ -82,6 +82,7 @@ pub fn run(args: &[String]) -> i32 {
         control_dir: None,
         config: None,
         ready_line: Some(READY_LINE.to_string()),
+        run_time_rings: 0,
     };
     match vbmq::serve::run(&options, None) {
         0 => 0,

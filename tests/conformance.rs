@@ -126,7 +126,12 @@ fn rbd_disk() -> Arc<dyn Disk> {
         user: "admin".into(),
         timeout: Duration::from_secs(30),
     };
-    Arc::new(vbmq::backend::RbdDisk::open(&target, false).unwrap())
+    let disk = vbmq::backend::RbdDisk::open(&target, false).unwrap();
+    // The library keeps each cluster connection for the process's life (`vbmq serve` lets go
+    // of them at exit). The disk holds its own: let the library's go, so the connection ends
+    // with the disk, before this process exits (librados aborts on a connection left open then).
+    vbmq::backend::release_clusters();
+    Arc::new(disk)
 }
 
 fn engine(disk: &Arc<dyn Disk>) -> Box<dyn Engine> {

@@ -36,6 +36,9 @@ pub struct ServeOptions {
     /// A line written to stderr once every socket listens and the process is confined (the
     /// line virtiofsd prints, which Kata waits for).
     pub ready_line: Option<String>,
+    /// Spare io_uring rings for file disks added at run time, made before confinement when
+    /// there is a control socket (`--run-time-rings`).
+    pub run_time_rings: usize,
 }
 
 /// Starts the control server once the process is confined (its socket bound before).
@@ -101,7 +104,9 @@ fn confine_options(
                 }
             })
             .collect(),
-        uring_register: specs.iter().any(|spec| spec.fixed_buffers),
+        // Buffer registrations (`fixed-buffers=on`); a spare ring's file slots.
+        uring_register: specs.iter().any(|spec| spec.fixed_buffers)
+            || crate::backend::ring_pool::available() > 0,
         seccomp: options.seccomp,
     }
 }
@@ -178,6 +183,16 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
     if let Err(e) = crate::guest::memory_faults::install_handler() {
         eprintln!("vbmq: cannot install the SIGBUS handler: {e}");
         return 1;
+    }
+    if options.control_dir.is_some()
+        && options.run_time_rings > 0
+        && let Err(e) = crate::backend::ring_pool::fill(options.run_time_rings)
+    {
+        // Run-time disks then go without io_uring, as with `--run-time-rings 0`.
+        tracing::warn!(
+            "cannot make {} spare io_uring rings (--run-time-rings): {e}",
+            options.run_time_rings
+        );
     }
     // Every disk's socket listens (bound in `prepare`): frontends may connect from now on.
     crate::systemd::notify_ready();

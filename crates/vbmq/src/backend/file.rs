@@ -40,8 +40,12 @@ pub struct FileDisk {
     lock: Option<ImageLock>,
     /// SQPOLL and fixed buffers for every queue's ring.
     ring: RingOptions,
-    /// No ring: each queue does its I/O with positional system calls (see [`PositionalIo`]).
+    /// No ring of its own: each queue takes a spare ring from the pool (see `ring_pool`), or
+    /// does its I/O with positional system calls (see [`PositionalIo`]) when none is left.
     positional: bool,
+    /// Queues served on a pooled ring, and with positional I/O, since the disk was opened.
+    pooled_queues: AtomicU64,
+    positional_queues: AtomicU64,
 }
 
 fn ioctl_value<T: Default>(file: &File, request: libc::c_ulong) -> io::Result<T> {
@@ -124,6 +128,8 @@ impl FileDisk {
             lock: None,
             ring: RingOptions::default(),
             positional: false,
+            pooled_queues: AtomicU64::new(0),
+            positional_queues: AtomicU64::new(0),
             capacity: AtomicU64::new(capacity),
             geometry: Geometry {
                 capacity,
@@ -171,8 +177,9 @@ impl FileDisk {
         self
     }
 
-    /// Serves every queue without a ring (see [`PositionalIo`]): for a disk added once the
-    /// process is confined, when no ring can be created any more.
+    /// Serves every queue on a spare ring of the pool, or without a ring (see [`PositionalIo`])
+    /// when the pool is empty: for a disk added once the process is confined, when no ring can
+    /// be created any more.
     pub fn positional(mut self) -> Self {
         self.positional = true;
         self
@@ -304,6 +311,28 @@ impl Disk for FileDisk {
         if self.positional {
             // The image opened at start, never the path again; positional I/O shares no offset.
             let (direct, buffered) = self.descriptors()?;
+            match UringEngine::pooled(
+                direct.try_clone()?,
+                buffered.try_clone()?,
+                self.direct_align,
+                self.kind,
+                options,
+            ) {
+                Some(Ok(engine)) => {
+                    self.pooled_queues.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Box::new(engine));
+                }
+                Some(Err(e)) => crate::limited!(
+                    warn,
+                    "a queue cannot use a spare ring ({e}): served without io_uring"
+                ),
+                None => crate::limited!(
+                    warn,
+                    "no spare io_uring ring left: a queue is served without io_uring, one \
+                     request at a time (raise --run-time-rings)"
+                ),
+            }
+            self.positional_queues.fetch_add(1, Ordering::Relaxed);
             let io = PositionalIo {
                 direct,
                 buffered,
@@ -317,6 +346,22 @@ impl Disk for FileDisk {
 
     fn supports_discard(&self) -> bool {
         !self.readonly
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        if !self.positional {
+            return Vec::new();
+        }
+        vec![
+            (
+                "pooled_ring_queues",
+                self.pooled_queues.load(Ordering::Relaxed),
+            ),
+            (
+                "positional_queues",
+                self.positional_queues.load(Ordering::Relaxed),
+            ),
+        ]
     }
 }
 

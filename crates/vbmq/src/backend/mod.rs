@@ -19,6 +19,7 @@ mod ofd_lock;
 mod positional;
 mod rbd;
 mod registered_memory;
+pub mod ring_pool;
 mod staging;
 pub mod thin;
 mod uring;

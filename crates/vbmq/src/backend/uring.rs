@@ -8,6 +8,7 @@ use io_uring::{IoUring, opcode, squeue, types};
 use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
 use super::registered_memory::{self, RegisteredMemory};
+use super::ring_pool::{self, PooledRing};
 use super::{Engine, EngineOptions, IoOp, IovList, OPS_PER_REQUEST_MAX};
 use crate::confine::{RingPolicy, restrict_ring};
 use crate::host_size;
@@ -71,7 +72,9 @@ pub struct BaseFiles {
 /// reads and writes are plain `preadv`/`pwritev` on the queue's own thread, a copy from or to
 /// the page cache; flush, discard and write-zeroes still go through the ring.
 pub struct UringEngine {
-    ring: IoUring,
+    ring: Ring,
+    /// Operations pushed on the ring whose completions are not reaped yet.
+    in_ring: u64,
     /// Buffers and offsets `O_DIRECT` accepts are multiples of this; others go buffered.
     align: usize,
     kind: FileKind,
@@ -145,7 +148,8 @@ impl UringEngine {
         };
         restrict_ring(&ring.submitter(), &policy)?;
         Ok(UringEngine {
-            ring,
+            ring: Ring::Own(ring),
+            in_ring: 0,
             align,
             kind,
             inline_done: Vec::with_capacity(entries as usize),
@@ -185,6 +189,46 @@ impl UringEngine {
                 (&self.files, self.align, inline)
             }
         }
+    }
+
+    /// An engine on a spare ring of the pool (see `ring_pool`), for a disk added once the
+    /// process is confined; `None` when the pool is empty. No SQPOLL, no fixed buffers.
+    pub fn pooled(
+        direct: OwnedFd,
+        buffered: OwnedFd,
+        align: usize,
+        kind: FileKind,
+        options: EngineOptions,
+    ) -> Option<io::Result<Self>> {
+        if options.depth > ring_pool::POOLED_DEPTH {
+            return None;
+        }
+        let ring = match ring_pool::take(direct.as_raw_fd(), buffered.as_raw_fd())? {
+            Ok(ring) => ring,
+            Err(e) => return Some(Err(e)),
+        };
+        let notifier = if options.notify {
+            match ring.eventfd().try_clone() {
+                Ok(fd) => Some(fd),
+                Err(e) => return Some(Err(e)),
+            }
+        } else {
+            None
+        };
+        Some(Ok(UringEngine {
+            ring: Ring::Pooled(ring),
+            in_ring: 0,
+            align,
+            kind,
+            inline_done: Vec::with_capacity(options.depth as usize),
+            batch: options.batch,
+            queued: 0,
+            notifier,
+            files: [direct, buffered],
+            fixed: None,
+            base: None,
+            on_base: false,
+        }))
     }
 
     /// The result of an operation done at once on this thread, or `None` for the ring: reads and
@@ -419,6 +463,7 @@ impl Engine for UringEngine {
                 .map_err(|_| io::Error::from(io::ErrorKind::WouldBlock))?;
         }
         self.queued += 1;
+        self.in_ring += 1;
         // From here the operation is in flight whatever `submit` says: it completes only with
         // its CQE. A failed submit leaves the entry queued for the worker's next submit.
         if !self.batch
@@ -469,6 +514,7 @@ impl Engine for UringEngine {
             done(tag, result);
         }
         for cqe in self.ring.completion() {
+            self.in_ring = self.in_ring.saturating_sub(1);
             done(cqe.user_data(), cqe.result());
         }
     }
@@ -484,5 +530,41 @@ impl Engine for UringEngine {
         // SAFETY: the caller keeps the regions mapped until it calls this again or drops the
         // engine.
         unsafe { fixed.replace(&self.ring, regions) }
+    }
+}
+
+/// A queue's own ring, or one lent by the pool.
+enum Ring {
+    Own(IoUring),
+    Pooled(PooledRing),
+}
+
+impl std::ops::Deref for Ring {
+    type Target = IoUring;
+    fn deref(&self) -> &IoUring {
+        match self {
+            Ring::Own(ring) => ring,
+            Ring::Pooled(ring) => ring,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Ring {
+    fn deref_mut(&mut self) -> &mut IoUring {
+        match self {
+            Ring::Own(ring) => ring,
+            Ring::Pooled(ring) => ring,
+        }
+    }
+}
+
+impl Drop for UringEngine {
+    fn drop(&mut self) {
+        // A pooled ring goes back only with every completion reaped (see `ring_pool`).
+        if self.in_ring == 0
+            && let Ring::Pooled(ring) = &mut self.ring
+        {
+            ring.drained();
+        }
     }
 }

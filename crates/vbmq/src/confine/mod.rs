@@ -54,7 +54,8 @@ pub struct ConfineOptions {
     /// Directories whose files stay readable: the configuration file's, read again on reload.
     pub read_dirs: Vec<PathBuf>,
     /// A disk registers guest memory with its rings after setup (`fixed-buffers=on`):
-    /// `io_uring_register` stays allowed. Its rings accept only the buffer registrations.
+    /// `io_uring_register` stays allowed. Its rings accept only the buffer registrations; the
+    /// spare rings of run-time disks (`ring_pool`) only their file slots' update.
     pub uring_register: bool,
     /// Install the seccomp filter (turned off only for debugging, e.g. under strace or gdb).
     pub seccomp: bool,

@@ -18,8 +18,9 @@ const ALLOWED: &[libc::c_long] = &[
     // storage engine and guest memory. Rings are created and registered before confinement:
     // `io_uring_setup` and `io_uring_register` are refused after it, so no code in vbmq can
     // build a ring without the restrictions (a ring's SOCKET or OPENAT would bypass this filter).
-    // (`fixed-buffers=on` keeps `io_uring_register`: every ring is restricted, and only those
-    // rings accept a register operation, the buffer registrations.)
+    // (`fixed-buffers=on` and spare rings for run-time disks keep `io_uring_register`: every
+    // ring is restricted, and only those rings accept a register operation, the buffer
+    // registrations or the update of their two file slots.)
     libc::SYS_io_uring_enter,
     libc::SYS_read,
     libc::SYS_write,
