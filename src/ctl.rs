@@ -103,7 +103,7 @@ pub fn run(request: &Request) -> i32 {
     0
 }
 
-fn exchange(
+pub(crate) fn exchange(
     control: &Path,
     command: &crate::control::Request,
     fds: &[BorrowedFd<'_>],

@@ -14,6 +14,7 @@ mod state_file;
 mod syslog;
 mod vhost_user_blk;
 mod virtiofsd;
+mod virtiofsd_join;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use tracing_subscriber::EnvFilter;

@@ -64,6 +64,9 @@ pub fn run(args: &[String]) -> i32 {
     for note in &args.notes {
         tracing::warn!("{note}");
     }
+    if let Some(control) = &args.join {
+        return crate::virtiofsd_join::run(&args, control, READY_LINE);
+    }
     if let Some(limit) = args.rlimit_nofile.filter(|&n| n > 0)
         && let Err(e) = set_descriptor_limit(limit)
     {

@@ -80,19 +80,23 @@ fn dispatch(host: &Host, request: Request, fds: Vec<OwnedFd>) -> Result<Answer, 
     }
 }
 
-/// `add-fs`'s descriptors, in order: the directory, the listening socket, its lock file.
+/// `add-fs`'s descriptors, in order: the directory, the listening socket, its lock file (no
+/// lock file: a socket the sender inherited, whose file is the binder's).
 fn passed_share(fds: Vec<OwnedFd>) -> Result<PassedShare, String> {
-    let Ok([dir, listener, lock]) = <[OwnedFd; 3]>::try_from(fds) else {
+    let mut fds = fds.into_iter();
+    let (Some(dir), Some(listener), lock, None) = (fds.next(), fds.next(), fds.next(), fds.next())
+    else {
         return Err(
             "add-fs: send the share's directory, its listening socket and the \
-                    socket's lock file as 3 descriptors with the request (vbmq ctl add-fs does)"
+                    socket's lock file (none for an inherited socket) as 2 or 3 descriptors \
+                    with the request (vbmq ctl add-fs does)"
                 .into(),
         );
     };
     Ok(PassedShare {
         dir: dir.into(),
         listener: UnixListener::from(listener),
-        lock: lock.into(),
+        lock: lock.map(Into::into),
     })
 }
 

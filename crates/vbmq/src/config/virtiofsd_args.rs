@@ -37,6 +37,9 @@ pub struct VirtiofsdArgs {
     pub rlimit_nofile: Option<u64>,
     /// What was accepted with a difference from virtiofsd, to log once logging is set up.
     pub notes: Vec<String>,
+    /// `--join CTL`: add the share to the running `vbmq serve` at this control socket instead
+    /// of serving it in this process.
+    pub join: Option<PathBuf>,
 }
 
 /// The vhost-user backend capabilities `--print-capabilities` prints (QEMU's
@@ -83,6 +86,9 @@ virtiofsd's options, with virtiofsd's meaning:
   --migration-verify-handles, --migration-confirm-paths   accepted; vbmq always does both
   --print-capabilities        print the vhost-user backend capabilities (JSON) and exit
 vbmq's own:
+  --join CTL                  add the share to the running `vbmq serve --control CTL` instead
+                              of serving it here; stays in the foreground, removes it on
+                              SIGTERM (what --fs cannot say is refused: --xattrmap, ID maps)
   --queues N                  request queues, each on its own thread (default 1)
   --mode event|poll|adaptive  how the queue threads wait (default adaptive)
   --cpus LIST                 pin the queue threads
@@ -137,6 +143,7 @@ struct State {
     uids: Vec<IdRule>,
     gids: Vec<IdRule>,
     migration_on_error: OnError,
+    join: Option<PathBuf>,
 }
 
 struct Parser<'a> {
@@ -170,6 +177,7 @@ const WITH_VALUE: &[&str] = &[
     "--queues",
     "--mode",
     "--cpus",
+    "--join",
 ];
 
 /// The options whose value is optional and attached (`--name` or `--name=VALUE`).
@@ -264,6 +272,7 @@ impl Parser<'_> {
         let s = &mut self.state;
         match name {
             "--shared-dir" => s.dir = Some(PathBuf::from(value)),
+            "--join" => s.join = Some(PathBuf::from(value)),
             "--migration-mode" if value == "find-paths" => {}
             "--migration-mode" if value == "file-handles" => {
                 return Err(bad(
@@ -458,6 +467,7 @@ impl State {
             log_level: self.log_level.unwrap_or_else(|| "info".into()),
             rlimit_nofile: self.rlimit_nofile,
             notes: self.notes,
+            join: self.join,
         })))
     }
 }

@@ -258,3 +258,13 @@ fn migration_options_as_virtiofsd_takes_them() {
         assert!(e.starts_with("--migration-"), "{line}: {e}");
     }
 }
+
+#[test]
+fn join_names_a_control_socket() {
+    let a = serve("--join /run/vbmq/ctl.sock --fd=3 --shared-dir /srv/d");
+    assert_eq!(a.join, Some(PathBuf::from("/run/vbmq/ctl.sock")));
+    let a = serve("--socket-path /s --shared-dir /srv/d --join=/c");
+    assert_eq!(a.join, Some(PathBuf::from("/c")));
+    assert_eq!(serve("--socket-path /s --shared-dir /d").join, None);
+    assert!(refused("--socket-path /s --shared-dir /d --join").contains("--join"));
+}

@@ -61,14 +61,15 @@ pub(crate) fn build_share(spec: &FsSpec) -> Result<ShareServer, FsSpecError> {
 }
 
 /// What `vbmq ctl add-fs` opened for a share and passed: the directory, the socket it bound
-/// and listens on, and the socket's lock file, which it holds.
+/// and listens on, and the socket's lock file, which it holds (none: a socket the sender
+/// inherited, as `vbmq virtiofsd --join --fd`; its file is the binder's).
 pub struct PassedShare {
     /// The shared directory.
     pub dir: File,
     /// The listening vhost-user socket.
     pub listener: UnixListener,
-    /// The lock file beside the socket.
-    pub lock: File,
+    /// The lock file beside the socket, if the sender bound it.
+    pub lock: Option<File>,
 }
 
 /// Serves a share over what another process opened and bound (a confined vbmq, at run time).
@@ -81,13 +82,13 @@ pub(crate) fn build_passed_share(
         FsDevice::from_descriptor(passed.dir, &spec.dir, &spec.tag, queues, &spec.features())
             .map_err(|e| bad("dir", e.to_string()))?
             .with_migration_on_error(spec.migration_on_error);
-    Ok(ShareServer::from_listener(
-        &spec.socket,
-        passed.listener,
-        passed.lock,
-        Arc::new(device),
-        queue_settings(spec),
-    ))
+    let (device, settings) = (Arc::new(device), queue_settings(spec));
+    Ok(match passed.lock {
+        Some(lock) => {
+            ShareServer::from_listener(&spec.socket, passed.listener, lock, device, settings)
+        }
+        None => ShareServer::inherited(&spec.socket, passed.listener, device, settings),
+    })
 }
 
 /// Takes descriptor `fd`, inherited from the process that started vbmq, if it is a listening

@@ -179,7 +179,9 @@ impl Host {
         let bad = |key: &'static str| move |e: io::Error| share_error(key, e.to_string());
         check_directory(passed.dir.as_fd()).map_err(bad("dir"))?;
         check_listening_socket(passed.listener.as_fd()).map_err(bad("socket"))?;
-        check_regular_file(passed.lock.as_fd()).map_err(bad("socket"))?;
+        if let Some(lock) = &passed.lock {
+            check_regular_file(lock.as_fd()).map_err(bad("socket"))?;
+        }
         passed
             .listener
             .set_nonblocking(false)
