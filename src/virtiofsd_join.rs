@@ -273,7 +273,7 @@ fn block_stop_signals() -> Result<libc::sigset_t, String> {
 fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
     let time = libc::timespec {
         tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(1),
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos().min(999_999_999) as i32),
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos()),
     };
     // SAFETY: sigtimedwait reads the set and the timeout; no siginfo is asked for.
     let signal = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &time) };
