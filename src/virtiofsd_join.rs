@@ -279,3 +279,64 @@ fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
     let signal = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &time) };
     (signal > 0).then_some(signal)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vbmq::config::{VirtiofsdCommand, parse_virtiofsd_args};
+
+    fn given_spec(line: &str) -> FsSpec {
+        let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+        match parse_virtiofsd_args(&args, &vbmq::worker::online_cpus()) {
+            Ok(VirtiofsdCommand::Serve(args)) => args.spec,
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn what_the_command_line_says_is_said_in_fs_syntax() {
+        let given = given_spec(
+            "--fd=3 --shared-dir /d --tag data --cache never --readonly --posix-acl \
+             --allow-direct-io --no-announce-submounts --queues 1 --mode poll \
+             --cpus 0 --migration-on-error guest-error",
+        );
+        let text = spec_text(&given, Path::new("/run/s.sock"), Path::new("/d")).unwrap();
+        let parsed = FsSpec::parse(&text, &vbmq::worker::online_cpus()).unwrap();
+        assert_eq!(parsed.socket, Path::new("/run/s.sock"));
+        assert_eq!(
+            (parsed.tag.as_str(), parsed.cache),
+            ("data", FsCache::Never)
+        );
+        assert!(parsed.readonly && parsed.posix_acl && parsed.xattr && parsed.direct_io);
+        assert!(!parsed.announce_submounts);
+        assert_eq!(
+            (parsed.mode, parsed.cpus.as_slice()),
+            (WaitMode::Poll, &[0][..])
+        );
+        assert_eq!(parsed.migration_on_error, OnError::GuestError);
+        let plain = given_spec("--socket-path /s --shared-dir /d");
+        let text = spec_text(&plain, Path::new("/s"), Path::new("/d")).unwrap();
+        assert!(text.contains(&format!("tag={DEFAULT_TAG}")), "{text}");
+    }
+
+    #[test]
+    fn what_fs_cannot_say_is_refused() {
+        let refused = |line: &str, socket: &str, dir: &str| {
+            spec_text(&given_spec(line), Path::new(socket), Path::new(dir)).unwrap_err()
+        };
+        let e = refused(
+            "--socket-path /s --shared-dir /d --xattrmap=:prefix:all:trusted.:user.vm.:",
+            "/s",
+            "/d",
+        );
+        assert!(e.starts_with("--xattrmap"), "{e}");
+        let e = refused(
+            "--socket-path /s --shared-dir /d --uid-map=:0:0:1:",
+            "/s",
+            "/d",
+        );
+        assert!(e.contains("not with --join"), "{e}");
+        let e = refused("--socket-path /s --shared-dir /d", "/s", "/d,tag=evil");
+        assert!(e.contains("cannot be written as an --fs value"), "{e}");
+    }
+}
