@@ -313,7 +313,14 @@ fn host_mount_points_are_announced_as_submounts() {
         let flags = client.lookup(ROOT_ID, "mnt").map(|e| e.attr.flags);
         let plain = client.lookup(ROOT_ID, "plain").unwrap().attr.flags;
         drop(client);
-        let _ = Command::new("umount").arg(&mount).status();
+        // Detached at once (MNT_DETACH): vbmq may still hold the mount's root open until it has
+        // ended the session, and a busy mount left behind would outlive the test.
+        let status = Command::new("umount")
+            .arg("-l")
+            .arg(&mount)
+            .status()
+            .unwrap();
+        assert!(status.success(), "umount -l {}", mount.display());
         // FUSE_ATTR_SUBMOUNT (include/uapi/linux/fuse.h).
         let submount = 1 << 0;
         assert_eq!(flags.unwrap() & submount != 0, announced, "{args:?}");
