@@ -241,7 +241,7 @@ fn run(backend: Backend, held: Held) -> (u64, String, String) {
         );
     }
     let downtime = info["downtime"].as_u64().unwrap_or(0);
-    source.qmp.execute("quit", json!({}));
+    source.qmp.quit();
     assert!(
         source.vm.wait_exit(Duration::from_secs(30)),
         "source QEMU did not quit"

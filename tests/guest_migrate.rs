@@ -488,7 +488,7 @@ fn run(backend: Backend, full: bool) -> (guest::GuestRun, Vec<Migration>, Setup,
         "the guest's read ended after the switch-over: it did not overlap the copy"
     );
     figures.push(first);
-    source_qmp.execute("quit", json!({}));
+    source_qmp.quit();
     assert!(
         source.wait_exit(Duration::from_secs(30)),
         "source QEMU did not quit"
@@ -530,7 +530,7 @@ fn run(backend: Backend, full: bool) -> (guest::GuestRun, Vec<Migration>, Setup,
         eprintln!("migration back: {home:?}");
         assert_eq!(home.status, "completed", "{home:?}\n{}", back.stderr());
         figures.push(home);
-        target_qmp.execute("quit", json!({}));
+        target_qmp.quit();
         assert!(target.wait_exit(Duration::from_secs(30)));
         target = back;
     }

@@ -60,6 +60,22 @@ impl Qmp {
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad QMP line {line:?}: {e}"))
     }
 
+    /// Asks QEMU to quit; the caller then waits for the process to end. A QEMU already gone
+    /// (the connection closed: a migration source has been seen to end by itself, status 0,
+    /// right after the migration completed) is said, not a failure: the process's end is what
+    /// the caller checks.
+    pub fn quit(&mut self) {
+        let request = json!({ "execute": "quit", "arguments": {} });
+        let mut line = String::new();
+        let sent = writeln!(self.writer, "{request}").and_then(|()| self.writer.flush());
+        if sent.is_err() || self.reader.read_line(&mut line).is_err() {
+            eprintln!(
+                "QMP quit to {}: QEMU had closed the connection already",
+                self.path.display()
+            );
+        }
+    }
+
     /// Runs a command and returns its `return` value; panics on a QMP error.
     pub fn execute(&mut self, command: &str, arguments: Value) -> Value {
         match self.try_execute(command, arguments) {
