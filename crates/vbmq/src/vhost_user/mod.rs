@@ -5,6 +5,7 @@
 mod connection;
 mod disk_server;
 mod queue_handle;
+mod queue_set;
 mod share_server;
 mod socket;
 mod vhost_user_blk;

@@ -19,6 +19,7 @@ use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
 use super::connection::{Connection, config_bytes, lock, refuse_set_config};
 use super::queue_handle::QueueHandle;
+use super::queue_set::QueueSet;
 use super::socket::ConnectionBackend;
 use crate::backend::{Disk, Engine};
 use crate::guest::{dirty_log, inflight_region};
@@ -26,17 +27,11 @@ use crate::virtio_blk::queue::BlkQueue;
 use crate::virtio_blk::{BlkDevice, config_space};
 use crate::worker::{QueueSettings, QueueStats};
 
-/// The epoll handlers of the connection, to register completion eventfds with.
-type Handlers = Vec<Arc<VringEpollHandler<Arc<VhostUserBlk>>>>;
-
 /// A virtio-blk device served over one vhost-user connection.
 pub struct VhostUserBlk {
     device: Arc<BlkDevice>,
     max_queue_size: u16,
-    queues: Vec<QueueHandle<BlkQueue>>,
-    handlers: Mutex<Handlers>,
-    /// Set for good when the connection ends or the process stops.
-    shut_down: AtomicBool,
+    queues: QueueSet<BlkQueue, VhostUserBlk>,
     /// Guest memory, the way to close the connection, the crate threads' exit eventfds.
     connection: Connection,
     /// Offer `VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD`.
@@ -77,9 +72,7 @@ impl VhostUserBlk {
         VhostUserBlk {
             max_queue_size: settings.first().map_or(256, |s| s.max_size),
             device,
-            queues,
-            handlers: Mutex::new(Vec::new()),
-            shut_down: AtomicBool::new(false),
+            queues: QueueSet::new(queues),
             connection,
             inflight: true,
             backend_req: Mutex::new(None),
@@ -133,8 +126,8 @@ impl VhostUserBlk {
     }
 
     /// Gives the backend the epoll handlers of its daemon.
-    pub fn attach(&self, handlers: Handlers) {
-        *lock(&self.handlers) = handlers;
+    pub fn attach(&self, handlers: Vec<Arc<VringEpollHandler<Arc<VhostUserBlk>>>>) {
+        self.queues.attach(handlers);
     }
 
     /// Gives the backend a way to close its connection, once the daemon has accepted one.
@@ -155,14 +148,7 @@ impl VhostUserBlk {
 
     /// Stops every queue for good, completing what is in flight first.
     pub fn quiesce(&self) {
-        self.shut_down.store(true, Ordering::Release);
-        for (index, queue) in self.queues.iter().enumerate() {
-            queue.stop_for_good();
-            crate::limited!(debug, "queue {index} stopped");
-        }
-        for handler in lock(&self.handlers).drain(..) {
-            handler.send_exit_event();
-        }
+        self.queues.stop_all();
         self.device.stop_writing();
     }
 
@@ -172,11 +158,6 @@ impl VhostUserBlk {
         self.quiesce();
         drop(daemon);
         self.connection.close_exit_fds();
-    }
-
-    /// The event id of queue completions on each thread's epoll (above the crate's own ids).
-    fn completion_event(&self) -> u16 {
-        u16::try_from(self.queues.len()).unwrap_or(u16::MAX - 1) + 1
     }
 }
 
@@ -331,28 +312,8 @@ impl VhostUserBackend for VhostUserBlk {
         vrings: &[Vring],
         thread_id: usize,
     ) -> io::Result<()> {
-        // Errors are logged, never returned: the crate would end this queue's thread.
-        if self.shut_down.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let (Some(queue), Some(vring)) = (self.queues.get(thread_id), vrings.first()) else {
-            crate::limited!(warn, "event {device_event} for unknown thread {thread_id}");
-            return Ok(());
-        };
-        let completion_event = self.completion_event();
-        queue.serve_event(
-            thread_id,
-            device_event,
-            completion_event,
-            vring,
-            &self.connection,
-            |fd| match lock(&self.handlers).get(thread_id) {
-                Some(handler) => {
-                    handler.register_listener(fd, EventSet::IN, u64::from(completion_event))
-                }
-                None => Ok(()),
-            },
-        );
+        self.queues
+            .handle_event(device_event, vrings, thread_id, &self.connection);
         Ok(())
     }
 }

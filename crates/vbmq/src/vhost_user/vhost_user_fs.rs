@@ -5,11 +5,12 @@
 
 use std::fs::File;
 use std::io;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
-use super::connection::{Connection, config_bytes, lock, refuse_set_config};
+use super::connection::{Connection, config_bytes, refuse_set_config};
 use super::queue_handle::QueueHandle;
+use super::queue_set::QueueSet;
 use super::socket::ConnectionBackend;
 use crate::guest::{GuestMemory, Vring, dirty_log};
 use vhost::vhost_user::message::{
@@ -32,10 +33,7 @@ use crate::worker::{QueueSettings, QueueStats};
 pub struct VhostUserFs {
     device: Arc<FsDevice>,
     max_queue_size: u16,
-    queues: Vec<QueueHandle<FsQueue>>,
-    handlers: Mutex<Vec<Arc<VringEpollHandler<Arc<VhostUserFs>>>>>,
-    /// Set for good when the connection ends or the process stops.
-    shut_down: AtomicBool,
+    queues: QueueSet<FsQueue, VhostUserFs>,
     /// The frontend acked `VHOST_F_LOG_ALL`: a live migration is under way. Every reply and
     /// used entry is written through `vm-memory` and marks its pages itself (see
     /// [`dirty_log`]).
@@ -72,9 +70,7 @@ impl VhostUserFs {
         VhostUserFs {
             max_queue_size: settings.first().map_or(1024, |s| s.max_size),
             device,
-            queues,
-            handlers: Mutex::new(Vec::new()),
-            shut_down: AtomicBool::new(false),
+            queues: QueueSet::new(queues),
             dirty_logging: AtomicBool::new(false),
             state_transfer: StateTransfer::default(),
             connection,
@@ -83,7 +79,7 @@ impl VhostUserFs {
 
     /// Gives the backend the epoll handlers of its daemon.
     pub fn attach(&self, handlers: Vec<Arc<VringEpollHandler<Arc<VhostUserFs>>>>) {
-        *lock(&self.handlers) = handlers;
+        self.queues.attach(handlers);
     }
 
     /// Gives the backend a way to close its connection, once the daemon has accepted one.
@@ -99,13 +95,7 @@ impl VhostUserFs {
     }
 
     fn quiesce(&self) {
-        self.shut_down.store(true, Ordering::Release);
-        for queue in &self.queues {
-            queue.stop_for_good();
-        }
-        for handler in lock(&self.handlers).drain(..) {
-            handler.send_exit_event();
-        }
+        self.queues.stop_all();
     }
 
     /// Ends the connection: stops the queues, drops the daemon (which joins its threads) and
@@ -114,12 +104,6 @@ impl VhostUserFs {
         self.quiesce();
         drop(daemon);
         self.connection.close_exit_fds();
-    }
-
-    /// The event id of the CPU thread's notices (and the limit timer) on each thread's epoll
-    /// (above the crate's own ids).
-    fn completion_event(&self) -> u16 {
-        u16::try_from(self.queues.len()).unwrap_or(u16::MAX - 1) + 1
     }
 }
 
@@ -252,28 +236,8 @@ impl VhostUserBackend for VhostUserFs {
         vrings: &[Vring],
         thread_id: usize,
     ) -> io::Result<()> {
-        // Errors are logged, never returned: the crate would end this queue's thread.
-        if self.shut_down.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let (Some(queue), Some(vring)) = (self.queues.get(thread_id), vrings.first()) else {
-            crate::limited!(warn, "event {device_event} for unknown thread {thread_id}");
-            return Ok(());
-        };
-        let completion_event = self.completion_event();
-        queue.serve_event(
-            thread_id,
-            device_event,
-            completion_event,
-            vring,
-            &self.connection,
-            |fd| match lock(&self.handlers).get(thread_id) {
-                Some(handler) => {
-                    handler.register_listener(fd, EventSet::IN, u64::from(completion_event))
-                }
-                None => Ok(()),
-            },
-        );
+        self.queues
+            .handle_event(device_event, vrings, thread_id, &self.connection);
         Ok(())
     }
 }
