@@ -39,8 +39,7 @@ LAYERS = {
         ("config",),
         # Building a disk or a share from its spec.
         ("devices",),
-        # The running devices: shares, and the disks the control plane adds and removes.
-        ("shares",),
+        # The running devices: the disks and shares the control plane lists, adds and removes.
         ("host",),
         # The `serve` command.
         ("serve",),

@@ -21,9 +21,11 @@ use crate::worker::{LATENCY_BUCKETS, QueueStats, online_cpus};
 
 mod reload;
 mod run_time;
+mod running_share;
 mod shares;
 
 use run_time::{adopt_inherited, image_copy};
+pub(crate) use running_share::raise_descriptor_limit;
 pub use shares::{
     DeviceInfo, DeviceKind, PassedShare, RELATIVE_SOCKET, SHARE, ShareInfo, ShareRoot,
 };
@@ -158,7 +160,7 @@ pub struct Host {
     /// they are: no disk may take their path.
     other_sockets: Mutex<Vec<(&'static str, PathBuf)>>,
     /// The shares being served (`host/shares.rs`).
-    shares: Mutex<Vec<crate::shares::RunningShare>>,
+    shares: Mutex<Vec<running_share::RunningShare>>,
     /// Where shares may be added at run time (`host/shares.rs`).
     share_roots: Mutex<Vec<ShareRoot>>,
 }

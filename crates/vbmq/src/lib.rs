@@ -18,8 +18,8 @@
 //! - [`vhost_user`]: the transport (the `VhostUserBackend` glue and the socket servers),
 //! - [`config`]: the `--disk` and `--fs` specs,
 //! - `devices`: building a disk or a share from its spec,
-//! - `shares` and [`host`]: the running shares, and the running disks the control plane adds,
-//!   removes, resizes and measures,
+//! - [`host`]: the running disks and shares, which the control plane adds, removes, resizes
+//!   and measures,
 //! - [`serve`]: the `vbmq serve` command,
 //! - `test_utils` (tests, benchmarks and fuzz targets): over everything.
 
@@ -35,7 +35,6 @@ pub mod limits;
 pub mod log_limit;
 pub mod passed_fds;
 pub mod serve;
-mod shares;
 pub mod socket_files;
 pub mod systemd;
 #[cfg(any(test, feature = "test-utils"))]

@@ -8,8 +8,8 @@ use tracing::info;
 use crate::config::{DiskSpec, Storage, check_sockets};
 use crate::confine::{CephAccess, ConfineOptions, DiskAccess, confine};
 use crate::devices::build_share;
+use crate::host::raise_descriptor_limit;
 use crate::host::{Host, RunTimePolicy, ShareRoot};
-use crate::shares::raise_descriptor_limit;
 
 /// What `vbmq serve` was asked to do.
 #[derive(Clone, Debug)]

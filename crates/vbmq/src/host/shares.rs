@@ -8,12 +8,12 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 
+use super::running_share::{RunningShare, start_share};
 use super::{DiskCounters, DiskInfo, Host, HostError, counters, lock};
 use crate::config::{FsSpec, FsSpecError, SpecError, check_sockets};
 pub use crate::devices::PassedShare;
 use crate::devices::build_passed_share;
 use crate::passed_fds::{check_directory, check_listening_socket, check_regular_file};
-use crate::shares::{RunningShare, start_share};
 use crate::vhost_user::ShareServer;
 use crate::worker::online_cpus;
 

@@ -1,4 +1,4 @@
-//! The directories shared over vhost-user-fs, each served on a thread of its own until it is
+//! The shares being served, each on a thread of its own until it is
 //! removed or the process stops: those `vbmq serve --fs` gives (opened and bound before
 //! confinement by [`crate::devices`]) and those `vbmq ctl add-fs` hands over as descriptors.
 
