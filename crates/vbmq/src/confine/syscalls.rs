@@ -194,6 +194,10 @@ const IOCTLS: &[u64] = &[libc::FIONBIO, libc::FIOCLEX];
 /// logical and physical block sizes: `BLKGETSIZE64`, `BLKSSZGET`, `BLKPBSZGET`); they only read.
 const BLOCK_SIZE_IOCTLS: &[u64] = &[0x8008_1272, 0x1268, 0x127b];
 
+/// With a control socket: `vbmq ctl snapshot` clones an image into the file it passed
+/// (`FICLONE`, on file systems that can), and nothing else.
+const SNAPSHOT_IOCTLS: &[u64] = &[0x4004_9409];
+
 /// Compiles the allowlist; anything else raises SIGSYS (reported, then the process exits).
 /// `run_time_disks`: the calls [`RUN_TIME_DISKS`] names, and Unix sockets beside TCP ones.
 pub(super) fn filter(
@@ -242,6 +246,11 @@ pub(super) fn filter(
         .iter()
         .chain(if run_time_disks {
             BLOCK_SIZE_IOCTLS
+        } else {
+            &[]
+        })
+        .chain(if run_time_disks {
+            SNAPSHOT_IOCTLS
         } else {
             &[]
         })
