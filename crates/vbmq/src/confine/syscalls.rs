@@ -249,11 +249,7 @@ pub(super) fn filter(
         } else {
             &[]
         })
-        .chain(if run_time_disks {
-            SNAPSHOT_IOCTLS
-        } else {
-            &[]
-        })
+        .chain(if run_time_disks { SNAPSHOT_IOCTLS } else { &[] })
         .map(|&request| {
             SeccompRule::new(vec![SeccompCondition::new(
                 1,

@@ -17,9 +17,9 @@ pub fn clone(image: &File, to: &File, capacity: u64) -> io::Result<bool> {
     if ret < 0 {
         let error = io::Error::last_os_error();
         return match error.raw_os_error() {
-            Some(
-                libc::EOPNOTSUPP | libc::ENOTTY | libc::EXDEV | libc::EINVAL | libc::ENOSYS,
-            ) => Ok(false),
+            Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::EXDEV | libc::EINVAL | libc::ENOSYS) => {
+                Ok(false)
+            }
             _ => Err(error),
         };
     }

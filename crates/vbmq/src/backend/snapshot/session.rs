@@ -86,7 +86,9 @@ impl Session {
             block,
             capacity,
             blocks,
-            copied: (0..blocks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            copied: (0..blocks.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             buffer: Mutex::new(buffer),
             early: AtomicU64::new(0),
             failed: AtomicBool::new(false),
