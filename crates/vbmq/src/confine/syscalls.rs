@@ -391,6 +391,38 @@ mod tests {
     }
 
     #[test]
+    fn with_a_control_socket_ficlone_is_allowed_and_other_file_ioctls_are_not() {
+        use std::os::fd::AsRawFd;
+        let run_time = filter(false, true, false, false).expect("filter");
+        let status = under(&run_time, || {
+            let (a, b) = (tempfile::tempfile(), tempfile::tempfile());
+            let (Ok(a), Ok(b)) = (a, b) else {
+                // SAFETY: ends the child without running the parent's exit handlers.
+                unsafe { libc::_exit(5) }
+            };
+            // SAFETY: FICLONE takes the source's descriptor number; it may fail, not trap.
+            unsafe { libc::ioctl(b.as_raw_fd(), 0x4004_9409, a.as_raw_fd()) };
+        });
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "FICLONE: status {status:#x}"
+        );
+        let status = under(&run_time, || {
+            let Ok(a) = tempfile::tempfile() else {
+                // SAFETY: ends the child without running the parent's exit handlers.
+                unsafe { libc::_exit(5) }
+            };
+            let mut flags: libc::c_long = 0;
+            // SAFETY: FS_IOC_GETFLAGS writes one long; refused by the filter first.
+            unsafe { libc::ioctl(a.as_raw_fd(), 0x8008_6601, &mut flags) };
+        });
+        assert!(
+            libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSYS,
+            "FS_IOC_GETFLAGS must be refused: status {status:#x}"
+        );
+    }
+
+    #[test]
     fn a_share_thread_may_unshare_its_umask_and_nothing_else() {
         let shares = filter(false, false, true, false).expect("filter");
         let status = under(&shares, || {

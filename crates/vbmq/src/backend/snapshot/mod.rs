@@ -280,3 +280,51 @@ impl Disk for SnapshotDisk {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn disk(dir: &std::path::Path) -> (SnapshotDisk, std::path::PathBuf) {
+        let path = dir.join("a.raw");
+        let bytes: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, bytes).unwrap();
+        let file = FileDisk::open(&path, false, false).unwrap();
+        (SnapshotDisk::over_file(file).unwrap(), path)
+    }
+
+    #[test]
+    fn one_snapshot_or_resize_at_a_time_and_names_are_refused_for_now() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let (disk, _) = disk(dir.path());
+        let to = || File::create(dir.path().join("s.raw")).unwrap();
+        let busy = disk.take_busy("test").unwrap();
+        let e = disk
+            .snapshot(to(), &SnapshotOptions::default())
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
+        let e = disk.resize(4 << 20, false).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
+        drop(busy);
+        let named = SnapshotOptions {
+            name: Some("monday".into()),
+        };
+        assert!(disk.snapshot(to(), &named).is_err());
+        let report = disk.snapshot(to(), &SnapshotOptions::default()).unwrap();
+        assert_eq!(report.bytes, 3 << 20);
+        assert_eq!(disk.resize(4 << 20, false).unwrap(), 4 << 20);
+    }
+
+    #[test]
+    fn a_quiet_copy_is_the_image_and_a_stale_longer_file_is_cut() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let (disk, path) = disk(dir.path());
+        let target = dir.path().join("s.raw");
+        std::fs::write(&target, vec![7u8; 5 << 20]).unwrap();
+        let to = File::options().write(true).open(&target).unwrap();
+        let report = disk.snapshot(to, &SnapshotOptions::default()).unwrap();
+        // tmpfs cannot clone.
+        assert_eq!(report.method, SnapshotMethod::Copy);
+        assert!(std::fs::read(&target).unwrap() == std::fs::read(&path).unwrap());
+    }
+}
