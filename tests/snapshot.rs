@@ -383,3 +383,77 @@ fn a_memory_disk_has_no_snapshots() {
     assert!(err.contains("only path= disks have snapshots"), "{err}");
     assert!(daemon.alive());
 }
+
+/// An XFS file system with reflink on a loop device, mounted for the test; unmounted and
+/// detached (exactly these) on drop, even when the test fails.
+struct Xfs {
+    mount: tempfile::TempDir,
+    _device: common::loop_device::Loop,
+}
+
+impl Xfs {
+    fn new(backing: &Path) -> Xfs {
+        File::create(backing).unwrap().set_len(512 << 20).unwrap();
+        let device = common::loop_device::Loop::attach(backing);
+        let mkfs = std::process::Command::new("mkfs.xfs")
+            .args(["-q", "-f", "-m", "reflink=1", &device.0])
+            .status()
+            .expect("mkfs.xfs (xfsprogs)");
+        assert!(mkfs.success(), "mkfs.xfs");
+        let mount = tempfile::tempdir().unwrap();
+        let mounted = std::process::Command::new("mount")
+            .arg(&device.0)
+            .arg(mount.path())
+            .status()
+            .expect("mount");
+        assert!(mounted.success(), "mount");
+        Xfs {
+            mount,
+            _device: device,
+        }
+    }
+}
+
+impl Drop for Xfs {
+    fn drop(&mut self) {
+        common::loop_device::unmount(self.mount.path());
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs feature root-tests: root for a loop device and mount (scripts/test.sh)"
+)]
+fn a_plain_image_on_xfs_is_cloned_at_one_instant_under_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let xfs = Xfs::new(&dir.path().join("xfs.img"));
+    let blocks = 8192;
+    let image = xfs.mount.path().join("a.raw");
+    stamped_image(&image, blocks);
+    let socket = dir.path().join("a.sock");
+    let (mut daemon, control) = serve(
+        dir.path(),
+        &[format!("socket={},path={}", s(&socket), s(&image))],
+    );
+    let writer = Writer::start(&socket, blocks);
+    for round in 0..3 {
+        writer.wait_writes(blocks / 4);
+        let file = xfs.mount.path().join(format!("snap{round}.raw"));
+        let low = writer.done.load(Ordering::SeqCst);
+        let answer = ctl_json(&control, &["snapshot", s(&socket), s(&file)]);
+        let high = writer.started.load(Ordering::SeqCst);
+        assert_eq!(answer["method"], "reflink", "{answer}");
+        assert_eq!(answer["bytes"], blocks * BLOCK as u64, "{answer}");
+        check_one_instant(&file, blocks, low, high);
+        std::fs::remove_file(&file).unwrap();
+    }
+    writer.stop();
+    // Another file system: no clone across them, a copy instead.
+    let elsewhere = dir.path().join("copy.raw");
+    let answer = ctl_json(&control, &["snapshot", s(&socket), s(&elsewhere)]);
+    assert_eq!(answer["method"], "copy", "{answer}");
+    assert!(std::fs::read(&elsewhere).unwrap() == std::fs::read(&image).unwrap());
+    assert!(daemon.alive());
+    drop(daemon);
+}
