@@ -377,3 +377,38 @@ fn a_plain_image_on_xfs_is_cloned_at_one_instant_under_writes() {
     assert!(daemon.alive());
     drop(daemon);
 }
+
+#[test]
+fn a_vbmq_killed_mid_copy_leaves_no_file_that_looks_like_a_snapshot() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let image = dir.path().join("big.raw");
+    let size: u64 = 512 << 20;
+    std::fs::write(&image, vec![0xa5u8; size as usize]).unwrap();
+    let socket = dir.path().join("big.sock");
+    let (daemon, control) = serve(
+        dir.path(),
+        &[format!("socket={},path={}", s(&socket), s(&image))],
+    );
+    let file = dir.path().join("snap.raw");
+    let ctl = std::process::Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .arg("ctl")
+        .arg("--control")
+        .arg(&control)
+        .args(["snapshot", s(&socket), s(&file)])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The copy has begun once the file has the disk's size.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0) != size {
+        assert!(std::time::Instant::now() < deadline, "the copy never began");
+        std::thread::yield_now();
+    }
+    drop(daemon); // SIGKILL
+    let out = ctl.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("is not a snapshot: removed"), "{err}");
+    assert!(!file.exists(), "the incomplete file was left");
+}
