@@ -203,7 +203,7 @@ fn raw_snapshot(control: &Path, socket: &Path, fds: &[i32]) -> Value {
         }
         assert_eq!(
             libc::sendmsg(stream.as_raw_fd(), &msg, 0),
-            line.len() as isize
+            line.len().cast_signed()
         );
     }
     let mut reply = String::new();
