@@ -10,9 +10,10 @@
 //!   the image's writes.
 //! - **copy** (copy-before-write) everywhere else: the snapshot's instant is when a flag the
 //!   queues' engines read is raised. From then on, a write, write-zeroes or discard to a block
-//!   not yet copied first copies that block's contents into the file, on the queue's thread,
-//!   under one lock (a bitmap of copied blocks is checked without it first); the control
-//!   thread copies every other block in order the same way. Reads are never delayed.
+//!   not yet copied first copies that block's contents into the file, on the queue's thread (a
+//!   bitmap of copied blocks is checked first; a block is claimed by one copier, and a write
+//!   to a block another copies waits for that one block); the control thread copies every
+//!   other block in order the same way. Reads never copy.
 //!
 //! What the file holds: every write acknowledged before the instant (so everything a guest
 //! flush acknowledged before it covered), none issued after it; a write in flight at the
@@ -22,7 +23,7 @@
 //! Cost when no snapshot runs: one acquire load of an atomic flag per write, write-zeroes or
 //! discard pushed (reads and flushes: none); no system call. During a copy, the first write to
 //! each block waits for that block's copy (a read and a write of [`COPY_BLOCK`] bytes, or of the
-//! thin disk's block).
+//! thin disk's block, into a buffer allocated for that write), and its queue's thread with it.
 
 mod engine;
 mod reflink;
@@ -196,7 +197,7 @@ impl SnapshotDisk {
         to.set_len(0)?;
         to.set_len(capacity)?;
         let block = self.source.block_size().unwrap_or(COPY_BLOCK);
-        let session = Arc::new(Session::new(self.source.clone(), to, block, capacity)?);
+        let session = Arc::new(Session::new(self.source.clone(), to, block, capacity));
         *lock(&self.shared.session) = Some(session.clone());
         // The instant: every write pushed from now on copies its blocks first.
         // (A changed-block map named by `SnapshotOptions::name` would start here.)

@@ -56,10 +56,10 @@ pub(crate) struct Session {
     block: u64,
     capacity: u64,
     blocks: u64,
-    /// Blocks whose copy is in the target, a bit each (set after the copy, under `buffer`).
+    /// Blocks whose copy is in the target, a bit each (set once the copy is written).
     copied: Vec<AtomicU64>,
-    /// The one copy at a time, and its buffer.
-    buffer: Mutex<Vec<u8>>,
+    /// Blocks being copied, a bit each: whoever sets it copies, others wait for `copied`.
+    claimed: Vec<AtomicU64>,
     /// Blocks a guest write copied first.
     early: AtomicU64,
     /// Why the copy failed; the guest's writes go on uncopied once set.
@@ -67,54 +67,80 @@ pub(crate) struct Session {
     error: Mutex<Option<io::Error>>,
 }
 
+fn bit(block: u64) -> (usize, u64) {
+    (host_size(block / 64), 1 << (block % 64))
+}
+
+fn is_set(bits: &[AtomicU64], block: u64) -> bool {
+    let (word, bit) = bit(block);
+    bits.get(word)
+        .is_none_or(|w| w.load(Ordering::Acquire) & bit != 0)
+}
+
+/// A buffer of `len` bytes, or an error if memory is short.
+fn buffer(len: usize) -> io::Result<Vec<u8>> {
+    let mut buffer = Vec::new();
+    buffer
+        .try_reserve_exact(len)
+        .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
+    buffer.resize(len, 0);
+    Ok(buffer)
+}
+
 impl Session {
-    pub(super) fn new(
-        source: Arc<Source>,
-        target: File,
-        block: u64,
-        capacity: u64,
-    ) -> io::Result<Self> {
+    pub(super) fn new(source: Arc<Source>, target: File, block: u64, capacity: u64) -> Self {
         let blocks = capacity.div_ceil(block);
-        let mut buffer = Vec::new();
-        buffer
-            .try_reserve_exact(host_size(block))
-            .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
-        buffer.resize(host_size(block), 0);
-        Ok(Session {
+        let words = || {
+            (0..blocks.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect()
+        };
+        Session {
             source,
             target,
             block,
             capacity,
             blocks,
-            copied: (0..blocks.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
-            buffer: Mutex::new(buffer),
+            copied: words(),
+            claimed: words(),
             early: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
-        })
+        }
     }
 
-    fn bit(block: u64) -> (usize, u64) {
-        (host_size(block / 64), 1 << (block % 64))
-    }
-
-    fn is_copied(&self, block: u64) -> bool {
-        let (word, bit) = Self::bit(block);
-        self.copied
-            .get(word)
-            .is_none_or(|w| w.load(Ordering::Acquire) & bit != 0)
-    }
-
-    /// Copies block `block` unless it is copied already; `early`: for a guest write.
-    fn copy_block(&self, block: u64, early: bool) -> io::Result<()> {
-        if self.is_copied(block) {
+    /// Copies block `block` unless it is copied already (waiting for a copy someone else
+    /// makes of it); `buffer` is made on first use. `early`: for a guest write.
+    fn copy_block(&self, block: u64, buffer: &mut Vec<u8>, early: bool) -> io::Result<()> {
+        let (word, bit) = bit(block);
+        let (Some(copied), Some(claimed)) = (self.copied.get(word), self.claimed.get(word)) else {
+            return Ok(());
+        };
+        if copied.load(Ordering::Acquire) & bit != 0 {
             return Ok(());
         }
-        let mut buffer = lock(&self.buffer);
-        if self.is_copied(block) {
+        if claimed.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+            // Someone copies it (a copy takes a read and a write of one block).
+            while copied.load(Ordering::Acquire) & bit == 0 && !self.failed.load(Ordering::Acquire)
+            {
+                std::thread::yield_now();
+            }
             return Ok(());
+        }
+        let result = self.copy_claimed(block, buffer);
+        if result.is_ok() {
+            copied.fetch_or(bit, Ordering::Release);
+            if early {
+                self.early.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        claimed.fetch_and(!bit, Ordering::AcqRel);
+        result
+    }
+
+    fn copy_claimed(&self, block: u64, buffer: &mut Vec<u8>) -> io::Result<()> {
+        if buffer.is_empty() {
+            *buffer = self::buffer(host_size(self.block))?;
         }
         let offset = block * self.block;
         let len = host_size((self.capacity - offset).min(self.block));
@@ -124,19 +150,12 @@ impl Session {
         if bytes.iter().any(|&b| b != 0) {
             self.target.write_all_at(bytes, offset)?;
         }
-        let (word, bit) = Self::bit(block);
-        if let Some(w) = self.copied.get(word) {
-            w.fetch_or(bit, Ordering::Release);
-        }
-        if early {
-            self.early.fetch_add(1, Ordering::Relaxed);
-        }
         Ok(())
     }
 
     fn fail(&self, error: io::Error) {
-        self.failed.store(true, Ordering::Release);
         lock(&self.error).get_or_insert(error);
+        self.failed.store(true, Ordering::Release);
     }
 
     /// Before a guest write to `[offset, offset + len)`: copies the blocks it touches. An error
@@ -145,9 +164,13 @@ impl Session {
         if len == 0 || offset >= self.capacity || self.failed.load(Ordering::Acquire) {
             return;
         }
-        let end = (offset.saturating_add(len)).min(self.capacity);
+        let end = offset.saturating_add(len).min(self.capacity);
+        let mut buffer = Vec::new();
         for block in offset / self.block..end.div_ceil(self.block) {
-            if let Err(e) = self.copy_block(block, true) {
+            if is_set(&self.copied, block) {
+                continue;
+            }
+            if let Err(e) = self.copy_block(block, &mut buffer, true) {
                 crate::limited!(warn, "snapshot: a copy before a write failed: {e}");
                 self.fail(e);
                 return;
@@ -157,11 +180,12 @@ impl Session {
 
     /// Copies every block not copied yet, in order.
     pub(super) fn copy_all(&self) -> io::Result<()> {
+        let mut buffer = Vec::new();
         for block in 0..self.blocks {
             if self.failed.load(Ordering::Acquire) {
                 break;
             }
-            if let Err(e) = self.copy_block(block, false) {
+            if let Err(e) = self.copy_block(block, &mut buffer, false) {
                 self.fail(e);
             }
         }
