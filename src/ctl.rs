@@ -144,6 +144,11 @@ pub(crate) fn exchange(
     line.push(b'\n');
     passed_fds::send(&stream, &line, fds)?;
     let mut reply = String::new();
-    BufReader::new(stream).read_line(&mut reply)?;
+    if BufReader::new(stream).read_line(&mut reply)? == 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "vbmq closed the connection without a reply (did it exit?)",
+        ));
+    }
     serde_json::from_str(&reply).map_err(std::io::Error::other)
 }

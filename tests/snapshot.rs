@@ -409,6 +409,7 @@ fn a_vbmq_killed_mid_copy_leaves_no_file_that_looks_like_a_snapshot() {
     let out = ctl.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("without a reply"), "{err}");
     assert!(err.contains("is not a snapshot: removed"), "{err}");
     assert!(!file.exists(), "the incomplete file was left");
 }
