@@ -148,6 +148,27 @@ fn ctl() -> Command {
                         .help("Remove and add a disk whose line changed beyond its limits"),
                 ),
         )
+        .subcommand(
+            Command::new("snapshot")
+                .about(
+                    "Write the disk on SOCKET as it is at one instant into FILE (made 0600 by \
+                     this command) while the guest keeps writing; returns once FILE is complete \
+                     and synced (JSON: method, bytes, duration)",
+                )
+                .arg(socket().required(true))
+                .arg(
+                    Arg::new("file")
+                        .value_name("FILE")
+                        .value_parser(value_parser!(PathBuf))
+                        .required(true),
+                )
+                .arg(
+                    Arg::new("force")
+                        .long("force")
+                        .action(ArgAction::SetTrue)
+                        .help("Overwrite FILE if it exists"),
+                ),
+        )
         .subcommand(Command::new("list").about(
             "Every disk (spec, size, queues, connection) and share (spec, tag, directory, \
              connection), as JSON",
@@ -341,6 +362,7 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                     .map(|p| p.display().to_string())
             };
             use crate::control::Request;
+            let mut snapshot = None;
             let command = match m.subcommand()? {
                 ("add-disk", a) => Request::AddDisk {
                     spec: a.get_one::<String>("spec")?.clone(),
@@ -365,6 +387,16 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                 ("reload", a) => Request::Reload {
                     replace: a.get_flag("replace"),
                 },
+                ("snapshot", a) => {
+                    snapshot = Some(crate::ctl_snapshot::Target {
+                        path: a.get_one::<PathBuf>("file")?.clone(),
+                        force: a.get_flag("force"),
+                    });
+                    Request::Snapshot {
+                        socket: socket(a)?,
+                        name: None,
+                    }
+                }
                 ("list", _) => Request::List,
                 ("stats", a) => Request::Stats { socket: socket(a) },
                 _ => return None,
@@ -374,6 +406,7 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                 control,
                 command,
                 state,
+                snapshot,
             }))
         }
         ("bench", m) => Some(Job::Bench(vbmq_bench::Options {

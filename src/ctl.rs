@@ -17,6 +17,8 @@ pub struct Request {
     pub command: crate::control::Request,
     /// Where disks added and removed are recorded (`--state`).
     pub state: Option<PathBuf>,
+    /// `snapshot`'s FILE.
+    pub snapshot: Option<crate::ctl_snapshot::Target>,
 }
 
 /// Sends the request; prints the result as JSON (exit 0) or the error as one line (exit 2;
@@ -28,6 +30,7 @@ pub fn run(request: &Request) -> i32 {
     let mut command = request.command.clone();
     let mut opened = Opened::default();
     let mut share = None;
+    let mut snapshot = None;
     match &mut command {
         R::AddDisk { spec, fds } => {
             opened = match ctl_disk::open(spec) {
@@ -46,11 +49,27 @@ pub fn run(request: &Request) -> i32 {
                 return 2;
             }
         },
+        R::Snapshot { .. } => {
+            let Some(target) = &request.snapshot else {
+                eprintln!("vbmq: snapshot: no FILE");
+                return 2;
+            };
+            match crate::ctl_snapshot::open(target) {
+                Ok(opened) => snapshot = Some(opened),
+                Err(e) => {
+                    eprintln!("vbmq: {e}");
+                    return 2;
+                }
+            }
+        }
         _ => {}
     }
     let mut borrowed: Vec<BorrowedFd<'_>> = opened.fds.iter().map(AsFd::as_fd).collect();
     if let Some(share) = &share {
         borrowed.extend(share.fds());
+    }
+    if let Some(snapshot) = &snapshot {
+        borrowed.push(snapshot.file.as_fd());
     }
     let result = exchange(&request.control, &command, &borrowed);
     drop(borrowed);
@@ -62,6 +81,8 @@ pub fn run(request: &Request) -> i32 {
     {
         share.discard();
     }
+    // A vbmq that ended mid-copy, or refused it: FILE is no snapshot (said after the error).
+    let unfinished = snapshot.filter(|_| !done);
     let reply = match result {
         Ok(reply) => reply,
         Err(e) => {
@@ -69,6 +90,9 @@ pub fn run(request: &Request) -> i32 {
                 ctl_disk::remove_stale_socket(socket);
             }
             eprintln!("vbmq: {}: {e}", request.control.display());
+            if let Some(snapshot) = unfinished {
+                snapshot.discard();
+            }
             return 1;
         }
     };
@@ -77,6 +101,9 @@ pub fn run(request: &Request) -> i32 {
             ctl_disk::remove_stale_socket(socket);
         }
         eprintln!("vbmq: {}", reply.error.as_deref().unwrap_or("failed"));
+        if let Some(snapshot) = unfinished {
+            snapshot.discard();
+        }
         return 2;
     }
     match &command {
@@ -117,6 +144,11 @@ pub(crate) fn exchange(
     line.push(b'\n');
     passed_fds::send(&stream, &line, fds)?;
     let mut reply = String::new();
-    BufReader::new(stream).read_line(&mut reply)?;
+    if BufReader::new(stream).read_line(&mut reply)? == 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "vbmq closed the connection without a reply (did it exit?)",
+        ));
+    }
     serde_json::from_str(&reply).map_err(std::io::Error::other)
 }

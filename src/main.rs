@@ -8,6 +8,7 @@ mod control;
 mod ctl;
 mod ctl_disk;
 mod ctl_fs;
+mod ctl_snapshot;
 mod fd_wait;
 mod metrics;
 mod state_file;

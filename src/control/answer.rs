@@ -1,15 +1,17 @@
 //! The daemon's side of the protocol: a [`Request`] done on the [`Host`], its [`Reply`].
 
+use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 
+use vbmq::backend::SnapshotOptions;
 use vbmq::host::{DeviceInfo, DeviceKind, DiskCounters, DiskInfo, Host, PassedShare, ShareInfo};
 use vbmq::passed_fds::PassedDisk;
 
 use super::protocol::{
     Answer, DeviceEntry, DiskEntry, DiskStats, Kind, Latency, Passed, QueueStats, Reply, Request,
-    ShareEntry, Size,
+    ShareEntry, Size, SnapshotEntry,
 };
 
 /// Answers one request line; `fds` are the descriptors sent with it.
@@ -29,11 +31,16 @@ fn dispatch(host: &Host, request: Request, fds: Vec<OwnedFd>) -> Result<Answer, 
             .map(disk)
             .map_err(refused);
     }
+    if let Request::Snapshot { socket, name } = request {
+        return snapshot(host, &socket, name, fds);
+    }
     if !fds.is_empty() && !matches!(request, Request::AddFs { .. }) {
-        return Err("only add-disk and add-fs take descriptors".into());
+        return Err("only add-disk, add-fs and snapshot take descriptors".into());
     }
     match request {
-        Request::AddDisk { .. } => Err("add-disk: answered above: a defect".into()),
+        Request::AddDisk { .. } | Request::Snapshot { .. } => {
+            Err("answered above: a defect".into())
+        }
         Request::RemoveDisk { socket } => host
             .remove_disk(Path::new(&socket))
             .map(|()| Answer::Nothing)
@@ -78,6 +85,33 @@ fn dispatch(host: &Host, request: Request, fds: Vec<OwnedFd>) -> Result<Answer, 
             .map(|disks| Answer::Stats(disks.iter().map(stats).collect()))
             .map_err(refused),
     }
+}
+
+/// `snapshot`: into the one file passed, which the disk checks (a regular file, writable).
+fn snapshot(
+    host: &Host,
+    socket: &str,
+    name: Option<String>,
+    fds: Vec<OwnedFd>,
+) -> Result<Answer, String> {
+    let mut fds = fds.into_iter();
+    let (Some(file), None) = (fds.next(), fds.next()) else {
+        return Err(
+            "snapshot: send the snapshot file, open for writing, as the one descriptor with \
+             the request (vbmq ctl snapshot does)"
+                .into(),
+        );
+    };
+    let options = SnapshotOptions { name };
+    let report = host
+        .snapshot(Path::new(socket), File::from(file), &options)
+        .map_err(|e| e.to_string())?;
+    Ok(Answer::Snapshot(SnapshotEntry {
+        method: report.method.name().into(),
+        bytes: report.bytes,
+        duration_ms: u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX),
+        copied_before_write: report.copied_before_write,
+    }))
 }
 
 /// `add-fs`'s descriptors, in order: the directory, the listening socket, its lock file (no

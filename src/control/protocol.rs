@@ -67,6 +67,15 @@ pub enum Request {
         )]
         replace: bool,
     },
+    /// Write the disk's contents at one instant into the file passed with the request (one
+    /// descriptor, open for writing); answered once the file is complete and synced.
+    Snapshot {
+        /// The disk's socket path.
+        socket: String,
+        /// A name to track changed blocks from (refused until changed-block tracking exists).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    },
     /// Every disk and share.
     List,
     /// Counters of every disk and share, or of the one on `socket` (a non-string `socket` is
@@ -225,6 +234,21 @@ pub enum Answer {
     Stats(Vec<DiskStats>),
     /// `reload`: what it did, a line each.
     Notes(Vec<String>),
+    /// `snapshot`: how it was taken.
+    Snapshot(SnapshotEntry),
+}
+
+/// A finished snapshot, as `snapshot` gives it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotEntry {
+    /// `"reflink"` (the image cloned) or `"copy"` (copy-before-write).
+    pub method: String,
+    /// Bytes of the snapshot: the disk's capacity at its instant.
+    pub bytes: u64,
+    /// From the request to the file synced, milliseconds.
+    pub duration_ms: u64,
+    /// Blocks a guest write had to copy before it went on (copy only).
+    pub copied_before_write: u64,
 }
 
 /// One disk, as `list` gives it.

@@ -70,6 +70,20 @@ fn requests() -> Vec<(Request, Value)> {
             Request::Reload { replace: true },
             json!({"command": "reload", "replace": true}),
         ),
+        (
+            Request::Snapshot {
+                socket: "/r/a.sock".into(),
+                name: None,
+            },
+            json!({"command": "snapshot", "socket": "/r/a.sock"}),
+        ),
+        (
+            Request::Snapshot {
+                socket: "/r/a.sock".into(),
+                name: Some("monday".into()),
+            },
+            json!({"command": "snapshot", "socket": "/r/a.sock", "name": "monday"}),
+        ),
         (Request::List, json!({"command": "list"})),
         (Request::Stats { socket: None }, json!({"command": "stats"})),
         (
@@ -160,6 +174,10 @@ fn refused_requests_get_the_documented_errors() {
         (
             b"{\"command\":\"set-limits\",\"socket\":\"s\"}",
             "set-limits: missing string \"limits\"",
+        ),
+        (
+            b"{\"command\":\"snapshot\"}",
+            "snapshot: missing string \"socket\"",
         ),
     ] {
         assert_eq!(
@@ -273,6 +291,16 @@ fn every_reply_goes_out_as_documented_and_comes_back_the_same() {
         (
             Reply::done(Answer::Notes(vec!["added /r/b.sock".into()])),
             json!({"version": 1, "ok": true, "result": ["added /r/b.sock"]}),
+        ),
+        (
+            Reply::done(Answer::Snapshot(SnapshotEntry {
+                method: "copy".into(),
+                bytes: 1 << 30,
+                duration_ms: 1200,
+                copied_before_write: 3,
+            })),
+            json!({"version": 1, "ok": true, "result": {"method": "copy", "bytes": 1u64 << 30,
+                "duration_ms": 1200, "copied_before_write": 3}}),
         ),
         (
             Reply::refused("unknown command \"x\""),

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::backend::Disk;
+use crate::backend::{Disk, SnapshotOptions, SnapshotReport};
 use crate::config::check_sockets;
 use crate::config::{DiskSpec, SpecError};
 use crate::devices::{Built, Source, build_disk};
@@ -115,6 +115,9 @@ pub enum HostError {
     /// The disk could not be resized.
     #[error("resize: {0}")]
     Resize(String),
+    /// The snapshot was refused or failed.
+    #[error("snapshot: {0}")]
+    Snapshot(String),
 }
 
 struct Running {
@@ -340,6 +343,37 @@ impl Host {
             running.device.capacity()
         );
         Ok(info_of(running))
+    }
+
+    /// `snapshot`: writes the disk's contents at one instant into `to` while it serves, and
+    /// returns once `to` is complete and synced (see `crate::backend::SnapshotDisk`). Other
+    /// requests are served meanwhile: the disk list is not held.
+    pub fn snapshot(
+        &self,
+        socket: &Path,
+        to: File,
+        options: &SnapshotOptions,
+    ) -> Result<SnapshotReport, HostError> {
+        let disk = {
+            let disks = lock(&self.disks);
+            let running = disks
+                .iter()
+                .find(|r| r.spec.socket == socket)
+                .ok_or_else(|| HostError::NoSuchDisk(socket.to_path_buf()))?;
+            Arc::clone(&running.disk)
+        };
+        let report = disk
+            .snapshot(to, options)
+            .map_err(|e| HostError::Snapshot(e.to_string()))?;
+        crate::limited!(
+            info,
+            "{}: snapshot of {} bytes by {} in {} ms",
+            socket.display(),
+            report.bytes,
+            report.method.name(),
+            report.duration.as_millis()
+        );
+        Ok(report)
     }
 
     /// `set-limits`: the disk's I/O limits from now on, across all its queues.

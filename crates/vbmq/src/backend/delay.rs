@@ -70,6 +70,14 @@ impl Disk for DelayedDisk {
         self.inner.close();
     }
 
+    fn snapshot(
+        &self,
+        to: std::fs::File,
+        options: &super::SnapshotOptions,
+    ) -> io::Result<super::SnapshotReport> {
+        self.inner.snapshot(to, options)
+    }
+
     fn writer_seat(&self) -> Option<std::sync::Arc<super::WriterSeat>> {
         self.inner.writer_seat()
     }

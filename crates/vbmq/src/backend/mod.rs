@@ -20,10 +20,12 @@ mod positional;
 mod rbd;
 mod registered_memory;
 pub mod ring_pool;
+mod snapshot;
 mod staging;
 pub mod thin;
 mod uring;
 
+use std::fs::File;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
@@ -38,6 +40,7 @@ pub use iovec::IovList;
 pub use memory::MemoryDisk;
 pub use null::NullDisk;
 pub use rbd::{RbdDisk, RbdTarget, cluster_connected, release_clusters};
+pub use snapshot::{SnapshotDisk, SnapshotMethod, SnapshotOptions, SnapshotReport};
 pub use thin::{ThinDisk, ThinOptions};
 
 /// One operation handed to an engine. Offsets and lengths are in bytes and already checked
@@ -157,6 +160,16 @@ pub trait Disk: Send + Sync {
     /// (`handover=on`).
     fn writer_seat(&self) -> Option<Arc<WriterSeat>> {
         None
+    }
+    /// Writes the disk's contents at one instant into `to` (opened writable by the operator)
+    /// while the guest keeps writing, and returns once `to` is complete and synced (see
+    /// [`SnapshotDisk`]). Wrappers pass it down to the storage's snapshot layer.
+    fn snapshot(&self, to: File, options: &SnapshotOptions) -> io::Result<SnapshotReport> {
+        let _ = (to, options);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "only path= disks have snapshots",
+        ))
     }
 }
 

@@ -194,6 +194,10 @@ const IOCTLS: &[u64] = &[libc::FIONBIO, libc::FIOCLEX];
 /// logical and physical block sizes: `BLKGETSIZE64`, `BLKSSZGET`, `BLKPBSZGET`); they only read.
 const BLOCK_SIZE_IOCTLS: &[u64] = &[0x8008_1272, 0x1268, 0x127b];
 
+/// With a control socket: `vbmq ctl snapshot` clones an image into the file it passed
+/// (`FICLONE`, on file systems that can), and nothing else.
+const SNAPSHOT_IOCTLS: &[u64] = &[0x4004_9409];
+
 /// Compiles the allowlist; anything else raises SIGSYS (reported, then the process exits).
 /// `run_time_disks`: the calls [`RUN_TIME_DISKS`] names, and Unix sockets beside TCP ones.
 pub(super) fn filter(
@@ -245,6 +249,7 @@ pub(super) fn filter(
         } else {
             &[]
         })
+        .chain(if run_time_disks { SNAPSHOT_IOCTLS } else { &[] })
         .map(|&request| {
             SeccompRule::new(vec![SeccompCondition::new(
                 1,
@@ -382,6 +387,38 @@ mod tests {
         assert!(
             libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSYS,
             "io_uring_setup must be refused: status {status:#x}"
+        );
+    }
+
+    #[test]
+    fn with_a_control_socket_ficlone_is_allowed_and_other_file_ioctls_are_not() {
+        use std::os::fd::AsRawFd;
+        let run_time = filter(false, true, false, false).expect("filter");
+        let status = under(&run_time, || {
+            let (a, b) = (tempfile::tempfile(), tempfile::tempfile());
+            let (Ok(a), Ok(b)) = (a, b) else {
+                // SAFETY: ends the child without running the parent's exit handlers.
+                unsafe { libc::_exit(5) }
+            };
+            // SAFETY: FICLONE takes the source's descriptor number; it may fail, not trap.
+            unsafe { libc::ioctl(b.as_raw_fd(), 0x4004_9409, a.as_raw_fd()) };
+        });
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "FICLONE: status {status:#x}"
+        );
+        let status = under(&run_time, || {
+            let Ok(a) = tempfile::tempfile() else {
+                // SAFETY: ends the child without running the parent's exit handlers.
+                unsafe { libc::_exit(5) }
+            };
+            let mut flags: libc::c_long = 0;
+            // SAFETY: FS_IOC_GETFLAGS writes one long; refused by the filter first.
+            unsafe { libc::ioctl(a.as_raw_fd(), 0x8008_6601, &mut flags) };
+        });
+        assert!(
+            libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSYS,
+            "FS_IOC_GETFLAGS must be refused: status {status:#x}"
         );
     }
 

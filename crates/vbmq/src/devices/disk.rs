@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::backend::cache::ImageId;
 use crate::backend::{
     CachedDisk, DelayedDisk, Disk, EncryptedDisk, FileDisk, MemoryDisk, NullDisk, RbdDisk,
-    ThinDisk, ThinOptions,
+    SnapshotDisk, ThinDisk, ThinOptions,
 };
 use crate::config::{DiskSpec, SpecError, Storage};
 use crate::vhost_user::DiskServer;
@@ -126,6 +126,7 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
                 })?),
                 None => None,
             };
+            // Directly above the storage: a snapshot holds what the image holds.
             let disk: Arc<dyn Disk> = match &spec.base {
                 Some(_) if source.image.is_some() => {
                     return Err(SpecError {
@@ -134,9 +135,14 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
                             .into(),
                     });
                 }
-                Some(base) => Arc::new(open_thin_disk(spec, path, base)?),
-                None => Arc::new(open_file(spec, path, spec.readonly, source)?),
-            };
+                Some(base) => SnapshotDisk::over_thin(open_thin_disk(spec, path, base)?),
+                None => SnapshotDisk::over_file(open_file(spec, path, spec.readonly, source)?),
+            }
+            .map(Arc::new)
+            .map_err(|e| SpecError {
+                key: "path".into(),
+                reason: format!("{}: {e}", path.display()),
+            })?;
             // Under the cache: the cache holds plaintext, in vbmq's memory only.
             let disk: Arc<dyn Disk> = match &spec.key_file {
                 Some(key) => Arc::new(EncryptedDisk::open(disk, key).map_err(|e| SpecError {

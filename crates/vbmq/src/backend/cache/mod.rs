@@ -209,6 +209,14 @@ impl Disk for CachedDisk {
         self.inner.writer_seat()
     }
 
+    fn snapshot(
+        &self,
+        to: std::fs::File,
+        options: &super::SnapshotOptions,
+    ) -> io::Result<super::SnapshotReport> {
+        self.inner.snapshot(to, options)
+    }
+
     fn on_resize(&self, listener: Box<dyn Fn(u64) + Send + Sync>) {
         let (capacity, cache) = (self.capacity.clone(), self.cache.clone());
         self.inner.on_resize(Box::new(move |bytes| {

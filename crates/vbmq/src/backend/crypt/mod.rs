@@ -101,4 +101,12 @@ impl Disk for EncryptedDisk {
     fn writer_seat(&self) -> Option<Arc<super::WriterSeat>> {
         self.inner.writer_seat()
     }
+
+    fn snapshot(
+        &self,
+        to: std::fs::File,
+        options: &super::SnapshotOptions,
+    ) -> io::Result<super::SnapshotReport> {
+        self.inner.snapshot(to, options)
+    }
 }

@@ -491,6 +491,18 @@ impl Disk for RbdDisk {
         self.image.close();
     }
 
+    fn snapshot(
+        &self,
+        to: std::fs::File,
+        options: &super::SnapshotOptions,
+    ) -> io::Result<super::SnapshotReport> {
+        let _ = (to, options);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "an RBD disk has Ceph's own snapshots: rbd snap create POOL/IMAGE@NAME",
+        ))
+    }
+
     fn stats(&self) -> Vec<(&'static str, u64)> {
         vec![(
             "rbd_header_updates",

@@ -18,6 +18,7 @@
 mod engine;
 mod fill;
 mod map;
+mod read;
 
 use std::io;
 use std::path::Path;
@@ -28,6 +29,7 @@ use std::thread::JoinHandle;
 use self::engine::ThinEngine;
 use self::map::ThinMap;
 pub use self::map::map_path;
+pub use self::read::{ThinReader, read_or_zeros};
 use super::{Disk, Engine, EngineOptions, FileDisk, Geometry};
 
 /// What a thin disk does besides serving.
@@ -104,6 +106,15 @@ impl ThinDisk {
             stop_fill,
             filler: Mutex::new(filler),
         })
+    }
+
+    /// A reader of the disk's contents on the caller's thread (for snapshots).
+    pub fn reader(&self) -> io::Result<ThinReader> {
+        Ok(ThinReader::new(
+            self.map.clone(),
+            self.data.file()?,
+            self.base.file()?,
+        ))
     }
 
     fn stop_filling(&self) {

@@ -1,0 +1,204 @@
+//! One copy-before-write snapshot: which blocks are copied, and the copy of one block.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::lock;
+use crate::backend::thin::{ThinReader, read_or_zeros};
+use crate::host_size;
+
+/// What a snapshot reads the disk's contents from, on the caller's thread.
+pub(crate) enum Source {
+    /// The image (buffered: coherent with the `O_DIRECT` writes of the queues, which
+    /// invalidate the page cache they cover).
+    File {
+        /// The image.
+        file: File,
+        /// A regular file (a block device is never cloned).
+        regular: bool,
+    },
+    /// A thin disk, by its map.
+    Thin(ThinReader),
+}
+
+impl Source {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        match self {
+            Source::File { file, .. } => read_or_zeros(file, buf, offset),
+            Source::Thin(reader) => reader.read_at(buf, offset),
+        }
+    }
+
+    /// The unit of copy, if the storage has one (a thin disk's block).
+    pub(super) fn block_size(&self) -> Option<u64> {
+        match self {
+            Source::File { .. } => None,
+            Source::Thin(reader) => Some(reader.block_size()),
+        }
+    }
+
+    /// The files the disk is read from.
+    pub(super) fn files(&self) -> Vec<&File> {
+        match self {
+            Source::File { file, .. } => vec![file],
+            Source::Thin(reader) => reader.files().to_vec(),
+        }
+    }
+}
+
+/// A copy under way.
+pub(crate) struct Session {
+    source: Arc<Source>,
+    target: File,
+    block: u64,
+    capacity: u64,
+    blocks: u64,
+    /// Blocks whose copy is in the target, a bit each (set once the copy is written).
+    copied: Vec<AtomicU64>,
+    /// Blocks being copied, a bit each: whoever sets it copies, others wait for `copied`.
+    claimed: Vec<AtomicU64>,
+    /// Blocks a guest write copied first.
+    early: AtomicU64,
+    /// Why the copy failed; the guest's writes go on uncopied once set.
+    failed: AtomicBool,
+    error: Mutex<Option<io::Error>>,
+}
+
+fn bit(block: u64) -> (usize, u64) {
+    (host_size(block / 64), 1 << (block % 64))
+}
+
+fn is_set(bits: &[AtomicU64], block: u64) -> bool {
+    let (word, bit) = bit(block);
+    bits.get(word)
+        .is_none_or(|w| w.load(Ordering::Acquire) & bit != 0)
+}
+
+/// A buffer of `len` bytes, or an error if memory is short.
+fn buffer(len: usize) -> io::Result<Vec<u8>> {
+    let mut buffer = Vec::new();
+    buffer
+        .try_reserve_exact(len)
+        .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
+    buffer.resize(len, 0);
+    Ok(buffer)
+}
+
+impl Session {
+    pub(super) fn new(source: Arc<Source>, target: File, block: u64, capacity: u64) -> Self {
+        let blocks = capacity.div_ceil(block);
+        let words = || {
+            (0..blocks.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect()
+        };
+        Session {
+            source,
+            target,
+            block,
+            capacity,
+            blocks,
+            copied: words(),
+            claimed: words(),
+            early: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+        }
+    }
+
+    /// Copies block `block` unless it is copied already (waiting for a copy someone else
+    /// makes of it); `buffer` is made on first use. `early`: for a guest write.
+    fn copy_block(&self, block: u64, buffer: &mut Vec<u8>, early: bool) -> io::Result<()> {
+        let (word, bit) = bit(block);
+        let (Some(copied), Some(claimed)) = (self.copied.get(word), self.claimed.get(word)) else {
+            return Ok(());
+        };
+        if copied.load(Ordering::Acquire) & bit != 0 {
+            return Ok(());
+        }
+        if claimed.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+            // Someone copies it (a copy takes a read and a write of one block).
+            while copied.load(Ordering::Acquire) & bit == 0 && !self.failed.load(Ordering::Acquire)
+            {
+                std::thread::yield_now();
+            }
+            return Ok(());
+        }
+        let result = self.copy_claimed(block, buffer);
+        if result.is_ok() {
+            copied.fetch_or(bit, Ordering::Release);
+            if early {
+                self.early.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        claimed.fetch_and(!bit, Ordering::AcqRel);
+        result
+    }
+
+    fn copy_claimed(&self, block: u64, buffer: &mut Vec<u8>) -> io::Result<()> {
+        if buffer.is_empty() {
+            *buffer = self::buffer(host_size(self.block))?;
+        }
+        let offset = block * self.block;
+        let len = host_size((self.capacity - offset).min(self.block));
+        let bytes = &mut buffer[..len];
+        self.source.read_at(bytes, offset)?;
+        // The target was made empty at this size: zeros are a hole already.
+        if bytes.iter().any(|&b| b != 0) {
+            self.target.write_all_at(bytes, offset)?;
+        }
+        Ok(())
+    }
+
+    fn fail(&self, error: io::Error) {
+        lock(&self.error).get_or_insert(error);
+        self.failed.store(true, Ordering::Release);
+    }
+
+    /// Before a guest write to `[offset, offset + len)`: copies the blocks it touches. An error
+    /// fails the snapshot, never the guest's write.
+    pub(super) fn before_write(&self, offset: u64, len: u64) {
+        if len == 0 || offset >= self.capacity || self.failed.load(Ordering::Acquire) {
+            return;
+        }
+        let end = offset.saturating_add(len).min(self.capacity);
+        let mut buffer = Vec::new();
+        for block in offset / self.block..end.div_ceil(self.block) {
+            if is_set(&self.copied, block) {
+                continue;
+            }
+            if let Err(e) = self.copy_block(block, &mut buffer, true) {
+                crate::limited!(warn, "snapshot: a copy before a write failed: {e}");
+                self.fail(e);
+                return;
+            }
+        }
+    }
+
+    /// Copies every block not copied yet, in order.
+    pub(super) fn copy_all(&self) -> io::Result<()> {
+        let mut buffer = Vec::new();
+        for block in 0..self.blocks {
+            if self.failed.load(Ordering::Acquire) {
+                break;
+            }
+            if let Err(e) = self.copy_block(block, &mut buffer, false) {
+                self.fail(e);
+            }
+        }
+        match lock(&self.error).take() {
+            Some(e) => Err(e),
+            None if self.failed.load(Ordering::Acquire) => Err(io::Error::other("copy failed")),
+            None => Ok(()),
+        }
+    }
+
+    /// Syncs the target; the blocks guest writes copied first.
+    pub(super) fn finish(&self) -> io::Result<u64> {
+        self.target.sync_data()?;
+        Ok(self.early.load(Ordering::Relaxed))
+    }
+}
