@@ -1,7 +1,6 @@
 //! The running disks of one `vbmq serve`, added and removed while the others go on: the typed
 //! API the control socket speaks for (the JSON lives in the `vbmq` binary).
 
-use std::fs::File;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -23,7 +22,7 @@ mod reload;
 mod run_time;
 mod shares;
 
-use run_time::{adopt_inherited, image_copy};
+use run_time::{KeptFiles, adopt_inherited};
 pub use shares::{
     DeviceInfo, DeviceKind, PassedShare, RELATIVE_SOCKET, SHARE, ShareInfo, ShareRoot,
 };
@@ -124,13 +123,10 @@ struct Running {
     stats: Vec<Arc<QueueStats>>,
     files: Vec<PathBuf>,
     /// Copies of a file disk's image descriptors, to serve it again after `reload --replace`.
-    image: Option<ImageFiles>,
+    image: Option<KeptFiles>,
     stopper: Stopper,
     thread: Option<JoinHandle<()>>,
 }
-
-/// An image's buffered and `O_DIRECT` descriptors.
-type ImageFiles = (File, Option<File>);
 
 /// Where disks added at run time may be, once the process is confined.
 #[derive(Clone, Debug, Default)]
@@ -226,8 +222,14 @@ impl Host {
         listener: Option<UnixListener>,
     ) -> Result<Prepared, HostError> {
         Self::check_sockets(&lock(&self.disks), &spec, &self.other_sockets)?;
-        let image = image_copy(&spec, &source);
+        let kept = KeptFiles::of_source(&source);
+        let confined = source.confined;
         let built = build_disk(&spec, source, listener)?;
+        let image = match kept {
+            Some(kept) => Some(kept),
+            None if !confined => KeptFiles::reopen(&spec),
+            None => None,
+        };
         Ok(Prepared {
             text: text.to_string(),
             spec,
@@ -537,7 +539,7 @@ pub struct Prepared {
     text: String,
     spec: DiskSpec,
     built: Built,
-    image: Option<ImageFiles>,
+    image: Option<KeptFiles>,
 }
 
 impl Prepared {

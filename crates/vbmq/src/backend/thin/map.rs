@@ -46,6 +46,13 @@ pub fn map_path(disk: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+fn missing_map(map_path: &Path) -> io::Error {
+    invalid(format!(
+        "holds data but {} is missing: not a disk made from a base, or its map is lost",
+        map_path.display()
+    ))
+}
+
 fn invalid(why: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, why)
 }
@@ -80,15 +87,49 @@ impl ThinMap {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 if data.metadata()?.len() != 0 {
-                    return Err(invalid(format!(
-                        "holds data but {} is missing: not a disk made from a base, or its map is lost",
-                        map_path.display()
-                    )));
+                    return Err(missing_map(&map_path));
                 }
                 Self::create(&map_path, block_size.unwrap_or(64 << 10), capacity)?
             }
             Err(e) => return Err(e),
         };
+        Self::from_file(file, &map_path, data, capacity, block_size)
+    }
+
+    /// As [`ThinMap::open`], from the map file a client opened (read-write) and passed, named
+    /// `map_path` in messages. A map never written (empty, or a header of zeros: `vbmq ctl
+    /// add-disk` creates it empty, a crash may leave it sized but blank) of a DISK still empty
+    /// is written here, in place; one of a DISK that holds data is refused.
+    pub fn open_passed(
+        file: File,
+        map_path: &Path,
+        data: File,
+        capacity: u64,
+        block_size: Option<u64>,
+    ) -> io::Result<Self> {
+        let mut magic = [0u8; 8];
+        let blank = file.metadata()?.len() < HEADER
+            || (file.read_exact_at(&mut magic, 0).is_ok() && magic == [0u8; 8]);
+        if blank {
+            if data.metadata()?.len() != 0 {
+                return Err(missing_map(map_path));
+            }
+            let block_size = block_size.unwrap_or(64 << 10);
+            // Sized first: a crash before the header is written leaves a blank map again.
+            file.set_len(HEADER + capacity.div_ceil(block_size).div_ceil(64) * 8)?;
+            file.write_all_at(&header(block_size, capacity), 0)?;
+            file.sync_all()?;
+        }
+        Self::from_file(file, map_path, data, capacity, block_size)
+    }
+
+    fn from_file(
+        file: File,
+        map_path: &Path,
+        data: File,
+        capacity: u64,
+        block_size: Option<u64>,
+    ) -> io::Result<Self> {
         let mut head = vec![0u8; host_size(HEADER)];
         file.read_exact_at(&mut head, 0)
             .map_err(|e| invalid(format!("{}: header: {e}", map_path.display())))?;

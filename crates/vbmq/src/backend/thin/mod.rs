@@ -19,6 +19,7 @@ mod engine;
 mod fill;
 mod map;
 
+use std::fs::File;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,11 +54,14 @@ pub struct ThinDisk {
 }
 
 impl ThinDisk {
-    /// Serves `data` (the writable DISK file at `path`) over `base`, opening or making its map.
+    /// Serves `data` (the writable DISK file at `path`) over `base`, opening or making its map
+    /// (`DISK.map`), or with `map`, the map file a client opened and passed (see
+    /// [`ThinMap::open_passed`]).
     pub fn open(
         data: FileDisk,
         path: &Path,
         base: FileDisk,
+        map: Option<File>,
         options: ThinOptions,
     ) -> io::Result<Self> {
         let base_geometry = base.geometry();
@@ -71,7 +75,16 @@ impl ThinDisk {
             ));
         }
         let capacity = base_geometry.capacity;
-        let map = ThinMap::open(path, data.file()?, capacity, options.block_size)?;
+        let map = match map {
+            Some(map) => ThinMap::open_passed(
+                map,
+                &map_path(path),
+                data.file()?,
+                capacity,
+                options.block_size,
+            )?,
+            None => ThinMap::open(path, data.file()?, capacity, options.block_size)?,
+        };
         if !map.block_size().is_multiple_of(u64::from(block_size)) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -128,9 +141,19 @@ impl Disk for ThinDisk {
             depth: options.depth.saturating_mul(4),
             ..options
         };
-        let ring = self
-            .data
-            .uring_engine(ring_options, Some(self.base.as_base()?))?;
+        let base = Some(self.base.as_base()?);
+        // Added once the process is confined: no ring can be made, a spare one is taken.
+        let ring = if self.data.is_pooled() {
+            self.data
+                .pooled_engine(ring_options, base)
+                .unwrap_or_else(|| {
+                    Err(io::Error::other(
+                        "no spare io_uring ring left for a queue of a base= disk added at run                          time (raise --run-time-rings)",
+                    ))
+                })?
+        } else {
+            self.data.uring_engine(ring_options, base)?
+        };
         Ok(Box::new(ThinEngine::new(
             ring,
             self.map.clone(),
