@@ -497,3 +497,32 @@ fn a_base_disk_added_at_run_time_comes_back_from_the_state_file_with_its_map() {
     assert_eq!(sha256(&base), before, "the base changed");
     assert!(daemon.terminate().success());
 }
+
+#[test]
+fn without_a_spare_ring_a_base_disk_is_refused_at_run_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let control = dir.path().join("run/ctl.sock");
+    let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .args(["serve", "--control", s(&control), "--run-time-rings", "0"])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn vbmq");
+    let mut daemon = Daemon { child };
+    wait_for(&control);
+    let base = image(dir.path(), "golden.raw", SIZE, 6);
+    let disk = dir.path().join("vm.raw");
+    let socket = dir.path().join("vm/vm.sock");
+    let spec = format!("socket={},path={},base={}", s(&socket), s(&disk), s(&base));
+    refused(
+        &ctl(&control, &["add-disk", &spec]),
+        "no spare io_uring ring",
+    );
+    // What ctl made for the refused disk is gone again.
+    assert!(
+        !disk.exists(),
+        "the image made for a refused disk is left behind"
+    );
+    assert!(!PathBuf::from(format!("{}.map", s(&disk))).exists());
+    assert!(daemon.alive());
+    assert!(daemon.terminate().success());
+}

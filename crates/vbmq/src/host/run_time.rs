@@ -155,6 +155,15 @@ impl Host {
                     .into(),
             ));
         }
+        // Its queues read the base through the disk's ring: no positional fallback.
+        if spec.base.is_some() && crate::backend::ring_pool::available() == 0 {
+            return Err(spec_error(
+                "base",
+                "no spare io_uring ring left: a base= disk added at run time needs one per \
+                 queue (raise --run-time-rings)"
+                    .into(),
+            ));
+        }
         if spec.key_file.is_some() && passed.key.is_none() {
             return Err(spec_error(
                 "key-file",
