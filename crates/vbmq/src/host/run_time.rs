@@ -155,6 +155,17 @@ impl Host {
                     .into(),
             ));
         }
+        // A queue's ring holds twice its requests, each split by block in up to four parts.
+        let pooled = crate::backend::ring_pool::POOLED_DEPTH;
+        if spec.base.is_some() && u32::from(spec.queue_size) * 8 > pooled {
+            return Err(spec_error(
+                "queue-size",
+                format!(
+                    "a base= disk added at run time takes at most queue-size={}",
+                    pooled / 8
+                ),
+            ));
+        }
         // Its queues read the base through the disk's ring: no positional fallback.
         if spec.base.is_some() && crate::backend::ring_pool::available() == 0 {
             return Err(spec_error(
