@@ -46,11 +46,11 @@ pub fn open(text: &str) -> Result<Opened, String> {
         return Ok(Opened::default());
     };
     let mut opened = Opened::default();
-    if let Storage::File(path) = &spec.storage {
-        if let Err(e) = open_files(&spec, path, &mut opened) {
-            remove_created(&opened.created);
-            return Err(e);
-        }
+    if let Storage::File(path) = &spec.storage
+        && let Err(e) = open_files(&spec, path, &mut opened)
+    {
+        remove_created(&opened.created);
+        return Err(e);
     }
     match bind(&spec) {
         Ok(Some(listener)) => {

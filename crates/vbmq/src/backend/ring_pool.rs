@@ -28,6 +28,8 @@ const REGISTER_FILES_UPDATE: u8 = 6;
 /// Registered-file slots of a pooled ring: the `O_DIRECT` and the buffered descriptor, then a
 /// base image's two (`base=`).
 const SLOTS: usize = 4;
+/// [`SLOTS`] as the kernel counts them.
+const SLOTS_U32: u32 = 4;
 
 /// A spare ring and the eventfd registered with it.
 struct Spare {
@@ -53,7 +55,7 @@ fn spare() -> io::Result<Spare> {
         .setup_clamp()
         .setup_r_disabled();
     let ring = builder.build(POOLED_DEPTH)?;
-    ring.submitter().register_files_sparse(SLOTS as u32)?;
+    ring.submitter().register_files_sparse(SLOTS_U32)?;
     let eventfd = EventFd::new(EFD_NONBLOCK)?;
     ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
     let policy = RingPolicy {
