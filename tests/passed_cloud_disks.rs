@@ -240,6 +240,38 @@ fn an_encrypted_disk_added_at_run_time_takes_its_key_from_a_pipe() {
     let long_spec = spec.replace(s(&fifo), s(&short));
     refused(&ctl(&control, &["add-disk", &long_spec]), "64 bytes");
     assert!(!socket.exists(), "a refused disk's socket is left behind");
+
+    // With base= too: seven descriptors (socket, image and base twice, map, key).
+    let key = dir.path().join("thin.key");
+    std::fs::write(&key, pattern(79, 64)).unwrap();
+    let base = common::image(dir.path(), "golden.raw", SIZE, 8);
+    let thin = dir.path().join("thin.raw");
+    let thin_spec = format!(
+        "socket={},path={},base={},encrypt=aes-xts,key-file={}",
+        s(&socket),
+        s(&thin),
+        s(&base),
+        s(&key)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .args(["ctl", "--control", s(&control), "--state", s(&state)])
+        .args(["add-disk", &thin_spec])
+        .output()
+        .unwrap();
+    ok(&out);
+    // A key file's path is recorded (a restart reads it again), never the key.
+    let recorded = std::fs::read_to_string(&state).unwrap();
+    assert!(recorded.contains(s(&key)), "{recorded}");
+    let mut client = Client::connect(&socket, 1, false).expect("connect");
+    assert_eq!(client.write(0, 2 * BLOCK as u64 + 512, &marker), 0);
+    assert_eq!(client.flush(0), 0);
+    let (ret, back) = client.read(0, 2 * BLOCK as u64 + 512, 4096);
+    assert_eq!(ret, 0);
+    assert!(back == marker, "an encrypted base= disk reads back");
+    drop(client);
+    ok(&ctl(&control, &["remove-disk", s(&socket)]));
+    let raw = std::fs::read(&thin).unwrap();
+    assert!(!contains(&raw, b"PLAINTEXT-MARKER"), "plaintext in DISK");
     assert!(daemon.alive());
     assert!(daemon.terminate().success());
 }
