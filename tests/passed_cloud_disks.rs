@@ -124,6 +124,46 @@ fn a_base_disk_added_at_run_time_reads_the_base_writes_disk_and_keeps_its_map() 
     let (ret, back) = client.read(0, 0, 6 * BLOCK);
     assert_eq!(ret, 0);
     assert!(back == expected[..6 * BLOCK], "the written data came back");
+    // Grown past the base: the new blocks are DISK's, zeros until written; no shrink.
+    ok(&ctl(&control, &["resize", s(&socket), "6M"]));
+    refused(
+        &ctl(&control, &["resize", s(&socket), "5M", "--force"]),
+        "does not shrink",
+    );
+    drop(client);
+    let mut client = Client::connect(&socket, 1, false).expect("connect grown");
+    assert_eq!(client.capacity(), 6 << 20);
+    let (ret, past) = client.read(0, SIZE as u64 - 4096, 2 * 4096);
+    assert_eq!(ret, 0);
+    assert!(
+        past[..4096] == expected[SIZE - 4096..],
+        "the base's last bytes"
+    );
+    assert!(
+        past[4096..].iter().all(|b| *b == 0),
+        "past the base reads zeros"
+    );
+    let beyond = pattern(52, 3 * 4096);
+    assert_eq!(client.write(0, (5 << 20) + 512, &beyond), 0);
+    assert_eq!(client.flush(0), 0);
+    expected.resize(6 << 20, 0);
+    expected[(5 << 20) + 512..(5 << 20) + 512 + beyond.len()].copy_from_slice(&beyond);
+    drop(client);
+    let on_disk = std::fs::read(&disk).unwrap();
+    assert_eq!(on_disk.len(), 6 << 20);
+    assert!(
+        on_disk[5 << 20..] == expected[5 << 20..],
+        "past the base, in DISK"
+    );
+    assert_eq!(sha256(&base), before, "the base changed");
+    // Removed and added again: still grown, the data there.
+    ok(&ctl(&control, &["remove-disk", s(&socket)]));
+    ok(&ctl(&control, &["add-disk", &spec]));
+    let mut client = Client::connect(&socket, 1, false).expect("connect again");
+    assert_eq!(client.capacity(), 6 << 20);
+    let (ret, back) = client.read(0, 4 << 20, 2 << 20);
+    assert_eq!(ret, 0);
+    assert!(back == expected[4 << 20..], "the grown part came back");
     drop(client);
     ok(&ctl(&control, &["remove-disk", s(&socket)]));
 

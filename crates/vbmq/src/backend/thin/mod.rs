@@ -106,7 +106,7 @@ impl ThinDisk {
         };
         Ok(ThinDisk {
             geometry: Geometry {
-                capacity,
+                capacity: map.disk_capacity(),
                 block_size,
                 ..base_geometry
             },
@@ -132,7 +132,18 @@ impl ThinDisk {
 
 impl Disk for ThinDisk {
     fn geometry(&self) -> Geometry {
-        self.geometry
+        Geometry {
+            capacity: self.map.disk_capacity(),
+            ..self.geometry
+        }
+    }
+
+    /// Grows the disk past its base: blocks past the base's end are DISK's, reading zeros
+    /// until written (see [`ThinMap::grow`]).
+    fn resize(&self, bytes: u64, shrink: bool) -> io::Result<u64> {
+        let block = u64::from(self.geometry.block_size);
+        super::check_resize(self.map.disk_capacity(), bytes, block, shrink)?;
+        self.map.grow(bytes)
     }
 
     fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
