@@ -598,3 +598,98 @@ fn without_a_spare_ring_a_base_disk_is_refused_at_run_time() {
     assert!(daemon.alive());
     assert!(daemon.terminate().success());
 }
+
+fn write_config(file: &Path, control: &Path, disks: &[String]) {
+    let disks: Vec<String> = disks.iter().map(|d| format!("    \"{d}\",")).collect();
+    let text = format!(
+        "control = \"{}\"\ndisk = [\n{}\n]\n",
+        s(control),
+        disks.join("\n")
+    );
+    std::fs::write(file, text).unwrap();
+}
+
+#[test]
+fn a_confined_reload_replaces_a_base_disk_with_its_map_and_refuses_to_reread_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let control = run.join("ctl.sock");
+    let base = image(dir.path(), "golden.raw", SIZE, 11);
+    let (disk, secret) = (dir.path().join("vm.raw"), dir.path().join("secret.raw"));
+    std::fs::File::create(&secret)
+        .unwrap()
+        .set_len(SIZE as u64)
+        .unwrap();
+    let key = dir.path().join("k");
+    std::fs::write(&key, pattern(12, 64)).unwrap();
+    let (t, e) = (run.join("t.sock"), run.join("e.sock"));
+    let thin = |extra: &str| {
+        format!(
+            "socket={},path={},base={}{extra}",
+            s(&t),
+            s(&disk),
+            s(&base)
+        )
+    };
+    let encrypted = |extra: &str| {
+        format!(
+            "socket={},path={},encrypt=aes-xts,key-file={}{extra}",
+            s(&e),
+            s(&secret),
+            s(&key)
+        )
+    };
+    let conf = dir.path().join("vbmq.toml");
+    write_config(&conf, &control, &[thin(""), encrypted("")]);
+    let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .args(["serve", "--config", s(&conf)])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut daemon = Daemon { child };
+    wait_for(&control);
+    wait_for(&t);
+    wait_for(&e);
+    let data = pattern(13, 8192);
+    let mut client = Client::connect(&t, 1, false).expect("connect");
+    assert_eq!(client.write(0, 7 * BLOCK as u64, &data), 0);
+    assert_eq!(client.flush(0), 0);
+    drop(client);
+
+    // Another option of the base= disk: served again from its own files, map included.
+    write_config(
+        &conf,
+        &control,
+        &[thin(",base-copy-on-read=on"), encrypted("")],
+    );
+    refused(&ctl(&control, &["reload"]), "--replace");
+    let out = ctl(&control, &["reload", "--replace"]);
+    ok(&out);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("replaced"), "{said}");
+    wait_for(&t);
+    let mut client = Client::connect(&t, 1, false).expect("connect again");
+    let (ret, back) = client.read(0, 7 * BLOCK as u64, 8192);
+    assert_eq!(ret, 0);
+    assert!(back == data, "the replaced disk lost its map");
+    let (ret, head) = client.read(0, 0, 4096);
+    assert_eq!(ret, 0);
+    assert!(head == pattern(11, 4096), "untouched blocks read the base");
+    drop(client);
+
+    // The encrypted disk's key was read once: not read again, and nothing changes.
+    write_config(
+        &conf,
+        &control,
+        &[thin(",base-copy-on-read=on"), encrypted(",serial=other")],
+    );
+    refused(
+        &ctl(&control, &["reload", "--replace"]),
+        "reads no key file at run time",
+    );
+    let mut client = Client::connect(&e, 1, false).expect("the encrypted disk still serves");
+    assert_eq!(client.read(0, 0, 4096).0, 0);
+    drop(client);
+    assert!(daemon.alive());
+    assert!(daemon.terminate().success());
+}
