@@ -33,18 +33,6 @@ pub struct PassedDisk {
     pub key: Option<OwnedFd>,
 }
 
-impl PassedDisk {
-    /// Whether any file of the disk was passed (its socket aside).
-    pub fn has_files(&self) -> bool {
-        self.image.is_some()
-            || self.image_direct.is_some()
-            || self.base.is_some()
-            || self.base_direct.is_some()
-            || self.map.is_some()
-            || self.key.is_some()
-    }
-}
-
 /// Why a passed descriptor is refused: what it should have been, and what it is.
 fn refused(what: &str, found: impl std::fmt::Display) -> io::Error {
     io::Error::new(
@@ -235,7 +223,11 @@ fn check_image_file(what: &str, file: &File, readonly: bool, direct: bool) -> io
         let mode = if readonly { "read-only" } else { "read-write" };
         return Err(refused_image(
             what,
-            format!("not opened {mode} (readonly= says it must be)"),
+            if what.ends_with("base") {
+                format!("not opened {mode} (a base is never written)")
+            } else {
+                format!("not opened {mode} (readonly= says it must be)")
+            },
         ));
     }
     if direct != (flags & libc::O_DIRECT != 0) {
