@@ -104,6 +104,8 @@ fn a_base_disk_added_at_run_time_reads_the_base_writes_disk_and_keeps_its_map() 
     assert_eq!(ret, 0);
     assert!(back == expected[..4 * BLOCK], "what was written reads back");
     assert_eq!(engine_stat(&control, &socket, "thin_present_blocks"), 2);
+    // Served through io_uring on a spare ring (base and image in its slots).
+    assert_eq!(engine_stat(&control, &socket, "pooled_ring_queues"), 1);
     drop(client);
     // The writes are in DISK, not in the base.
     let on_disk = std::fs::read(&disk).unwrap();

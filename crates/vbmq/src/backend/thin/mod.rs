@@ -177,10 +177,13 @@ impl Disk for ThinDisk {
     }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
-        vec![
+        let mut stats = vec![
             ("thin_blocks", self.map.blocks()),
             ("thin_present_blocks", self.map.present_count()),
-        ]
+        ];
+        // Added at run time: its queues on spare rings.
+        stats.extend(self.data.stats());
+        stats
     }
 
     fn writer_seat(&self) -> Option<Arc<super::WriterSeat>> {
