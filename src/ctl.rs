@@ -70,7 +70,7 @@ pub fn run(request: &Request) -> i32 {
             if let Some(socket) = &bound {
                 ctl_disk::remove_stale_socket(socket);
             }
-            ctl_disk::remove_created(&created);
+            // Whether vbmq took the disk is not known: what was made for it stays.
             eprintln!("vbmq: {}: {e}", request.control.display());
             return 1;
         }
