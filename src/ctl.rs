@@ -74,6 +74,8 @@ pub fn run(request: &Request) -> i32 {
     let result = exchange(&request.control, &command, &borrowed);
     drop(borrowed);
     let bound = opened.bound.take();
+    let created = std::mem::take(&mut opened.created);
+    let key_is_pipe = opened.key_is_pipe;
     drop(opened);
     let done = result.as_ref().is_ok_and(|reply| reply.ok);
     if let Some(share) = share
@@ -89,6 +91,7 @@ pub fn run(request: &Request) -> i32 {
             if let Some(socket) = &bound {
                 ctl_disk::remove_stale_socket(socket);
             }
+            // Whether vbmq took the disk is not known: what was made for it stays.
             eprintln!("vbmq: {}: {e}", request.control.display());
             if let Some(snapshot) = unfinished {
                 snapshot.discard();
@@ -100,6 +103,7 @@ pub fn run(request: &Request) -> i32 {
         if let Some(socket) = &bound {
             ctl_disk::remove_stale_socket(socket);
         }
+        ctl_disk::remove_created(&created);
         eprintln!("vbmq: {}", reply.error.as_deref().unwrap_or("failed"));
         if let Some(snapshot) = unfinished {
             snapshot.discard();
@@ -113,6 +117,14 @@ pub fn run(request: &Request) -> i32 {
     }
     // Served (or stopped) whether or not the record can be written: said, not failed.
     let recorded = match (&request.state, &command) {
+        // A pipe gave its key once: a restart could not read it again (docs/control.md).
+        (Some(state), R::AddDisk { spec, .. }) if key_is_pipe => {
+            eprintln!(
+                "vbmq: served, but not recorded in --state: its key-file is a pipe, which a \
+                 restart cannot read again: add the disk again after a restart"
+            );
+            crate::state_file::remove_spec_socket(state, spec)
+        }
         (Some(state), R::AddDisk { spec, .. }) => crate::state_file::add(state, spec),
         (Some(state), R::RemoveDisk { socket }) => crate::state_file::remove(state, socket),
         _ => Ok(()),

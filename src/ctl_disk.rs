@@ -1,8 +1,10 @@
 //! `vbmq ctl add-disk` opens and binds what the disk needs with the operator's rights, and
 //! passes the descriptors with the request: a confined vbmq opens and binds nothing itself
 //! (docs/control.md). The image as vbmq would open it (buffered, and `O_DIRECT` unless
-//! `direct=off`; read-only with `readonly=on`); the socket bound at its path, with its mode and
-//! group, wherever the operator names it.
+//! `direct=off`; read-only with `readonly=on`); with `base=`, the base the same way but
+//! read-only, and the image's map (`DISK.map`), the image and map made if missing; with
+//! `key-file=`, the key file or pipe (the key itself never goes in the request); the socket
+//! bound at its path, with its mode and group, wherever the operator names it.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::OwnedFd;
@@ -23,51 +25,155 @@ pub struct Opened {
     pub names: Vec<Passed>,
     /// The socket file bound here.
     pub bound: Option<PathBuf>,
+    /// Files made here (a `base=` disk's image and map), removed if the disk is refused.
+    pub created: Vec<PathBuf>,
+    /// The key file is a pipe: read once, it cannot be opened again at a restart.
+    pub key_is_pipe: bool,
 }
 
-/// Opens the image and binds the socket of `text`'s disk. A spec that does not parse, or a
-/// socket that a running vbmq already serves, passes nothing: vbmq answers it with its refusal.
+impl Opened {
+    fn pass(&mut self, file: File, name: Passed) {
+        self.fds.push(file.into());
+        self.names.push(name);
+    }
+}
+
+/// Opens the image (and a `base=` disk's base and map, an encrypted disk's key file) and binds
+/// the socket of `text`'s disk. A spec that does not parse, or a socket that a running vbmq
+/// already serves, passes nothing: vbmq answers it with its refusal.
 pub fn open(text: &str) -> Result<Opened, String> {
     let Ok(spec) = DiskSpec::parse(text, &vbmq::worker::online_cpus()) else {
         return Ok(Opened::default());
     };
     let mut opened = Opened::default();
-    if let Storage::File(path) = &spec.storage {
-        let image = open_image(path, spec.readonly, false)?;
-        let direct = if spec.direct {
-            let direct = open_image(path, spec.readonly, true)?;
-            let (a, b) = (metadata(&image, path)?, metadata(&direct, path)?);
-            if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
-                return Err(format!(
-                    "--disk path: {}: replaced while opened",
-                    path.display()
-                ));
-            }
-            Some(direct)
-        } else {
-            None
-        };
-        opened.fds.push(image.into());
-        opened.names.push(Passed::Image);
-        if let Some(direct) = direct {
-            opened.fds.push(direct.into());
-            opened.names.push(Passed::ImageDirect);
-        }
+    if let Storage::File(path) = &spec.storage
+        && let Err(e) = open_files(&spec, path, &mut opened)
+    {
+        remove_created(&opened.created);
+        return Err(e);
     }
-    if let Some(listener) = bind(&spec)? {
-        opened.fds.push(listener);
-        opened.names.push(Passed::Socket);
-        opened.bound = Some(spec.socket.clone());
+    match bind(&spec) {
+        Ok(Some(listener)) => {
+            opened.fds.push(listener);
+            opened.names.push(Passed::Socket);
+            opened.bound = Some(spec.socket.clone());
+        }
+        Ok(None) => {}
+        Err(e) => {
+            remove_created(&opened.created);
+            return Err(e);
+        }
     }
     Ok(opened)
 }
 
-fn metadata(file: &File, path: &Path) -> Result<std::fs::Metadata, String> {
-    file.metadata()
-        .map_err(|e| format!("--disk path: {}: {e}", path.display()))
+/// Removes the files `add-disk` made for a disk vbmq refused.
+pub fn remove_created(created: &[PathBuf]) {
+    for path in created {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
-fn open_image(path: &Path, readonly: bool, direct: bool) -> Result<File, String> {
+fn open_files(spec: &DiskSpec, path: &Path, opened: &mut Opened) -> Result<(), String> {
+    if spec.base.is_some() && create_image(path)? {
+        opened.created.push(path.to_path_buf());
+    }
+    let (image, direct) = open_pair("path", path, spec.readonly, spec.direct)?;
+    let empty = metadata("path", &image, path)?.len() == 0;
+    opened.pass(image, Passed::Image);
+    if let Some(direct) = direct {
+        opened.pass(direct, Passed::ImageDirect);
+    }
+    if let Some(base) = &spec.base {
+        let (base, direct) = open_pair("base", base, true, spec.direct)?;
+        opened.pass(base, Passed::Base);
+        if let Some(direct) = direct {
+            opened.pass(direct, Passed::BaseDirect);
+        }
+        let map = open_map(path, empty, &mut opened.created)?;
+        opened.pass(map, Passed::Map);
+    }
+    if let Some(key) = &spec.key_file {
+        // A pipe: waits here, with the operator's process, for its writer.
+        let file =
+            File::open(key).map_err(|e| format!("--disk key-file: {}: {e}", key.display()))?;
+        opened.key_is_pipe = metadata("key-file", &file, key)?.file_type().is_fifo();
+        opened.pass(file, Passed::Key);
+    }
+    Ok(())
+}
+
+/// A `base=` disk's image, made empty if it does not exist (as `vbmq serve` does at start);
+/// whether it was made here.
+fn create_image(path: &Path) -> Result<bool, String> {
+    let error = |e: &dyn std::fmt::Display| format!("--disk path: {}: {e}", path.display());
+    match OpenOptions::new().write(true).create_new(true).open(path) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let metadata = std::fs::metadata(path).map_err(|e| error(&e))?;
+            if metadata.is_file() {
+                Ok(false)
+            } else {
+                Err(error(&"with base=, DISK must be a regular file"))
+            }
+        }
+        Err(e) => Err(error(&e)),
+    }
+}
+
+/// `DISK.map`, read-write; made empty if missing and DISK is empty (vbmq writes its header).
+/// Its type is vbmq's to check.
+fn open_map(path: &Path, empty: bool, created: &mut Vec<PathBuf>) -> Result<File, String> {
+    let map = vbmq::backend::thin::map_path(path);
+    let error = |e: &dyn std::fmt::Display| format!("--disk base: {}: {e}", map.display());
+    match OpenOptions::new().read(true).write(true).open(&map) {
+        Ok(file) => Ok(file),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && empty => {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&map)
+                .map_err(|e| error(&e))?;
+            created.push(map.clone());
+            Ok(file)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(error(
+            &"missing, and DISK holds data: not a disk made from a base, or its map is lost",
+        )),
+        Err(e) => Err(error(&e)),
+    }
+}
+
+/// `path` opened buffered and, with `direct`, with `O_DIRECT` too: one file (`key` names it in
+/// errors).
+fn open_pair(
+    key: &str,
+    path: &Path,
+    readonly: bool,
+    direct: bool,
+) -> Result<(File, Option<File>), String> {
+    let image = open_image(key, path, readonly, false)?;
+    if !direct {
+        return Ok((image, None));
+    }
+    let direct = open_image(key, path, readonly, true)?;
+    let (a, b) = (metadata(key, &image, path)?, metadata(key, &direct, path)?);
+    if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
+        return Err(format!(
+            "--disk {key}: {}: replaced while opened",
+            path.display()
+        ));
+    }
+    Ok((image, Some(direct)))
+}
+
+fn metadata(key: &str, file: &File, path: &Path) -> Result<std::fs::Metadata, String> {
+    file.metadata()
+        .map_err(|e| format!("--disk {key}: {}: {e}", path.display()))
+}
+
+fn open_image(key: &str, path: &Path, readonly: bool, direct: bool) -> Result<File, String> {
     let mut options = OpenOptions::new();
     options.read(true).write(!readonly);
     if direct {
@@ -75,11 +181,11 @@ fn open_image(path: &Path, readonly: bool, direct: bool) -> Result<File, String>
     }
     let file = options
         .open(path)
-        .map_err(|e| format!("--disk path: {}: {e}", path.display()))?;
-    let kind = metadata(&file, path)?.file_type();
+        .map_err(|e| format!("--disk {key}: {}: {e}", path.display()))?;
+    let kind = metadata(key, &file, path)?.file_type();
     if !kind.is_file() && !kind.is_block_device() {
         return Err(format!(
-            "--disk path: {}: not a regular file or a block device",
+            "--disk {key}: {}: not a regular file or a block device",
             path.display()
         ));
     }

@@ -2,7 +2,10 @@
 //! vbmq (an upgrade, `systemctl restart`) serves them again. `vbmq ctl` writes it, with the
 //! operator's rights, after each `add-disk` and `remove-disk` vbmq accepted; `vbmq serve` reads
 //! it at start, before it is confined, and opens them as it opens `--disk`s. The confined
-//! daemon never writes it: what it names is what an operator added.
+//! daemon never writes it: what it names is what an operator added. It holds `--disk` texts
+//! only: a `base=` disk comes back with its map (`DISK.map`, beside the image), an encrypted
+//! disk's key is read again from its `key-file=` path (a disk whose key came through a pipe
+//! is not recorded: `vbmq ctl` says so).
 //!
 //! ```toml
 //! disk = ["socket=/srv/vm3/disk.sock,path=/var/lib/vm3.raw"]
@@ -43,6 +46,14 @@ pub fn add(path: &Path, text: &str) -> Result<(), String> {
     update(path, |disks| {
         disks.retain(|d| socket_of(d) != socket_of(text));
         disks.push(text.to_string());
+    })
+}
+
+/// Forgets any disk on the socket `text` (a `--disk` value) names: a disk served there now
+/// but not recorded.
+pub fn remove_spec_socket(path: &Path, text: &str) -> Result<(), String> {
+    update(path, |disks| {
+        disks.retain(|d| socket_of(d) != socket_of(text))
     })
 }
 

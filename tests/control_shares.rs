@@ -453,11 +453,11 @@ fn add_fs_refuses_what_it_cannot_serve_with_a_clear_message() {
             s(&control)
         )
     );
-    // Five descriptors: more than a request may carry.
-    let five = [directory.as_raw_fd(); 5];
+    // Eleven descriptors: more than a request may carry.
+    let eleven = [directory.as_raw_fd(); 11];
     assert_eq!(
-        error(raw_add_fs(&control, &raw_spec, &five)),
-        "more than 4 descriptors with a request"
+        error(raw_add_fs(&control, &raw_spec, &eleven)),
+        "more than 10 descriptors with a request"
     );
     let relative = format!("socket=fs.sock,dir={},tag=t", s(&shared));
     let fds = [

@@ -149,6 +149,10 @@ fn passed_disk(names: &[Passed], fds: Vec<OwnedFd>) -> Result<PassedDisk, String
             Passed::Socket => &mut passed.socket,
             Passed::Image => &mut passed.image,
             Passed::ImageDirect => &mut passed.image_direct,
+            Passed::Base => &mut passed.base,
+            Passed::BaseDirect => &mut passed.base_direct,
+            Passed::Map => &mut passed.map,
+            Passed::Key => &mut passed.key,
         };
         if slot.replace(fd).is_some() {
             return Err(format!("add-disk: {name:?} passed twice"));

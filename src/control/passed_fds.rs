@@ -7,8 +7,9 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
-/// The most descriptors one request may carry; a message with more is refused whole.
-pub const MAX_FDS: usize = 4;
+/// The most descriptors one request may carry; a message with more is refused whole. (A
+/// `base=` disk with `key-file=` passes seven: socket, image and base twice, map, key.)
+pub const MAX_FDS: usize = 10;
 
 /// Room for [`MAX_FDS`] descriptors in a control message, aligned for `cmsghdr`.
 #[repr(C)]
@@ -16,6 +17,9 @@ struct ControlBuffer {
     _align: libc::cmsghdr,
     bytes: [u8; 64],
 }
+
+// The buffer holds CMSG_SPACE(MAX_FDS descriptors) (16-byte header, data padded to 8).
+const _: () = assert!(16 + (MAX_FDS * 4).next_multiple_of(8) <= 64);
 
 fn space(fds: usize) -> usize {
     let len = u32::try_from(fds * size_of::<RawFd>()).unwrap_or(u32::MAX);
@@ -144,23 +148,23 @@ mod tests {
             std::os::unix::fs::MetadataExt::ino(&file.metadata().unwrap())
         };
         assert_eq!(file_ino(fds[0].as_fd()), file_ino(file.as_fd()));
-        // Five in one message: refused, none kept.
-        let five = [file.as_fd(); 5];
-        assert!(send(&a, b"x", &five).is_err());
+        // One too many in one message: refused, none kept.
+        let too_many = [file.as_fd(); MAX_FDS + 1];
+        assert!(send(&a, b"x", &too_many).is_err());
         let (a2, b2) = UnixStream::pair().unwrap();
-        let raw: Vec<BorrowedFd<'_>> = (0..5).map(|_| file.as_fd()).collect();
+        let raw: Vec<BorrowedFd<'_>> = (0..=MAX_FDS).map(|_| file.as_fd()).collect();
         send_unchecked(&a2, &raw);
         let mut fds = Vec::new();
         assert!(recv(&b2, &mut buf, &mut fds).is_err());
         assert!(fds.is_empty());
     }
 
-    /// Five descriptors in one message, past `send`'s own check.
+    /// Descriptors in one message, past `send`'s own check (at most 24).
     fn send_unchecked(stream: &UnixStream, fds: &[BorrowedFd<'_>]) {
         #[repr(C)]
         struct Big {
             _align: libc::cmsghdr,
-            bytes: [u8; 128],
+            bytes: [u8; 112],
         }
         let byte = [b'x'];
         let mut iov = libc::iovec {

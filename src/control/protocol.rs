@@ -101,6 +101,14 @@ pub enum Passed {
     Image,
     /// The image, opened with `O_DIRECT`.
     ImageDirect,
+    /// `base=`: the base image, read-only, without `O_DIRECT`.
+    Base,
+    /// `base=`: the base image, read-only, with `O_DIRECT`.
+    BaseDirect,
+    /// `base=`: the image's map (`DISK.map`), read-write.
+    Map,
+    /// `key-file=`: the key file or pipe, opened to read.
+    Key,
 }
 
 /// A capacity as sent: a number of bytes or a size text such as `40G`.

@@ -22,6 +22,23 @@ fn requests() -> Vec<(Request, Value)> {
                 "fds": ["socket", "image", "image-direct"]}),
         ),
         (
+            Request::AddDisk {
+                spec: "socket=/r/a.sock,path=/i.raw,base=/b.raw,encrypt=aes-xts,key-file=/k".into(),
+                fds: vec![
+                    Passed::Image,
+                    Passed::ImageDirect,
+                    Passed::Base,
+                    Passed::BaseDirect,
+                    Passed::Map,
+                    Passed::Key,
+                    Passed::Socket,
+                ],
+            },
+            json!({"command": "add-disk",
+                "spec": "socket=/r/a.sock,path=/i.raw,base=/b.raw,encrypt=aes-xts,key-file=/k",
+                "fds": ["image", "image-direct", "base", "base-direct", "map", "key", "socket"]}),
+        ),
+        (
             Request::RemoveDisk {
                 socket: "/r/a.sock".into(),
             },

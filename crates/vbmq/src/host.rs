@@ -24,7 +24,7 @@ mod run_time;
 mod running_share;
 mod shares;
 
-use run_time::{adopt_inherited, image_copy};
+use run_time::{KeptFiles, adopt_inherited};
 pub(crate) use running_share::raise_descriptor_limit;
 pub use shares::{
     DeviceInfo, DeviceKind, PassedShare, RELATIVE_SOCKET, SHARE, ShareInfo, ShareRoot,
@@ -129,13 +129,10 @@ struct Running {
     stats: Vec<Arc<QueueStats>>,
     files: Vec<PathBuf>,
     /// Copies of a file disk's image descriptors, to serve it again after `reload --replace`.
-    image: Option<ImageFiles>,
+    image: Option<KeptFiles>,
     stopper: Stopper,
     thread: Option<JoinHandle<()>>,
 }
-
-/// An image's buffered and `O_DIRECT` descriptors.
-type ImageFiles = (File, Option<File>);
 
 /// Where disks added at run time may be, once the process is confined.
 #[derive(Clone, Debug, Default)]
@@ -231,8 +228,14 @@ impl Host {
         listener: Option<UnixListener>,
     ) -> Result<Prepared, HostError> {
         Self::check_sockets(&lock(&self.disks), &spec, &self.other_sockets)?;
-        let image = image_copy(&spec, &source);
+        let kept = KeptFiles::of_source(&source);
+        let confined = source.confined;
         let built = build_disk(&spec, source, listener)?;
+        let image = match kept {
+            Some(kept) => Some(kept),
+            None if !confined => KeptFiles::reopen(&spec),
+            None => None,
+        };
         Ok(Prepared {
             text: text.to_string(),
             spec,
@@ -573,7 +576,7 @@ pub struct Prepared {
     text: String,
     spec: DiskSpec,
     built: Built,
-    image: Option<ImageFiles>,
+    image: Option<KeptFiles>,
 }
 
 impl Prepared {

@@ -13,6 +13,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::UnixListener;
 
 /// What a run-time disk's client passed along with the request; `None` where it passed nothing.
+/// Each file the disk opens beside its image is one more named descriptor here (and in the
+/// control protocol's `Passed`).
 #[derive(Debug, Default)]
 pub struct PassedDisk {
     /// The disk's vhost-user socket, bound and listening.
@@ -21,6 +23,14 @@ pub struct PassedDisk {
     pub image: Option<OwnedFd>,
     /// The same image opened with `O_DIRECT`.
     pub image_direct: Option<OwnedFd>,
+    /// `base=`: the base image, read-only, without `O_DIRECT`.
+    pub base: Option<OwnedFd>,
+    /// `base=`: the same base with `O_DIRECT`.
+    pub base_direct: Option<OwnedFd>,
+    /// `base=`: the image's map (`DISK.map`), read-write.
+    pub map: Option<OwnedFd>,
+    /// `key-file=`: the key file or pipe, opened to read.
+    pub key: Option<OwnedFd>,
 }
 
 /// Why a passed descriptor is refused: what it should have been, and what it is.
@@ -128,21 +138,73 @@ pub fn image_files(
     direct: Option<OwnedFd>,
     readonly: bool,
 ) -> io::Result<(File, Option<File>)> {
+    file_pair("image", image, direct, readonly)
+}
+
+/// A `base=` disk's base as files: as [`image_files`], read-only.
+pub fn base_files(base: OwnedFd, direct: Option<OwnedFd>) -> io::Result<(File, Option<File>)> {
+    file_pair("base", base, direct, true)
+}
+
+fn file_pair(
+    what: &str,
+    image: OwnedFd,
+    direct: Option<OwnedFd>,
+    readonly: bool,
+) -> io::Result<(File, Option<File>)> {
     let image = File::from(image);
-    check_image_file("image", &image, readonly, false)?;
+    check_image_file(what, &image, readonly, false)?;
     let Some(direct) = direct else {
         return Ok((image, None));
     };
     let direct = File::from(direct);
-    check_image_file("O_DIRECT image", &direct, readonly, true)?;
+    check_image_file(&format!("O_DIRECT {what}"), &direct, readonly, true)?;
     let (a, b) = (image.metadata()?, direct.metadata()?);
     if (a.dev(), a.ino(), a.rdev()) != (b.dev(), b.ino(), b.rdev()) {
         return Err(refused_image(
-            "images",
+            &format!("{what}s"),
             "the two descriptors are different files",
         ));
     }
     Ok((image, Some(direct)))
+}
+
+/// A `base=` disk's map (`DISK.map`) as a file, if it is a regular file opened read-write.
+pub fn map_file(map: OwnedFd) -> io::Result<File> {
+    let map = File::from(map);
+    if !map.metadata()?.is_file() {
+        return Err(refused_image("map", "not a regular file"));
+    }
+    if access_mode(&map)? != libc::O_RDWR {
+        return Err(refused_image("map", "not opened read-write"));
+    }
+    Ok(map)
+}
+
+/// A `key-file=` as a file, if it is a regular file or a pipe opened to read.
+pub fn key_file(key: OwnedFd) -> io::Result<File> {
+    let key = File::from(key);
+    let kind = key.metadata()?.file_type();
+    if !kind.is_file() && !kind.is_fifo() {
+        return Err(refused_image("key file", "not a regular file or a pipe"));
+    }
+    if access_mode(&key)? == libc::O_WRONLY {
+        return Err(refused_image("key file", "not opened to read"));
+    }
+    Ok(key)
+}
+
+fn file_flags(file: &File) -> io::Result<libc::c_int> {
+    // SAFETY: F_GETFL on a descriptor `file` owns; no memory is passed.
+    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(flags)
+}
+
+fn access_mode(file: &File) -> io::Result<libc::c_int> {
+    Ok(file_flags(file)? & libc::O_ACCMODE)
 }
 
 fn check_image_file(what: &str, file: &File, readonly: bool, direct: bool) -> io::Result<()> {
@@ -151,11 +213,7 @@ fn check_image_file(what: &str, file: &File, readonly: bool, direct: bool) -> io
     if !metadata.is_file() && !kind.is_block_device() {
         return Err(refused_image(what, "not a regular file or a block device"));
     }
-    // SAFETY: F_GETFL on a descriptor `file` owns; no memory is passed.
-    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
-    if flags < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let flags = file_flags(file)?;
     let wanted = if readonly {
         libc::O_RDONLY
     } else {
@@ -165,7 +223,11 @@ fn check_image_file(what: &str, file: &File, readonly: bool, direct: bool) -> io
         let mode = if readonly { "read-only" } else { "read-write" };
         return Err(refused_image(
             what,
-            format!("not opened {mode} (readonly= says it must be)"),
+            if what.ends_with("base") {
+                format!("not opened {mode} (a base is never written)")
+            } else {
+                format!("not opened {mode} (readonly= says it must be)")
+            },
         ));
     }
     if direct != (flags & libc::O_DIRECT != 0) {

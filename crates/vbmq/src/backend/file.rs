@@ -221,6 +221,36 @@ impl FileDisk {
         UringEngine::with_base(direct, buffered, align, self.kind, options, self.ring, base)
     }
 
+    /// Whether each queue takes a spare ring from the pool (see [`FileDisk::positional`]).
+    pub(super) fn is_pooled(&self) -> bool {
+        self.positional
+    }
+
+    /// A queue's engine over this image on a spare ring of the pool, with `base` registered
+    /// too; `None` when the pool is empty.
+    pub(super) fn pooled_engine(
+        &self,
+        options: EngineOptions,
+        base: Option<BaseFiles>,
+    ) -> Option<io::Result<UringEngine>> {
+        let (direct, buffered) = match self.descriptors() {
+            Ok(fds) => fds,
+            Err(e) => return Some(Err(e)),
+        };
+        let engine = UringEngine::pooled(
+            direct,
+            buffered,
+            self.direct_align,
+            self.kind,
+            options,
+            base,
+        );
+        if matches!(engine, Some(Ok(_))) {
+            self.pooled_queues.fetch_add(1, Ordering::Relaxed);
+        }
+        engine
+    }
+
     /// This image as another disk's base, read through that disk's rings.
     pub(super) fn as_base(&self) -> io::Result<BaseFiles> {
         let (direct, buffered) = self.descriptors()?;
@@ -317,6 +347,7 @@ impl Disk for FileDisk {
                 self.direct_align,
                 self.kind,
                 options,
+                None,
             ) {
                 Some(Ok(engine)) => {
                     self.pooled_queues.fetch_add(1, Ordering::Relaxed);

@@ -1,7 +1,8 @@
 //! Spare io_uring rings for file disks added at run time (`--run-time-rings`). A confined vbmq
 //! cannot create a ring (`io_uring_setup` is refused after start), so `vbmq serve` creates these
-//! before confinement, restricted as every queue's ring is, with two empty registered-file slots.
-//! A run-time disk's queue takes one, fills the slots with its image's descriptors
+//! before confinement, restricted as every queue's ring is, with four empty registered-file
+//! slots. A run-time disk's queue takes one, fills the slots with its image's descriptors (and a
+//! `base=` disk's base image's)
 //! (`IORING_REGISTER_FILES_UPDATE`, the one register operation these rings accept) and gives it
 //! back when its engine is dropped, drained; a ring that may still have operations in flight is
 //! leaked, never reused.
@@ -24,8 +25,11 @@ pub const POOLED_DEPTH: u32 = 2048;
 /// `IORING_REGISTER_FILES_UPDATE` from <linux/io_uring.h>.
 const REGISTER_FILES_UPDATE: u8 = 6;
 
-/// Registered-file slots of a pooled ring: the `O_DIRECT` and the buffered descriptor.
-const SLOTS: u32 = 2;
+/// Registered-file slots of a pooled ring: the `O_DIRECT` and the buffered descriptor, then a
+/// base image's two (`base=`).
+const SLOTS: usize = 4;
+/// [`SLOTS`] as the kernel counts them.
+const SLOTS_U32: u32 = 4;
 
 /// A spare ring and the eventfd registered with it.
 struct Spare {
@@ -51,7 +55,7 @@ fn spare() -> io::Result<Spare> {
         .setup_clamp()
         .setup_r_disabled();
     let ring = builder.build(POOLED_DEPTH)?;
-    ring.submitter().register_files_sparse(SLOTS)?;
+    ring.submitter().register_files_sparse(SLOTS_U32)?;
     let eventfd = EventFd::new(EFD_NONBLOCK)?;
     ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
     let policy = RingPolicy {
@@ -78,15 +82,20 @@ pub fn available() -> usize {
     pool().len()
 }
 
-/// A ring taken from the pool, with `direct` and `buffered` in its registered-file slots 0 and
-/// 1; `None` when the pool is empty.
-pub fn take(direct: RawFd, buffered: RawFd) -> Option<io::Result<PooledRing>> {
+/// A ring taken from the pool, with `files` (at most four: the `O_DIRECT` and buffered
+/// descriptors, then a base's) in its first registered-file slots; `None` when the pool is
+/// empty.
+pub fn take(files: &[RawFd]) -> Option<io::Result<PooledRing>> {
+    if files.len() > SLOTS {
+        return Some(Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "more files than a pooled ring's slots",
+        )));
+    }
     let spare = pool().pop()?;
-    if let Err(e) = spare
-        .ring
-        .submitter()
-        .register_files_update(0, &[direct, buffered])
-    {
+    let mut slots = [-1; SLOTS];
+    slots[..files.len()].copy_from_slice(files);
+    if let Err(e) = spare.ring.submitter().register_files_update(0, &slots) {
         // Nothing was ever submitted on it: it goes back as it was.
         pool().push(spare);
         return Some(Err(e));
@@ -142,7 +151,11 @@ impl Drop for PooledRing {
             return;
         }
         // Empty slots: the image's descriptors are no longer held through the ring.
-        match spare.ring.submitter().register_files_update(0, &[-1, -1]) {
+        match spare
+            .ring
+            .submitter()
+            .register_files_update(0, &[-1; SLOTS])
+        {
             Ok(_) => {
                 // A stale count would only wake the next user once for nothing.
                 let _ = spare.eventfd.read();
@@ -166,7 +179,7 @@ mod tests {
         assert_eq!(available(), before + 2);
         let file = tempfile::tempfile().unwrap();
         let fd = file.as_raw_fd();
-        let mut ring = take(fd, fd).unwrap().unwrap();
+        let mut ring = take(&[fd, fd]).unwrap().unwrap();
         assert_eq!(available(), before + 1);
         // Restricted: no register operation but the file slots' update.
         let mut page = vec![0u8; 4096];
@@ -180,7 +193,7 @@ mod tests {
         ring.drained();
         drop(ring);
         assert_eq!(available(), before + 2);
-        let ring = take(fd, fd).unwrap().unwrap();
+        let ring = take(&[fd, fd, fd, fd]).unwrap().unwrap();
         drop(ring);
         assert_eq!(available(), before + 1, "an undrained ring came back");
     }

@@ -192,18 +192,24 @@ impl UringEngine {
     }
 
     /// An engine on a spare ring of the pool (see `ring_pool`), for a disk added once the
-    /// process is confined; `None` when the pool is empty. No SQPOLL, no fixed buffers.
+    /// process is confined, with `base`'s files in the slots after the disk's (as
+    /// [`UringEngine::with_base`]); `None` when the pool is empty. No SQPOLL, no fixed buffers.
     pub fn pooled(
         direct: OwnedFd,
         buffered: OwnedFd,
         align: usize,
         kind: FileKind,
         options: EngineOptions,
+        base: Option<BaseFiles>,
     ) -> Option<io::Result<Self>> {
         if options.depth > ring_pool::POOLED_DEPTH {
             return None;
         }
-        let ring = match ring_pool::take(direct.as_raw_fd(), buffered.as_raw_fd())? {
+        let mut fds = vec![direct.as_raw_fd(), buffered.as_raw_fd()];
+        if let Some(base) = &base {
+            fds.extend([base.direct.as_raw_fd(), base.buffered.as_raw_fd()]);
+        }
+        let ring = match ring_pool::take(&fds)? {
             Ok(ring) => ring,
             Err(e) => return Some(Err(e)),
         };
@@ -226,7 +232,7 @@ impl UringEngine {
             notifier,
             files: [direct, buffered],
             fixed: None,
-            base: None,
+            base: base.map(|b| ([b.direct, b.buffered], b.align, b.inline_rw)),
             on_base: false,
         }))
     }

@@ -20,7 +20,7 @@ const ALLOWED: &[libc::c_long] = &[
     // build a ring without the restrictions (a ring's SOCKET or OPENAT would bypass this filter).
     // (`fixed-buffers=on` and spare rings for run-time disks keep `io_uring_register`: every
     // ring is restricted, and only those rings accept a register operation, the buffer
-    // registrations or the update of their two file slots.)
+    // registrations or the update of their four file slots.)
     libc::SYS_io_uring_enter,
     libc::SYS_read,
     libc::SYS_write,

@@ -50,9 +50,22 @@ fn default_serial(spec: &DiskSpec) -> String {
 pub(crate) struct Source {
     /// The image, passed.
     pub image: Option<(File, Option<File>)>,
+    /// `base=`: the base image and the image's map, passed (with the image).
+    pub thin: Option<PassedThin>,
+    /// `key-file=`: the key file or pipe, passed.
+    pub key: Option<File>,
     /// The process is confined: every queue does its I/O with positional system calls (no ring
     /// can be made), and an RBD image is opened only through a cluster connection made at start.
     pub confined: bool,
+}
+
+/// What a `base=` disk's client passed beside its image: the base (buffered and `O_DIRECT`)
+/// and the map file, each checked (see `crate::passed_fds`).
+pub(crate) struct PassedThin {
+    /// The base, read-only.
+    pub base: (File, Option<File>),
+    /// `DISK.map`, read-write.
+    pub map: File,
 }
 
 /// An open disk and the files it keeps reading (a Ceph configuration and keyring).
@@ -126,17 +139,23 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
                 })?),
                 None => None,
             };
+            let Source {
+                image,
+                thin,
+                key,
+                confined,
+            } = source;
+            let image = Source {
+                image,
+                confined,
+                ..Source::default()
+            };
             // Directly above the storage: a snapshot holds what the image holds.
             let disk: Arc<dyn Disk> = match &spec.base {
-                Some(_) if source.image.is_some() => {
-                    return Err(SpecError {
-                        key: "base".into(),
-                        reason: "a disk with base= is given at start, not passed at run time"
-                            .into(),
-                    });
+                Some(base) => {
+                    SnapshotDisk::over_thin(open_thin_disk(spec, path, base, image, thin)?)
                 }
-                Some(base) => SnapshotDisk::over_thin(open_thin_disk(spec, path, base)?),
-                None => SnapshotDisk::over_file(open_file(spec, path, spec.readonly, source)?),
+                None => SnapshotDisk::over_file(open_file(spec, path, spec.readonly, image)?),
             }
             .map(Arc::new)
             .map_err(|e| SpecError {
@@ -144,12 +163,18 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
                 reason: format!("{}: {e}", path.display()),
             })?;
             // Under the cache: the cache holds plaintext, in vbmq's memory only.
-            let disk: Arc<dyn Disk> = match &spec.key_file {
-                Some(key) => Arc::new(EncryptedDisk::open(disk, key).map_err(|e| SpecError {
-                    key: "key-file".into(),
-                    reason: format!("{}: {e}", key.display()),
-                })?),
-                None => disk,
+            let disk: Arc<dyn Disk> = match (&spec.key_file, key) {
+                (Some(path), passed) => {
+                    let opened = match passed {
+                        Some(file) => EncryptedDisk::with_key_from(disk, file),
+                        None => EncryptedDisk::open(disk, path),
+                    };
+                    Arc::new(opened.map_err(|e| SpecError {
+                        key: "key-file".into(),
+                        reason: format!("{}: {e}", path.display()),
+                    })?)
+                }
+                (None, _) => disk,
             };
             if spec.cache == 0 {
                 return Ok(disk);
@@ -243,12 +268,43 @@ fn open_file(
         })
 }
 
-/// `path=DISK,base=BASE`: DISK (made empty if it does not exist) over BASE, read-only.
-fn open_thin_disk(spec: &DiskSpec, path: &Path, base: &Path) -> Result<ThinDisk, SpecError> {
+/// `path=DISK,base=BASE`: DISK (made empty if it does not exist) over BASE, read-only; or the
+/// image (`source`), base and map a client passed (`thin`, which it made as this does).
+fn open_thin_disk(
+    spec: &DiskSpec,
+    path: &Path,
+    base: &Path,
+    source: Source,
+    thin: Option<PassedThin>,
+) -> Result<ThinDisk, SpecError> {
     let error = |key: &str, e: std::io::Error| SpecError {
         key: key.into(),
         reason: format!("{}: {e}", path.display()),
     };
+    let options = ThinOptions {
+        block_size: spec.base_block,
+        copy_on_read: spec.base_copy_on_read,
+        fill: spec.base_fill,
+    };
+    match (source.image.is_some(), thin) {
+        (true, Some(thin)) => {
+            let confined = source.confined;
+            let data = open_file(spec, path, false, source)?;
+            let base_source = Source {
+                image: Some(thin.base),
+                confined,
+                ..Source::default()
+            };
+            let base = open_file(spec, base, true, base_source)?;
+            return ThinDisk::open(data, path, base, Some(thin.map), options)
+                .map_err(|e| error("base", e));
+        }
+        (false, None) => {}
+        _ => {
+            let e = std::io::Error::other("the image, its base and its map are passed together");
+            return Err(error("base", e));
+        }
+    }
     let created = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -266,12 +322,7 @@ fn open_thin_disk(spec: &DiskSpec, path: &Path, base: &Path) -> Result<ThinDisk,
     let data = open_file(spec, path, false, Source::default())?;
     // The base is the data's ring's to read: its own ring options do not apply.
     let base = open_file(spec, base, true, Source::default())?;
-    let options = ThinOptions {
-        block_size: spec.base_block,
-        copy_on_read: spec.base_copy_on_read,
-        fill: spec.base_fill,
-    };
-    ThinDisk::open(data, path, base, options).map_err(|e| error("base", e))
+    ThinDisk::open(data, path, base, None, options).map_err(|e| error("base", e))
 }
 
 /// The server of one disk, the disk (to close at exit) and the files it keeps reading.

@@ -5,6 +5,6 @@
 mod disk;
 mod share;
 
-pub(crate) use disk::{Built, Source, build_disk};
+pub(crate) use disk::{Built, PassedThin, Source, build_disk};
 pub use share::PassedShare;
 pub(crate) use share::{build_passed_share, build_share};

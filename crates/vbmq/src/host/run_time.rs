@@ -2,13 +2,17 @@
 //! (`vbmq ctl add-disk`), a socket inherited at start (`socket-fd=`), a file disk's own image
 //! served again (`reload --replace`); and what a confined process refuses to add, with why.
 
+use std::fs::File;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 
-use super::{DiskInfo, Host, HostError, ImageFiles, lock, spec_error};
+use super::{DiskInfo, Host, HostError, lock, spec_error};
+use crate::backend::thin::map_path;
 use crate::config::{DiskSpec, Storage};
-use crate::devices::Source;
-use crate::passed_fds::{PassedDisk, image_files, listening_unix_socket};
+use crate::devices::{PassedThin, Source};
+use crate::passed_fds::{
+    PassedDisk, base_files, image_files, key_file, listening_unix_socket, map_file,
+};
 use crate::worker::online_cpus;
 
 impl Host {
@@ -24,14 +28,45 @@ impl Host {
             .map(listening_unix_socket)
             .transpose()
             .map_err(|e| spec_error("socket", format!("{}: {e}", spec.socket.display())))?;
+        let in_path = |key: &'static str| {
+            let path = match (&spec.storage, key) {
+                (_, "base") => spec.base.clone().unwrap_or_default(),
+                (_, "key-file") => spec.key_file.clone().unwrap_or_default(),
+                (Storage::File(path), _) => path.clone(),
+                _ => Default::default(),
+            };
+            move |e: std::io::Error| spec_error(key, format!("{}: {e}", path.display()))
+        };
         let image = match (passed.image, &spec.storage) {
-            (Some(image), Storage::File(path)) => Some(
-                image_files(image, passed.image_direct, spec.readonly)
-                    .map_err(|e| spec_error("path", format!("{}: {e}", path.display())))?,
-            ),
+            (Some(image), Storage::File(_)) => {
+                let files = image_files(image, passed.image_direct, spec.readonly)
+                    .map_err(in_path("path"))?;
+                if spec.base.is_some() && !files.0.metadata().map_err(in_path("path"))?.is_file() {
+                    let e = std::io::Error::other("with base=, DISK must be a regular file");
+                    return Err(in_path("path")(e));
+                }
+                Some(files)
+            }
             _ => None,
         };
-        let source = Source { image, confined };
+        let thin = match (passed.base, passed.map) {
+            (Some(base), Some(map)) => Some(PassedThin {
+                base: base_files(base, passed.base_direct).map_err(in_path("base"))?,
+                map: map_file(map).map_err(in_path("base"))?,
+            }),
+            _ => None,
+        };
+        let key = passed
+            .key
+            .map(key_file)
+            .transpose()
+            .map_err(in_path("key-file"))?;
+        let source = Source {
+            image,
+            thin,
+            key,
+            confined,
+        };
         let prepared = self.prepare_from(text, spec, source, listener)?;
         self.start(prepared)
     }
@@ -58,6 +93,35 @@ impl Host {
                 "an image was passed for a disk without path=".into(),
             ));
         }
+        let thin_passed = passed.base.is_some() || passed.map.is_some();
+        if thin_passed || passed.base_direct.is_some() {
+            if spec.base.is_none() {
+                return Err(spec_error(
+                    "base",
+                    "a base or a map was passed for a disk without base=".into(),
+                ));
+            }
+            if passed.image.is_none() || passed.base.is_none() || passed.map.is_none() {
+                return Err(spec_error(
+                    "base",
+                    "a base= disk's image, base and map are passed together".into(),
+                ));
+            }
+            if spec.direct != passed.base_direct.is_some() {
+                let why = if spec.direct {
+                    "direct=on needs the base passed with O_DIRECT too"
+                } else {
+                    "an O_DIRECT base was passed for a direct=off disk"
+                };
+                return Err(spec_error("direct", why.into()));
+            }
+        }
+        if passed.key.is_some() && spec.key_file.is_none() {
+            return Err(spec_error(
+                "key-file",
+                "a key was passed for a disk without key-file=".into(),
+            ));
+        }
         if passed.image.is_some() || passed.image_direct.is_some() {
             if passed.image.is_none() {
                 return Err(spec_error(
@@ -82,6 +146,42 @@ impl Host {
         }
         if !policy.confined {
             return Ok(false);
+        }
+        if spec.base.is_some() && passed.image.is_some() && passed.map.is_none() {
+            return Err(spec_error(
+                "base",
+                "a confined vbmq opens no base or map at run time: `vbmq ctl add-disk` opens \
+                 them and passes them (docs/control.md)"
+                    .into(),
+            ));
+        }
+        // A queue's ring holds twice its requests, each split by block in up to four parts.
+        let pooled = crate::backend::ring_pool::POOLED_DEPTH;
+        if spec.base.is_some() && u32::from(spec.queue_size) * 8 > pooled {
+            return Err(spec_error(
+                "queue-size",
+                format!(
+                    "a base= disk added at run time takes at most queue-size={}",
+                    pooled / 8
+                ),
+            ));
+        }
+        // Its queues read the base through the disk's ring: no positional fallback.
+        if spec.base.is_some() && crate::backend::ring_pool::available() == 0 {
+            return Err(spec_error(
+                "base",
+                "no spare io_uring ring left: a base= disk added at run time needs one per \
+                 queue (raise --run-time-rings)"
+                    .into(),
+            ));
+        }
+        if spec.key_file.is_some() && passed.key.is_none() {
+            return Err(spec_error(
+                "key-file",
+                "a confined vbmq reads no key file at run time: `vbmq ctl add-disk` opens it \
+                 and passes it (docs/control.md)"
+                    .into(),
+            ));
         }
         match &spec.storage {
             Storage::Null(_) | Storage::Memory { image: None, .. } => {}
@@ -138,65 +238,100 @@ impl Host {
     }
 
     /// What the running disk `current` passes to itself to be served again as `new`: copies of
-    /// its image's descriptors when `new` is the same image opened the same way.
+    /// its files' descriptors (image, and a `base=` disk's base and map) when `new` is the same
+    /// image over the same base, opened the same way. A key is never kept: an encrypted disk is
+    /// not served again by a confined process.
     pub(super) fn passed_again(&self, current: &DiskSpec, new: &DiskSpec) -> PassedDisk {
         let same_image = matches!(
             (&current.storage, &new.storage),
             (Storage::File(a), Storage::File(b)) if a == b
         ) && current.readonly == new.readonly
-            && current.direct == new.direct;
+            && current.direct == new.direct
+            && current.base == new.base;
         let disks = lock(&self.disks);
-        let image = disks
+        disks
             .iter()
             .find(|r| r.spec.socket == current.socket)
             .and_then(|r| r.image.as_ref())
             .filter(|_| same_image)
-            .and_then(|(image, direct)| {
-                let direct = match direct {
-                    Some(direct) => Some(direct.try_clone().ok()?),
-                    None => None,
-                };
-                Some((image.try_clone().ok()?, direct))
-            });
-        match image {
-            Some((image, direct)) => PassedDisk {
-                socket: None,
-                image: Some(image.into()),
-                image_direct: direct.map(Into::into),
-            },
-            None => PassedDisk::default(),
-        }
+            .and_then(KeptFiles::passed)
+            .unwrap_or_default()
     }
 }
 
-/// Copies of the image a file disk is opened from (`source`'s passed descriptors, or the path
-/// opened again while the process may still open it), kept for `reload --replace`.
-pub(super) fn image_copy(spec: &DiskSpec, source: &Source) -> Option<ImageFiles> {
-    let Storage::File(path) = &spec.storage else {
-        return None;
-    };
-    match &source.image {
-        Some((image, direct)) => {
-            let direct = match direct {
-                Some(direct) => Some(direct.try_clone().ok()?),
-                None => None,
-            };
-            Some((image.try_clone().ok()?, direct))
-        }
-        None if !source.confined => {
-            let open = |direct: bool| {
-                let mut options = std::fs::OpenOptions::new();
-                options.read(true).write(!spec.readonly);
-                if direct {
-                    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_DIRECT);
-                }
-                options.open(path).ok()
-            };
-            let image = open(false)?;
-            let direct = if spec.direct { Some(open(true)?) } else { None };
-            Some((image, direct))
-        }
+/// Copies of what a file disk is opened from, kept to serve it again (`reload --replace`).
+pub(super) struct KeptFiles {
+    /// The image, buffered and `O_DIRECT`.
+    image: (File, Option<File>),
+    /// `base=`: the base (buffered and `O_DIRECT`) and the map.
+    thin: Option<((File, Option<File>), File)>,
+}
+
+fn copy_pair(pair: &(File, Option<File>)) -> Option<(File, Option<File>)> {
+    let direct = match &pair.1 {
+        Some(direct) => Some(direct.try_clone().ok()?),
         None => None,
+    };
+    Some((pair.0.try_clone().ok()?, direct))
+}
+
+impl KeptFiles {
+    /// Copies of what `source` passes (before it is consumed).
+    pub(super) fn of_source(source: &Source) -> Option<Self> {
+        let image = copy_pair(source.image.as_ref()?)?;
+        let thin = match &source.thin {
+            Some(thin) => Some((copy_pair(&thin.base)?, thin.map.try_clone().ok()?)),
+            None => None,
+        };
+        Some(KeptFiles { image, thin })
+    }
+
+    /// The files of the file disk `spec` opened again by their paths (while the process may
+    /// still open them: once the disk is built, so a `base=` disk's map exists).
+    pub(super) fn reopen(spec: &DiskSpec) -> Option<Self> {
+        let Storage::File(path) = &spec.storage else {
+            return None;
+        };
+        let open = |path: &Path, write: bool, direct: bool| {
+            let mut options = std::fs::OpenOptions::new();
+            options.read(true).write(write);
+            if direct {
+                std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_DIRECT);
+            }
+            options.open(path).ok()
+        };
+        let pair = |path: &Path, write: bool| {
+            let buffered = open(path, write, false)?;
+            let direct = if spec.direct {
+                Some(open(path, write, true)?)
+            } else {
+                None
+            };
+            Some((buffered, direct))
+        };
+        let image = pair(path, !spec.readonly)?;
+        let thin = match &spec.base {
+            Some(base) => Some((pair(base, false)?, open(&map_path(path), true, false)?)),
+            None => None,
+        };
+        Some(KeptFiles { image, thin })
+    }
+
+    /// Copies as a client would pass them.
+    fn passed(&self) -> Option<PassedDisk> {
+        let (image, image_direct) = copy_pair(&self.image)?;
+        let mut passed = PassedDisk {
+            image: Some(image.into()),
+            image_direct: image_direct.map(Into::into),
+            ..PassedDisk::default()
+        };
+        if let Some((base, map)) = &self.thin {
+            let (base, base_direct) = copy_pair(base)?;
+            passed.base = Some(base.into());
+            passed.base_direct = base_direct.map(Into::into);
+            passed.map = Some(map.try_clone().ok()?.into());
+        }
+        Some(passed)
     }
 }
 

@@ -15,8 +15,10 @@ mod xts;
 
 use std::fs::File;
 use std::io::{self, Read};
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use self::engine::CryptEngine;
 use self::xts::Xts;
@@ -25,36 +27,109 @@ use super::{Disk, Engine, EngineOptions, Geometry};
 /// Bytes of an `encrypt=aes-xts` key: two AES-256 keys.
 pub const KEY_LEN: usize = 64;
 
+/// How long a passed key pipe may take to give its key and its end.
+pub const KEY_WAIT: Duration = Duration::from_secs(10);
+
 /// A disk whose image holds ciphertext only.
 pub struct EncryptedDisk {
     inner: Arc<dyn Disk>,
     xts: Arc<Xts>,
 }
 
-/// Reads exactly [`KEY_LEN`] bytes from `path` (a file or a pipe).
-fn read_key(path: &Path) -> io::Result<[u8; KEY_LEN]> {
+/// Reads exactly [`KEY_LEN`] bytes from `file` (a file or a pipe, read to its end), which is
+/// closed then. With `wait`, the file is read without blocking and a pipe must give its key and
+/// its end within that time (a passed descriptor: no client holds the process up).
+fn read_key(mut file: File, wait: Option<Duration>) -> io::Result<[u8; KEY_LEN]> {
+    let deadline = wait.map(|wait| Instant::now() + wait);
+    if deadline.is_some() {
+        set_nonblocking(&file)?;
+    }
     let mut key = [0u8; KEY_LEN];
-    let mut file = File::open(path)?;
-    file.read_exact(&mut key).map_err(|e| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("a key file holds {KEY_LEN} bytes: {e}"),
-        )
-    })?;
+    let mut got = 0;
+    while got < KEY_LEN {
+        match read_some(&mut file, &mut key[got..], deadline) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("a key file holds exactly {KEY_LEN} bytes: this one ended after {got}"),
+                ));
+            }
+            Ok(n) => got += n,
+            Err(e) => {
+                key.fill(0);
+                return Err(e);
+            }
+        }
+    }
     let mut more = [0u8; 1];
-    if file.read(&mut more)? != 0 {
+    if read_some(&mut file, &mut more, deadline)? != 0 {
+        key.fill(0);
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("a key file holds exactly {KEY_LEN} bytes"),
+            format!("a key file holds exactly {KEY_LEN} bytes: this one holds more"),
         ));
     }
     Ok(key)
 }
 
+fn set_nonblocking(file: &File) -> io::Result<()> {
+    // SAFETY: F_GETFL and F_SETFL on a descriptor `file` owns; no memory is passed.
+    let ok = unsafe {
+        let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+        flags >= 0 && libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// One `read`, waiting (until `deadline`, if any) while a non-blocking pipe is empty.
+fn read_some(file: &mut File, buf: &mut [u8], deadline: Option<Instant>) -> io::Result<usize> {
+    loop {
+        match file.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let left = deadline.map_or(Duration::ZERO, |d| {
+                    d.saturating_duration_since(Instant::now())
+                });
+                if left.is_zero() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the key pipe gave no key and end in time",
+                    ));
+                }
+                let mut fd = libc::pollfd {
+                    fd: file.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                let timeout = libc::timespec {
+                    tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
+                    tv_nsec: libc::c_long::from(left.subsec_nanos()),
+                };
+                // SAFETY: ppoll on one pollfd and a timespec, both local.
+                unsafe { libc::ppoll(&mut fd, 1, &timeout, std::ptr::null()) };
+            }
+            other => return other,
+        }
+    }
+}
+
 impl EncryptedDisk {
     /// Encrypts `inner` with the key read from `key_file`.
     pub fn open(inner: Arc<dyn Disk>, key_file: &Path) -> io::Result<Self> {
-        let mut key = read_key(key_file)?;
+        Self::with_key(inner, read_key(File::open(key_file)?, None)?)
+    }
+
+    /// Encrypts `inner` with the key read from `key`, an open key file or pipe (passed by
+    /// `vbmq ctl add-disk`): exactly [`KEY_LEN`] bytes, then its end, within [`KEY_WAIT`].
+    pub fn with_key_from(inner: Arc<dyn Disk>, key: File) -> io::Result<Self> {
+        Self::with_key(inner, read_key(key, Some(KEY_WAIT))?)
+    }
+
+    fn with_key(inner: Arc<dyn Disk>, mut key: [u8; KEY_LEN]) -> io::Result<Self> {
         let xts = Xts::new(&key);
         key.fill(0);
         let xts =

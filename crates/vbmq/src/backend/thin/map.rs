@@ -1,6 +1,7 @@
 //! Which blocks a thin disk holds: an in-memory bitmap, and its copy in the sidecar map file.
 //!
-//! The map file (`DISK.map`) is a 4096-byte header then one bit per block, little-endian
+//! The map file (`DISK.map`) is a 4096-byte header (magic, version, block size, the base's
+//! capacity, and the disk's once grown past the base) then one bit per block, little-endian
 //! 64-bit words (bit `i` of word `w` is block `64 * w + i`). A bit only ever goes from 0 to 1,
 //! so a torn write of the map can only lose bits whose write was never acknowledged.
 //!
@@ -21,11 +22,15 @@ const MAGIC: &[u8; 8] = b"VBMQTHIN";
 const VERSION: u32 = 1;
 /// Bytes before the bitmap.
 pub const HEADER: u64 = 4096;
+/// Where the header records a disk grown past its base: its capacity (0: the base's).
+const GROWN_AT: usize = 32;
 
 /// The present and busy bits of every block, and the map file.
 pub struct ThinMap {
     block_size: u64,
     capacity: u64,
+    /// The disk's capacity: the base's, or more once grown (blocks past the base are DISK's).
+    disk_capacity: AtomicU64,
     blocks: u64,
     /// Blocks DISK holds, as the map file records them.
     present: Vec<AtomicU64>,
@@ -44,6 +49,13 @@ pub fn map_path(disk: &Path) -> PathBuf {
     let mut name = disk.as_os_str().to_owned();
     name.push(".map");
     PathBuf::from(name)
+}
+
+fn missing_map(map_path: &Path) -> io::Error {
+    invalid(format!(
+        "holds data but {} is missing: not a disk made from a base, or its map is lost",
+        map_path.display()
+    ))
 }
 
 fn invalid(why: String) -> io::Error {
@@ -80,15 +92,49 @@ impl ThinMap {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 if data.metadata()?.len() != 0 {
-                    return Err(invalid(format!(
-                        "holds data but {} is missing: not a disk made from a base, or its map is lost",
-                        map_path.display()
-                    )));
+                    return Err(missing_map(&map_path));
                 }
                 Self::create(&map_path, block_size.unwrap_or(64 << 10), capacity)?
             }
             Err(e) => return Err(e),
         };
+        Self::from_file(file, &map_path, data, capacity, block_size)
+    }
+
+    /// As [`ThinMap::open`], from the map file a client opened (read-write) and passed, named
+    /// `map_path` in messages. A map never written (empty, or a header of zeros: `vbmq ctl
+    /// add-disk` creates it empty, a crash may leave it sized but blank) of a DISK still empty
+    /// is written here, in place; one of a DISK that holds data is refused.
+    pub fn open_passed(
+        file: File,
+        map_path: &Path,
+        data: File,
+        capacity: u64,
+        block_size: Option<u64>,
+    ) -> io::Result<Self> {
+        let mut magic = [0u8; 8];
+        let blank = file.metadata()?.len() < HEADER
+            || (file.read_exact_at(&mut magic, 0).is_ok() && magic == [0u8; 8]);
+        if blank {
+            if data.metadata()?.len() != 0 {
+                return Err(missing_map(map_path));
+            }
+            let block_size = block_size.unwrap_or(64 << 10);
+            // Sized first: a crash before the header is written leaves a blank map again.
+            file.set_len(HEADER + capacity.div_ceil(block_size).div_ceil(64) * 8)?;
+            file.write_all_at(&header(block_size, capacity), 0)?;
+            file.sync_all()?;
+        }
+        Self::from_file(file, map_path, data, capacity, block_size)
+    }
+
+    fn from_file(
+        file: File,
+        map_path: &Path,
+        data: File,
+        capacity: u64,
+        block_size: Option<u64>,
+    ) -> io::Result<Self> {
         let mut head = vec![0u8; host_size(HEADER)];
         file.read_exact_at(&mut head, 0)
             .map_err(|e| invalid(format!("{}: header: {e}", map_path.display())))?;
@@ -126,6 +172,9 @@ impl ThinMap {
         let present_count = written.iter().map(|w| u64::from(w.count_ones())).sum();
         // A crash between making the map and sizing DISK leaves DISK empty; a DISK emptied or
         // replaced since would read zeros where the map says it holds blocks.
+        // Grown past the base: the capacity recorded (0 in maps of disks never grown).
+        let grown = field(&head, GROWN_AT);
+        let disk_capacity = grown.max(capacity);
         let len = data.metadata()?.len();
         if len < capacity && present_count > 0 {
             return Err(invalid(format!(
@@ -134,16 +183,18 @@ impl ThinMap {
                 map_path.display()
             )));
         }
-        if len < capacity {
-            data.set_len(capacity)?;
-        } else if len > capacity {
+        // A crash in a resize, after the map recorded the new size, leaves DISK shorter.
+        if len < disk_capacity {
+            data.set_len(disk_capacity)?;
+        } else if len > disk_capacity {
             return Err(invalid(format!(
-                "DISK has {len} bytes, more than the base's {capacity}"
+                "DISK has {len} bytes, more than the disk's {disk_capacity}"
             )));
         }
         Ok(ThinMap {
             block_size: bs,
             capacity,
+            disk_capacity: AtomicU64::new(disk_capacity),
             blocks,
             present: written.iter().map(|w| AtomicU64::new(*w)).collect(),
             busy: (0..words).map(|_| AtomicU64::new(0)).collect(),
@@ -174,6 +225,42 @@ impl ThinMap {
         Ok(file)
     }
 
+    /// The disk's capacity in bytes (the base's, or more once grown).
+    pub fn disk_capacity(&self) -> u64 {
+        self.disk_capacity.load(Ordering::Relaxed)
+    }
+
+    /// Grows the disk to `bytes`, past the base: the new size is recorded in the map (flushed)
+    /// before DISK grows, so a crash in between only leaves DISK to grow at the next open. The
+    /// base must end on a block boundary (no block is part base, part not), and a disk made
+    /// from a base never shrinks.
+    pub fn grow(&self, bytes: u64) -> io::Result<u64> {
+        let refuse = |why: String| Err(io::Error::new(io::ErrorKind::InvalidInput, why));
+        let current = self.disk_capacity();
+        if bytes < current {
+            return refuse(format!(
+                "a disk made from a base does not shrink (it has {current} bytes)"
+            ));
+        }
+        if bytes == current {
+            return Ok(current);
+        }
+        if !self.capacity.is_multiple_of(self.block_size) {
+            return refuse(format!(
+                "the base's {} bytes are not whole {}-byte blocks: it cannot grow past the base",
+                self.capacity, self.block_size
+            ));
+        }
+        let _order = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        self.file
+            .write_all_at(&bytes.to_le_bytes(), GROWN_AT as u64)?;
+        self.file.sync_data()?;
+        self.data.set_len(bytes)?;
+        self.data.sync_all()?;
+        self.disk_capacity.store(bytes, Ordering::Relaxed);
+        Ok(bytes)
+    }
+
     /// Bytes per block.
     pub fn block_size(&self) -> u64 {
         self.block_size
@@ -198,8 +285,11 @@ impl ThinMap {
         ((block / 64) as usize, 1 << (block % 64))
     }
 
-    /// Whether DISK holds `block` (its map bit is durable).
+    /// Whether DISK holds `block` (its map bit is durable, or it lies past the base).
     pub fn is_present(&self, block: u64) -> bool {
+        if block >= self.blocks {
+            return true;
+        }
         let (word, bit) = Self::bit(block);
         self.present
             .get(word)
@@ -253,5 +343,64 @@ impl ThinMap {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: u64 = 1 << 20;
+
+    fn files(dir: &Path) -> (PathBuf, File) {
+        let disk = dir.join("d.raw");
+        let data = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&disk)
+            .unwrap();
+        (disk, data)
+    }
+
+    #[test]
+    fn a_grown_disk_keeps_its_size_and_a_crash_in_the_resize_grows_it_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let (disk, data) = files(dir.path());
+        let map = ThinMap::open(&disk, data.try_clone().unwrap(), BASE, None).unwrap();
+        assert!(map.is_present(map.blocks()), "past the base is DISK's");
+        let e = map.grow(BASE - 4096).unwrap_err().to_string();
+        assert!(e.contains("does not shrink"), "{e}");
+        assert_eq!(map.grow(3 * BASE).unwrap(), 3 * BASE);
+        drop(map);
+        assert_eq!(data.metadata().unwrap().len(), 3 * BASE);
+        // A crash after the map recorded the size, before DISK grew.
+        data.set_len(BASE).unwrap();
+        let map = ThinMap::open(&disk, data.try_clone().unwrap(), BASE, None).unwrap();
+        assert_eq!(map.disk_capacity(), 3 * BASE);
+        assert_eq!(data.metadata().unwrap().len(), 3 * BASE);
+    }
+
+    #[test]
+    fn a_base_of_part_of_a_block_does_not_grow_and_a_passed_blank_map_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (disk, data) = files(dir.path());
+        let map_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(map_path(&disk))
+            .unwrap();
+        let base = BASE + 4096;
+        let map = ThinMap::open_passed(map_file, &map_path(&disk), data, base, None).unwrap();
+        assert_eq!(map.disk_capacity(), base);
+        let e = map.grow(2 * BASE).unwrap_err().to_string();
+        assert!(e.contains("not whole"), "{e}");
+        drop(map);
+        // Opened by its path now: the header written in place is a map like any other.
+        let (_, data) = files(dir.path());
+        assert!(ThinMap::open(&disk, data, base, None).is_ok());
     }
 }

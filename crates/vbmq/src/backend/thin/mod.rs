@@ -20,6 +20,7 @@ mod fill;
 mod map;
 mod read;
 
+use std::fs::File;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,11 +56,14 @@ pub struct ThinDisk {
 }
 
 impl ThinDisk {
-    /// Serves `data` (the writable DISK file at `path`) over `base`, opening or making its map.
+    /// Serves `data` (the writable DISK file at `path`) over `base`, opening or making its map
+    /// (`DISK.map`), or with `map`, the map file a client opened and passed (see
+    /// [`ThinMap::open_passed`]).
     pub fn open(
         data: FileDisk,
         path: &Path,
         base: FileDisk,
+        map: Option<File>,
         options: ThinOptions,
     ) -> io::Result<Self> {
         let base_geometry = base.geometry();
@@ -73,7 +77,16 @@ impl ThinDisk {
             ));
         }
         let capacity = base_geometry.capacity;
-        let map = ThinMap::open(path, data.file()?, capacity, options.block_size)?;
+        let map = match map {
+            Some(map) => ThinMap::open_passed(
+                map,
+                &map_path(path),
+                data.file()?,
+                capacity,
+                options.block_size,
+            )?,
+            None => ThinMap::open(path, data.file()?, capacity, options.block_size)?,
+        };
         if !map.block_size().is_multiple_of(u64::from(block_size)) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -95,7 +108,7 @@ impl ThinDisk {
         };
         Ok(ThinDisk {
             geometry: Geometry {
-                capacity,
+                capacity: map.disk_capacity(),
                 block_size,
                 ..base_geometry
             },
@@ -130,7 +143,18 @@ impl ThinDisk {
 
 impl Disk for ThinDisk {
     fn geometry(&self) -> Geometry {
-        self.geometry
+        Geometry {
+            capacity: self.map.disk_capacity(),
+            ..self.geometry
+        }
+    }
+
+    /// Grows the disk past its base: blocks past the base's end are DISK's, reading zeros
+    /// until written (see [`ThinMap::grow`]).
+    fn resize(&self, bytes: u64, shrink: bool) -> io::Result<u64> {
+        let block = u64::from(self.geometry.block_size);
+        super::check_resize(self.map.disk_capacity(), bytes, block, shrink)?;
+        self.map.grow(bytes)
     }
 
     fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
@@ -139,9 +163,19 @@ impl Disk for ThinDisk {
             depth: options.depth.saturating_mul(4),
             ..options
         };
-        let ring = self
-            .data
-            .uring_engine(ring_options, Some(self.base.as_base()?))?;
+        let base = Some(self.base.as_base()?);
+        // Added once the process is confined: no ring can be made, a spare one is taken.
+        let ring = if self.data.is_pooled() {
+            self.data
+                .pooled_engine(ring_options, base)
+                .unwrap_or_else(|| {
+                    Err(io::Error::other(
+                        "no spare io_uring ring left for a queue of a base= disk added at run                          time (raise --run-time-rings)",
+                    ))
+                })?
+        } else {
+            self.data.uring_engine(ring_options, base)?
+        };
         Ok(Box::new(ThinEngine::new(
             ring,
             self.map.clone(),
@@ -154,10 +188,13 @@ impl Disk for ThinDisk {
     }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
-        vec![
+        let mut stats = vec![
             ("thin_blocks", self.map.blocks()),
             ("thin_present_blocks", self.map.present_count()),
-        ]
+        ];
+        // Added at run time: its queues on spare rings.
+        stats.extend(self.data.stats());
+        stats
     }
 
     fn writer_seat(&self) -> Option<Arc<super::WriterSeat>> {

@@ -1,0 +1,697 @@
+//! `base=` and `encrypt=` disks added at run time on a vbmq started with its defaults (confined:
+//! Landlock and seccomp): `vbmq ctl add-disk` opens the base, the image and its map, and the key
+//! file or pipe, and passes them; vbmq checks each descriptor and serves the disk. Descriptors
+//! that are not what the disk needs are refused with their reason, and the daemon goes on; a
+//! `base=` disk recorded with `--state` comes back with its map after a restart.
+
+mod common;
+
+use std::ffi::CString;
+use std::io::{BufRead, BufReader};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Client, Daemon, ctl, image, pattern, serve_with_control as serve, wait_for};
+use serde_json::{Value, json};
+use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+
+const SIZE: usize = 4 << 20;
+const BLOCK: usize = 64 << 10;
+
+fn s(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+fn sha256(path: &Path) -> String {
+    let out = Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .expect("sha256sum");
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn refused(out: &Output, reason: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "accepted; wanted refused: {reason}");
+    assert!(err.contains(reason), "{err:?} lacks {reason:?}");
+}
+
+fn mkfifo(path: &Path) {
+    let name = CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: mkfifo with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+}
+
+/// Whether `needle` occurs anywhere in `hay`.
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The JSON of `vbmq ctl stats SOCKET`: this disk's engine counter `name`.
+fn engine_stat(control: &Path, socket: &Path, name: &str) -> u64 {
+    let out = ctl(control, &["stats", s(socket)]);
+    ok(&out);
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    stats[0]["engine"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {name} in {stats}"))
+}
+
+#[test]
+fn a_base_disk_added_at_run_time_reads_the_base_writes_disk_and_keeps_its_map() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut daemon, control) = serve(dir.path(), &[]);
+    let base = image(dir.path(), "golden.raw", SIZE, 1);
+    let before = sha256(&base);
+    // Neither DISK nor its map exists: `vbmq ctl` makes both.
+    let disk = dir.path().join("vm.raw");
+    let socket = dir.path().join("elsewhere/vm.sock");
+    let spec = format!("socket={},path={},base={}", s(&socket), s(&disk), s(&base));
+    ok(&ctl(&control, &["add-disk", &spec]));
+    let mut expected = pattern(1, SIZE);
+    let mut client = Client::connect(&socket, 1, false).expect("connect");
+    assert_eq!(client.capacity(), SIZE as u64);
+    let (ret, head) = client.read(0, 0, BLOCK);
+    assert_eq!(ret, 0);
+    assert!(head == expected[..BLOCK], "untouched blocks read the base");
+    // Part of a block (copied from the base first), and a whole block.
+    let part = pattern(50, 4096);
+    let at = BLOCK + 512;
+    assert_eq!(client.write(0, at as u64, &part), 0);
+    expected[at..at + 4096].copy_from_slice(&part);
+    let whole = pattern(51, BLOCK);
+    assert_eq!(client.write(0, 3 * BLOCK as u64, &whole), 0);
+    expected[3 * BLOCK..4 * BLOCK].copy_from_slice(&whole);
+    assert_eq!(client.flush(0), 0);
+    let (ret, back) = client.read(0, 0, 4 * BLOCK);
+    assert_eq!(ret, 0);
+    assert!(back == expected[..4 * BLOCK], "what was written reads back");
+    assert_eq!(engine_stat(&control, &socket, "thin_present_blocks"), 2);
+    // Served through io_uring on a spare ring (base and image in its slots).
+    assert_eq!(engine_stat(&control, &socket, "pooled_ring_queues"), 1);
+    drop(client);
+    // The writes are in DISK, not in the base.
+    let on_disk = std::fs::read(&disk).unwrap();
+    assert!(on_disk[3 * BLOCK..4 * BLOCK] == whole[..]);
+    assert!(on_disk[BLOCK..2 * BLOCK] == expected[BLOCK..2 * BLOCK]);
+    assert_eq!(sha256(&base), before, "the base changed");
+    assert!(
+        std::fs::metadata(format!("{}.map", s(&disk)))
+            .unwrap()
+            .is_file()
+    );
+
+    // Removed and added again: the map comes back with the blocks DISK holds.
+    ok(&ctl(&control, &["remove-disk", s(&socket)]));
+    ok(&ctl(&control, &["add-disk", &spec]));
+    assert_eq!(engine_stat(&control, &socket, "thin_present_blocks"), 2);
+    let mut client = Client::connect(&socket, 1, false).expect("connect again");
+    let (ret, back) = client.read(0, 0, 6 * BLOCK);
+    assert_eq!(ret, 0);
+    assert!(back == expected[..6 * BLOCK], "the written data came back");
+    // Grown past the base: the new blocks are DISK's, zeros until written; no shrink.
+    ok(&ctl(&control, &["resize", s(&socket), "6M"]));
+    refused(
+        &ctl(&control, &["resize", s(&socket), "5M", "--force"]),
+        "does not shrink",
+    );
+    drop(client);
+    let mut client = Client::connect(&socket, 1, false).expect("connect grown");
+    assert_eq!(client.capacity(), 6 << 20);
+    let (ret, past) = client.read(0, SIZE as u64 - 4096, 2 * 4096);
+    assert_eq!(ret, 0);
+    assert!(
+        past[..4096] == expected[SIZE - 4096..],
+        "the base's last bytes"
+    );
+    assert!(
+        past[4096..].iter().all(|b| *b == 0),
+        "past the base reads zeros"
+    );
+    let beyond = pattern(52, 3 * 4096);
+    assert_eq!(client.write(0, (5 << 20) + 512, &beyond), 0);
+    assert_eq!(client.flush(0), 0);
+    expected.resize(6 << 20, 0);
+    expected[(5 << 20) + 512..(5 << 20) + 512 + beyond.len()].copy_from_slice(&beyond);
+    drop(client);
+    let on_disk = std::fs::read(&disk).unwrap();
+    assert_eq!(on_disk.len(), 6 << 20);
+    assert!(
+        on_disk[5 << 20..] == expected[5 << 20..],
+        "past the base, in DISK"
+    );
+    assert_eq!(sha256(&base), before, "the base changed");
+    // Removed and added again: still grown, the data there.
+    ok(&ctl(&control, &["remove-disk", s(&socket)]));
+    ok(&ctl(&control, &["add-disk", &spec]));
+    let mut client = Client::connect(&socket, 1, false).expect("connect again");
+    assert_eq!(client.capacity(), 6 << 20);
+    let (ret, back) = client.read(0, 4 << 20, 2 << 20);
+    assert_eq!(ret, 0);
+    assert!(back == expected[4 << 20..], "the grown part came back");
+    drop(client);
+    ok(&ctl(&control, &["remove-disk", s(&socket)]));
+
+    // base-fill= and base-copy-on-read= at run time too.
+    let (filled, read) = (dir.path().join("filled.raw"), dir.path().join("read.raw"));
+    let (fsock, rsock) = (dir.path().join("f/f.sock"), dir.path().join("r/r.sock"));
+    let fspec = format!(
+        "socket={},path={},base={},base-fill=on",
+        s(&fsock),
+        s(&filled),
+        s(&base)
+    );
+    let rspec = format!(
+        "socket={},path={},base={},base-copy-on-read=on",
+        s(&rsock),
+        s(&read),
+        s(&base)
+    );
+    ok(&ctl(&control, &["add-disk", &fspec]));
+    ok(&ctl(&control, &["add-disk", &rspec]));
+    let blocks = engine_stat(&control, &fsock, "thin_blocks");
+    assert_eq!(blocks, (SIZE / BLOCK) as u64);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while engine_stat(&control, &fsock, "thin_present_blocks") < blocks {
+        assert!(Instant::now() < deadline, "the fill never finished");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut reader = Client::connect(&rsock, 1, false).unwrap();
+    let (ret, data) = reader.read(0, 3 * BLOCK as u64 + 512, 1024);
+    assert_eq!(ret, 0);
+    assert!(data == pattern(1, SIZE)[3 * BLOCK + 512..3 * BLOCK + 1536]);
+    assert_eq!(engine_stat(&control, &rsock, "thin_present_blocks"), 1);
+    drop(reader);
+    assert!(std::fs::read(&filled).unwrap() == pattern(1, SIZE));
+    assert_eq!(sha256(&base), before, "the base changed");
+    assert!(daemon.alive());
+    assert!(daemon.terminate().success());
+}
+
+#[test]
+fn an_encrypted_disk_added_at_run_time_takes_its_key_from_a_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut daemon, control) = serve(dir.path(), &[]);
+    let image = dir.path().join("secret.raw");
+    std::fs::File::create(&image)
+        .unwrap()
+        .set_len(SIZE as u64)
+        .unwrap();
+    let fifo = dir.path().join("key.fifo");
+    mkfifo(&fifo);
+    let socket = dir.path().join("vm/e.sock");
+    let state = dir.path().join("state.toml");
+    let spec = format!(
+        "socket={},path={},encrypt=aes-xts,key-file={}",
+        s(&socket),
+        s(&image),
+        s(&fifo)
+    );
+    let feed = |key: Vec<u8>| {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::write(fifo, key).unwrap())
+    };
+    let writer = feed(pattern(77, 64));
+    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .args(["ctl", "--control", s(&control), "--state", s(&state)])
+        .args(["add-disk", &spec])
+        .output()
+        .unwrap();
+    ok(&out);
+    writer.join().unwrap();
+    // A pipe's key cannot be read again at a restart: not recorded, and said.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not recorded in --state"), "{err}");
+    assert!(
+        !std::fs::read_to_string(&state)
+            .unwrap_or_default()
+            .contains("e.sock")
+    );
+
+    let mut marker = b"PLAINTEXT-MARKER-".repeat(4096 / 17 + 1);
+    marker.truncate(4096);
+    let mut client = Client::connect(&socket, 1, false).expect("connect");
+    assert_eq!(client.write(0, 1 << 20, &marker), 0);
+    assert_eq!(client.flush(0), 0);
+    let (ret, back) = client.read(0, 1 << 20, 4096);
+    assert_eq!(ret, 0);
+    assert!(back == marker, "what was written does not read back");
+    drop(client);
+    ok(&ctl(&control, &["remove-disk", s(&socket)]));
+    let raw = std::fs::read(&image).unwrap();
+    assert!(
+        !contains(&raw, b"PLAINTEXT-MARKER"),
+        "plaintext in the image"
+    );
+
+    // Added again with the same key: the data reads back; with another: noise.
+    for (seed, reads_back) in [(77, true), (78, false)] {
+        let writer = feed(pattern(seed, 64));
+        ok(&ctl(&control, &["add-disk", &spec]));
+        writer.join().unwrap();
+        let mut client = Client::connect(&socket, 1, false).expect("connect");
+        let (ret, back) = client.read(0, 1 << 20, 4096);
+        assert_eq!(ret, 0);
+        assert_eq!(back == marker, reads_back, "key {seed}");
+        drop(client);
+        ok(&ctl(&control, &["remove-disk", s(&socket)]));
+    }
+    // A key of the wrong size, through the pipe and in a file: refused, with the reason.
+    let writer = feed(vec![1u8; 32]);
+    refused(&ctl(&control, &["add-disk", &spec]), "64 bytes");
+    writer.join().unwrap();
+    let short = dir.path().join("short.key");
+    std::fs::write(&short, [1u8; 65]).unwrap();
+    let long_spec = spec.replace(s(&fifo), s(&short));
+    refused(&ctl(&control, &["add-disk", &long_spec]), "64 bytes");
+    assert!(!socket.exists(), "a refused disk's socket is left behind");
+
+    // With base= too: seven descriptors (socket, image and base twice, map, key).
+    let key = dir.path().join("thin.key");
+    std::fs::write(&key, pattern(79, 64)).unwrap();
+    let base = common::image(dir.path(), "golden.raw", SIZE, 8);
+    let thin = dir.path().join("thin.raw");
+    let thin_spec = format!(
+        "socket={},path={},base={},encrypt=aes-xts,key-file={}",
+        s(&socket),
+        s(&thin),
+        s(&base),
+        s(&key)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .args(["ctl", "--control", s(&control), "--state", s(&state)])
+        .args(["add-disk", &thin_spec])
+        .output()
+        .unwrap();
+    ok(&out);
+    // A key file's path is recorded (a restart reads it again), never the key.
+    let recorded = std::fs::read_to_string(&state).unwrap();
+    assert!(recorded.contains(s(&key)), "{recorded}");
+    let mut client = Client::connect(&socket, 1, false).expect("connect");
+    assert_eq!(client.write(0, 2 * BLOCK as u64 + 512, &marker), 0);
+    assert_eq!(client.flush(0), 0);
+    let (ret, back) = client.read(0, 2 * BLOCK as u64 + 512, 4096);
+    assert_eq!(ret, 0);
+    assert!(back == marker, "an encrypted base= disk reads back");
+    drop(client);
+    ok(&ctl(&control, &["remove-disk", s(&socket)]));
+    let raw = std::fs::read(&thin).unwrap();
+    assert!(!contains(&raw, b"PLAINTEXT-MARKER"), "plaintext in DISK");
+    assert!(daemon.alive());
+    assert!(daemon.terminate().success());
+}
+
+/// Sends one request line with `fds`; the reply.
+fn request(control: &Path, body: &Value, fds: &[RawFd]) -> Value {
+    let stream = UnixStream::connect(control).expect("connect");
+    let mut line = body.to_string().into_bytes();
+    line.push(b'\n');
+    stream
+        .send_with_fds(&[&line[..]], fds)
+        .expect("send the request");
+    let mut reply = String::new();
+    BufReader::new(stream).read_line(&mut reply).unwrap();
+    serde_json::from_str(&reply).expect("a JSON reply")
+}
+
+fn open(path: &Path, write: bool) -> OwnedFd {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(write)
+        .open(path)
+        .expect("open")
+        .into()
+}
+
+#[test]
+fn bad_bases_maps_and_keys_are_refused_and_the_daemon_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut daemon, control) = serve(dir.path(), &[]);
+    let base = image(dir.path(), "golden.raw", SIZE, 3);
+    let disk = dir.path().join("vm.raw");
+    let sock = dir.path().join("d.sock");
+    let thin = |base: &Path| {
+        format!(
+            "socket={},path={},base={},direct=off",
+            s(&sock),
+            s(&disk),
+            s(base)
+        )
+    };
+    // Through `vbmq ctl`: a directory as the base (ctl checks it), a FIFO as DISK.map
+    // (vbmq checks it).
+    refused(
+        &ctl(&control, &["add-disk", &thin(dir.path())]),
+        "not a regular file or a block device",
+    );
+    let map = PathBuf::from(format!("{}.map", s(&disk)));
+    std::fs::File::create(&disk).unwrap();
+    mkfifo(&map);
+    refused(
+        &ctl(&control, &["add-disk", &thin(&base)]),
+        "passed map: not a regular file",
+    );
+    std::fs::remove_file(&map).unwrap();
+
+    // Straight to the control socket, past ctl's own checks.
+    let listening = UnixListener::bind(&sock).unwrap();
+    let map_file = map.clone();
+    std::fs::File::create(&map_file).unwrap();
+    let add = |spec: String, names: &[&str], fds: &[RawFd]| {
+        request(
+            &control,
+            &json!({"command": "add-disk", "spec": spec, "fds": names}),
+            fds,
+        )
+    };
+    let (disk_rw, base_ro, base_rw) = (open(&disk, true), open(&base, false), open(&base, true));
+    let (map_rw, map_ro, dir_fd) = (open(&map, true), open(&map, false), open(dir.path(), false));
+    let key = dir.path().join("k");
+    std::fs::write(&key, pattern(5, 64)).unwrap();
+    let names = ["socket", "image", "base", "map"];
+    let l = listening.as_raw_fd();
+    let (pipe_read, _pipe_write) = {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two descriptors, owned below.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        use std::os::fd::FromRawFd;
+        // SAFETY: just made, owned here only.
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    };
+    let encrypted = format!(
+        "socket={},path={},direct=off,encrypt=aes-xts,key-file={}",
+        s(&sock),
+        s(&base),
+        s(&key)
+    );
+    let cases: Vec<(Value, &str)> = vec![
+        (
+            add(
+                thin(&base),
+                &names,
+                &[
+                    l,
+                    disk_rw.as_raw_fd(),
+                    dir_fd.as_raw_fd(),
+                    map_rw.as_raw_fd(),
+                ],
+            ),
+            "passed base: not a regular file or a block device",
+        ),
+        (
+            add(
+                thin(&base),
+                &names,
+                &[
+                    l,
+                    disk_rw.as_raw_fd(),
+                    base_rw.as_raw_fd(),
+                    map_rw.as_raw_fd(),
+                ],
+            ),
+            "passed base: not opened read-only",
+        ),
+        (
+            add(
+                thin(&base),
+                &names,
+                &[
+                    l,
+                    disk_rw.as_raw_fd(),
+                    base_ro.as_raw_fd(),
+                    map_ro.as_raw_fd(),
+                ],
+            ),
+            "passed map: not opened read-write",
+        ),
+        (
+            add(thin(&base), &["socket", "image"], &[l, disk_rw.as_raw_fd()]),
+            "a confined vbmq opens no base or map at run time",
+        ),
+        (
+            add(
+                thin(&base),
+                &["socket", "image", "base"],
+                &[l, disk_rw.as_raw_fd(), base_ro.as_raw_fd()],
+            ),
+            "image, base and map are passed together",
+        ),
+        (
+            add(
+                format!("socket={},path={},direct=off", s(&sock), s(&disk)),
+                &names,
+                &[
+                    l,
+                    disk_rw.as_raw_fd(),
+                    base_ro.as_raw_fd(),
+                    map_rw.as_raw_fd(),
+                ],
+            ),
+            "passed for a disk without base=",
+        ),
+        (
+            add(
+                encrypted.clone(),
+                &["socket", "image"],
+                &[l, base_rw.as_raw_fd()],
+            ),
+            "a confined vbmq reads no key file at run time",
+        ),
+        (
+            add(
+                encrypted.clone(),
+                &["socket", "image", "key"],
+                &[l, base_rw.as_raw_fd(), dir_fd.as_raw_fd()],
+            ),
+            "passed key file: not a regular file or a pipe",
+        ),
+        // A pipe that never gives its key: refused once the wait is over.
+        (
+            add(
+                encrypted.clone(),
+                &["socket", "image", "key"],
+                &[l, base_rw.as_raw_fd(), pipe_read.as_raw_fd()],
+            ),
+            "gave no key and end in time",
+        ),
+    ];
+    for (reply, expected) in &cases {
+        assert_eq!(reply["ok"], false, "{reply}");
+        let error = reply["error"].as_str().unwrap_or_default();
+        assert!(error.contains(expected), "{error:?} lacks {expected:?}");
+        assert!(daemon.alive());
+    }
+    // The base never changed; a good set after the refusals is served.
+    assert!(std::fs::read(&base).unwrap() == pattern(3, SIZE));
+    let reply = add(
+        thin(&base),
+        &names,
+        &[
+            l,
+            disk_rw.as_raw_fd(),
+            base_ro.as_raw_fd(),
+            map_rw.as_raw_fd(),
+        ],
+    );
+    assert_eq!(reply["ok"], true, "{reply}");
+    let mut client = Client::connect(&sock, 1, false).expect("connect");
+    assert!(
+        client.read(0, 0, 4096).1 == pattern(3, 4096),
+        "the base's bytes"
+    );
+    drop(client);
+    assert!(daemon.terminate().success());
+}
+
+#[test]
+fn a_base_disk_added_at_run_time_comes_back_from_the_state_file_with_its_map() {
+    let dir = tempfile::tempdir().unwrap();
+    let control = dir.path().join("run/ctl.sock");
+    let state = dir.path().join("state.toml");
+    let socket = dir.path().join("vm/vm.sock");
+    let start = || {
+        let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+            .args(["serve", "--control", s(&control), "--state", s(&state)])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn vbmq");
+        Daemon { child }
+    };
+    let daemon = start();
+    wait_for(&control);
+    let base = image(dir.path(), "golden.raw", SIZE, 4);
+    let before = sha256(&base);
+    let disk = dir.path().join("vm.raw");
+    let spec = format!("socket={},path={},base={}", s(&socket), s(&disk), s(&base));
+    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .args(["ctl", "--control", s(&control), "--state", s(&state)])
+        .args(["add-disk", &spec])
+        .output()
+        .unwrap();
+    ok(&out);
+    let mut client = Client::connect(&socket, 1, false).expect("connect");
+    let data = pattern(60, 8192);
+    assert_eq!(client.write(0, 5 * BLOCK as u64 + 1024, &data), 0);
+    assert_eq!(client.flush(0), 0);
+    drop(client);
+    assert!(daemon.terminate().success());
+
+    // Started again: the state file gives the disk at start, its map with it.
+    let _ = std::fs::remove_file(&socket);
+    let daemon = start();
+    wait_for(&socket);
+    assert_eq!(engine_stat(&control, &socket, "thin_present_blocks"), 1);
+    let mut client = Client::connect(&socket, 1, false).expect("connect after restart");
+    let mut expected = pattern(4, SIZE);
+    expected[5 * BLOCK + 1024..5 * BLOCK + 1024 + 8192].copy_from_slice(&data);
+    let (ret, back) = client.read(0, 4 * BLOCK as u64, 3 * BLOCK);
+    assert_eq!(ret, 0);
+    assert!(
+        back == expected[4 * BLOCK..7 * BLOCK],
+        "the data came back with its map"
+    );
+    drop(client);
+    assert_eq!(sha256(&base), before, "the base changed");
+    assert!(daemon.terminate().success());
+}
+
+#[test]
+fn without_a_spare_ring_a_base_disk_is_refused_at_run_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let control = dir.path().join("run/ctl.sock");
+    let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .args(["serve", "--control", s(&control), "--run-time-rings", "0"])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn vbmq");
+    let mut daemon = Daemon { child };
+    wait_for(&control);
+    let base = image(dir.path(), "golden.raw", SIZE, 6);
+    let disk = dir.path().join("vm.raw");
+    let socket = dir.path().join("vm/vm.sock");
+    let spec = format!("socket={},path={},base={}", s(&socket), s(&disk), s(&base));
+    refused(
+        &ctl(&control, &["add-disk", &spec]),
+        "no spare io_uring ring",
+    );
+    // What ctl made for the refused disk is gone again.
+    assert!(
+        !disk.exists(),
+        "the image made for a refused disk is left behind"
+    );
+    assert!(!PathBuf::from(format!("{}.map", s(&disk))).exists());
+    assert!(daemon.alive());
+    assert!(daemon.terminate().success());
+}
+
+fn write_config(file: &Path, control: &Path, disks: &[String]) {
+    let disks: Vec<String> = disks.iter().map(|d| format!("    \"{d}\",")).collect();
+    let text = format!(
+        "control = \"{}\"\ndisk = [\n{}\n]\n",
+        s(control),
+        disks.join("\n")
+    );
+    std::fs::write(file, text).unwrap();
+}
+
+#[test]
+fn a_confined_reload_replaces_a_base_disk_with_its_map_and_refuses_to_reread_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let control = run.join("ctl.sock");
+    let base = image(dir.path(), "golden.raw", SIZE, 11);
+    let (disk, secret) = (dir.path().join("vm.raw"), dir.path().join("secret.raw"));
+    std::fs::File::create(&secret)
+        .unwrap()
+        .set_len(SIZE as u64)
+        .unwrap();
+    let key = dir.path().join("k");
+    std::fs::write(&key, pattern(12, 64)).unwrap();
+    let (t, e) = (run.join("t.sock"), run.join("e.sock"));
+    let thin = |extra: &str| {
+        format!(
+            "socket={},path={},base={}{extra}",
+            s(&t),
+            s(&disk),
+            s(&base)
+        )
+    };
+    let encrypted = |extra: &str| {
+        format!(
+            "socket={},path={},encrypt=aes-xts,key-file={}{extra}",
+            s(&e),
+            s(&secret),
+            s(&key)
+        )
+    };
+    let conf = dir.path().join("vbmq.toml");
+    write_config(&conf, &control, &[thin(""), encrypted("")]);
+    let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .args(["serve", "--config", s(&conf)])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut daemon = Daemon { child };
+    wait_for(&control);
+    wait_for(&t);
+    wait_for(&e);
+    let data = pattern(13, 8192);
+    let mut client = Client::connect(&t, 1, false).expect("connect");
+    assert_eq!(client.write(0, 7 * BLOCK as u64, &data), 0);
+    assert_eq!(client.flush(0), 0);
+    drop(client);
+
+    // Another option of the base= disk: served again from its own files, map included.
+    write_config(
+        &conf,
+        &control,
+        &[thin(",base-copy-on-read=on"), encrypted("")],
+    );
+    refused(&ctl(&control, &["reload"]), "--replace");
+    let out = ctl(&control, &["reload", "--replace"]);
+    ok(&out);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("replaced"), "{said}");
+    wait_for(&t);
+    let mut client = Client::connect(&t, 1, false).expect("connect again");
+    let (ret, back) = client.read(0, 7 * BLOCK as u64, 8192);
+    assert_eq!(ret, 0);
+    assert!(back == data, "the replaced disk lost its map");
+    let (ret, head) = client.read(0, 0, 4096);
+    assert_eq!(ret, 0);
+    assert!(head == pattern(11, 4096), "untouched blocks read the base");
+    drop(client);
+
+    // The encrypted disk's key was read once: not read again, and nothing changes.
+    write_config(
+        &conf,
+        &control,
+        &[thin(",base-copy-on-read=on"), encrypted(",serial=other")],
+    );
+    refused(
+        &ctl(&control, &["reload", "--replace"]),
+        "reads no key file at run time",
+    );
+    let mut client = Client::connect(&e, 1, false).expect("the encrypted disk still serves");
+    assert_eq!(client.read(0, 0, 4096).0, 0);
+    drop(client);
+    assert!(daemon.alive());
+    assert!(daemon.terminate().success());
+}
