@@ -139,10 +139,14 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
             };
             // Under the cache: the cache holds plaintext, in vbmq's memory only.
             let disk: Arc<dyn Disk> = match &spec.key_file {
-                Some(key) => Arc::new(EncryptedDisk::open(disk, key).map_err(|e| SpecError {
-                    key: "key-file".into(),
-                    reason: format!("{}: {e}", key.display()),
-                })?),
+                Some(key) => Arc::new(
+                    EncryptedDisk::open(disk, key, spec.encrypt_discard).map_err(|e| {
+                        SpecError {
+                            key: "key-file".into(),
+                            reason: format!("{}: {e}", key.display()),
+                        }
+                    })?,
+                ),
                 None => disk,
             };
             if spec.cache == 0 {
