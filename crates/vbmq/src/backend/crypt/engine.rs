@@ -75,7 +75,7 @@ pub struct CryptEngine {
 // with its worker and is never shared.
 unsafe impl Send for CryptEngine {}
 
-/// Tags of operations that are not reads or writes (flushes), passed through.
+/// Tags of operations passed through as they are (flushes, discards with `encrypt-discard=on`).
 const PLAIN: u64 = 1 << 63;
 
 impl CryptEngine {
