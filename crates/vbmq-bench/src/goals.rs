@@ -74,7 +74,7 @@ pub struct GoalResult {
     pub note: String,
 }
 
-fn goals() -> [Goal; 9] {
+fn goals() -> [Goal; 12] {
     let matrix = |what, workload, metric, reference, system, threshold, at_least| Goal {
         what,
         experiment: Experiment::Matrix,
@@ -179,7 +179,40 @@ fn goals() -> [Goal; 9] {
             threshold: 1.0,
             at_least: false,
         },
+        cloud(
+            "encrypted disk (encrypt=aes-xts), randread 4K QD32, polling client, mode=poll",
+            Workload::randread(32),
+            DiskSetup::Encrypted,
+            0.7,
+        ),
+        cloud(
+            "encrypted disk (encrypt=aes-xts), randwrite 4K QD32, polling client, mode=poll",
+            Workload::randwrite(32),
+            DiskSetup::Encrypted,
+            0.7,
+        ),
+        cloud(
+            "base= disk, reads of untouched blocks (the base's), randread 4K QD32, mode=poll",
+            Workload::randread(32),
+            DiskSetup::Thin { copied: false },
+            0.9,
+        ),
     ]
+}
+
+/// An issue 27 goal: `storage`'s IOPS at least `threshold` times the plain disk's.
+fn cloud(what: &'static str, workload: Workload, storage: DiskSetup, threshold: f64) -> Goal {
+    Goal {
+        what,
+        experiment: Experiment::CloudDisks,
+        workload,
+        client: ClientMode::Polling,
+        system: System::vbmq_on(storage, WaitMode::Poll),
+        reference: System::vbmq(WaitMode::Poll),
+        metric: Metric::Iops,
+        threshold,
+        at_least: true,
+    }
 }
 
 /// Evaluates every goal against `cases`; `handover` (the machine's wake-up cost) lets a latency
@@ -240,6 +273,18 @@ fn note(g: &Goal, case: &CaseResult, handover: Option<&Handover>) -> String {
             "vbmq: client CPU {}, backend CPU {}",
             pct(s.client_cpu_util),
             pct(s.backend_cpu_util)
+        ));
+    }
+    if g.experiment == Experiment::CloudDisks {
+        let cpu = |s: System| {
+            case.summary(s)
+                .and_then(|s| s.backend_cpu_s_per_mio)
+                .map_or("?".to_string(), |c| format!("{:.2}", c.median))
+        };
+        parts.push(format!(
+            "backend CPU s per 10^6 I/O: {} against {}",
+            cpu(g.system),
+            cpu(g.reference)
         ));
     }
     let reference = case.summary(g.reference).map(|s| s.p50_us.median);
@@ -317,7 +362,7 @@ mod tests {
             ),
         ];
         let results = evaluate(&cases, None);
-        assert_eq!(results.len(), 9);
+        assert_eq!(results.len(), 12);
         assert_eq!(results[0].ratio, Some(0.95));
         assert_eq!(results[0].met, Some(true));
         // randwrite was not measured.
@@ -351,7 +396,7 @@ mod tests {
         qd32.case.experiment = Experiment::Cache;
         qd1.case.experiment = Experiment::Cache;
         let results = evaluate(&[qd32, qd1], None);
-        for g in &results[6..] {
+        for g in &results[6..9] {
             assert_eq!(g.reference, System::BareMetalPageCachePsync, "{}", g.goal);
             assert!(g.target.ends_with("the best bare page-cache engine"));
         }
@@ -379,6 +424,33 @@ mod tests {
         assert_eq!(g.reference, System::BareMetalPsync);
         assert_eq!(g.ratio, Some(0.95));
         assert!(g.target.ends_with("the best bare engine"));
+    }
+
+    #[test]
+    fn cloud_disk_goals_compare_with_the_plain_disk() {
+        let crypt = System::vbmq_on(DiskSetup::Encrypted, WaitMode::Poll);
+        let mut c = case(
+            Workload::randread(32),
+            vec![
+                point(System::vbmq(WaitMode::Poll), 400e3, 2.0, 2.0),
+                point(crypt, 300e3, 2.0, 2.8),
+            ],
+        );
+        c.case.experiment = Experiment::CloudDisks;
+        let results = evaluate(&[c], None);
+        let g = &results[9];
+        assert_eq!(g.system, crypt);
+        assert_eq!(g.ratio, Some(0.75));
+        assert_eq!(g.met, Some(true));
+        assert!(g.target.starts_with(">= 0.7x vbmq poll"), "{}", g.target);
+        assert!(
+            g.note
+                .contains("backend CPU s per 10^6 I/O: 2.80 against 2.00"),
+            "{}",
+            g.note
+        );
+        // The thin disk was not measured.
+        assert_eq!(results[11].met, None);
     }
 
     #[test]

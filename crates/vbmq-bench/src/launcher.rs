@@ -5,11 +5,13 @@ use std::fs::{self, File};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use super::cpus::{cpu_list, pin_to};
 use super::error::{BenchError, Result};
 use super::running::Running;
 use super::systems::{DiskSetup, System, Target};
+use super::workloads::SPREAD_STRIDE;
 
 /// Starts the systems with a fixed disk, CPU set and scratch directory.
 #[derive(Debug)]
@@ -54,6 +56,9 @@ impl Launcher {
                 log: None,
             });
         }
+        if let System::Vbmq { storage, .. } = system {
+            self.prepare(storage)?;
+        }
         let socket = self.run_dir.join(format!("{}-{seq}.sock", system.id()));
         let log = self.run_dir.join(format!("{}-{seq}.log", system.id()));
         let mut cmd = self.command(system, queues, &socket)?;
@@ -87,7 +92,79 @@ impl Launcher {
             log: Some(log),
         };
         running.wait_ready(system)?;
+        if let System::Vbmq {
+            storage: DiskSetup::Thin { copied: true },
+            ..
+        } = system
+        {
+            self.wait_filled()?;
+        }
         Ok(running)
+    }
+
+    /// The key file of [`DiskSetup::Encrypted`] (a fixed key: the benchmark hides nothing).
+    fn key_file(&self) -> PathBuf {
+        self.run_dir.join("bench.key")
+    }
+
+    /// DISK of a [`DiskSetup::Thin`] disk: beside the backing file, on the same storage.
+    pub fn thin_disk(&self, copied: bool) -> PathBuf {
+        let mut name = self.disk.as_os_str().to_owned();
+        name.push(if copied { ".thin-copied" } else { ".thin" });
+        PathBuf::from(name)
+    }
+
+    /// Removes the thin disks and their maps (at the end, or to start a fresh one).
+    pub fn remove_thin_disks(&self) {
+        for copied in [false, true] {
+            let disk = self.thin_disk(copied);
+            let _ = fs::remove_file(thin_map(&disk));
+            let _ = fs::remove_file(disk);
+        }
+    }
+
+    /// What `storage` needs before its backend starts: the key; a fresh (empty) thin disk.
+    fn prepare(&self, storage: DiskSetup) -> Result<()> {
+        match storage {
+            DiskSetup::Encrypted => {
+                let key: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37) ^ 0x5c).collect();
+                let path = self.key_file();
+                fs::write(&path, key)
+                    .map_err(|e| BenchError::io(format!("writing {}", path.display()), e))
+            }
+            DiskSetup::Thin { copied: false } => {
+                let disk = self.thin_disk(false);
+                let _ = fs::remove_file(thin_map(&disk));
+                let _ = fs::remove_file(disk);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Waits until the copied thin disk holds every block (its `base-fill=on` is done: at
+    /// once after the first run): every bit after the map's 4096-byte header is set
+    /// (`backend/thin/map.rs`).
+    fn wait_filled(&self) -> Result<()> {
+        let map = thin_map(&self.thin_disk(true));
+        let bits = (self.disk_size / u64::from(SPREAD_STRIDE)).div_ceil(8);
+        let deadline = Instant::now() + FILL_TIMEOUT;
+        loop {
+            let full = fs::read(&map).is_ok_and(|m| {
+                m.len() as u64 >= 4096 + bits && m[4096..].iter().all(|b| *b == 0xff)
+            });
+            if full {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(BenchError::Backend(format!(
+                    "{} not filled from the base in {} s",
+                    map.display(),
+                    FILL_TIMEOUT.as_secs()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn command(&self, system: System, queues: usize, socket: &Path) -> Result<Command> {
@@ -116,6 +193,15 @@ impl Launcher {
                     ),
                     DiskSetup::Null => format!("null={size}"),
                     DiskSetup::FileRing => format!("path={disk},io=ring"),
+                    DiskSetup::Encrypted => format!(
+                        "path={disk},encrypt=aes-xts,key-file={}",
+                        self.key_file().display()
+                    ),
+                    DiskSetup::Thin { copied } => {
+                        let fill = if copied { ",base-fill=on" } else { "" };
+                        let thin = self.thin_disk(copied);
+                        format!("path={},base={disk}{fill}", thin.display())
+                    }
                 };
                 // Queue i's thread on backend CPU i, round robin when queues outnumber them.
                 let cpus: Vec<usize> = (0..queues)
@@ -168,6 +254,16 @@ impl Launcher {
             }
         }
     }
+}
+
+/// How long a copied thin disk may take to fill from the base.
+const FILL_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The map file beside a thin disk's DISK.
+fn thin_map(disk: &Path) -> PathBuf {
+    let mut name = disk.as_os_str().to_owned();
+    name.push(".map");
+    PathBuf::from(name)
 }
 
 /// Finds `name` in `PATH`.
@@ -230,6 +326,18 @@ mod tests {
         let cached = System::vbmq_on(DiskSetup::PageCache, WaitMode::Event);
         let cmd = launcher().command(cached, 1, sock).unwrap();
         assert!(args(&cmd)[2].contains(",path=/dev/shm/d.raw,direct=off,"));
+        let crypt = System::vbmq_on(DiskSetup::Encrypted, WaitMode::Poll);
+        let cmd = launcher().command(crypt, 1, sock).unwrap();
+        assert!(
+            args(&cmd)[2]
+                .contains(",path=/dev/shm/d.raw,encrypt=aes-xts,key-file=/tmp/r/bench.key,")
+        );
+        let thin = System::vbmq_on(DiskSetup::Thin { copied: true }, WaitMode::Poll);
+        let cmd = launcher().command(thin, 1, sock).unwrap();
+        assert!(
+            args(&cmd)[2]
+                .contains(",path=/dev/shm/d.raw.thin-copied,base=/dev/shm/d.raw,base-fill=on,")
+        );
         // Two polling queues on one backend CPU: its one thread serves both.
         let cmd = launcher()
             .command(System::vbmq(WaitMode::Poll), 2, sock)

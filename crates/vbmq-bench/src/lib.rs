@@ -158,6 +158,7 @@ fn bench(opts: &Options) -> Result<bool> {
     let complete = !runner.stopped();
     let skipped = runner.skipped();
     drop(runner);
+    launcher.remove_thin_disks();
     let study = if complete {
         cache_study::run(
             &launcher,

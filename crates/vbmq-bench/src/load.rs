@@ -8,7 +8,7 @@ use super::cpus::{CpuPlan, cpus_busy_seconds, process_cpu_seconds};
 use super::error::{BenchError, Result};
 use super::histogram::Histogram;
 use super::rng::Rng;
-use super::workloads::{ClientMode, Pattern, Workload};
+use super::workloads::{ClientMode, Pattern, SPREAD_STRIDE, Workload};
 
 /// One measured run.
 #[derive(Clone, Copy, Debug)]
@@ -109,11 +109,14 @@ pub(super) struct Offsets {
 impl Offsets {
     /// The offsets of job `index` of `jobs` on a disk of `capacity` bytes.
     pub(super) fn for_job(index: usize, jobs: usize, workload: Workload, capacity: u64) -> Self {
-        let block_size = u64::from(workload.block_size);
+        let block_size = match workload.pattern {
+            Pattern::Spread => u64::from(SPREAD_STRIDE.max(workload.block_size)),
+            Pattern::Random | Pattern::Sequential => u64::from(workload.block_size),
+        };
         let blocks = (capacity / block_size).max(1);
         let (first, end) = match workload.pattern {
             Pattern::Random => (0, blocks),
-            Pattern::Sequential => {
+            Pattern::Sequential | Pattern::Spread => {
                 let (index, jobs) = (index as u64, jobs.max(1) as u64);
                 let first = blocks * index / jobs;
                 (first, (blocks * (index + 1) / jobs).max(first + 1))
@@ -132,12 +135,25 @@ impl Offsets {
     pub(super) fn next(&mut self) -> u64 {
         let block = match self.pattern {
             Pattern::Random => self.first + self.rng.below(self.end - self.first),
-            Pattern::Sequential => {
+            Pattern::Sequential | Pattern::Spread => {
                 let b = self.next;
                 self.next = if b + 1 >= self.end { self.first } else { b + 1 };
                 b
             }
         };
         block * self.block_size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_writes_one_request_per_64k_in_order_and_wraps() {
+        let w = Workload::spreadwrite(32);
+        let mut offsets = Offsets::for_job(0, 1, w, 4 * u64::from(SPREAD_STRIDE));
+        let got: Vec<u64> = (0..5).map(|_| offsets.next()).collect();
+        assert_eq!(got, [0, 65536, 131072, 196608, 0]);
     }
 }

@@ -48,6 +48,16 @@ pub enum DiskSetup {
     /// `path=` the backing file, O_DIRECT, with every read and write through io_uring
     /// (`io=ring`), as the batching ablation needs on a file vbmq would otherwise read inline.
     FileRing,
+    /// `path=` the backing file encrypted (`encrypt=aes-xts`, a fixed key in the run
+    /// directory): the file's random bytes are its ciphertext.
+    Encrypted,
+    /// `path=DISK,base=` the backing file: a thin disk beside it. `copied`: DISK was filled
+    /// with every block (`base-fill=on`, waited for), so writes land on DISK's own blocks;
+    /// otherwise DISK is made empty before each run, so reads go to the base and writes copy.
+    Thin {
+        /// Every block is DISK's own.
+        copied: bool,
+    },
 }
 
 /// One system under test.
@@ -136,6 +146,9 @@ impl System {
                     DiskSetup::Cache { percent } => format!("cache{percent}-"),
                     DiskSetup::Null => "null-".into(),
                     DiskSetup::FileRing => "ring-".into(),
+                    DiskSetup::Encrypted => "crypt-".into(),
+                    DiskSetup::Thin { copied: false } => "thin-".into(),
+                    DiskSetup::Thin { copied: true } => "thin-copied-".into(),
                 };
                 let batch = if *batch { "" } else { "-nobatch" };
                 format!("vbmq-{storage}{}{batch}", mode.as_str())
@@ -168,6 +181,9 @@ impl fmt::Display for System {
                     DiskSetup::Cache { percent } => write!(f, "cache={percent}% ")?,
                     DiskSetup::Null => f.write_str("null ")?,
                     DiskSetup::FileRing => f.write_str("io=ring ")?,
+                    DiskSetup::Encrypted => f.write_str("encrypt=aes-xts ")?,
+                    DiskSetup::Thin { copied: false } => f.write_str("base= (fresh DISK) ")?,
+                    DiskSetup::Thin { copied: true } => f.write_str("base= (blocks copied) ")?,
                 }
                 f.write_str(mode.as_str())?;
                 if !batch {
@@ -226,6 +242,9 @@ mod tests {
             System::vbmq_null(WaitMode::Poll),
             System::vbmq_on(DiskSetup::Memory, WaitMode::Poll),
             System::vbmq_on(DiskSetup::PageCache, WaitMode::Poll),
+            System::vbmq_on(DiskSetup::Encrypted, WaitMode::Poll),
+            System::vbmq_on(DiskSetup::Thin { copied: false }, WaitMode::Poll),
+            System::vbmq_on(DiskSetup::Thin { copied: true }, WaitMode::Poll),
             System::BareMetalPageCache,
             System::BareMetalPageCachePsync,
             System::QsdBaseline,

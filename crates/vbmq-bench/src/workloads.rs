@@ -24,7 +24,13 @@ pub enum Pattern {
     Random,
     /// Consecutive blocks; each job walks its own slice of the disk.
     Sequential,
+    /// One request at the start of each 64 KiB (a thin disk's block), in order: on a fresh
+    /// `base=` disk every write is a block's first, until the walk wraps.
+    Spread,
 }
+
+/// The stride of [`Pattern::Spread`]: `base-block`'s default.
+pub const SPREAD_STRIDE: u32 = 64 << 10;
 
 /// One job's I/O pattern: fio's `rw`, `bs` and `iodepth`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -59,6 +65,11 @@ impl Workload {
         Self::new(Op::Write, Pattern::Random, 4096, iodepth)
     }
 
+    /// 4 KiB writes, one per 64 KiB in order ([`Pattern::Spread`]).
+    pub const fn spreadwrite(iodepth: u32) -> Self {
+        Self::new(Op::Write, Pattern::Spread, 4096, iodepth)
+    }
+
     /// 128 KiB sequential reads.
     pub const fn seqread(iodepth: u32) -> Self {
         Self::new(Op::Read, Pattern::Sequential, 128 << 10, iodepth)
@@ -77,6 +88,8 @@ impl fmt::Display for Workload {
             (Pattern::Random, Op::Write) => "randwrite",
             (Pattern::Sequential, Op::Read) => "read",
             (Pattern::Sequential, Op::Write) => "write",
+            (Pattern::Spread, Op::Read) => "spreadread",
+            (Pattern::Spread, Op::Write) => "spreadwrite",
         };
         write!(f, "{kind} {}K QD{}", self.block_size / 1024, self.iodepth)
     }
@@ -121,6 +134,8 @@ pub enum Experiment {
     Cache,
     /// Seed 003: a working set four times vbmq's cache.
     CacheSpill,
+    /// Issue 27: encrypted and `base=` disks against the plain disk on the same file.
+    CloudDisks,
 }
 
 impl Experiment {
@@ -135,6 +150,7 @@ impl Experiment {
             Experiment::Null => "Null device: the virtualization path alone",
             Experiment::Cache => "Hypervisor-side DRAM cache hits (seed 003)",
             Experiment::CacheSpill => "Working set four times vbmq's cache (seed 003)",
+            Experiment::CloudDisks => "Encrypted and base= disks against the plain disk",
         }
     }
 }
@@ -295,7 +311,34 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
         cases.push(case(Experiment::Null, w, ClientMode::Polling, 1, systems));
     }
 
+    cases.extend(cloud_disk_cases());
     cases
+}
+
+/// Issue 27's disks against the plain disk on the same file, 4 KiB QD32, polling client,
+/// mode=poll: the same in a quick and a full run. Another kind of disk is one more system in
+/// the case (writes during a snapshot, writes with `track-changes=on`: beside `crypt` in the
+/// randwrite case).
+fn cloud_disk_cases() -> Vec<Case> {
+    let on = |storage| System::vbmq_on(storage, WaitMode::Poll);
+    let plain = on(DiskSetup::File);
+    let crypt = on(DiskSetup::Encrypted);
+    let fresh = on(DiskSetup::Thin { copied: false });
+    let copied = on(DiskSetup::Thin { copied: true });
+    let case = |workload, systems: Vec<System>| Case {
+        experiment: Experiment::CloudDisks,
+        workload,
+        client: ClientMode::Polling,
+        jobs: 1,
+        systems,
+    };
+    vec![
+        // A fresh base= disk reads every block from the base.
+        case(Workload::randread(32), vec![plain, crypt, fresh]),
+        case(Workload::randwrite(32), vec![plain, crypt, copied]),
+        // First writes: each copies its 64 KiB block from the base.
+        case(Workload::spreadwrite(32), vec![plain, fresh]),
+    ]
 }
 
 /// 1..=ncpu, thinned to powers of two (and `ncpu` itself) so a large machine stays a few minutes.
@@ -357,6 +400,7 @@ mod tests {
             Experiment::Jobs,
             Experiment::Batching,
             Experiment::Null,
+            Experiment::CloudDisks,
         ] {
             assert!(quick.iter().any(|c| c.experiment == e), "{e:?}");
         }

@@ -10,7 +10,7 @@ use super::Report;
 use super::figures::Figure;
 use super::table::{case_markdown, case_title, goals_markdown};
 
-const EXPERIMENTS: [Experiment; 8] = [
+const EXPERIMENTS: [Experiment; 9] = [
     Experiment::Matrix,
     Experiment::InterruptClient,
     Experiment::Queues,
@@ -19,6 +19,7 @@ const EXPERIMENTS: [Experiment; 8] = [
     Experiment::Null,
     Experiment::Cache,
     Experiment::CacheSpill,
+    Experiment::CloudDisks,
 ];
 
 /// The whole report.md.
@@ -197,6 +198,13 @@ fn note(e: Experiment, report: &Report) -> String {
             cache_study::FITS_NOTE,
             hit_ratios(report, Experiment::Cache)
         ),
+        Experiment::CloudDisks => "Issue 27's disks against the plain disk (vbmq poll) on the \
+            same file: `encrypt=aes-xts` (AES-256-XTS on the queue's thread; backend CPU per I/O \
+            beside it); `base=` with the file as the base: a fresh DISK (reads go to the base, \
+            a first write copies its 64 KiB block: `spreadwrite` writes 4 KiB at the start of \
+            each 64 KiB in order, so each is a block's first until the walk wraps the disk) or a \
+            DISK filled with every block (`base-fill=on`, waited for before the run)."
+            .into(),
         Experiment::CacheSpill => format!(
             "{}{}",
             cache_study::SPILL_NOTE,

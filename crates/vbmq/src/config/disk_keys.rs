@@ -112,6 +112,12 @@ pub const DISK_KEYS: &[DiskKey] = &[
         "with encrypt: the 64-byte key, read once at start (may be a pipe)",
     ),
     key(
+        "encrypt-discard",
+        "on|off",
+        Some("off"),
+        "with encrypt: pass discards to the image (it then shows which ranges are unused); off: a discarded range keeps its old ciphertext",
+    ),
+    key(
         "cache",
         "SIZE",
         Some("none"),

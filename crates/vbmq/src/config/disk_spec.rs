@@ -98,6 +98,9 @@ pub struct DiskSpec {
     pub base_fill: bool,
     /// The file holding the AES-XTS key of an encrypted disk (`encrypt=aes-xts,key-file=`).
     pub key_file: Option<PathBuf>,
+    /// An encrypted disk passes discards to its image (`encrypt-discard=on`), which then shows
+    /// which ranges are unused.
+    pub encrypt_discard: bool,
 }
 
 /// The GID of group `name` in /etc/group.
@@ -248,6 +251,7 @@ impl DiskSpec {
             base_copy_on_read: false,
             base_fill: false,
             key_file: None,
+            encrypt_discard: false,
             limits: Limits::default(),
             inflight: true,
             delay_us: 0,
@@ -332,6 +336,7 @@ impl DiskSpec {
                     }
                 }
                 "key-file" => spec.key_file = Some(PathBuf::from(value)),
+                "encrypt-discard" => spec.encrypt_discard = on_off(key, value)?,
                 "inflight" => spec.inflight = on_off(key, value)?,
                 "delay-us" => {
                     let us = value.parse::<u64>().ok().filter(|us| *us <= 60_000_000);
@@ -445,6 +450,9 @@ impl DiskSpec {
         match (encrypt, &spec.key_file) {
             (true, None) => return Err(bad("encrypt", "needs key-file=")),
             (false, Some(_)) => return Err(bad("key-file", "only with encrypt=aes-xts")),
+            (false, None) if spec.encrypt_discard => {
+                return Err(bad("encrypt-discard", "only with encrypt=aes-xts"));
+            }
             (true, Some(_)) if !matches!(spec.storage, Storage::File(_)) => {
                 return Err(bad("encrypt", "only with path="));
             }
@@ -656,6 +664,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(spec.key_file, Some(PathBuf::from("/k")));
+        assert!(!spec.encrypt_discard);
+        let spec = "socket=/s,path=/d,encrypt=aes-xts,key-file=/k,encrypt-discard=on";
+        assert!(DiskSpec::parse(spec, CPUS).unwrap().encrypt_discard);
+        assert_eq!(
+            key_of("socket=/s,path=/d,encrypt-discard=on"),
+            "encrypt-discard"
+        );
         assert_eq!(key_of("socket=/s,path=/d,encrypt=aes-xts"), "encrypt");
         assert_eq!(
             key_of("socket=/s,path=/d,encrypt=rot13,key-file=/k"),

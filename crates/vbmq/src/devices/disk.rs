@@ -165,9 +165,10 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
             // Under the cache: the cache holds plaintext, in vbmq's memory only.
             let disk: Arc<dyn Disk> = match (&spec.key_file, key) {
                 (Some(path), passed) => {
+                    let discard = spec.encrypt_discard;
                     let opened = match passed {
-                        Some(file) => EncryptedDisk::with_key_from(disk, file),
-                        None => EncryptedDisk::open(disk, path),
+                        Some(file) => EncryptedDisk::with_key_from(disk, file, discard),
+                        None => EncryptedDisk::open(disk, path, discard),
                     };
                     Arc::new(opened.map_err(|e| SpecError {
                         key: "key-file".into(),

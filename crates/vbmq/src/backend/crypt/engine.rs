@@ -1,5 +1,6 @@
 //! A queue's engine over an encrypted disk: each read and write goes through a staging buffer,
-//! decrypted or encrypted on the queue's thread.
+//! decrypted or encrypted on the queue's thread. Write-zeroes writes the ciphertext of zeros,
+//! a piece at a time; discard is dropped unless the disk passes it down.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -13,21 +14,55 @@ use crate::host_size;
 
 /// Staging buffers kept for reuse.
 const SPARE: usize = 64;
+/// Bytes of one write of a write-zeroes range (the largest staging buffer kept for reuse).
+const ZERO_PIECE: u64 = 1 << 20;
+
+/// What an operation in the inner engine is for.
+enum Kind {
+    Write,
+    /// The guest's buffers and the disk offset, filled once the read is decrypted.
+    Read(IovList, u64),
+    /// A piece of the write-zeroes job of this index.
+    Zeroes(usize),
+}
 
 /// A read or write in the inner engine.
 struct Pending {
     tag: u64,
     staging: Staging,
     len: usize,
-    /// A read: the guest's buffers, filled once the read is decrypted.
-    read_into: Option<(IovList, u64)>,
+    kind: Kind,
+}
+
+/// A write-zeroes range, written one piece at a time (so a request of 16 ranges of 1 GiB has
+/// 16 operations in flight, as many as its ranges).
+struct ZeroJob {
+    tag: u64,
+    next: u64,
+    end: u64,
+    /// The first failure; no piece is written after it.
+    error: i32,
+}
+
+/// The guest's buffer when `iov` is one (the usual 4 KiB request): encrypted from and decrypted
+/// into directly, with no copy through the staging buffer.
+fn single(iov: &IovList) -> Option<*mut u8> {
+    match iov.iovecs() {
+        [one] => Some(one.iov_base.cast()),
+        _ => None,
+    }
 }
 
 /// A queue's engine over an encrypted disk.
 pub struct CryptEngine {
     inner: Box<dyn Engine>,
     xts: Arc<Xts>,
+    /// Discards go to the inner disk (`encrypt-discard=on`), else are answered at once.
+    pass_discard: bool,
     pending: Vec<Option<Pending>>,
+    zero_jobs: Vec<Option<ZeroJob>>,
+    /// A piece was queued while reaping: submit it.
+    queued: bool,
     free: Vec<usize>,
     /// Completions decided at push time.
     ready: Vec<(u64, i32)>,
@@ -40,15 +75,18 @@ pub struct CryptEngine {
 // with its worker and is never shared.
 unsafe impl Send for CryptEngine {}
 
-/// Tags of operations that are not reads or writes (flushes), passed through.
+/// Tags of operations passed through as they are (flushes, discards with `encrypt-discard=on`).
 const PLAIN: u64 = 1 << 63;
 
 impl CryptEngine {
-    pub fn new(inner: Box<dyn Engine>, xts: Arc<Xts>) -> Self {
+    pub fn new(inner: Box<dyn Engine>, xts: Arc<Xts>, pass_discard: bool) -> Self {
         CryptEngine {
             inner,
             xts,
+            pass_discard,
             pending: Vec::new(),
+            zero_jobs: Vec::new(),
+            queued: false,
             free: Vec::new(),
             ready: Vec::new(),
             spare: Vec::new(),
@@ -80,11 +118,39 @@ impl CryptEngine {
         let mut staging = self.staging(len)?;
         let first = offset / SECTOR as u64;
         if write {
-            // SAFETY: the staging buffer holds at least `len` bytes, apart from guest memory.
-            unsafe { iov.copy_out(0, staging.as_ptr(), len) };
-            self.xts.encrypt(staging.bytes(len), first);
+            match single(&iov) {
+                // SAFETY: the guest's one buffer holds `len` bytes (the `push` contract).
+                Some(src) => unsafe { self.xts.encrypt_from(src, staging.bytes(len), first) },
+                None => {
+                    // SAFETY: the staging buffer holds at least `len` bytes, apart from guest
+                    // memory.
+                    unsafe { iov.copy_out(0, staging.as_ptr(), len) };
+                    self.xts.encrypt(staging.bytes(len), first);
+                }
+            }
         }
-        let list = staging.list(len);
+        let kind = if write {
+            Kind::Write
+        } else {
+            Kind::Read(iov, offset)
+        };
+        self.queue(tag, staging, len, offset, kind)
+    }
+
+    /// Hands the read or write of `staging`'s first `len` bytes at `offset` to the inner engine.
+    fn queue(
+        &mut self,
+        tag: u64,
+        mut staging: Staging,
+        len: usize,
+        offset: u64,
+        kind: Kind,
+    ) -> io::Result<()> {
+        let iov = staging.list(len);
+        let op = match kind {
+            Kind::Read(..) => IoOp::Read { offset, iov },
+            Kind::Write | Kind::Zeroes(_) => IoOp::Write { offset, iov },
+        };
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None => {
@@ -96,13 +162,8 @@ impl CryptEngine {
             tag,
             staging,
             len,
-            read_into: (!write).then_some((iov, offset)),
+            kind,
         });
-        let op = if write {
-            IoOp::Write { offset, iov: list }
-        } else {
-            IoOp::Read { offset, iov: list }
-        };
         if let Err(e) = self.inner.push(op, slot as u64) {
             if let Some(p) = self.pending[slot].take() {
                 self.recycle(p.staging);
@@ -111,6 +172,79 @@ impl CryptEngine {
             return Err(e);
         }
         Ok(())
+    }
+
+    /// Write-zeroes of `len` bytes at `offset`: the ciphertext of zero sectors is written (a
+    /// hole or zeros in the image would show which ranges the guest zeroed).
+    fn zeroes(&mut self, offset: u64, len: u64, tag: u64) -> io::Result<()> {
+        let sector = SECTOR as u64;
+        if !offset.is_multiple_of(sector) || !len.is_multiple_of(sector) {
+            self.ready.push((tag, -libc::EINVAL));
+            return Ok(());
+        }
+        if len == 0 {
+            self.ready.push((tag, 0));
+            return Ok(());
+        }
+        let job = ZeroJob {
+            tag,
+            next: offset,
+            end: offset.saturating_add(len),
+            error: 0,
+        };
+        let index = match self.zero_jobs.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.zero_jobs.push(None);
+                self.zero_jobs.len() - 1
+            }
+        };
+        self.zero_jobs[index] = Some(job);
+        let queued = self.next_piece(index);
+        if queued.is_err() {
+            self.zero_jobs[index] = None;
+        }
+        queued
+    }
+
+    /// Queues the next piece of write-zeroes job `index`.
+    fn next_piece(&mut self, index: usize) -> io::Result<()> {
+        let Some(job) = self.zero_jobs.get_mut(index).and_then(Option::as_mut) else {
+            return Ok(());
+        };
+        let (tag, offset) = (job.tag, job.next);
+        let len = host_size((job.end - offset).min(ZERO_PIECE));
+        job.next += len as u64;
+        let mut staging = self.staging(len)?;
+        let buf = staging.bytes(len);
+        buf.fill(0);
+        self.xts.encrypt(buf, offset / SECTOR as u64);
+        self.queue(tag, staging, len, offset, Kind::Zeroes(index))
+    }
+
+    /// A piece of write-zeroes job `index` finished with `ok` (or `error`): the guest's
+    /// completion once the last one has.
+    fn piece_done(&mut self, index: usize, ok: bool, error: i32) -> Option<(u64, i32)> {
+        let job = self.zero_jobs.get_mut(index)?.as_mut()?;
+        if !ok && job.error == 0 {
+            job.error = error;
+        }
+        if job.error == 0 && job.next < job.end {
+            match self.next_piece(index) {
+                Ok(()) => {
+                    self.queued = true;
+                    return None;
+                }
+                Err(e) => {
+                    crate::limited!(warn, "encrypted disk: write-zeroes: {e}");
+                    if let Some(job) = self.zero_jobs.get_mut(index).and_then(Option::as_mut) {
+                        job.error = -libc::EIO;
+                    }
+                }
+            }
+        }
+        let job = self.zero_jobs.get_mut(index)?.take()?;
+        Some((job.tag, job.error))
     }
 
     /// The guest's completion of inner operation `slot`.
@@ -122,17 +256,27 @@ impl CryptEngine {
         let mut p = self.pending.get_mut(index)?.take()?;
         self.free.push(index);
         let whole = usize::try_from(result).is_ok_and(|n| n == p.len);
-        let result = match (whole, p.read_into) {
-            (false, _) if result < 0 => result,
-            (false, _) => -libc::EIO,
-            (true, Some((iov, offset))) => {
-                self.xts
-                    .decrypt(p.staging.bytes(p.len), offset / SECTOR as u64);
-                // SAFETY: the staging buffer holds `len` bytes, apart from guest memory.
-                unsafe { iov.copy_in(0, p.staging.as_ptr(), p.len) };
+        let error = if result < 0 { result } else { -libc::EIO };
+        let result = match (whole, p.kind) {
+            (_, Kind::Zeroes(index)) => {
+                self.recycle(p.staging);
+                return self.piece_done(index, whole, error);
+            }
+            (false, _) => error,
+            (true, Kind::Read(iov, offset)) => {
+                let (buf, first) = (p.staging.bytes(p.len), offset / SECTOR as u64);
+                match single(&iov) {
+                    // SAFETY: the guest's one buffer holds `len` bytes (the `push` contract).
+                    Some(dst) => unsafe { self.xts.decrypt_into(buf, dst, first) },
+                    None => {
+                        self.xts.decrypt(buf, first);
+                        // SAFETY: the staging buffer holds `len` bytes, apart from guest memory.
+                        unsafe { iov.copy_in(0, p.staging.as_ptr(), p.len) };
+                    }
+                }
                 result
             }
-            (true, None) => result,
+            (true, Kind::Write) => result,
         };
         let tag = p.tag;
         self.recycle(p.staging);
@@ -145,9 +289,18 @@ impl Engine for CryptEngine {
         match op {
             IoOp::Read { offset, iov } => self.stage(offset, iov, tag, false),
             IoOp::Write { offset, iov } => self.stage(offset, iov, tag, true),
+            IoOp::WriteZeroes { offset, len, .. } => self.zeroes(offset, len, tag),
             IoOp::Flush if tag & PLAIN == 0 => self.inner.push(op, tag | PLAIN),
-            IoOp::Flush | IoOp::Discard { .. } | IoOp::WriteZeroes { .. } => {
-                self.ready.push((tag, -libc::EOPNOTSUPP));
+            IoOp::Discard { .. } if self.pass_discard && tag & PLAIN == 0 => {
+                self.inner.push(op, tag | PLAIN)
+            }
+            // Dropped: the range keeps its old ciphertext (a hole would show it is unused).
+            IoOp::Discard { .. } => {
+                self.ready.push((tag, 0));
+                Ok(())
+            }
+            IoOp::Flush => {
+                self.ready.push((tag, -libc::EINVAL));
                 Ok(())
             }
         }
@@ -178,6 +331,11 @@ impl Engine for CryptEngine {
             }
         }
         self.finished = finished;
+        if std::mem::take(&mut self.queued)
+            && let Err(e) = self.inner.submit()
+        {
+            crate::limited!(debug, "encrypted disk: submit: {e}");
+        }
     }
 
     fn completion_fd(&self) -> Option<RawFd> {

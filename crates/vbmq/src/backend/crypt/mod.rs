@@ -5,12 +5,18 @@
 //! (two AES-256 keys) is read once at start from `key-file` (which may be a pipe: the key then
 //! never rests on a disk) and lives only in vbmq's memory. Writes are encrypted into a staging
 //! buffer (the guest's buffer is never changed); reads are read into one and decrypted into the
-//! guest's buffer, on the queue's thread (AES-NI where the CPU has it).
+//! guest's buffer, on the queue's thread (the `aes` crate: AES-NI, or VAES where the CPU has
+//! it; see `xts`).
 //!
-//! Not offered on an encrypted disk: discard and write-zeroes (a discarded range would read back
-//! as the decryption of zeros, and zeroing in the clear would show which ranges are zero).
+//! Write-zeroes writes the encryption of zero sectors (never a hole or zeros in the clear, which
+//! would show which ranges are zero; `unmap` is ignored), so the range reads back as zeros.
+//! Discard is offered but dropped, as dm-crypt does by default: a hole in the image would show
+//! which ranges are unused, so a discarded range keeps its old ciphertext (and reads back its old
+//! data). `encrypt-discard=on` passes discards down to the image instead: the image then shows
+//! which ranges are unused, and a discarded range reads back as noise. Flush passes through.
 
 mod engine;
+mod wide;
 mod xts;
 
 use std::fs::File;
@@ -34,6 +40,8 @@ pub const KEY_WAIT: Duration = Duration::from_secs(10);
 pub struct EncryptedDisk {
     inner: Arc<dyn Disk>,
     xts: Arc<Xts>,
+    /// Discards reach the image (`encrypt-discard=on` and the image takes them).
+    pass_discard: bool,
 }
 
 /// Reads exactly [`KEY_LEN`] bytes from `file` (a file or a pipe, read to its end), which is
@@ -118,25 +126,32 @@ fn read_some(file: &mut File, buf: &mut [u8], deadline: Option<Instant>) -> io::
 }
 
 impl EncryptedDisk {
-    /// Encrypts `inner` with the key read from `key_file`.
-    pub fn open(inner: Arc<dyn Disk>, key_file: &Path) -> io::Result<Self> {
-        Self::with_key(inner, read_key(File::open(key_file)?, None)?)
+    /// Encrypts `inner` with the key read from `key_file`; `pass_discard`: discards reach
+    /// `inner` (revealing which ranges are unused) instead of being dropped.
+    pub fn open(inner: Arc<dyn Disk>, key_file: &Path, pass_discard: bool) -> io::Result<Self> {
+        Self::with_key(inner, read_key(File::open(key_file)?, None)?, pass_discard)
     }
 
-    /// Encrypts `inner` with the key read from `key`, an open key file or pipe (passed by
+    /// As [`Self::open`], with the key read from `key`, an open key file or pipe (passed by
     /// `vbmq ctl add-disk`): exactly [`KEY_LEN`] bytes, then its end, within [`KEY_WAIT`].
-    pub fn with_key_from(inner: Arc<dyn Disk>, key: File) -> io::Result<Self> {
-        Self::with_key(inner, read_key(key, Some(KEY_WAIT))?)
+    pub fn with_key_from(inner: Arc<dyn Disk>, key: File, pass_discard: bool) -> io::Result<Self> {
+        Self::with_key(inner, read_key(key, Some(KEY_WAIT))?, pass_discard)
     }
 
-    fn with_key(inner: Arc<dyn Disk>, mut key: [u8; KEY_LEN]) -> io::Result<Self> {
+    fn with_key(
+        inner: Arc<dyn Disk>,
+        mut key: [u8; KEY_LEN],
+        pass_discard: bool,
+    ) -> io::Result<Self> {
         let xts = Xts::new(&key);
         key.fill(0);
         let xts =
             xts.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad key length"))?;
+        let pass_discard = pass_discard && inner.supports_discard();
         Ok(EncryptedDisk {
             inner,
             xts: Arc::new(xts),
+            pass_discard,
         })
     }
 }
@@ -150,11 +165,13 @@ impl Disk for EncryptedDisk {
         Ok(Box::new(CryptEngine::new(
             self.inner.engine(options)?,
             self.xts.clone(),
+            self.pass_discard,
         )))
     }
 
+    /// Write-zeroes is written as ciphertext; discard is dropped or passed down.
     fn supports_discard(&self) -> bool {
-        false
+        true
     }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
