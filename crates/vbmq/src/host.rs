@@ -19,6 +19,7 @@ use crate::vhost_user::{Stopper, VhostUserBlk};
 use crate::virtio_blk::{BlkDevice, resize_disk};
 use crate::worker::{LATENCY_BUCKETS, QueueStats, online_cpus};
 
+mod changes;
 mod reload;
 mod run_time;
 mod shares;
@@ -43,6 +44,8 @@ pub struct DiskInfo {
     pub connected: bool,
     /// The I/O limits in force.
     pub limits: Limits,
+    /// Its changed-block maps (`track-changes=on`; none otherwise).
+    pub checkpoints: Vec<crate::backend::changes::Checkpoint>,
 }
 
 /// One queue's counters, as `stats` shows them.
@@ -113,6 +116,12 @@ pub enum HostError {
     /// The disk could not be resized.
     #[error("resize: {0}")]
     Resize(String),
+    /// The disk has no changed-block maps.
+    #[error("the disk on {0} has no track-changes=on")]
+    NotTracked(PathBuf),
+    /// A changed-block map request was refused.
+    #[error("{0}")]
+    Changes(#[from] crate::backend::changes::ChangeError),
 }
 
 struct Running {
@@ -591,5 +600,6 @@ fn info_of(r: &Running) -> DiskInfo {
         queues: r.spec.queues,
         connected: lock(&r.current).is_some(),
         limits: r.device.limits.limits(),
+        checkpoints: changes::checkpoints_of(r.disk.changes()),
     }
 }

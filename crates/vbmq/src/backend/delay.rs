@@ -73,6 +73,10 @@ impl Disk for DelayedDisk {
     fn writer_seat(&self) -> Option<std::sync::Arc<super::WriterSeat>> {
         self.inner.writer_seat()
     }
+
+    fn changes(&self) -> Option<std::sync::Arc<super::ChangeMap>> {
+        self.inner.changes()
+    }
 }
 
 /// What wakes a sleeping worker: the inner engine's completions or a held one's deadline, both

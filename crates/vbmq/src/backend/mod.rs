@@ -4,6 +4,7 @@
 //! of its own, which it owns outright: no lock is shared between queues on the data path.
 
 pub mod cache;
+pub mod changes;
 mod crypt;
 mod delay;
 mod direct_align;
@@ -29,6 +30,7 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 
 pub use cache::CachedDisk;
+pub use changes::{ChangeMap, TrackedDisk};
 pub use crypt::EncryptedDisk;
 pub use delay::DelayedDisk;
 pub use file::FileDisk;
@@ -156,6 +158,10 @@ pub trait Disk: Send + Sync {
     /// The disk's hold on its image's write lock, when it is handed over between disks
     /// (`handover=on`).
     fn writer_seat(&self) -> Option<Arc<WriterSeat>> {
+        None
+    }
+    /// The disk's changed-block maps (`track-changes=on`), through every layer above them.
+    fn changes(&self) -> Option<Arc<ChangeMap>> {
         None
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::backend::cache::ImageId;
 use crate::backend::{
     CachedDisk, DelayedDisk, Disk, EncryptedDisk, FileDisk, MemoryDisk, NullDisk, RbdDisk,
-    ThinDisk, ThinOptions,
+    ThinDisk, ThinOptions, TrackedDisk,
 };
 use crate::config::{DiskSpec, SpecError, Storage};
 use crate::vhost_user::DiskServer;
@@ -126,6 +126,14 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
                 })?),
                 None => None,
             };
+            if spec.track_changes && source.image.is_some() {
+                return Err(SpecError {
+                    key: "track-changes".into(),
+                    reason: "a disk with track-changes=on is given at start (its map file is \
+                             opened before confinement), not passed at run time"
+                        .into(),
+                });
+            }
             let disk: Arc<dyn Disk> = match &spec.base {
                 Some(_) if source.image.is_some() => {
                     return Err(SpecError {
@@ -136,6 +144,16 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
                 }
                 Some(base) => Arc::new(open_thin_disk(spec, path, base)?),
                 None => Arc::new(open_file(spec, path, spec.readonly, source)?),
+            };
+            // Right on the storage: what reaches it is what changed.
+            let disk: Arc<dyn Disk> = if spec.track_changes {
+                let tracked = TrackedDisk::open(disk, path, spec.track_block);
+                Arc::new(tracked.map_err(|e| SpecError {
+                    key: "track-changes".into(),
+                    reason: format!("{}: {e}", path.display()),
+                })?)
+            } else {
+                disk
             };
             // Under the cache: the cache holds plaintext, in vbmq's memory only.
             let disk: Arc<dyn Disk> = match &spec.key_file {

@@ -209,6 +209,14 @@ impl Disk for CachedDisk {
         self.inner.writer_seat()
     }
 
+    fn changes(&self) -> Option<Arc<crate::backend::ChangeMap>> {
+        self.inner.changes()
+    }
+
+    fn close(&self) {
+        self.inner.close();
+    }
+
     fn on_resize(&self, listener: Box<dyn Fn(u64) + Send + Sync>) {
         let (capacity, cache) = (self.capacity.clone(), self.cache.clone());
         self.inner.on_resize(Box::new(move |bytes| {

@@ -101,4 +101,8 @@ impl Disk for EncryptedDisk {
     fn writer_seat(&self) -> Option<Arc<super::WriterSeat>> {
         self.inner.writer_seat()
     }
+
+    fn changes(&self) -> Option<Arc<super::ChangeMap>> {
+        self.inner.changes()
+    }
 }
