@@ -148,6 +148,36 @@ fn ctl() -> Command {
                         .help("Remove and add a disk whose line changed beyond its limits"),
                 ),
         )
+        .subcommand(
+            Command::new("checkpoint")
+                .about(
+                    "Start a named changed-block map on the track-changes=on disk on SOCKET, at \
+                     this instant (NAME: 1 to 64 of A-Z a-z 0-9 . _ -; 16 at most)",
+                )
+                .arg(socket().required(true))
+                .arg(Arg::new("name").value_name("NAME").required(true)),
+        )
+        .subcommand(
+            Command::new("changed-blocks")
+                .about(
+                    "The extents written since checkpoint NAME began, as JSON; exit 1 with the \
+                     reason when there are none to trust (an invalid or unknown map: take a \
+                     full backup)",
+                )
+                .arg(socket().required(true))
+                .arg(
+                    Arg::new("since")
+                        .long("since")
+                        .value_name("NAME")
+                        .required(true),
+                ),
+        )
+        .subcommand(
+            Command::new("forget-checkpoint")
+                .about("Drop the changed-block map NAME of the disk on SOCKET")
+                .arg(socket().required(true))
+                .arg(Arg::new("name").value_name("NAME").required(true)),
+        )
         .subcommand(Command::new("list").about(
             "Every disk (spec, size, queues, connection) and share (spec, tag, directory, \
              connection), as JSON",
@@ -364,6 +394,18 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                 },
                 ("reload", a) => Request::Reload {
                     replace: a.get_flag("replace"),
+                },
+                ("checkpoint", a) => Request::Checkpoint {
+                    socket: socket(a)?,
+                    name: a.get_one::<String>("name")?.clone(),
+                },
+                ("changed-blocks", a) => Request::ChangedBlocks {
+                    socket: socket(a)?,
+                    since: a.get_one::<String>("since")?.clone(),
+                },
+                ("forget-checkpoint", a) => Request::ForgetCheckpoint {
+                    socket: socket(a)?,
+                    name: a.get_one::<String>("name")?.clone(),
                 },
                 ("list", _) => Request::List,
                 ("stats", a) => Request::Stats { socket: socket(a) },
