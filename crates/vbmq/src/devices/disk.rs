@@ -134,6 +134,8 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
                         .into(),
                 });
             }
+            // Before the image is opened: opening it moves its modification time.
+            let mtime = crate::backend::changes::image_mtime(path);
             let disk: Arc<dyn Disk> = match &spec.base {
                 Some(_) if source.image.is_some() => {
                     return Err(SpecError {
@@ -147,7 +149,7 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
             };
             // Right on the storage: what reaches it is what changed.
             let disk: Arc<dyn Disk> = if spec.track_changes {
-                let tracked = TrackedDisk::open(disk, path, spec.track_block);
+                let tracked = TrackedDisk::open(disk, path, spec.track_block, mtime);
                 Arc::new(tracked.map_err(|e| SpecError {
                     key: "track-changes".into(),
                     reason: format!("{}: {e}", path.display()),

@@ -93,6 +93,13 @@ fn mtime(file: &File) -> io::Result<(i64, i64)> {
     Ok((meta.mtime(), meta.mtime_nsec()))
 }
 
+/// The modification time of the image at `path`, taken before vbmq opens it (opening probes
+/// it with `fallocate`, which moves it); `None` if there is no image yet.
+pub fn image_mtime(path: &Path) -> Option<(i64, i64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.mtime(), meta.mtime_nsec()))
+}
+
 /// Marks blocks `first..=last` in `bits`: a word whose bits are all set already is only read.
 fn set_range(bits: &[AtomicU64], first: u64, last: u64) {
     let mut block = first;
@@ -115,7 +122,13 @@ impl ChangeMap {
     /// the file cannot vouch for are kept by name, invalid; a file that cannot be read at all
     /// is said in the log and started afresh. Then the file says "in use", flushed, before
     /// any write is served. `block_size`: asked for (`track-block=`), or the file's, or 64 KiB.
-    pub fn open(image: &Path, capacity: u64, block_size: Option<u64>) -> io::Result<ChangeMap> {
+    /// `image_mtime`: the image's [`image_mtime`] before vbmq opened it.
+    pub fn open(
+        image: &Path,
+        capacity: u64,
+        block_size: Option<u64>,
+        image_mtime: Option<(i64, i64)>,
+    ) -> io::Result<ChangeMap> {
         if let Some(bs) = block_size
             && (!bs.is_power_of_two() || !(4096..=(16 << 20)).contains(&bs))
         {
@@ -132,7 +145,7 @@ impl ChangeMap {
             .create(true)
             .truncate(false)
             .open(&path)?;
-        let (header, bitmaps) = Self::read(&file, &path, &image_file, capacity, block_size);
+        let (header, bitmaps) = Self::read(&file, &path, image_mtime, capacity, block_size);
         let block_size = header.block_size;
         let blocks = capacity.div_ceil(block_size);
         let words = usize::try_from(blocks.div_ceil(64))
@@ -178,7 +191,7 @@ impl ChangeMap {
     fn read(
         file: &File,
         path: &Path,
-        image: &File,
+        image_mtime: Option<(i64, i64)>,
         capacity: u64,
         asked: Option<u64>,
     ) -> (Header, Vec<u8>) {
@@ -220,7 +233,7 @@ impl ChangeMap {
             why = Some(Invalid::Geometry);
         } else if header.state != CLEAN {
             why = Some(Invalid::Unclean);
-        } else if mtime(image).ok() != Some(header.image_mtime) {
+        } else if image_mtime != Some(header.image_mtime) {
             why = Some(Invalid::ImageChanged);
         } else {
             let bytes = capacity.div_ceil(bs).div_ceil(64) * 8;

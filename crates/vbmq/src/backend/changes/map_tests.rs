@@ -12,6 +12,11 @@ fn image(dir: &Path) -> PathBuf {
     path
 }
 
+/// Opens the map as vbmq does: the image's time taken first.
+fn open(image: &Path, capacity: u64, block_size: Option<u64>) -> io::Result<ChangeMap> {
+    ChangeMap::open(image, capacity, block_size, image_mtime(image))
+}
+
 fn extents(map: &ChangeMap, name: &str) -> Vec<(u64, u64)> {
     map.changed_since(name).unwrap().extents
 }
@@ -19,7 +24,7 @@ fn extents(map: &ChangeMap, name: &str) -> Vec<(u64, u64)> {
 #[test]
 fn extents_are_the_blocks_written_since_each_map_began_merged() {
     let dir = tempfile::tempdir().unwrap();
-    let map = ChangeMap::open(&image(dir.path()), CAPACITY, None).unwrap();
+    let map = open(&image(dir.path()), CAPACITY, None).unwrap();
     map.mark(0, 4096); // before any map: in none
     map.begin("a").unwrap();
     map.mark(BLOCK + 512, 512);
@@ -50,7 +55,7 @@ fn extents_are_the_blocks_written_since_each_map_began_merged() {
 #[test]
 fn names_are_checked_and_at_most_sixteen_live() {
     let dir = tempfile::tempdir().unwrap();
-    let map = ChangeMap::open(&image(dir.path()), CAPACITY, None).unwrap();
+    let map = open(&image(dir.path()), CAPACITY, None).unwrap();
     for bad in ["", "a b", "../x", &"x".repeat(65)] {
         assert!(
             matches!(map.begin(bad), Err(ChangeError::Refused(_))),
@@ -72,12 +77,12 @@ fn names_are_checked_and_at_most_sixteen_live() {
 fn a_clean_close_keeps_the_maps_and_a_kill_makes_them_invalid() {
     let dir = tempfile::tempdir().unwrap();
     let image = image(dir.path());
-    let map = ChangeMap::open(&image, CAPACITY, None).unwrap();
+    let map = open(&image, CAPACITY, None).unwrap();
     map.begin("a").unwrap();
     map.mark(3 * BLOCK, BLOCK);
     map.close();
     drop(map);
-    let map = ChangeMap::open(&image, CAPACITY, None).unwrap();
+    let map = open(&image, CAPACITY, None).unwrap();
     assert_eq!(extents(&map, "a"), vec![(3 * BLOCK, BLOCK)]);
     map.mark(7 * BLOCK, 1);
     assert_eq!(
@@ -86,7 +91,7 @@ fn a_clean_close_keeps_the_maps_and_a_kill_makes_them_invalid() {
     );
     // Not closed: as after kill -9.
     drop(map);
-    let map = ChangeMap::open(&image, CAPACITY, None).unwrap();
+    let map = open(&image, CAPACITY, None).unwrap();
     let err = map.changed_since("a").unwrap_err().to_string();
     assert!(
         err.contains("invalid") && err.contains("did not stop cleanly since a"),
@@ -101,7 +106,7 @@ fn a_clean_close_keeps_the_maps_and_a_kill_makes_them_invalid() {
     map.mark(0, 1);
     map.close();
     drop(map);
-    let map = ChangeMap::open(&image, CAPACITY, None).unwrap();
+    let map = open(&image, CAPACITY, None).unwrap();
     assert!(matches!(
         map.changed_since("a"),
         Err(ChangeError::Invalid { .. })
@@ -114,7 +119,7 @@ fn damage_a_changed_image_or_another_size_never_gives_extents() {
     let dir = tempfile::tempdir().unwrap();
     let image = image(dir.path());
     let closed = |extra: u64| {
-        let map = ChangeMap::open(&image, CAPACITY, None).unwrap();
+        let map = open(&image, CAPACITY, None).unwrap();
         let _ = map.forget("a");
         map.begin("a").unwrap();
         map.mark(extra * BLOCK, 1);
@@ -126,7 +131,7 @@ fn damage_a_changed_image_or_another_size_never_gives_extents() {
     let mut raw = std::fs::read(&path).unwrap();
     raw[HEADER as usize] ^= 1;
     std::fs::write(&path, &raw).unwrap();
-    let map = ChangeMap::open(&image, CAPACITY, None).unwrap();
+    let map = open(&image, CAPACITY, None).unwrap();
     assert!(matches!(
         map.changed_since("a"),
         Err(ChangeError::Invalid { .. })
@@ -136,7 +141,7 @@ fn damage_a_changed_image_or_another_size_never_gives_extents() {
     closed(2);
     let raw = std::fs::read(&path).unwrap();
     std::fs::write(&path, &raw[..100]).unwrap();
-    let map = ChangeMap::open(&image, CAPACITY, None).unwrap();
+    let map = open(&image, CAPACITY, None).unwrap();
     assert!(matches!(
         map.changed_since("a"),
         Err(ChangeError::Unknown(_))
@@ -144,7 +149,7 @@ fn damage_a_changed_image_or_another_size_never_gives_extents() {
     drop(map);
     // Garbage.
     std::fs::write(&path, vec![0xa5u8; 9000]).unwrap();
-    let map = ChangeMap::open(&image, CAPACITY, None).unwrap();
+    let map = open(&image, CAPACITY, None).unwrap();
     assert!(matches!(
         map.changed_since("a"),
         Err(ChangeError::Unknown(_))
@@ -154,20 +159,20 @@ fn damage_a_changed_image_or_another_size_never_gives_extents() {
     closed(3);
     std::thread::sleep(std::time::Duration::from_millis(20));
     std::fs::write(&image, vec![1u8; CAPACITY as usize]).unwrap();
-    let map = ChangeMap::open(&image, CAPACITY, None).unwrap();
+    let map = open(&image, CAPACITY, None).unwrap();
     let err = map.changed_since("a").unwrap_err().to_string();
     assert!(err.contains("modified"), "{err}");
     drop(map);
     // Another capacity, another block size.
     closed(4);
-    let map = ChangeMap::open(&image, CAPACITY + BLOCK, None).unwrap();
+    let map = open(&image, CAPACITY + BLOCK, None).unwrap();
     assert!(matches!(
         map.changed_since("a"),
         Err(ChangeError::Invalid { .. })
     ));
     drop(map);
     closed(5);
-    let map = ChangeMap::open(&image, CAPACITY, Some(4096)).unwrap();
+    let map = open(&image, CAPACITY, Some(4096)).unwrap();
     assert!(matches!(
         map.changed_since("a"),
         Err(ChangeError::Invalid { .. })

@@ -30,7 +30,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use self::engine::TrackedEngine;
-pub use self::map::{ChangeError, ChangeMap, Changes, Checkpoint, changes_path};
+pub use self::map::{ChangeError, ChangeMap, Changes, Checkpoint, changes_path, image_mtime};
 use super::{Disk, Engine, EngineOptions, Geometry, WriterSeat};
 
 /// A disk whose changed blocks are recorded in named maps.
@@ -41,8 +41,14 @@ pub struct TrackedDisk {
 
 impl TrackedDisk {
     /// Tracks `inner`, the storage of the regular file `image`, with its map file beside it.
-    /// `block_size`: `track-block=`, or the file's, or 64 KiB.
-    pub fn open(inner: Arc<dyn Disk>, image: &Path, block_size: Option<u64>) -> io::Result<Self> {
+    /// `block_size`: `track-block=`, or the file's, or 64 KiB. `image_mtime`: the image's
+    /// [`image_mtime`], taken before `inner` was opened.
+    pub fn open(
+        inner: Arc<dyn Disk>,
+        image: &Path,
+        block_size: Option<u64>,
+        image_mtime: Option<(i64, i64)>,
+    ) -> io::Result<Self> {
         if !std::fs::metadata(image)?.is_file() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -50,7 +56,7 @@ impl TrackedDisk {
             ));
         }
         let capacity = inner.geometry().capacity;
-        let map = ChangeMap::open(image, capacity, block_size)?;
+        let map = ChangeMap::open(image, capacity, block_size, image_mtime)?;
         Ok(TrackedDisk {
             inner,
             map: Arc::new(map),
