@@ -142,7 +142,7 @@ impl Header {
             let at = ENTRIES_AT + k * ENTRY_LEN;
             let name = entry.name.as_bytes();
             let len = name.len().min(NAME_MAX);
-            raw[at] = len as u8;
+            raw[at] = u8::try_from(len).unwrap_or(0);
             raw[at + 1] = entry.invalid.map_or(0, |why| why as u8);
             raw[at + 8..at + 8 + len].copy_from_slice(&name[..len]);
         }

@@ -8,7 +8,7 @@ const CAPACITY: u64 = 10 * BLOCK + 4096;
 
 fn image(dir: &Path) -> PathBuf {
     let path = dir.join("vm.raw");
-    std::fs::write(&path, vec![0u8; CAPACITY as usize]).unwrap();
+    std::fs::write(&path, vec![0u8; host_size(CAPACITY)]).unwrap();
     path
 }
 
@@ -129,7 +129,7 @@ fn damage_a_changed_image_or_another_size_never_gives_extents() {
     // A flipped bit in the bitmaps.
     closed(1);
     let mut raw = std::fs::read(&path).unwrap();
-    raw[HEADER as usize] ^= 1;
+    raw[host_size(HEADER)] ^= 1;
     std::fs::write(&path, &raw).unwrap();
     let map = open(&image, CAPACITY, None).unwrap();
     assert!(matches!(
@@ -158,7 +158,7 @@ fn damage_a_changed_image_or_another_size_never_gives_extents() {
     // The image written while vbmq was not serving it.
     closed(3);
     std::thread::sleep(std::time::Duration::from_millis(20));
-    std::fs::write(&image, vec![1u8; CAPACITY as usize]).unwrap();
+    std::fs::write(&image, vec![1u8; host_size(CAPACITY)]).unwrap();
     let map = open(&image, CAPACITY, None).unwrap();
     let err = map.changed_since("a").unwrap_err().to_string();
     assert!(err.contains("modified"), "{err}");
