@@ -417,3 +417,34 @@ fn kill_9_under_writes_makes_every_map_invalid_never_wrong() {
     drop(client);
     assert!(daemon.terminate().success());
 }
+
+#[test]
+fn a_start_refused_for_another_disk_keeps_the_maps_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = image(dir.path(), "vm.raw", SIZE, 1);
+    let disk_spec = spec(dir.path(), &disk, "");
+    let socket = dir.path().join("vm.sock");
+    let (daemon, control, mut client) = restart(dir.path(), &disk_spec);
+    checkpoint(&control, &socket, "a");
+    assert_eq!(client.write(0, 2 * BLOCK, &[1; 4096]), 0);
+    drop(client);
+    assert!(daemon.terminate().success());
+    // The tracked disk opens, the next one does not: vbmq exits, the maps stay clean.
+    let missing = format!(
+        "socket={},path={}",
+        dir.path().join("b.sock").display(),
+        dir.path().join("missing.raw").display()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .args(["serve", "--disk", &disk_spec, "--disk", &missing])
+        .output()
+        .expect("run vbmq");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.raw"));
+    // Its socket may be left behind: the next start waits for a new one.
+    let _ = std::fs::remove_file(&socket);
+    let (daemon, control, client) = restart(dir.path(), &disk_spec);
+    assert_eq!(extents(&control, &socket, "a"), vec![(2 * BLOCK, BLOCK)]);
+    drop(client);
+    assert!(daemon.terminate().success());
+}

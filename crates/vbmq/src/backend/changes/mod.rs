@@ -64,6 +64,17 @@ impl TrackedDisk {
     }
 }
 
+impl Drop for TrackedDisk {
+    /// A disk dropped without [`Disk::close`] (start refused for another disk, say) closes its
+    /// maps cleanly if no engine holds them: none can mark a block any more. Otherwise the file
+    /// stays "in use", and the maps turn invalid at the next start.
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.map) == 1 {
+            self.map.close();
+        }
+    }
+}
+
 impl Disk for TrackedDisk {
     fn geometry(&self) -> Geometry {
         self.inner.geometry()
