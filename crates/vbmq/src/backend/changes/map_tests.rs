@@ -179,3 +179,17 @@ fn damage_a_changed_image_or_another_size_never_gives_extents() {
     ));
     assert_eq!(map.block_size(), 4096);
 }
+
+#[test]
+fn a_map_file_that_is_a_link_or_not_a_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = image(dir.path());
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"keep").unwrap();
+    std::os::unix::fs::symlink(&victim, changes_path(&image)).unwrap();
+    assert!(open(&image, CAPACITY, None).is_err());
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    std::fs::remove_file(changes_path(&image)).unwrap();
+    std::fs::create_dir(changes_path(&image)).unwrap();
+    assert!(open(&image, CAPACITY, None).is_err());
+}
