@@ -10,6 +10,10 @@
 //! are written only at a clean close; while vbmq serves, the file says "in use" and its
 //! bitmaps are not to be trusted.
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
 use crate::host_size;
 
 const MAGIC: &[u8; 8] = b"VBMQCHGS";
@@ -203,6 +207,88 @@ impl Header {
             image_mtime: (field(raw, 48).cast_signed(), field(raw, 56).cast_signed()),
         })
     }
+}
+
+/// Reads `file` (at `path`) at start: the header to start from, its maps invalid where the
+/// file cannot vouch for them (still "in use", damaged, another geometry, the image's time not
+/// `image_mtime`), and the bitmaps of a clean file. A header that cannot be read is said in the
+/// log and replaced by an empty one.
+pub fn load(
+    file: &File,
+    path: &Path,
+    image_mtime: Option<(i64, i64)>,
+    capacity: u64,
+    asked: Option<u64>,
+) -> (Header, Vec<u8>) {
+    let fresh = Header {
+        state: IN_USE,
+        block_size: asked.unwrap_or(64 << 10),
+        capacity,
+        entries: Vec::new(),
+        bitmaps_sum: 0,
+        image_mtime: (0, 0),
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if len == 0 {
+        return (fresh, Vec::new());
+    }
+    let mut raw = vec![0u8; host_size(HEADER)];
+    let decoded = file
+        .read_exact_at(&mut raw, 0)
+        .map_err(|e| format!("cannot read its header: {e}"))
+        .and_then(|()| Header::decode(&raw));
+    let mut header = match decoded {
+        Ok(header) => header,
+        Err(e) => {
+            tracing::error!(
+                "{}: {e}: its checkpoints are lost; starting a new map file",
+                path.display()
+            );
+            return (fresh, Vec::new());
+        }
+    };
+    let bs = header.block_size;
+    let geometry_ok = bs.is_power_of_two()
+        && (4096..=(16 << 20)).contains(&bs)
+        && asked.is_none_or(|asked| asked == bs)
+        && header.capacity == capacity;
+    let mut why = None;
+    let mut bitmaps = Vec::new();
+    if !geometry_ok {
+        why = Some(Invalid::Geometry);
+    } else if header.state != CLEAN {
+        why = Some(Invalid::Unclean);
+    } else if image_mtime != Some(header.image_mtime) {
+        why = Some(Invalid::ImageChanged);
+    } else {
+        let bytes = capacity.div_ceil(bs).div_ceil(64) * 8;
+        let total = bytes * header.entries.len() as u64;
+        bitmaps = vec![0u8; host_size(total)];
+        let read = file.read_exact_at(&mut bitmaps, HEADER);
+        if read.is_err() || len != HEADER + total || checksum(&bitmaps) != header.bitmaps_sum {
+            why = Some(Invalid::Damaged);
+        }
+    }
+    if let Some(why) = why {
+        let mut said = false;
+        for entry in header.entries.iter_mut().filter(|e| e.invalid.is_none()) {
+            entry.invalid = Some(why);
+            said = true;
+        }
+        if said {
+            tracing::warn!(
+                "{}: every checkpoint is now invalid: {}",
+                path.display(),
+                why.reason()
+            );
+        }
+        bitmaps.clear();
+    }
+    if !geometry_ok {
+        header.block_size = asked.unwrap_or(64 << 10);
+        header.capacity = capacity;
+    }
+    (header, bitmaps)
 }
 
 #[cfg(test)]

@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use super::file::{CLEAN, Entry, HEADER, Header, IN_USE, Invalid, MAX_MAPS, checksum, valid_name};
-use crate::host_size;
 
 /// Why a map request was refused.
 #[derive(Debug, thiserror::Error)]
@@ -155,7 +154,7 @@ impl ChangeMap {
                 format!("{} is not a regular file", path.display()),
             ));
         }
-        let (header, bitmaps) = Self::read(&file, &path, image_mtime, capacity, block_size);
+        let (header, bitmaps) = super::file::load(&file, &path, image_mtime, capacity, block_size);
         let block_size = header.block_size;
         let blocks = capacity.div_ceil(block_size);
         let words = usize::try_from(blocks.div_ceil(64))
@@ -194,86 +193,6 @@ impl ChangeMap {
         map.persist(&names)?;
         drop(names);
         Ok(map)
-    }
-
-    /// The header to start from (its maps invalid where the file cannot vouch for them) and
-    /// the bitmaps of a clean file.
-    fn read(
-        file: &File,
-        path: &Path,
-        image_mtime: Option<(i64, i64)>,
-        capacity: u64,
-        asked: Option<u64>,
-    ) -> (Header, Vec<u8>) {
-        let fresh = Header {
-            state: IN_USE,
-            block_size: asked.unwrap_or(64 << 10),
-            capacity,
-            entries: Vec::new(),
-            bitmaps_sum: 0,
-            image_mtime: (0, 0),
-        };
-        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-        if len == 0 {
-            return (fresh, Vec::new());
-        }
-        let mut raw = vec![0u8; host_size(HEADER)];
-        let decoded = file
-            .read_exact_at(&mut raw, 0)
-            .map_err(|e| format!("cannot read its header: {e}"))
-            .and_then(|()| Header::decode(&raw));
-        let mut header = match decoded {
-            Ok(header) => header,
-            Err(e) => {
-                tracing::error!(
-                    "{}: {e}: its checkpoints are lost; starting a new map file",
-                    path.display()
-                );
-                return (fresh, Vec::new());
-            }
-        };
-        let bs = header.block_size;
-        let geometry_ok = bs.is_power_of_two()
-            && (4096..=(16 << 20)).contains(&bs)
-            && asked.is_none_or(|asked| asked == bs)
-            && header.capacity == capacity;
-        let mut why = None;
-        let mut bitmaps = Vec::new();
-        if !geometry_ok {
-            why = Some(Invalid::Geometry);
-        } else if header.state != CLEAN {
-            why = Some(Invalid::Unclean);
-        } else if image_mtime != Some(header.image_mtime) {
-            why = Some(Invalid::ImageChanged);
-        } else {
-            let bytes = capacity.div_ceil(bs).div_ceil(64) * 8;
-            let total = bytes * header.entries.len() as u64;
-            bitmaps = vec![0u8; host_size(total)];
-            let read = file.read_exact_at(&mut bitmaps, HEADER);
-            if read.is_err() || len != HEADER + total || checksum(&bitmaps) != header.bitmaps_sum {
-                why = Some(Invalid::Damaged);
-            }
-        }
-        if let Some(why) = why {
-            let mut said = false;
-            for entry in header.entries.iter_mut().filter(|e| e.invalid.is_none()) {
-                entry.invalid = Some(why);
-                said = true;
-            }
-            if said {
-                tracing::warn!(
-                    "{}: every checkpoint is now invalid: {}",
-                    path.display(),
-                    why.reason()
-                );
-            }
-            bitmaps.clear();
-        }
-        if !geometry_ok {
-            header.block_size = asked.unwrap_or(64 << 10);
-            header.capacity = capacity;
-        }
-        (header, bitmaps)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Names> {

@@ -1,6 +1,7 @@
 //! The maps in memory and through their file: exact extents, a clean restart, a kill, damage.
 
 use super::*;
+use crate::host_size;
 
 const BLOCK: u64 = 64 << 10;
 /// Ten blocks and a short one.
