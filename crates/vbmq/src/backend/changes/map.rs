@@ -266,7 +266,9 @@ impl ChangeMap {
     }
 
     /// Starts an empty map named `name` at this instant: every write pushed after this returns
-    /// is in it. The name is recorded in the file (flushed) first.
+    /// is in it (one in flight now may not be). The name is recorded in the file (flushed)
+    /// first. With a snapshot: call it before the snapshot's instant, and let the writes in
+    /// flight now complete before that instant; then every write is in the snapshot or the map.
     pub fn begin(&self, name: &str) -> Result<(), ChangeError> {
         if !valid_name(name) {
             return Err(ChangeError::Refused(format!(
