@@ -167,7 +167,42 @@ fn ctl() -> Command {
                         .long("force")
                         .action(ArgAction::SetTrue)
                         .help("Overwrite FILE if it exists"),
+                )
+                .arg(Arg::new("name").long("name").value_name("NAME").help(
+                    "Also begin changed-block map NAME at the snapshot's instant \
+                             (track-changes=on disks): changed-blocks --since NAME then lists \
+                             every block that differs from FILE",
+                )),
+        )
+        .subcommand(
+            Command::new("checkpoint")
+                .about(
+                    "Start a named changed-block map on the track-changes=on disk on SOCKET, at \
+                     this instant (NAME: 1 to 64 of A-Z a-z 0-9 . _ -; 16 at most)",
+                )
+                .arg(socket().required(true))
+                .arg(Arg::new("name").value_name("NAME").required(true)),
+        )
+        .subcommand(
+            Command::new("changed-blocks")
+                .about(
+                    "The extents written since checkpoint NAME began, as JSON; exit 1 with the \
+                     reason when there are none to trust (an invalid or unknown map: take a \
+                     full backup)",
+                )
+                .arg(socket().required(true))
+                .arg(
+                    Arg::new("since")
+                        .long("since")
+                        .value_name("NAME")
+                        .required(true),
                 ),
+        )
+        .subcommand(
+            Command::new("forget-checkpoint")
+                .about("Drop the changed-block map NAME of the disk on SOCKET")
+                .arg(socket().required(true))
+                .arg(Arg::new("name").value_name("NAME").required(true)),
         )
         .subcommand(Command::new("list").about(
             "Every disk (spec, size, queues, connection) and share (spec, tag, directory, \
@@ -394,9 +429,21 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                     });
                     Request::Snapshot {
                         socket: socket(a)?,
-                        name: None,
+                        name: a.get_one::<String>("name").cloned(),
                     }
                 }
+                ("checkpoint", a) => Request::Checkpoint {
+                    socket: socket(a)?,
+                    name: a.get_one::<String>("name")?.clone(),
+                },
+                ("changed-blocks", a) => Request::ChangedBlocks {
+                    socket: socket(a)?,
+                    since: a.get_one::<String>("since")?.clone(),
+                },
+                ("forget-checkpoint", a) => Request::ForgetCheckpoint {
+                    socket: socket(a)?,
+                    name: a.get_one::<String>("name")?.clone(),
+                },
                 ("list", _) => Request::List,
                 ("stats", a) => Request::Stats { socket: socket(a) },
                 _ => return None,

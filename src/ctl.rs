@@ -22,7 +22,7 @@ pub struct Request {
 }
 
 /// Sends the request; prints the result as JSON (exit 0) or the error as one line (exit 2;
-/// exit 1 when the daemon cannot be reached). `add-disk` and `add-fs` first open and bind what
+/// exit 1 when the daemon cannot be reached, and when `changed-blocks` has no extents to trust). `add-disk` and `add-fs` first open and bind what
 /// the device needs and pass it (see [`ctl_disk`] and [`crate::ctl_fs`]); `remove-disk` and
 /// `remove-fs` remove the socket's files the daemon could not.
 pub fn run(request: &Request) -> i32 {
@@ -108,7 +108,12 @@ pub fn run(request: &Request) -> i32 {
         if let Some(snapshot) = unfinished {
             snapshot.discard();
         }
-        return 2;
+        // No extents to trust, whatever the reason: the backup tool takes a full backup.
+        return if matches!(command, R::ChangedBlocks { .. }) {
+            1
+        } else {
+            2
+        };
     }
     match &command {
         R::RemoveDisk { socket } => ctl_disk::remove_stale_socket(Path::new(socket)),

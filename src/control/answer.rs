@@ -5,13 +5,12 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 
-use vbmq::backend::SnapshotOptions;
 use vbmq::host::{DeviceInfo, DeviceKind, DiskCounters, DiskInfo, Host, PassedShare, ShareInfo};
 use vbmq::passed_fds::PassedDisk;
 
 use super::protocol::{
-    Answer, DeviceEntry, DiskEntry, DiskStats, Kind, Latency, Passed, QueueStats, Reply, Request,
-    ShareEntry, Size, SnapshotEntry,
+    Answer, ChangedBlocks, CheckpointEntry, DeviceEntry, DiskEntry, DiskStats, Extent, Kind,
+    Latency, Passed, QueueStats, Reply, Request, ShareEntry, Size, SnapshotEntry,
 };
 
 /// Answers one request line; `fds` are the descriptors sent with it.
@@ -76,6 +75,29 @@ fn dispatch(host: &Host, request: Request, fds: Vec<OwnedFd>) -> Result<Answer, 
                 .map(disk)
                 .map_err(refused)
         }
+        Request::Checkpoint { socket, name } => host
+            .checkpoint(Path::new(&socket), &name)
+            .map(|()| Answer::Nothing)
+            .map_err(refused),
+        Request::ChangedBlocks { socket, since } => host
+            .changed_blocks(Path::new(&socket), &since)
+            .map(|changes| {
+                Answer::Changes(ChangedBlocks {
+                    name: changes.name,
+                    block_size: changes.block_size,
+                    capacity: changes.capacity,
+                    extents: changes
+                        .extents
+                        .iter()
+                        .map(|&(offset, length)| Extent { offset, length })
+                        .collect(),
+                })
+            })
+            .map_err(refused),
+        Request::ForgetCheckpoint { socket, name } => host
+            .forget_checkpoint(Path::new(&socket), &name)
+            .map(|()| Answer::Nothing)
+            .map_err(refused),
         Request::Reload { replace } => host.reload(replace).map(Answer::Notes).map_err(refused),
         Request::List => Ok(Answer::Devices(
             host.devices().iter().map(device_entry).collect(),
@@ -102,9 +124,8 @@ fn snapshot(
                 .into(),
         );
     };
-    let options = SnapshotOptions { name };
     let report = host
-        .snapshot(Path::new(socket), File::from(file), &options)
+        .snapshot(Path::new(socket), File::from(file), name.as_deref())
         .map_err(|e| e.to_string())?;
     Ok(Answer::Snapshot(SnapshotEntry {
         method: report.method.name().into(),
@@ -207,6 +228,15 @@ fn entry(info: &DiskInfo) -> DiskEntry {
             .iter()
             .filter(|(_, value)| *value > 0)
             .map(|(key, value)| ((*key).to_string(), *value))
+            .collect(),
+        checkpoints: info
+            .checkpoints
+            .iter()
+            .map(|c| CheckpointEntry {
+                name: c.name.clone(),
+                valid: c.invalid.is_none(),
+                reason: c.invalid.map(str::to_string),
+            })
             .collect(),
     }
 }

@@ -76,6 +76,27 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         name: Option<String>,
     },
+    /// Start a named changed-block map on a `track-changes=on` disk, at this instant.
+    Checkpoint {
+        /// The disk's socket path.
+        socket: String,
+        /// The map's name.
+        name: String,
+    },
+    /// The extents written since a named map began.
+    ChangedBlocks {
+        /// The disk's socket path.
+        socket: String,
+        /// The map's name.
+        since: String,
+    },
+    /// Drop a named changed-block map.
+    ForgetCheckpoint {
+        /// The disk's socket path.
+        socket: String,
+        /// The map's name.
+        name: String,
+    },
     /// Every disk and share.
     List,
     /// Counters of every disk and share, or of the one on `socket` (a non-string `socket` is
@@ -244,6 +265,8 @@ pub enum Answer {
     Notes(Vec<String>),
     /// `snapshot`: how it was taken.
     Snapshot(SnapshotEntry),
+    /// `changed-blocks`.
+    Changes(ChangedBlocks),
 }
 
 /// A finished snapshot, as `snapshot` gives it.
@@ -257,6 +280,40 @@ pub struct SnapshotEntry {
     pub duration_ms: u64,
     /// Blocks a guest write had to copy before it went on (copy only).
     pub copied_before_write: u64,
+}
+
+/// The blocks written since a named map began, as `changed-blocks` gives them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChangedBlocks {
+    /// The map's name.
+    pub name: String,
+    /// Bytes per tracked block.
+    pub block_size: u64,
+    /// The disk's capacity in bytes.
+    pub capacity: u64,
+    /// The changed ranges, sorted, adjacent blocks merged.
+    pub extents: Vec<Extent>,
+}
+
+/// A changed range of a disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Extent {
+    /// Byte offset.
+    pub offset: u64,
+    /// Bytes.
+    pub length: u64,
+}
+
+/// A named changed-block map of a disk, as `list` gives it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointEntry {
+    /// Its name.
+    pub name: String,
+    /// Whether its extents can be trusted.
+    pub valid: bool,
+    /// Why not, when it cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// One disk, as `list` gives it.
@@ -274,6 +331,9 @@ pub struct DiskEntry {
     pub connected: bool,
     /// The limits set, by their `--disk` key (none: empty).
     pub limits: BTreeMap<String, u64>,
+    /// Its changed-block maps (`track-changes=on`; none: absent).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checkpoints: Vec<CheckpointEntry>,
 }
 
 /// What a device is: `"disk"` or `"fs"`.

@@ -101,6 +101,27 @@ fn requests() -> Vec<(Request, Value)> {
             },
             json!({"command": "snapshot", "socket": "/r/a.sock", "name": "monday"}),
         ),
+        (
+            Request::Checkpoint {
+                socket: "/r/a.sock".into(),
+                name: "nightly-1".into(),
+            },
+            json!({"command": "checkpoint", "socket": "/r/a.sock", "name": "nightly-1"}),
+        ),
+        (
+            Request::ChangedBlocks {
+                socket: "/r/a.sock".into(),
+                since: "nightly-1".into(),
+            },
+            json!({"command": "changed-blocks", "socket": "/r/a.sock", "since": "nightly-1"}),
+        ),
+        (
+            Request::ForgetCheckpoint {
+                socket: "/r/a.sock".into(),
+                name: "nightly-1".into(),
+            },
+            json!({"command": "forget-checkpoint", "socket": "/r/a.sock", "name": "nightly-1"}),
+        ),
         (Request::List, json!({"command": "list"})),
         (Request::Stats { socket: None }, json!({"command": "stats"})),
         (
@@ -217,6 +238,7 @@ fn entry() -> DiskEntry {
         queues: 2,
         connected: true,
         limits: [("iops".to_string(), 10)].into(),
+        checkpoints: vec![],
     }
 }
 
@@ -304,6 +326,41 @@ fn every_reply_goes_out_as_documented_and_comes_back_the_same() {
                     "passes": 9, "busy_passes": 3, "unsupported": 0, "sleep_ms": 5,
                     "latency_us": {"p50": 8, "p90": 16, "p99": null, "p999": null}}],
                 "engine": {"hits": 7}}]}),
+        ),
+        (
+            Reply::done(Answer::Disk(DiskEntry {
+                checkpoints: vec![
+                    CheckpointEntry {
+                        name: "a".into(),
+                        valid: true,
+                        reason: None,
+                    },
+                    CheckpointEntry {
+                        name: "b".into(),
+                        valid: false,
+                        reason: Some("vbmq did not stop cleanly".into()),
+                    },
+                ],
+                ..entry()
+            })),
+            json!({"version": 1, "ok": true, "result": {
+                "socket": "/r/a.sock", "spec": "socket=/r/a.sock,null=1G", "size": 1u64 << 30,
+                "queues": 2, "connected": true, "limits": {"iops": 10},
+                "checkpoints": [{"name": "a", "valid": true},
+                    {"name": "b", "valid": false, "reason": "vbmq did not stop cleanly"}]}}),
+        ),
+        (
+            Reply::done(Answer::Changes(ChangedBlocks {
+                name: "a".into(),
+                block_size: 65536,
+                capacity: 1 << 20,
+                extents: vec![Extent {
+                    offset: 65536,
+                    length: 131072,
+                }],
+            })),
+            json!({"version": 1, "ok": true, "result": {"name": "a", "block_size": 65536,
+                "capacity": 1u64 << 20, "extents": [{"offset": 65536, "length": 131072}]}}),
         ),
         (
             Reply::done(Answer::Notes(vec!["added /r/b.sock".into()])),

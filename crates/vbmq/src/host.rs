@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::backend::{Disk, SnapshotOptions, SnapshotReport};
+use crate::backend::{Disk, SnapshotReport};
 use crate::config::check_sockets;
 use crate::config::{DiskSpec, SpecError};
 use crate::devices::{Built, Source, build_disk};
@@ -19,6 +19,7 @@ use crate::vhost_user::{Stopper, VhostUserBlk};
 use crate::virtio_blk::{BlkDevice, resize_disk};
 use crate::worker::{LATENCY_BUCKETS, QueueStats, online_cpus};
 
+mod changes;
 mod reload;
 mod run_time;
 mod running_share;
@@ -45,6 +46,8 @@ pub struct DiskInfo {
     pub connected: bool,
     /// The I/O limits in force.
     pub limits: Limits,
+    /// Its changed-block maps (`track-changes=on`; none otherwise).
+    pub checkpoints: Vec<crate::backend::changes::Checkpoint>,
 }
 
 /// One queue's counters, as `stats` shows them.
@@ -118,6 +121,12 @@ pub enum HostError {
     /// The snapshot was refused or failed.
     #[error("snapshot: {0}")]
     Snapshot(String),
+    /// The disk has no changed-block maps.
+    #[error("the disk on {0} has no track-changes=on")]
+    NotTracked(PathBuf),
+    /// A changed-block map request was refused.
+    #[error("{0}")]
+    Changes(#[from] crate::backend::changes::ChangeError),
 }
 
 struct Running {
@@ -350,24 +359,47 @@ impl Host {
 
     /// `snapshot`: writes the disk's contents at one instant into `to` while it serves, and
     /// returns once `to` is complete and synced (see `crate::backend::SnapshotDisk`). Other
-    /// requests are served meanwhile: the disk list is not held.
+    /// requests are served meanwhile: the disk list is not held. `name`: a changed-block map
+    /// begun at the snapshot's instant (`track-changes=on` disks).
     pub fn snapshot(
         &self,
         socket: &Path,
         to: File,
-        options: &SnapshotOptions,
+        name: Option<&str>,
     ) -> Result<SnapshotReport, HostError> {
-        let disk = {
+        let (disk, device) = {
             let disks = lock(&self.disks);
             let running = disks
                 .iter()
                 .find(|r| r.spec.socket == socket)
                 .ok_or_else(|| HostError::NoSuchDisk(socket.to_path_buf()))?;
-            Arc::clone(&running.disk)
+            (Arc::clone(&running.disk), Arc::clone(&running.device))
         };
-        let report = disk
-            .snapshot(to, options)
-            .map_err(|e| HostError::Snapshot(e.to_string()))?;
+        // A named snapshot begins a changed-block map first, then lets every write pushed
+        // before it complete: each later write is in the map, each earlier one in the snapshot.
+        let map = match name {
+            Some(name) => {
+                let map = disk
+                    .changes()
+                    .ok_or_else(|| HostError::NotTracked(socket.to_path_buf()))?;
+                map.begin(name)?;
+                if !device.writes.wait_for_older(SHRINK_WAIT) {
+                    let _ = map.forget(name);
+                    return Err(HostError::Snapshot(
+                        "the writes in flight at the checkpoint did not complete within 10 s"
+                            .into(),
+                    ));
+                }
+                Some((map, name))
+            }
+            None => None,
+        };
+        let report = disk.snapshot(to).map_err(|e| {
+            if let Some((map, name)) = map {
+                let _ = map.forget(name);
+            }
+            HostError::Snapshot(e.to_string())
+        })?;
         crate::limited!(
             info,
             "{}: snapshot of {} bytes by {} in {} ms",
@@ -630,5 +662,6 @@ fn info_of(r: &Running) -> DiskInfo {
         queues: r.spec.queues,
         connected: lock(&r.current).is_some(),
         limits: r.device.limits.limits(),
+        checkpoints: changes::checkpoints_of(r.disk.changes()),
     }
 }

@@ -70,16 +70,16 @@ impl Disk for DelayedDisk {
         self.inner.close();
     }
 
-    fn snapshot(
-        &self,
-        to: std::fs::File,
-        options: &super::SnapshotOptions,
-    ) -> io::Result<super::SnapshotReport> {
-        self.inner.snapshot(to, options)
+    fn snapshot(&self, to: std::fs::File) -> io::Result<super::SnapshotReport> {
+        self.inner.snapshot(to)
     }
 
     fn writer_seat(&self) -> Option<std::sync::Arc<super::WriterSeat>> {
         self.inner.writer_seat()
+    }
+
+    fn changes(&self) -> Option<std::sync::Arc<super::ChangeMap>> {
+        self.inner.changes()
     }
 }
 

@@ -4,6 +4,7 @@
 //! of its own, which it owns outright: no lock is shared between queues on the data path.
 
 pub mod cache;
+pub mod changes;
 mod crypt;
 mod delay;
 mod direct_align;
@@ -31,6 +32,7 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 
 pub use cache::CachedDisk;
+pub use changes::{ChangeMap, TrackedDisk};
 pub use crypt::EncryptedDisk;
 pub use delay::DelayedDisk;
 pub use file::FileDisk;
@@ -40,7 +42,7 @@ pub use iovec::IovList;
 pub use memory::MemoryDisk;
 pub use null::NullDisk;
 pub use rbd::{RbdDisk, RbdTarget, cluster_connected, release_clusters};
-pub use snapshot::{SnapshotDisk, SnapshotMethod, SnapshotOptions, SnapshotReport};
+pub use snapshot::{SnapshotDisk, SnapshotMethod, SnapshotReport};
 pub use thin::{ThinDisk, ThinOptions};
 
 /// One operation handed to an engine. Offsets and lengths are in bytes and already checked
@@ -164,12 +166,17 @@ pub trait Disk: Send + Sync {
     /// Writes the disk's contents at one instant into `to` (opened writable by the operator)
     /// while the guest keeps writing, and returns once `to` is complete and synced (see
     /// [`SnapshotDisk`]). Wrappers pass it down to the storage's snapshot layer.
-    fn snapshot(&self, to: File, options: &SnapshotOptions) -> io::Result<SnapshotReport> {
-        let _ = (to, options);
+    fn snapshot(&self, to: File) -> io::Result<SnapshotReport> {
+        drop(to);
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
             "only path= disks have snapshots",
         ))
+    }
+
+    /// The disk's changed-block maps (`track-changes=on`), through every layer above them.
+    fn changes(&self) -> Option<Arc<ChangeMap>> {
+        None
     }
 }
 

@@ -100,6 +100,19 @@ pub const DISK_KEYS: &[DiskKey] = &[
         "with base: copy every block into DISK in the background, so the base can be retired",
     ),
     key(
+        "track-changes",
+        "on|off",
+        Some("off"),
+        "with path=: record which blocks change since named checkpoints (vbmq ctl checkpoint, \
+         changed-blocks), in DISK.changes beside the image; the disk then keeps its size",
+    ),
+    key(
+        "track-block",
+        "SIZE",
+        Some("64K, or the map file's"),
+        "with track-changes: bytes per tracked block, a power of two 4K..16M",
+    ),
+    key(
         "encrypt",
         "aes-xts",
         Some("off"),

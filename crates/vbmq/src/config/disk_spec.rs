@@ -101,6 +101,10 @@ pub struct DiskSpec {
     /// An encrypted disk passes discards to its image (`encrypt-discard=on`), which then shows
     /// which ranges are unused.
     pub encrypt_discard: bool,
+    /// Record changed blocks in named maps, in `DISK.changes` (`track-changes=on`).
+    pub track_changes: bool,
+    /// Bytes per tracked block (`track-block=`; `None`: the map file's, or 64 KiB).
+    pub track_block: Option<u64>,
 }
 
 /// The GID of group `name` in /etc/group.
@@ -252,6 +256,8 @@ impl DiskSpec {
             base_fill: false,
             key_file: None,
             encrypt_discard: false,
+            track_changes: false,
+            track_block: None,
             limits: Limits::default(),
             inflight: true,
             delay_us: 0,
@@ -328,6 +334,15 @@ impl DiskSpec {
                 }
                 "base-copy-on-read" => spec.base_copy_on_read = on_off(key, value)?,
                 "base-fill" => spec.base_fill = on_off(key, value)?,
+                "track-changes" => spec.track_changes = on_off(key, value)?,
+                "track-block" => {
+                    let size = parse_size(value)
+                        .filter(|s| s.is_power_of_two() && (4096..=16 << 20).contains(s));
+                    spec.track_block =
+                        Some(size.ok_or_else(|| {
+                            bad(key, "a power of two from 4K to 16M, such as 64K")
+                        })?);
+                }
                 "encrypt" => {
                     encrypt = match value {
                         "aes-xts" => true,
@@ -447,6 +462,7 @@ impl DiskSpec {
             return Err(bad("fixed-buffers", "only with path="));
         }
         spec.check_base()?;
+        spec.check_track_changes()?;
         match (encrypt, &spec.key_file) {
             (true, None) => return Err(bad("encrypt", "needs key-file=")),
             (false, Some(_)) => return Err(bad("key-file", "only with encrypt=aes-xts")),
@@ -501,6 +517,29 @@ impl DiskSpec {
                 "cache-preload=on",
                 "it would load DISK's raw file, not the disk",
             );
+        }
+        Ok(())
+    }
+
+    /// `track-changes=on`: only on a writable `path=` disk this process alone writes.
+    fn check_track_changes(&self) -> Result<(), SpecError> {
+        if !self.track_changes {
+            if self.track_block.is_some() {
+                return Err(bad("track-block", "only with track-changes=on"));
+            }
+            return Ok(());
+        }
+        let refuse = |why: &str| Err(bad("track-changes", why));
+        if !matches!(self.storage, Storage::File(_)) {
+            return refuse(
+                "only with path= (its map lives beside the image; rbd=, null= and mem= have none)",
+            );
+        }
+        if self.readonly {
+            return refuse("not with readonly=on: nothing can change");
+        }
+        if self.handover {
+            return refuse("not with handover=on: another process's writes would not be recorded");
         }
         Ok(())
     }
@@ -624,6 +663,40 @@ mod tests {
             }
         }
         assert!(key_of("socket=/s,null=1G,colour=red").contains("colour"));
+    }
+
+    #[test]
+    fn track_changes_and_its_refusals() {
+        let spec =
+            DiskSpec::parse("socket=/s,path=/d,track-changes=on,track-block=1M", CPUS).unwrap();
+        assert!(spec.track_changes);
+        assert_eq!(spec.track_block, Some(1 << 20));
+        let thin = DiskSpec::parse("socket=/s,path=/d,base=/b,track-changes=on", CPUS).unwrap();
+        assert!(thin.track_changes && thin.track_block.is_none());
+        for bad in [
+            "null=1G,track-changes=on",
+            "mem=1G,track-changes=on",
+            "rbd=p/i,track-changes=on",
+            "path=/d,readonly=on,track-changes=on",
+            "path=/d,handover=on,track-changes=on",
+        ] {
+            assert_eq!(
+                key_of(&format!("socket=/s,{bad}")),
+                "track-changes",
+                "{bad}"
+            );
+        }
+        for bad in [
+            "track-block=64K",
+            "track-changes=on,track-block=3K",
+            "track-changes=on,track-block=32M",
+        ] {
+            assert_eq!(
+                key_of(&format!("socket=/s,path=/d,{bad}")),
+                "track-block",
+                "{bad}"
+            );
+        }
     }
 
     #[test]

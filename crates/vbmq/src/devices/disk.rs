@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::backend::cache::ImageId;
 use crate::backend::{
     CachedDisk, DelayedDisk, Disk, EncryptedDisk, FileDisk, MemoryDisk, NullDisk, RbdDisk,
-    SnapshotDisk, ThinDisk, ThinOptions,
+    SnapshotDisk, ThinDisk, ThinOptions, TrackedDisk,
 };
 use crate::config::{DiskSpec, SpecError, Storage};
 use crate::vhost_user::DiskServer;
@@ -139,6 +139,16 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
                 })?),
                 None => None,
             };
+            if spec.track_changes && source.image.is_some() {
+                return Err(SpecError {
+                    key: "track-changes".into(),
+                    reason: "a disk with track-changes=on is given at start (its map file is \
+                             opened before confinement), not passed at run time"
+                        .into(),
+                });
+            }
+            // Before the image is opened: opening it moves its modification time.
+            let mtime = crate::backend::changes::image_mtime(path);
             let Source {
                 image,
                 thin,
@@ -162,6 +172,16 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
                 key: "path".into(),
                 reason: format!("{}: {e}", path.display()),
             })?;
+            // Above the snapshot layer: what reaches the storage is what changed.
+            let disk: Arc<dyn Disk> = if spec.track_changes {
+                let tracked = TrackedDisk::open(disk, path, spec.track_block, mtime);
+                Arc::new(tracked.map_err(|e| SpecError {
+                    key: "track-changes".into(),
+                    reason: format!("{}: {e}", path.display()),
+                })?)
+            } else {
+                disk
+            };
             // Under the cache: the cache holds plaintext, in vbmq's memory only.
             let disk: Arc<dyn Disk> = match (&spec.key_file, key) {
                 (Some(path), passed) => {

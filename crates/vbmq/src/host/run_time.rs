@@ -144,6 +144,14 @@ impl Host {
                 ));
             }
         }
+        if spec.track_changes && (policy.confined || passed.image.is_some()) {
+            return Err(spec_error(
+                "track-changes",
+                "a disk with track-changes=on is given at start (--disk or --config): its map \
+                 file is opened before the process is confined"
+                    .into(),
+            ));
+        }
         if !policy.confined {
             return Ok(false);
         }

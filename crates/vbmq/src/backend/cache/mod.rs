@@ -209,12 +209,16 @@ impl Disk for CachedDisk {
         self.inner.writer_seat()
     }
 
-    fn snapshot(
-        &self,
-        to: std::fs::File,
-        options: &super::SnapshotOptions,
-    ) -> io::Result<super::SnapshotReport> {
-        self.inner.snapshot(to, options)
+    fn snapshot(&self, to: std::fs::File) -> io::Result<super::SnapshotReport> {
+        self.inner.snapshot(to)
+    }
+
+    fn changes(&self) -> Option<Arc<crate::backend::ChangeMap>> {
+        self.inner.changes()
+    }
+
+    fn close(&self) {
+        self.inner.close();
     }
 
     fn on_resize(&self, listener: Box<dyn Fn(u64) + Send + Sync>) {

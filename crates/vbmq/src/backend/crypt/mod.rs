@@ -194,11 +194,11 @@ impl Disk for EncryptedDisk {
         self.inner.writer_seat()
     }
 
-    fn snapshot(
-        &self,
-        to: std::fs::File,
-        options: &super::SnapshotOptions,
-    ) -> io::Result<super::SnapshotReport> {
-        self.inner.snapshot(to, options)
+    fn snapshot(&self, to: std::fs::File) -> io::Result<super::SnapshotReport> {
+        self.inner.snapshot(to)
+    }
+
+    fn changes(&self) -> Option<Arc<super::ChangeMap>> {
+        self.inner.changes()
     }
 }

@@ -491,12 +491,8 @@ impl Disk for RbdDisk {
         self.image.close();
     }
 
-    fn snapshot(
-        &self,
-        to: std::fs::File,
-        options: &super::SnapshotOptions,
-    ) -> io::Result<super::SnapshotReport> {
-        let _ = (to, options);
+    fn snapshot(&self, to: std::fs::File) -> io::Result<super::SnapshotReport> {
+        drop(to);
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
             "an RBD disk has Ceph's own snapshots: rbd snap create POOL/IMAGE@NAME",

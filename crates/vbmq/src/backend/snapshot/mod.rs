@@ -63,13 +63,6 @@ impl SnapshotMethod {
     }
 }
 
-/// What a snapshot is asked besides its file.
-#[derive(Clone, Debug, Default)]
-pub struct SnapshotOptions {
-    /// A name to track changed blocks from (not built yet: refused).
-    pub name: Option<String>,
-}
-
 /// What a finished snapshot reports.
 #[derive(Clone, Copy, Debug)]
 pub struct SnapshotReport {
@@ -200,7 +193,6 @@ impl SnapshotDisk {
         let session = Arc::new(Session::new(self.source.clone(), to, block, capacity));
         *lock(&self.shared.session) = Some(session.clone());
         // The instant: every write pushed from now on copies its blocks first.
-        // (A changed-block map named by `SnapshotOptions::name` would start here.)
         self.shared.active.store(true, Ordering::SeqCst);
         let copied = session.copy_all();
         self.shared.active.store(false, Ordering::Release);
@@ -247,14 +239,8 @@ impl Disk for SnapshotDisk {
         self.inner.writer_seat()
     }
 
-    fn snapshot(&self, to: File, options: &SnapshotOptions) -> io::Result<SnapshotReport> {
+    fn snapshot(&self, to: File) -> io::Result<SnapshotReport> {
         let start = Instant::now();
-        if options.name.is_some() {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "named snapshots (changed-block tracking) are not built yet",
-            ));
-        }
         check_target(&to)?;
         self.check_not_image(&to)?;
         let _busy = self.take_busy("snapshot")?;
@@ -295,23 +281,17 @@ mod tests {
     }
 
     #[test]
-    fn one_snapshot_or_resize_at_a_time_and_names_are_refused_for_now() {
+    fn one_snapshot_or_resize_at_a_time() {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let (disk, _) = disk(dir.path());
         let to = || File::create(dir.path().join("s.raw")).unwrap();
         let busy = disk.take_busy("test").unwrap();
-        let e = disk
-            .snapshot(to(), &SnapshotOptions::default())
-            .unwrap_err();
+        let e = disk.snapshot(to()).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
         let e = disk.resize(4 << 20, false).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
         drop(busy);
-        let named = SnapshotOptions {
-            name: Some("monday".into()),
-        };
-        assert!(disk.snapshot(to(), &named).is_err());
-        let report = disk.snapshot(to(), &SnapshotOptions::default()).unwrap();
+        let report = disk.snapshot(to()).unwrap();
         assert_eq!(report.bytes, 3 << 20);
         assert_eq!(disk.resize(4 << 20, false).unwrap(), 4 << 20);
     }
@@ -323,7 +303,7 @@ mod tests {
         let target = dir.path().join("s.raw");
         std::fs::write(&target, vec![7u8; 5 << 20]).unwrap();
         let to = File::options().write(true).open(&target).unwrap();
-        let report = disk.snapshot(to, &SnapshotOptions::default()).unwrap();
+        let report = disk.snapshot(to).unwrap();
         // tmpfs cannot clone.
         assert_eq!(report.method, SnapshotMethod::Copy);
         assert!(std::fs::read(&target).unwrap() == std::fs::read(&path).unwrap());

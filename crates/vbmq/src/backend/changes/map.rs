@@ -1,0 +1,431 @@
+//! The named maps of one disk: one bitmap each (a bit per block, set by every write), and
+//! their file `DISK.changes` (see [`super::file`] for its format).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use super::file::{CLEAN, Entry, HEADER, Header, IN_USE, Invalid, MAX_MAPS, checksum, valid_name};
+
+/// Why a map request was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    /// No map has this name.
+    #[error("no checkpoint named {0:?} on this disk")]
+    Unknown(String),
+    /// The map cannot be trusted: no extents are given.
+    #[error(
+        "invalid: {reason} since {name}; take a full backup and a new snapshot (or checkpoint)"
+    )]
+    Invalid {
+        /// The map's name.
+        name: String,
+        /// What happened.
+        reason: &'static str,
+    },
+    /// The request cannot be done (a bad or taken name, no room).
+    #[error("{0}")]
+    Refused(String),
+    /// `DISK.changes` could not be written.
+    #[error("DISK.changes: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// The blocks changed since a named map began.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Changes {
+    /// The map's name.
+    pub name: String,
+    /// Bytes per block.
+    pub block_size: u64,
+    /// The disk's capacity in bytes.
+    pub capacity: u64,
+    /// Changed ranges as (offset, length) in bytes, sorted, adjacent blocks merged; the last
+    /// block's range ends at the capacity.
+    pub extents: Vec<(u64, u64)>,
+}
+
+/// A named map as `list` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Its name.
+    pub name: String,
+    /// Why it cannot be trusted, if it cannot.
+    pub invalid: Option<&'static str>,
+}
+
+/// The file and the names, changed only under their lock (never on the I/O path).
+struct Names {
+    file: File,
+    /// The image, whose modification time a clean close records.
+    image: File,
+    slots: [Option<Entry>; MAX_MAPS],
+    closed: bool,
+}
+
+/// The changed-block maps of one disk.
+pub struct ChangeMap {
+    block_size: u64,
+    capacity: u64,
+    blocks: u64,
+    words: usize,
+    /// Slots every write marks (live and valid): bit `i` is slot `i`.
+    active: AtomicU32,
+    /// Each slot's bitmap, made on its first use and reused after.
+    bits: [OnceLock<Box<[AtomicU64]>>; MAX_MAPS],
+    names: Mutex<Names>,
+    path: PathBuf,
+}
+
+/// The map file of the disk at `image`: `IMAGE.changes`.
+pub fn changes_path(image: &Path) -> PathBuf {
+    let mut name = image.as_os_str().to_owned();
+    name.push(".changes");
+    PathBuf::from(name)
+}
+
+fn mtime(file: &File) -> io::Result<(i64, i64)> {
+    let meta = file.metadata()?;
+    Ok((meta.mtime(), meta.mtime_nsec()))
+}
+
+/// The modification time of the image at `path`, taken before vbmq opens it (opening probes
+/// it with `fallocate`, which moves it); `None` if there is no image yet.
+pub fn image_mtime(path: &Path) -> Option<(i64, i64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.mtime(), meta.mtime_nsec()))
+}
+
+/// Marks blocks `first..=last` in `bits`: a word whose bits are all set already is only read.
+fn set_range(bits: &[AtomicU64], first: u64, last: u64) {
+    let mut block = first;
+    while block <= last {
+        let word = block / 64;
+        let high = if last / 64 == word { last % 64 } else { 63 };
+        let low = block % 64;
+        let mask = (u64::MAX >> (63 - (high - low))) << low;
+        if let Some(w) = usize::try_from(word).ok().and_then(|i| bits.get(i))
+            && w.load(Ordering::Relaxed) & mask != mask
+        {
+            w.fetch_or(mask, Ordering::Relaxed);
+        }
+        block = (word + 1) * 64;
+    }
+}
+
+impl ChangeMap {
+    /// Opens `IMAGE.changes` beside `image` (a disk of `capacity` bytes), or makes it. Maps
+    /// the file cannot vouch for are kept by name, invalid; a file that cannot be read at all
+    /// is said in the log and started afresh. Then the file says "in use", flushed, before
+    /// any write is served. `block_size`: asked for (`track-block=`), or the file's, or 64 KiB.
+    /// `image_mtime`: the image's [`image_mtime`] before vbmq opened it.
+    pub fn open(
+        image: &Path,
+        capacity: u64,
+        block_size: Option<u64>,
+        image_mtime: Option<(i64, i64)>,
+    ) -> io::Result<ChangeMap> {
+        if let Some(bs) = block_size
+            && (!bs.is_power_of_two() || !(4096..=(16 << 20)).contains(&bs))
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "track-block must be a power of two from 4K to 16M",
+            ));
+        }
+        let path = changes_path(image);
+        let image_file = File::open(image)?;
+        // Not through a symbolic link, and only a regular file: vbmq may run as root.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        if !file.metadata()?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a regular file", path.display()),
+            ));
+        }
+        let (header, bitmaps) = super::file::load(&file, &path, image_mtime, capacity, block_size);
+        let block_size = header.block_size;
+        let blocks = capacity.div_ceil(block_size);
+        let words = usize::try_from(blocks.div_ceil(64))
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "too large"))?;
+        let map = ChangeMap {
+            block_size,
+            capacity,
+            blocks,
+            words,
+            active: AtomicU32::new(0),
+            bits: std::array::from_fn(|_| OnceLock::new()),
+            names: Mutex::new(Names {
+                file,
+                image: image_file,
+                slots: std::array::from_fn(|_| None),
+                closed: false,
+            }),
+            path,
+        };
+        let mut names = map.lock();
+        for (k, entry) in header.entries.into_iter().enumerate() {
+            if entry.invalid.is_none() {
+                let bits = map.bitmap(k);
+                let raw = bitmaps
+                    .get(k * words * 8..(k + 1) * words * 8)
+                    .unwrap_or(&[]);
+                for (w, bytes) in bits.iter().zip(raw.chunks_exact(8)) {
+                    let mut word = [0u8; 8];
+                    word.copy_from_slice(bytes);
+                    w.store(u64::from_le_bytes(word), Ordering::Relaxed);
+                }
+                map.active.fetch_or(1 << k, Ordering::Release);
+            }
+            names.slots[k] = Some(entry);
+        }
+        map.persist(&names)?;
+        drop(names);
+        Ok(map)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Names> {
+        self.names.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Slot `k`'s bitmap, made on first use.
+    fn bitmap(&self, k: usize) -> &[AtomicU64] {
+        self.bits[k].get_or_init(|| (0..self.words).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    fn header(
+        &self,
+        names: &Names,
+        state: u32,
+        bitmaps_sum: u64,
+        image_mtime: (i64, i64),
+    ) -> Header {
+        Header {
+            state,
+            block_size: self.block_size,
+            capacity: self.capacity,
+            entries: names.slots.iter().flatten().cloned().collect(),
+            bitmaps_sum,
+            image_mtime,
+        }
+    }
+
+    /// Writes the header as "in use" with the names of now, and flushes it.
+    fn persist(&self, names: &Names) -> io::Result<()> {
+        let header = self.header(names, IN_USE, 0, (0, 0));
+        names.file.write_all_at(&header.encode(), 0)?;
+        names.file.sync_data()
+    }
+
+    /// Bytes per block.
+    pub fn block_size(&self) -> u64 {
+        self.block_size
+    }
+
+    /// The disk's capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The map file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Marks the blocks of `len` bytes at `offset` changed in every live map: one atomic load
+    /// when no map is live; else per map and 64-block word, a load, and a `fetch_or` only if
+    /// a bit is still clear. No lock, no system call.
+    pub fn mark(&self, offset: u64, len: u64) {
+        let mut active = self.active.load(Ordering::Acquire);
+        if active == 0 || len == 0 {
+            return;
+        }
+        let first = offset / self.block_size;
+        if first >= self.blocks {
+            return;
+        }
+        let last = (offset.saturating_add(len - 1) / self.block_size).min(self.blocks - 1);
+        while active != 0 {
+            let slot = active.trailing_zeros() as usize;
+            active &= active - 1;
+            if let Some(bits) = self.bits.get(slot).and_then(OnceLock::get) {
+                set_range(bits, first, last);
+            }
+        }
+    }
+
+    /// Starts an empty map named `name` at this instant: every write pushed after this returns
+    /// is in it (one in flight now may not be). The name is recorded in the file (flushed)
+    /// first. With a snapshot: call it before the snapshot's instant, and let the writes in
+    /// flight now complete before that instant; then every write is in the snapshot or the map.
+    pub fn begin(&self, name: &str) -> Result<(), ChangeError> {
+        if !valid_name(name) {
+            return Err(ChangeError::Refused(format!(
+                "{name:?}: a checkpoint name is 1 to 64 of A-Z a-z 0-9 . _ -"
+            )));
+        }
+        let mut names = self.lock();
+        if names.closed {
+            return Err(ChangeError::Refused("the disk is closing".into()));
+        }
+        if names.slots.iter().flatten().any(|e| e.name == name) {
+            return Err(ChangeError::Refused(format!(
+                "a checkpoint named {name:?} exists: forget it first"
+            )));
+        }
+        let Some(k) = names.slots.iter().position(Option::is_none) else {
+            return Err(ChangeError::Refused(format!(
+                "{MAX_MAPS} checkpoints already: forget one first"
+            )));
+        };
+        // A write that saw the slot live before a `forget` may still set bits in it: cleared
+        // here, at worst a block more is reported, never one less.
+        for word in self.bitmap(k) {
+            word.store(0, Ordering::Relaxed);
+        }
+        names.slots[k] = Some(Entry {
+            name: name.to_string(),
+            invalid: None,
+        });
+        if let Err(e) = self.persist(&names) {
+            names.slots[k] = None;
+            return Err(e.into());
+        }
+        self.active.fetch_or(1 << k, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// The blocks written (or zeroed, or discarded) since `name` began.
+    pub fn changed_since(&self, name: &str) -> Result<Changes, ChangeError> {
+        let names = self.lock();
+        let (k, entry) = names
+            .slots
+            .iter()
+            .enumerate()
+            .find_map(|(k, e)| e.as_ref().filter(|e| e.name == name).map(|e| (k, e)))
+            .ok_or_else(|| ChangeError::Unknown(name.to_string()))?;
+        if let Some(why) = entry.invalid {
+            return Err(ChangeError::Invalid {
+                name: name.to_string(),
+                reason: why.reason(),
+            });
+        }
+        let mut extents: Vec<(u64, u64)> = Vec::new();
+        let mut run: Option<u64> = None;
+        let bits = self.bitmap(k);
+        let close = |start: u64, end: u64, extents: &mut Vec<(u64, u64)>| {
+            let (from, to) = (
+                start * self.block_size,
+                (end * self.block_size).min(self.capacity),
+            );
+            extents.push((from, to - from));
+        };
+        for (w, word) in bits.iter().enumerate() {
+            let word = word.load(Ordering::Acquire);
+            if (word == 0 && run.is_none()) || (word == u64::MAX && run.is_some()) {
+                continue;
+            }
+            for bit in 0..64 {
+                let block = w as u64 * 64 + bit;
+                match (word >> bit & 1 != 0, run) {
+                    (true, None) => run = Some(block),
+                    (false, Some(start)) => {
+                        close(start, block, &mut extents);
+                        run = None;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if let Some(start) = run {
+            close(start, self.blocks, &mut extents);
+        }
+        Ok(Changes {
+            name: name.to_string(),
+            block_size: self.block_size,
+            capacity: self.capacity,
+            extents,
+        })
+    }
+
+    /// Forgets the map `name`.
+    pub fn forget(&self, name: &str) -> Result<(), ChangeError> {
+        let mut names = self.lock();
+        let k = names
+            .slots
+            .iter()
+            .position(|e| e.as_ref().is_some_and(|e| e.name == name))
+            .ok_or_else(|| ChangeError::Unknown(name.to_string()))?;
+        self.active.fetch_and(!(1 << k), Ordering::AcqRel);
+        names.slots[k] = None;
+        self.persist(&names)?;
+        Ok(())
+    }
+
+    /// The maps, with why each cannot be trusted if it cannot.
+    pub fn checkpoints(&self) -> Vec<Checkpoint> {
+        self.lock()
+            .slots
+            .iter()
+            .flatten()
+            .map(|e| Checkpoint {
+                name: e.name.clone(),
+                invalid: e.invalid.map(Invalid::reason),
+            })
+            .collect()
+    }
+
+    /// At a clean stop, once no write can come: writes every bitmap, flushes, then marks the
+    /// file clean (with the image's modification time) and flushes again. Once only.
+    pub fn close(&self) {
+        let mut names = self.lock();
+        if names.closed {
+            return;
+        }
+        names.closed = true;
+        self.active.store(0, Ordering::Release);
+        if let Err(e) = self.write_clean(&names) {
+            tracing::error!(
+                "{}: cannot be closed cleanly ({e}): its checkpoints will be invalid",
+                self.path.display()
+            );
+        }
+    }
+
+    fn write_clean(&self, names: &Names) -> io::Result<()> {
+        let mut bitmaps = Vec::with_capacity(self.words * 8);
+        for (k, entry) in names.slots.iter().enumerate() {
+            let Some(entry) = entry else { continue };
+            match (entry.invalid, self.bits[k].get()) {
+                (None, Some(bits)) => {
+                    bitmaps.extend(
+                        bits.iter()
+                            .flat_map(|w| w.load(Ordering::Acquire).to_le_bytes()),
+                    );
+                }
+                _ => bitmaps.resize(bitmaps.len() + self.words * 8, 0),
+            }
+        }
+        names.file.write_all_at(&bitmaps, HEADER)?;
+        names.file.set_len(HEADER + bitmaps.len() as u64)?;
+        names.file.sync_data()?;
+        let clean = self.header(names, CLEAN, checksum(&bitmaps), mtime(&names.image)?);
+        names.file.write_all_at(&clean.encode(), 0)?;
+        names.file.sync_data()
+    }
+}
+
+#[cfg(test)]
+#[path = "map_tests.rs"]
+mod tests;
