@@ -25,6 +25,7 @@ mod snapshot;
 mod staging;
 pub mod thin;
 mod uring;
+mod write_hook;
 
 use std::fs::File;
 use std::io;

@@ -1,57 +1,14 @@
-//! A queue's engine over a tracked disk: marks what each write, write-zeroes and discard
-//! covers in the live maps, then hands the operation on unchanged.
+//! On each queue's path: what each write, write-zeroes and discard covers is marked in the
+//! live maps before the operation can reach the storage, so a map never misses a block that
+//! changed (at worst it holds one whose write then failed).
 
-use std::io;
-use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use super::map::ChangeMap;
-use crate::backend::{Engine, IoOp};
+use crate::backend::write_hook::BeforeWrite;
 
-/// A queue's engine over a tracked disk.
-pub struct TrackedEngine {
-    inner: Box<dyn Engine>,
-    map: Arc<ChangeMap>,
-}
-
-impl TrackedEngine {
-    pub fn new(inner: Box<dyn Engine>, map: Arc<ChangeMap>) -> Self {
-        TrackedEngine { inner, map }
-    }
-}
-
-impl Engine for TrackedEngine {
-    fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()> {
-        // Before the operation can reach the storage: a map never misses a block that
-        // changed, at worst it holds one whose write then failed.
-        match op {
-            IoOp::Write { offset, iov } => self.map.mark(offset, iov.len() as u64),
-            IoOp::Discard { offset, len } | IoOp::WriteZeroes { offset, len, .. } => {
-                self.map.mark(offset, len);
-            }
-            IoOp::Read { .. } | IoOp::Flush => {}
-        }
-        self.inner.push(op, tag)
-    }
-
-    fn submit(&mut self) -> io::Result<()> {
-        self.inner.submit()
-    }
-
-    fn wait(&mut self) -> io::Result<()> {
-        self.inner.wait()
-    }
-
-    fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
-        self.inner.reap(done);
-    }
-
-    fn completion_fd(&self) -> Option<RawFd> {
-        self.inner.completion_fd()
-    }
-
-    unsafe fn guest_memory(&mut self, regions: &[libc::iovec]) -> io::Result<()> {
-        // SAFETY: the caller's promise, passed on.
-        unsafe { self.inner.guest_memory(regions) }
+impl BeforeWrite for Arc<ChangeMap> {
+    fn before_write(&self, offset: u64, len: u64) {
+        self.mark(offset, len);
     }
 }

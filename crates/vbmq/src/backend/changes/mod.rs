@@ -30,8 +30,8 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
-use self::engine::TrackedEngine;
 pub use self::map::{ChangeError, ChangeMap, Changes, Checkpoint, changes_path, image_mtime};
+use super::write_hook::HookedEngine;
 use super::{Disk, Engine, EngineOptions, Geometry, SnapshotReport, WriterSeat};
 
 /// A disk whose changed blocks are recorded in named maps.
@@ -82,7 +82,7 @@ impl Disk for TrackedDisk {
     }
 
     fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
-        Ok(Box::new(TrackedEngine::new(
+        Ok(Box::new(HookedEngine::new(
             self.inner.engine(options)?,
             self.map.clone(),
         )))

@@ -37,8 +37,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use self::engine::SnapshotEngine;
 use self::session::{Session, Source};
+use super::write_hook::HookedEngine;
 use super::{Disk, Engine, EngineOptions, FileDisk, Geometry, ThinDisk, WriterSeat};
 
 /// Bytes copied at a time from a file image: the unit of copy-before-write.
@@ -208,7 +208,7 @@ impl Disk for SnapshotDisk {
     }
 
     fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
-        Ok(Box::new(SnapshotEngine::new(
+        Ok(Box::new(HookedEngine::new(
             self.inner.engine(options)?,
             self.shared.clone(),
         )))
