@@ -193,7 +193,10 @@ fn a_named_snapshot_and_the_blocks_changed_since_it_rebuild_the_next_snapshot() 
     writer.stop();
     let changed = ctl_json(&control, &["changed-blocks", s(&a), "--since", "one"]);
     let (mut rebuilt, next) = (std::fs::read(&one).unwrap(), std::fs::read(&two).unwrap());
-    assert!(rebuilt != next, "the writer changed nothing between the snapshots");
+    assert!(
+        rebuilt != next,
+        "the writer changed nothing between the snapshots"
+    );
     let mut copied = 0;
     for extent in changed["extents"].as_array().expect("extents") {
         let offset = extent["offset"].as_u64().unwrap() as usize;
@@ -205,7 +208,10 @@ fn a_named_snapshot_and_the_blocks_changed_since_it_rebuild_the_next_snapshot() 
         .chunks(BLOCK)
         .zip(next.chunks(BLOCK))
         .position(|(a, b)| a != b);
-    assert_eq!(first_wrong, None, "a block differs though no extent named it");
+    assert_eq!(
+        first_wrong, None,
+        "a block differs though no extent named it"
+    );
     assert!(
         copied < next.len() / 2,
         "{copied} bytes changed: the map is not a map"

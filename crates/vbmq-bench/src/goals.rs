@@ -5,6 +5,7 @@ use serde::Serialize;
 use super::bare;
 use super::cache_study;
 use super::calibrate::Handover;
+use super::snapshots::SnapshotFigures;
 use super::stats::{CaseResult, Summary};
 use super::systems::{DiskSetup, System, WaitMode};
 use super::workloads::{ClientMode, Experiment, Workload};
@@ -74,7 +75,7 @@ pub struct GoalResult {
     pub note: String,
 }
 
-fn goals() -> [Goal; 12] {
+fn goals() -> [Goal; 14] {
     let matrix = |what, workload, metric, reference, system, threshold, at_least| Goal {
         what,
         experiment: Experiment::Matrix,
@@ -197,8 +198,24 @@ fn goals() -> [Goal; 12] {
             DiskSetup::Thin { copied: false },
             0.9,
         ),
+        cloud(
+            "changed-block tracking (1 checkpoint live), randwrite 4K QD32, mode=poll",
+            Workload::randwrite(32),
+            DiskSetup::Tracked,
+            0.9,
+        ),
+        cloud(
+            "writes while copy-before-write snapshots run, randwrite 4K QD32, mode=poll",
+            Workload::randwrite(32),
+            DiskSetup::Snapshotting,
+            SNAPSHOT_THRESHOLD,
+        ),
     ]
 }
+
+/// The writes-during-snapshots goal: each first write to a 1 MiB block waits for that block's
+/// copy, so random writes all over the disk wait for most of it early in each snapshot.
+const SNAPSHOT_THRESHOLD: f64 = 0.5;
 
 /// An issue 27 goal: `storage`'s IOPS at least `threshold` times the plain disk's.
 fn cloud(what: &'static str, workload: Workload, storage: DiskSetup, threshold: f64) -> Goal {
@@ -286,6 +303,10 @@ fn note(g: &Goal, case: &CaseResult, handover: Option<&Handover>) -> String {
             cpu(g.system),
             cpu(g.reference)
         ));
+        let point = case.points.iter().find(|p| p.system == g.system);
+        if let Some(f) = point.and_then(|p| SnapshotFigures::of(&p.snapshots, p.runs.len())) {
+            parts.push(f.describe());
+        }
     }
     let reference = case.summary(g.reference).map(|s| s.p50_us.median);
     if let (Metric::P50Us, ClientMode::Interrupt, Some(h), Some(reference)) =
@@ -362,7 +383,7 @@ mod tests {
             ),
         ];
         let results = evaluate(&cases, None);
-        assert_eq!(results.len(), 12);
+        assert_eq!(results.len(), 14);
         assert_eq!(results[0].ratio, Some(0.95));
         assert_eq!(results[0].met, Some(true));
         // randwrite was not measured.
@@ -451,6 +472,52 @@ mod tests {
         );
         // The thin disk was not measured.
         assert_eq!(results[11].met, None);
+    }
+
+    #[test]
+    fn snapshot_goal_states_the_snapshots_beside_the_ratio() {
+        let plain = System::vbmq(WaitMode::Poll);
+        let tracked = System::vbmq_on(DiskSetup::Tracked, WaitMode::Poll);
+        let during = System::vbmq_on(DiskSetup::Snapshotting, WaitMode::Poll);
+        let mut snapshotting = point(during, 100e3, 2.0, 5.0);
+        snapshotting.snapshots = vec![crate::snapshots::SnapshotTaken {
+            began_s: 0.0,
+            ended_s: 0.5,
+            bytes: 1 << 30,
+            seconds: 0.5,
+            window_s: 1.0,
+        }];
+        let mut c = case(
+            Workload::randwrite(32),
+            vec![
+                point(plain, 400e3, 2.0, 2.0),
+                point(tracked, 380e3, 2.0, 2.1),
+                snapshotting,
+            ],
+        );
+        c.case.experiment = Experiment::CloudDisks;
+        let results = evaluate(&[c], None);
+        let tracking = &results[12];
+        assert_eq!(tracking.system, tracked);
+        assert_eq!(tracking.ratio, Some(0.95));
+        assert_eq!(tracking.met, Some(true));
+        assert!(!tracking.note.contains("snapshots"), "{}", tracking.note);
+        let g = &results[13];
+        assert_eq!(g.system, during);
+        assert_eq!(g.ratio, Some(0.25));
+        assert_eq!(g.met, Some(false));
+        assert!(g.note.contains("5.00 against 2.00"), "{}", g.note);
+        assert!(
+            g.note
+                .contains("1 snapshots, each 0.50 s (0.50-0.50) at 2147 MB/s"),
+            "{}",
+            g.note
+        );
+        assert!(
+            g.note.ends_with("running 50% of the measured time"),
+            "{}",
+            g.note
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@ mod rng;
 mod runner;
 mod running;
 mod shared_cpu_study;
+mod snapshots;
 mod stats;
 mod sync_client;
 mod systems;

@@ -317,14 +317,15 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
 
 /// Issue 27's disks against the plain disk on the same file, 4 KiB QD32, polling client,
 /// mode=poll: the same in a quick and a full run. Another kind of disk is one more system in
-/// the case (writes during a snapshot, writes with `track-changes=on`: beside `crypt` in the
-/// randwrite case).
+/// the case.
 fn cloud_disk_cases() -> Vec<Case> {
     let on = |storage| System::vbmq_on(storage, WaitMode::Poll);
     let plain = on(DiskSetup::File);
     let crypt = on(DiskSetup::Encrypted);
     let fresh = on(DiskSetup::Thin { copied: false });
     let copied = on(DiskSetup::Thin { copied: true });
+    let tracked = on(DiskSetup::Tracked);
+    let snapshotting = on(DiskSetup::Snapshotting);
     let case = |workload, systems: Vec<System>| Case {
         experiment: Experiment::CloudDisks,
         workload,
@@ -335,7 +336,12 @@ fn cloud_disk_cases() -> Vec<Case> {
     vec![
         // A fresh base= disk reads every block from the base.
         case(Workload::randread(32), vec![plain, crypt, fresh]),
-        case(Workload::randwrite(32), vec![plain, crypt, copied]),
+        // Also: writes with one changed-block map live; writes while copy-before-write
+        // snapshots of the disk run back to back.
+        case(
+            Workload::randwrite(32),
+            vec![plain, crypt, copied, tracked, snapshotting],
+        ),
         // First writes: each copies its 64 KiB block from the base.
         case(Workload::spreadwrite(32), vec![plain, fresh]),
     ]
