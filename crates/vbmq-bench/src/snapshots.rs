@@ -14,6 +14,10 @@ use serde::Serialize;
 use super::error::{BenchError, Result};
 use super::stats::Stat;
 
+/// vbmq's unit of copy-before-write (`COPY_BLOCK` in `backend/snapshot`): a guest write to a
+/// block not yet copied waits for this many bytes to be read and written.
+pub const COPY_BLOCK: u64 = 1 << 20;
+
 /// One snapshot taken during a run, times in seconds from the start of the measured window.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct SnapshotTaken {
@@ -75,6 +79,12 @@ impl SnapshotFigures {
                 0.0
             },
         })
+    }
+
+    /// Guest writes a second while every write is a block's first and waits for its copy: the
+    /// blocks of [`COPY_BLOCK`] bytes the snapshots copied a second (median).
+    pub fn first_write_bound(&self) -> f64 {
+        self.mb_s.median * 1e6 / COPY_BLOCK as f64
     }
 
     /// One line for a goal's note.
