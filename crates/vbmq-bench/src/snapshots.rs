@@ -150,7 +150,8 @@ impl SnapshotJob<'_> {
         Ok(taken)
     }
 
-    fn take(&self) -> Result<(u64, f64)> {
+    /// Takes one snapshot; returns its bytes and the daemon's seconds.
+    pub fn take(&self) -> Result<(u64, f64)> {
         let _ = std::fs::remove_file(&self.file);
         let out = Command::new(self.vbmq)
             .arg("ctl")
