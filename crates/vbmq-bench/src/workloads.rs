@@ -134,7 +134,8 @@ pub enum Experiment {
     Cache,
     /// Seed 003: a working set four times vbmq's cache.
     CacheSpill,
-    /// Issue 27: encrypted and `base=` disks against the plain disk on the same file.
+    /// Issue 27: encrypted, `base=` and `track-changes=on` disks, and writes during snapshots,
+    /// against the plain disk on the same file.
     CloudDisks,
 }
 
@@ -150,7 +151,7 @@ impl Experiment {
             Experiment::Null => "Null device: the virtualization path alone",
             Experiment::Cache => "Hypervisor-side DRAM cache hits (seed 003)",
             Experiment::CacheSpill => "Working set four times vbmq's cache (seed 003)",
-            Experiment::CloudDisks => "Encrypted and base= disks against the plain disk",
+            Experiment::CloudDisks => "Encrypted, base=, tracked and snapshotted disks against the plain disk",
         }
     }
 }
