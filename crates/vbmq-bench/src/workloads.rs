@@ -151,7 +151,9 @@ impl Experiment {
             Experiment::Null => "Null device: the virtualization path alone",
             Experiment::Cache => "Hypervisor-side DRAM cache hits (seed 003)",
             Experiment::CacheSpill => "Working set four times vbmq's cache (seed 003)",
-            Experiment::CloudDisks => "Encrypted, base=, tracked and snapshotted disks against the plain disk",
+            Experiment::CloudDisks => {
+                "Encrypted, base=, tracked and snapshotted disks against the plain disk"
+            }
         }
     }
 }
