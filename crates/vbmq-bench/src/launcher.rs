@@ -43,6 +43,7 @@ impl Launcher {
                 },
                 socket: None,
                 log: None,
+                control: None,
             });
         }
         if let System::BareMetal | System::BareMetalPageCache = system {
@@ -54,6 +55,7 @@ impl Launcher {
                 },
                 socket: None,
                 log: None,
+                control: None,
             });
         }
         if let System::Vbmq { storage, .. } = system {
@@ -61,7 +63,12 @@ impl Launcher {
         }
         let socket = self.run_dir.join(format!("{}-{seq}.sock", system.id()));
         let log = self.run_dir.join(format!("{}-{seq}.log", system.id()));
+        let control =
+            needs_control(system).then(|| self.run_dir.join(format!("{}-{seq}.ctl", system.id())));
         let mut cmd = self.command(system, queues, &socket)?;
+        if let Some(control) = &control {
+            cmd.arg("--control").arg(control);
+        }
         let log_file = File::create(&log)
             .map_err(|e| BenchError::io(format!("creating {}", log.display()), e))?;
         cmd.stdin(Stdio::null())
@@ -88,10 +95,21 @@ impl Launcher {
         let mut running = Running {
             child: Some(child),
             target: Target::VhostUser(socket.clone()),
-            socket: Some(socket),
+            socket: Some(socket.clone()),
             log: Some(log),
+            control: control.clone(),
         };
         running.wait_ready(system)?;
+        if let (
+            Some(control),
+            System::Vbmq {
+                storage: DiskSetup::Tracked,
+                ..
+            },
+        ) = (&control, system)
+        {
+            self.checkpoint(control, &socket)?;
+        }
         if let System::Vbmq {
             storage: DiskSetup::Thin { copied: true },
             ..
@@ -114,12 +132,53 @@ impl Launcher {
         PathBuf::from(name)
     }
 
-    /// Removes the thin disks and their maps (at the end, or to start a fresh one).
+    /// Removes the thin disks and their maps, the changed-block maps and the snapshot (at the
+    /// end, or to start a fresh one).
     pub fn remove_thin_disks(&self) {
         for copied in [false, true] {
             let disk = self.thin_disk(copied);
             let _ = fs::remove_file(thin_map(&disk));
             let _ = fs::remove_file(disk);
+        }
+        let _ = fs::remove_file(self.beside_disk(".changes"));
+        let _ = fs::remove_file(self.snapshot_file());
+    }
+
+    /// `self.disk` with `suffix` appended: a file beside it, on the same storage.
+    fn beside_disk(&self, suffix: &str) -> PathBuf {
+        let mut name = self.disk.as_os_str().to_owned();
+        name.push(suffix);
+        PathBuf::from(name)
+    }
+
+    /// The file [`DiskSetup::Snapshotting`] snapshots the disk into: beside it.
+    pub fn snapshot_file(&self) -> PathBuf {
+        self.beside_disk(".snapshot")
+    }
+
+    /// Begins the changed-block map of [`DiskSetup::Tracked`] (`vbmq ctl checkpoint`),
+    /// retrying while the control server is not yet reachable (exit status 1).
+    fn checkpoint(&self, control: &Path, socket: &Path) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let out = Command::new(&self.vbmq)
+                .args(ctl_checkpoint(control, socket))
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| BenchError::io("running vbmq ctl checkpoint", e))?;
+            match out.status.code() {
+                Some(0) => return Ok(()),
+                Some(1) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    return Err(BenchError::Backend(format!(
+                        "vbmq ctl checkpoint: {} {}",
+                        out.status,
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    )));
+                }
+            }
         }
     }
 
@@ -131,6 +190,11 @@ impl Launcher {
                 let path = self.key_file();
                 fs::write(&path, key)
                     .map_err(|e| BenchError::io(format!("writing {}", path.display()), e))
+            }
+            // One checkpoint, begun afresh each run: no map left from the run before.
+            DiskSetup::Tracked => {
+                let _ = fs::remove_file(self.beside_disk(".changes"));
+                Ok(())
             }
             DiskSetup::Thin { copied: false } => {
                 let disk = self.thin_disk(false);
@@ -184,7 +248,8 @@ impl Launcher {
             } => {
                 let size = self.disk_size;
                 let storage = match storage {
-                    DiskSetup::File => format!("path={disk}"),
+                    DiskSetup::File | DiskSetup::Snapshotting => format!("path={disk}"),
+                    DiskSetup::Tracked => format!("path={disk},track-changes=on"),
                     DiskSetup::PageCache => format!("path={disk},direct=off"),
                     DiskSetup::Memory => format!("mem={size},image={disk}"),
                     DiskSetup::Cache { percent } => format!(
@@ -254,6 +319,30 @@ impl Launcher {
             }
         }
     }
+}
+
+/// Whether `system` is started with a control socket (`vbmq serve --control`): the disks a
+/// `vbmq ctl` command prepares or loads.
+fn needs_control(system: System) -> bool {
+    matches!(
+        system,
+        System::Vbmq {
+            storage: DiskSetup::Tracked | DiskSetup::Snapshotting,
+            ..
+        }
+    )
+}
+
+/// The arguments of `vbmq ctl` that begin the checkpoint `bench` of the disk at `socket`.
+fn ctl_checkpoint<'a>(control: &'a Path, socket: &'a Path) -> [&'a std::ffi::OsStr; 6] {
+    [
+        "ctl".as_ref(),
+        "--control".as_ref(),
+        control.as_os_str(),
+        "checkpoint".as_ref(),
+        socket.as_os_str(),
+        "bench".as_ref(),
+    ]
 }
 
 /// How long a copied thin disk may take to fill from the base.
@@ -338,11 +427,43 @@ mod tests {
             args(&cmd)[2]
                 .contains(",path=/dev/shm/d.raw.thin-copied,base=/dev/shm/d.raw,base-fill=on,")
         );
+        let tracked = System::vbmq_on(DiskSetup::Tracked, WaitMode::Poll);
+        let cmd = launcher().command(tracked, 1, sock).unwrap();
+        assert!(args(&cmd)[2].contains(",path=/dev/shm/d.raw,track-changes=on,"));
+        let during = System::vbmq_on(DiskSetup::Snapshotting, WaitMode::Poll);
+        let cmd = launcher().command(during, 1, sock).unwrap();
+        assert!(args(&cmd)[2].contains(",path=/dev/shm/d.raw,queues=1,"));
         // Two polling queues on one backend CPU: its one thread serves both.
         let cmd = launcher()
             .command(System::vbmq(WaitMode::Poll), 2, sock)
             .unwrap();
         assert!(args(&cmd)[2].ends_with(",queues=2,mode=poll,cpus=1,1"));
+    }
+
+    #[test]
+    fn only_disks_driven_by_vbmq_ctl_get_a_control_socket() {
+        let on = |storage| System::vbmq_on(storage, WaitMode::Poll);
+        assert!(needs_control(on(DiskSetup::Tracked)));
+        assert!(needs_control(on(DiskSetup::Snapshotting)));
+        assert!(!needs_control(on(DiskSetup::File)));
+        assert!(!needs_control(System::QsdVbdp));
+        let args = ctl_checkpoint(Path::new("/r/c.ctl"), Path::new("/r/d.sock"));
+        let args: Vec<_> = args.iter().map(|a| a.to_string_lossy()).collect();
+        assert_eq!(
+            args,
+            [
+                "ctl",
+                "--control",
+                "/r/c.ctl",
+                "checkpoint",
+                "/r/d.sock",
+                "bench"
+            ]
+        );
+        assert_eq!(
+            launcher().snapshot_file(),
+            Path::new("/dev/shm/d.raw.snapshot")
+        );
     }
 
     #[test]

@@ -26,6 +26,8 @@ mod rng;
 mod runner;
 mod running;
 mod shared_cpu_study;
+mod snapshot_study;
+mod snapshots;
 mod stats;
 mod sync_client;
 mod systems;
@@ -191,6 +193,17 @@ fn bench(opts: &Options) -> Result<bool> {
         studies_measured = shared.error.is_none();
         println!("{text}");
         let path = out.join("shared-cpu.txt");
+        fs::write(&path, &text)
+            .map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
+    }
+    let run_snapshot = opts.only.as_deref().is_none_or(snapshot_study::selects);
+    if complete && run_snapshot && !STOP.load(Ordering::Relaxed) {
+        println!("== Snapshot of a quiet disk against the host's cp --sparse=always");
+        let text = snapshot_study::run(&launcher, &cpus, settings, &STOP);
+        launcher.remove_thin_disks();
+        println!("{text}");
+        studies_measured |= !text.starts_with("not measured");
+        let path = out.join("snapshot.txt");
         fs::write(&path, &text)
             .map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
     }

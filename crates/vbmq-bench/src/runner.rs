@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -12,8 +13,9 @@ use super::client::{LoadSpec, run_load};
 use super::cpus::CpuPlan;
 use super::error::{BenchError, Result};
 use super::launcher::Launcher;
+use super::snapshots::{SnapshotJob, SnapshotTaken};
 use super::stats::{CaseResult, PointResult, RunSample, Summary};
-use super::systems::System;
+use super::systems::{DiskSetup, System, Target};
 use super::workloads::{Case, Experiment};
 
 /// Time a run may take beyond warm-up and measurement (connecting, draining, a slow request)
@@ -172,7 +174,10 @@ impl<'a> Runner<'a> {
                     attempt = self.run_once(point.system, case, &mut point.warnings);
                 }
                 match attempt {
-                    Ok(sample) => point.runs.push(sample),
+                    Ok((sample, snapshots)) => {
+                        point.runs.push(sample);
+                        point.snapshots.extend(snapshots);
+                    }
                     Err(BenchError::Interrupted) => break,
                     Err(e @ BenchError::Backend(_)) => {
                         // It did not start: it will not start for the next case either.
@@ -206,7 +211,7 @@ impl<'a> Runner<'a> {
         system: System,
         case: &Case,
         warnings: &mut Vec<String>,
-    ) -> Result<RunSample> {
+    ) -> Result<(RunSample, Vec<SnapshotTaken>)> {
         self.seq += 1;
         let mut running = self.launcher.launch(system, case.jobs, self.seq)?;
         let spec = LoadSpec {
@@ -218,7 +223,37 @@ impl<'a> Runner<'a> {
         };
         let budget = spec.warmup + spec.measure + RUN_SLACK;
         let watchdog = running.watchdog(budget);
-        let load = run_load(running.target(), &spec, self.cpus, running.pid(), self.stop);
+        // The client starts measuring `warmup` after it connects, a few milliseconds after
+        // this: the first snapshot begins just before the window and the last ends after it.
+        let start = Instant::now() + spec.warmup;
+        let (launcher, cpus, stop) = (self.launcher, self.cpus, self.stop);
+        let snapshot_job = match (system, running.control(), running.target()) {
+            (
+                System::Vbmq {
+                    storage: DiskSetup::Snapshotting,
+                    ..
+                },
+                Some(control),
+                Target::VhostUser(socket),
+            ) => Some(SnapshotJob {
+                vbmq: &launcher.vbmq,
+                control,
+                socket,
+                file: launcher.snapshot_file(),
+            }),
+            _ => None,
+        };
+        let (load, snapshots) = thread::scope(|scope| {
+            let snapshots = snapshot_job
+                .as_ref()
+                .map(|job| scope.spawn(move || job.run(start, start + spec.measure, stop)));
+            let load = run_load(running.target(), &spec, cpus, running.pid(), stop);
+            let snapshots = snapshots.map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(BenchError::Request("snapshot loop panicked".into())))
+            });
+            (load, snapshots)
+        });
         if watchdog.disarm() {
             warnings.push(format!(
                 "{}: killed after {budget:?}: the run hung",
@@ -235,9 +270,11 @@ impl<'a> Runner<'a> {
             e if backend => BenchError::Request(format!("{e} (backend output: {tail})")),
             e => e,
         })?;
-        RunSample::from_load(&load).ok_or_else(|| {
+        let snapshots = snapshots.transpose()?.unwrap_or_default();
+        let sample = RunSample::from_load(&load).ok_or_else(|| {
             BenchError::Request("no request completed in the measured window".into())
-        })
+        })?;
+        Ok((sample, snapshots))
     }
 }
 

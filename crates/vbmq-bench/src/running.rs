@@ -2,7 +2,7 @@
 //! process if a run hangs.
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::{self, JoinHandle};
@@ -23,12 +23,19 @@ pub struct Running {
     pub(super) target: Target,
     pub(super) socket: Option<PathBuf>,
     pub(super) log: Option<PathBuf>,
+    /// The backend's control socket, if it has one.
+    pub(super) control: Option<PathBuf>,
 }
 
 impl Running {
     /// What the client connects to.
     pub fn target(&self) -> &Target {
         &self.target
+    }
+
+    /// The backend's control socket (`vbmq serve --control`), if it has one.
+    pub fn control(&self) -> Option<&Path> {
+        self.control.as_deref()
     }
 
     /// The backend process, if there is one.
@@ -111,6 +118,9 @@ impl Running {
         if let Some(log) = self.log.take() {
             let _ = fs::remove_file(log);
         }
+        if let Some(control) = self.control.take() {
+            let _ = fs::remove_file(control);
+        }
     }
 }
 
@@ -186,6 +196,7 @@ mod tests {
             target: Target::VhostUser("/nonexistent".into()),
             socket: None,
             log: None,
+            control: None,
         };
         let mut hung = spawn();
         let dog = hung.watchdog(Duration::from_millis(20));

@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use super::client::LoadResult;
+use super::snapshots::SnapshotTaken;
 use super::systems::System;
 use super::workloads::Case;
 
@@ -144,6 +145,9 @@ pub struct PointResult {
     pub skipped: Option<String>,
     /// Medians over `runs`.
     pub summary: Option<Summary>,
+    /// The snapshots taken during its runs (the "writes during snapshots" case).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<SnapshotTaken>,
 }
 
 impl PointResult {
@@ -157,6 +161,7 @@ impl PointResult {
             warnings: Vec::new(),
             skipped: None,
             summary: None,
+            snapshots: Vec::new(),
         }
     }
 }

@@ -58,6 +58,13 @@ pub enum DiskSetup {
         /// Every block is DISK's own.
         copied: bool,
     },
+    /// `path=` the backing file with `track-changes=on` and one live checkpoint (`vbmq ctl
+    /// checkpoint`, taken after the backend starts): every write marks its block in the map.
+    Tracked,
+    /// `path=` the backing file while `vbmq ctl snapshot` copies it (copy-before-write, tmpfs
+    /// has no reflink) into a file beside it, back to back from the start of the measured window
+    /// to its end.
+    Snapshotting,
 }
 
 /// One system under test.
@@ -149,6 +156,8 @@ impl System {
                     DiskSetup::Encrypted => "crypt-".into(),
                     DiskSetup::Thin { copied: false } => "thin-".into(),
                     DiskSetup::Thin { copied: true } => "thin-copied-".into(),
+                    DiskSetup::Tracked => "tracked-".into(),
+                    DiskSetup::Snapshotting => "snapshotting-".into(),
                 };
                 let batch = if *batch { "" } else { "-nobatch" };
                 format!("vbmq-{storage}{}{batch}", mode.as_str())
@@ -184,6 +193,8 @@ impl fmt::Display for System {
                     DiskSetup::Encrypted => f.write_str("encrypt=aes-xts ")?,
                     DiskSetup::Thin { copied: false } => f.write_str("base= (fresh DISK) ")?,
                     DiskSetup::Thin { copied: true } => f.write_str("base= (blocks copied) ")?,
+                    DiskSetup::Tracked => f.write_str("track-changes=on (1 checkpoint) ")?,
+                    DiskSetup::Snapshotting => f.write_str("during snapshots ")?,
                 }
                 f.write_str(mode.as_str())?;
                 if !batch {
@@ -245,6 +256,8 @@ mod tests {
             System::vbmq_on(DiskSetup::Encrypted, WaitMode::Poll),
             System::vbmq_on(DiskSetup::Thin { copied: false }, WaitMode::Poll),
             System::vbmq_on(DiskSetup::Thin { copied: true }, WaitMode::Poll),
+            System::vbmq_on(DiskSetup::Tracked, WaitMode::Poll),
+            System::vbmq_on(DiskSetup::Snapshotting, WaitMode::Poll),
             System::BareMetalPageCache,
             System::BareMetalPageCachePsync,
             System::QsdBaseline,

@@ -134,7 +134,8 @@ pub enum Experiment {
     Cache,
     /// Seed 003: a working set four times vbmq's cache.
     CacheSpill,
-    /// Issue 27: encrypted and `base=` disks against the plain disk on the same file.
+    /// Issue 27: encrypted, `base=` and `track-changes=on` disks, and writes during snapshots,
+    /// against the plain disk on the same file.
     CloudDisks,
 }
 
@@ -150,7 +151,9 @@ impl Experiment {
             Experiment::Null => "Null device: the virtualization path alone",
             Experiment::Cache => "Hypervisor-side DRAM cache hits (seed 003)",
             Experiment::CacheSpill => "Working set four times vbmq's cache (seed 003)",
-            Experiment::CloudDisks => "Encrypted and base= disks against the plain disk",
+            Experiment::CloudDisks => {
+                "Encrypted, base=, tracked and snapshotted disks against the plain disk"
+            }
         }
     }
 }
@@ -317,14 +320,15 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
 
 /// Issue 27's disks against the plain disk on the same file, 4 KiB QD32, polling client,
 /// mode=poll: the same in a quick and a full run. Another kind of disk is one more system in
-/// the case (writes during a snapshot, writes with `track-changes=on`: beside `crypt` in the
-/// randwrite case).
+/// the case.
 fn cloud_disk_cases() -> Vec<Case> {
     let on = |storage| System::vbmq_on(storage, WaitMode::Poll);
     let plain = on(DiskSetup::File);
     let crypt = on(DiskSetup::Encrypted);
     let fresh = on(DiskSetup::Thin { copied: false });
     let copied = on(DiskSetup::Thin { copied: true });
+    let tracked = on(DiskSetup::Tracked);
+    let snapshotting = on(DiskSetup::Snapshotting);
     let case = |workload, systems: Vec<System>| Case {
         experiment: Experiment::CloudDisks,
         workload,
@@ -335,7 +339,12 @@ fn cloud_disk_cases() -> Vec<Case> {
     vec![
         // A fresh base= disk reads every block from the base.
         case(Workload::randread(32), vec![plain, crypt, fresh]),
-        case(Workload::randwrite(32), vec![plain, crypt, copied]),
+        // Also: writes with one changed-block map live; writes while copy-before-write
+        // snapshots of the disk run back to back.
+        case(
+            Workload::randwrite(32),
+            vec![plain, crypt, copied, tracked, snapshotting],
+        ),
         // First writes: each copies its 64 KiB block from the base.
         case(Workload::spreadwrite(32), vec![plain, fresh]),
     ]

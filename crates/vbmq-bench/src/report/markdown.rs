@@ -203,7 +203,7 @@ fn note(e: Experiment, report: &Report) -> String {
             beside it); `base=` with the file as the base: a fresh DISK (reads go to the base, \
             a first write copies its 64 KiB block: `spreadwrite` writes 4 KiB at the start of \
             each 64 KiB in order, so each is a block's first until the walk wraps the disk) or a \
-            DISK filled with every block (`base-fill=on`, waited for before the run)."
+            DISK filled with every block (`base-fill=on`, waited for before the run);             `track-changes=on` with one checkpoint begun before the run; the plain disk while             `vbmq ctl snapshot` copies it (copy-before-write) into a file beside it, back to back             through the measured window (their times in the goal's note)."
             .into(),
         Experiment::CacheSpill => format!(
             "{}{}",

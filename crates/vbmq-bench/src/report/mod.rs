@@ -130,7 +130,7 @@ mod tests {
             json["cases"][0]["points"][0]["summary"]["iops"]["median"],
             1000.0
         );
-        assert_eq!(json["goals"].as_array().unwrap().len(), 12);
+        assert_eq!(json["goals"].as_array().unwrap().len(), 14);
         let md = fs::read_to_string(dir.join("report.md")).unwrap();
         assert!(md.contains("## Goals") && md.contains("qsd-vbdp: not installed"));
         assert!(md.contains("![") && dir.join("matrix.svg").exists());
