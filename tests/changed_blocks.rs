@@ -221,21 +221,6 @@ fn what_cannot_be_tracked_is_refused_with_the_reason() {
         ));
         assert!(err.contains("track-changes") && err.contains(why), "{err}");
     }
-    // Confined: a tracked disk is not added at run time (its map file could not be opened).
-    let (daemon, control) = serve_with_control(dir.path(), &[]);
-    let img = image(dir.path(), "late.raw", SIZE, 1);
-    let late = format!(
-        "socket={},path={},track-changes=on",
-        dir.path().join("run/late.sock").display(),
-        img.display()
-    );
-    let out = ctl(&control, &["add-disk", &late]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("track-changes"),
-        "{out:?}"
-    );
-    assert!(daemon.terminate().success());
 }
 
 #[test]

@@ -92,6 +92,12 @@ fn mtime(file: &File) -> io::Result<(i64, i64)> {
     Ok((meta.mtime(), meta.mtime_nsec()))
 }
 
+/// The modification time of an open image (passed by a client), taken before vbmq writes or
+/// probes it; `None` if `fstat` fails.
+pub fn file_mtime(file: &File) -> Option<(i64, i64)> {
+    mtime(file).ok()
+}
+
 /// The modification time of the image at `path`, taken before vbmq opens it (opening probes
 /// it with `fallocate`, which moves it); `None` if there is no image yet.
 pub fn image_mtime(path: &Path) -> Option<(i64, i64)> {
@@ -128,14 +134,6 @@ impl ChangeMap {
         block_size: Option<u64>,
         image_mtime: Option<(i64, i64)>,
     ) -> io::Result<ChangeMap> {
-        if let Some(bs) = block_size
-            && (!bs.is_power_of_two() || !(4096..=(16 << 20)).contains(&bs))
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "track-block must be a power of two from 4K to 16M",
-            ));
-        }
         let path = changes_path(image);
         let image_file = File::open(image)?;
         // Not through a symbolic link, and only a regular file: vbmq may run as root.
@@ -148,6 +146,28 @@ impl ChangeMap {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        Self::from_files(file, image_file, path, capacity, block_size, image_mtime)
+    }
+
+    /// As [`ChangeMap::open`], from files already open: `file` the map file at `path`
+    /// (read-write; a regular file), `image_file` the image (its time is recorded at a clean
+    /// close). A confined vbmq serves a disk added at run time so, from what `vbmq ctl` passed.
+    pub fn from_files(
+        file: File,
+        image_file: File,
+        path: PathBuf,
+        capacity: u64,
+        block_size: Option<u64>,
+        image_mtime: Option<(i64, i64)>,
+    ) -> io::Result<ChangeMap> {
+        if let Some(bs) = block_size
+            && (!bs.is_power_of_two() || !(4096..=(16 << 20)).contains(&bs))
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "track-block must be a power of two from 4K to 16M",
+            ));
+        }
         if !file.metadata()?.is_file() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,

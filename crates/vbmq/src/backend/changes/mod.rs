@@ -13,7 +13,8 @@
 //! allocation; reads and flushes pay nothing.
 //!
 //! Persistence, after QEMU's persistent dirty bitmaps: the maps live in `DISK.changes` beside
-//! the image (made or opened at start, before the process is confined). At start vbmq reads
+//! the image (made or opened at start, before the process is confined; for a disk added at run
+//! time, `vbmq ctl add-disk` opens it and passes it). At start vbmq reads
 //! it; a file still marked "in use" (vbmq was killed or crashed), damaged, or describing
 //! another size, or an image modified since the clean close, turns every map it holds invalid
 //! (kept by name: asking for it says why, and never gives extents). Then the file is marked
@@ -31,7 +32,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use self::engine::TrackedEngine;
-pub use self::map::{ChangeError, ChangeMap, Changes, Checkpoint, changes_path, image_mtime};
+pub use self::map::{
+    ChangeError, ChangeMap, Changes, Checkpoint, changes_path, file_mtime, image_mtime,
+};
 use super::{Disk, Engine, EngineOptions, Geometry, SnapshotReport, WriterSeat};
 
 /// A disk whose changed blocks are recorded in named maps.
@@ -58,6 +61,33 @@ impl TrackedDisk {
         }
         let capacity = inner.geometry().capacity;
         let map = ChangeMap::open(image, capacity, block_size, image_mtime)?;
+        Ok(TrackedDisk {
+            inner,
+            map: Arc::new(map),
+        })
+    }
+
+    /// As [`TrackedDisk::open`], from the files a client passed (`vbmq ctl add-disk`): the
+    /// image `image_file` (a regular file, at `image`) and its map file `changes`, checked.
+    /// `image_mtime`: [`file_mtime`] of the passed image before `inner` was opened from it.
+    pub fn open_passed(
+        inner: Arc<dyn Disk>,
+        image: &Path,
+        image_file: File,
+        changes: File,
+        block_size: Option<u64>,
+        image_mtime: Option<(i64, i64)>,
+    ) -> io::Result<Self> {
+        if !image_file.metadata()?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "track-changes=on needs a regular image file (its map lives beside it)",
+            ));
+        }
+        let capacity = inner.geometry().capacity;
+        let path = changes_path(image);
+        let map =
+            ChangeMap::from_files(changes, image_file, path, capacity, block_size, image_mtime)?;
         Ok(TrackedDisk {
             inner,
             map: Arc::new(map),
