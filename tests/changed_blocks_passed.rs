@@ -377,3 +377,41 @@ fn a_confined_reload_replaces_a_tracked_disk_with_its_maps() {
     assert!(daemon.alive());
     assert!(daemon.terminate().success());
 }
+
+#[test]
+fn a_tracked_disk_grows_and_its_grown_blocks_count_as_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut daemon, control) = serve_with_control(dir.path(), &[]);
+    let disk = image(dir.path(), "vm.raw", SIZE, 1);
+    let socket = dir.path().join("vm/vm.sock");
+    let spec = format!("socket={},path={},track-changes=on", s(&socket), s(&disk));
+    ok(&ctl(&control, &["add-disk", &spec]));
+    checkpoint(&control, &socket, "a");
+    let mut client = Client::connect(&socket, 1, false).expect("connect");
+    assert_eq!(client.write(0, 2 * BLOCK, &[1; 4096]), 0);
+    drop(client);
+    ok(&ctl(&control, &["resize", s(&socket), "6M"]));
+    let grown = vec![(2 * BLOCK, BLOCK), (SIZE as u64, 2 << 20)];
+    assert_eq!(extents(&control, &socket, "a"), grown);
+    // A map begun now covers the new size; a write there is in it.
+    checkpoint(&control, &socket, "b");
+    let mut client = Client::connect(&socket, 1, false).expect("connect grown");
+    assert_eq!(client.capacity(), 6 << 20);
+    assert_eq!(client.write(0, (5 << 20) + 512, &[2; 4096]), 0);
+    drop(client);
+    let b = vec![(5 << 20, BLOCK)];
+    assert_eq!(extents(&control, &socket, "b"), b);
+    // Never shrinks, not even with --force.
+    refused(
+        &ctl(&control, &["resize", s(&socket), "5M", "--force"]),
+        "does not shrink",
+    );
+    // The map file records the new size: removed and added again, the maps are valid.
+    ok(&ctl(&control, &["remove-disk", s(&socket)]));
+    assert_eq!(std::fs::metadata(&disk).unwrap().len(), 6 << 20);
+    ok(&ctl(&control, &["add-disk", &spec]));
+    assert_eq!(extents(&control, &socket, "a"), grown);
+    assert_eq!(extents(&control, &socket, "b"), b);
+    assert!(daemon.alive());
+    assert!(daemon.terminate().success());
+}

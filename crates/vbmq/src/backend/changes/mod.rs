@@ -7,8 +7,9 @@
 //! blocks' bits in every live map before it is handed to the storage, so a map never lacks a
 //! block that changed (it may hold one whose write failed).
 //!
-//! Cost on the I/O path: one atomic load per write when no map is live; else, per live map and
-//! per 64 blocks covered, one relaxed load and an atomic `fetch_or` only when a bit is still
+//! Cost on the I/O path: one atomic load per write when no map is live; else one more (the
+//! bitmaps of the disk's current size, see `bitmaps.rs`), and per live map and per 64 blocks
+//! covered, one relaxed load and an atomic `fetch_or` only when a bit is still
 //! clear (repeated writes to the same blocks only read). No lock, no system call, no
 //! allocation; reads and flushes pay nothing.
 //!
@@ -20,8 +21,10 @@
 //! (kept by name: asking for it says why, and never gives extents). Then the file is marked
 //! "in use" and flushed before any request is served; `begin` and `forget` rewrite its header
 //! (flushed). A clean stop (SIGTERM, `remove-disk`) writes the bitmaps, flushes, then marks
-//! the file clean and flushes again. A tracked disk keeps its size: `resize` is refused.
+//! the file clean and flushes again. A tracked disk grows (the grown blocks count as changed in
+//! every live map; the file records the new size), never shrinks.
 
+mod bitmaps;
 mod engine;
 mod file;
 mod map;
@@ -131,11 +134,26 @@ impl Disk for TrackedDisk {
         stats
     }
 
-    fn resize(&self, _bytes: u64, _shrink: bool) -> io::Result<u64> {
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "a disk with track-changes=on keeps its size: its changed-block maps cover this one",
-        ))
+    /// Grows only: the grown blocks count as changed in every live map. A shrink is refused
+    /// (a map would lose blocks that changed).
+    fn resize(&self, bytes: u64, shrink: bool) -> io::Result<u64> {
+        if bytes < self.map.capacity() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a disk with track-changes=on does not shrink: its changed-block maps cover \
+                 its whole size",
+            ));
+        }
+        if !self.map.can_grow() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a disk with track-changes=on grows at most 8 times while open: remove-disk \
+                 and add-disk it (or restart vbmq) first",
+            ));
+        }
+        let now = self.inner.resize(bytes, shrink)?;
+        self.map.grow(now)?;
+        Ok(now)
     }
 
     fn on_resize(&self, listener: Box<dyn Fn(u64) + Send + Sync>) {
