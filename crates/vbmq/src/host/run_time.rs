@@ -261,8 +261,8 @@ impl Host {
     /// What the running disk `current` passes to itself to be served again as `new`: copies of
     /// its files' descriptors (image, a `base=` disk's base and map, a tracked disk's
     /// `DISK.changes` if `new` is tracked) when `new` is the same image over the same base,
-    /// opened the same way. A key is never kept: an encrypted disk is
-    /// not served again by a confined process.
+    /// opened the same way. A key is never kept: an encrypted disk is not served again by a
+    /// confined process.
     pub(super) fn passed_again(&self, current: &DiskSpec, new: &DiskSpec) -> PassedDisk {
         let same_image = matches!(
             (&current.storage, &new.storage),
