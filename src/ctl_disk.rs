@@ -3,7 +3,8 @@
 //! (docs/control.md). The image as vbmq would open it (buffered, and `O_DIRECT` unless
 //! `direct=off`; read-only with `readonly=on`); with `base=`, the base the same way but
 //! read-only, and the image's map (`DISK.map`), the image and map made if missing; with
-//! `key-file=`, the key file or pipe (the key itself never goes in the request); the socket
+//! `key-file=`, the key file or pipe (the key itself never goes in the request); with
+//! `track-changes=on`, the map file `DISK.changes` (made if missing); the socket
 //! bound at its path, with its mode and group, wherever the operator names it.
 
 use std::fs::{File, OpenOptions};
@@ -93,6 +94,10 @@ fn open_files(spec: &DiskSpec, path: &Path, opened: &mut Opened) -> Result<(), S
         let map = open_map(path, empty, &mut opened.created)?;
         opened.pass(map, Passed::Map);
     }
+    if spec.track_changes {
+        let changes = open_changes(path, &mut opened.created)?;
+        opened.pass(changes, Passed::Changes);
+    }
     if let Some(key) = &spec.key_file {
         // A pipe: waits here, with the operator's process, for its writer.
         let file =
@@ -143,6 +148,37 @@ fn open_map(path: &Path, empty: bool, created: &mut Vec<PathBuf>) -> Result<File
         )),
         Err(e) => Err(error(&e)),
     }
+}
+
+/// `DISK.changes` (`track-changes=on`), read-write, made (0600) if missing; never through a
+/// symbolic link, and only a regular file (vbmq checks it again).
+fn open_changes(path: &Path, created: &mut Vec<PathBuf>) -> Result<File, String> {
+    let changes = vbmq::backend::changes::changes_path(path);
+    let error =
+        |e: &dyn std::fmt::Display| format!("--disk track-changes: {}: {e}", changes.display());
+    let open = |create: bool| {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(create)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&changes)
+    };
+    let file = match open(true) {
+        Ok(file) => {
+            created.push(changes.clone());
+            file
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            open(false).map_err(|e| error(&e))?
+        }
+        Err(e) => return Err(error(&e)),
+    };
+    if !metadata("track-changes", &file, &changes)?.is_file() {
+        return Err(error(&"not a regular file"));
+    }
+    Ok(file)
 }
 
 /// `path` opened buffered and, with `direct`, with `O_DIRECT` too: one file (`key` names it in

@@ -3,7 +3,8 @@
 //! operator's rights, after each `add-disk` and `remove-disk` vbmq accepted; `vbmq serve` reads
 //! it at start, before it is confined, and opens them as it opens `--disk`s. The confined
 //! daemon never writes it: what it names is what an operator added. It holds `--disk` texts
-//! only: a `base=` disk comes back with its map (`DISK.map`, beside the image), an encrypted
+//! only: a `base=` disk comes back with its map (`DISK.map`, beside the image), a tracked disk
+//! with its maps (`DISK.changes`: valid after a clean stop, invalid after a kill), an encrypted
 //! disk's key is read again from its `key-file=` path (a disk whose key came through a pipe
 //! is not recorded: `vbmq ctl` says so).
 //!

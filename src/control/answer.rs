@@ -174,6 +174,7 @@ fn passed_disk(names: &[Passed], fds: Vec<OwnedFd>) -> Result<PassedDisk, String
             Passed::BaseDirect => &mut passed.base_direct,
             Passed::Map => &mut passed.map,
             Passed::Key => &mut passed.key,
+            Passed::Changes => &mut passed.changes,
         };
         if slot.replace(fd).is_some() {
             return Err(format!("add-disk: {name:?} passed twice"));

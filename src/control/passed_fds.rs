@@ -8,7 +8,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 /// The most descriptors one request may carry; a message with more is refused whole. (A
-/// `base=` disk with `key-file=` passes seven: socket, image and base twice, map, key.)
+/// tracked `base=` disk with `key-file=` passes eight: socket, image and base twice, map, key,
+/// changes.)
 pub const MAX_FDS: usize = 10;
 
 /// Room for [`MAX_FDS`] descriptors in a control message, aligned for `cmsghdr`.

@@ -130,6 +130,8 @@ pub enum Passed {
     Map,
     /// `key-file=`: the key file or pipe, opened to read.
     Key,
+    /// `track-changes=on`: the image's changed-block maps (`DISK.changes`), read-write.
+    Changes,
 }
 
 /// A capacity as sent: a number of bytes or a size text such as `40G`.

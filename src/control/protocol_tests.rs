@@ -31,12 +31,14 @@ fn requests() -> Vec<(Request, Value)> {
                     Passed::BaseDirect,
                     Passed::Map,
                     Passed::Key,
+                    Passed::Changes,
                     Passed::Socket,
                 ],
             },
             json!({"command": "add-disk",
                 "spec": "socket=/r/a.sock,path=/i.raw,base=/b.raw,encrypt=aes-xts,key-file=/k",
-                "fds": ["image", "image-direct", "base", "base-direct", "map", "key", "socket"]}),
+                "fds": ["image", "image-direct", "base", "base-direct", "map", "key", "changes",
+                    "socket"]}),
         ),
         (
             Request::RemoveDisk {

@@ -31,6 +31,8 @@ pub struct PassedDisk {
     pub map: Option<OwnedFd>,
     /// `key-file=`: the key file or pipe, opened to read.
     pub key: Option<OwnedFd>,
+    /// `track-changes=on`: the image's changed-block maps (`DISK.changes`), read-write.
+    pub changes: Option<OwnedFd>,
 }
 
 /// Why a passed descriptor is refused: what it should have been, and what it is.
@@ -171,14 +173,24 @@ fn file_pair(
 
 /// A `base=` disk's map (`DISK.map`) as a file, if it is a regular file opened read-write.
 pub fn map_file(map: OwnedFd) -> io::Result<File> {
-    let map = File::from(map);
-    if !map.metadata()?.is_file() {
-        return Err(refused_image("map", "not a regular file"));
+    read_write_file("map", map)
+}
+
+/// A `track-changes=on` disk's map file (`DISK.changes`) as a file, if it is a regular file
+/// opened read-write.
+pub fn changes_file(changes: OwnedFd) -> io::Result<File> {
+    read_write_file("changes file", changes)
+}
+
+fn read_write_file(what: &str, fd: OwnedFd) -> io::Result<File> {
+    let file = File::from(fd);
+    if !file.metadata()?.is_file() {
+        return Err(refused_image(what, "not a regular file"));
     }
-    if access_mode(&map)? != libc::O_RDWR {
-        return Err(refused_image("map", "not opened read-write"));
+    if access_mode(&file)? != libc::O_RDWR {
+        return Err(refused_image(what, "not opened read-write"));
     }
-    Ok(map)
+    Ok(file)
 }
 
 /// A `key-file=` as a file, if it is a regular file or a pipe opened to read.
@@ -291,6 +303,18 @@ mod tests {
         let file = File::open(dir.path()).unwrap();
         let e = listening_unix_socket(file.into()).unwrap_err();
         assert!(e.to_string().contains("a directory"), "{e}");
+    }
+
+    #[test]
+    fn a_changes_file_is_a_regular_file_opened_read_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vm.raw.changes");
+        std::fs::write(&path, b"").unwrap();
+        assert!(changes_file(open(&path, true, false)).is_ok());
+        let e = changes_file(open(&path, false, false)).unwrap_err();
+        assert_eq!(e.to_string(), "passed changes file: not opened read-write");
+        let e = changes_file(File::open(dir.path()).unwrap().into()).unwrap_err();
+        assert_eq!(e.to_string(), "passed changes file: not a regular file");
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub(crate) struct Source {
     pub thin: Option<PassedThin>,
     /// `key-file=`: the key file or pipe, passed.
     pub key: Option<File>,
+    /// `track-changes=on`: the image's map file (`DISK.changes`), passed (with the image).
+    pub changes: Option<File>,
     /// The process is confined: every queue does its I/O with positional system calls (no ring
     /// can be made), and an RBD image is opened only through a cluster connection made at start.
     pub confined: bool,
@@ -139,22 +141,17 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
                 })?),
                 None => None,
             };
-            if spec.track_changes && source.image.is_some() {
-                return Err(SpecError {
-                    key: "track-changes".into(),
-                    reason: "a disk with track-changes=on is given at start (its map file is \
-                             opened before confinement), not passed at run time"
-                        .into(),
-                });
-            }
-            // Before the image is opened: opening it moves its modification time.
-            let mtime = crate::backend::changes::image_mtime(path);
+            // Before the image is opened: opening it moves its modification time. A passed
+            // image is asked through its descriptor, before vbmq writes or probes it.
             let Source {
                 image,
                 thin,
                 key,
+                changes,
                 confined,
             } = source;
+            let passed_image = image.as_ref().map(|(image, _)| image);
+            let (mtime, tracked_files) = tracked_files(spec, path, passed_image, changes)?;
             let image = Source {
                 image,
                 confined,
@@ -174,7 +171,17 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
             })?;
             // Above the snapshot layer: what reaches the storage is what changed.
             let disk: Arc<dyn Disk> = if spec.track_changes {
-                let tracked = TrackedDisk::open(disk, path, spec.track_block, mtime);
+                let tracked = match tracked_files {
+                    Some((image, changes)) => TrackedDisk::open_passed(
+                        disk,
+                        path,
+                        image,
+                        changes,
+                        spec.track_block,
+                        mtime,
+                    ),
+                    None => TrackedDisk::open(disk, path, spec.track_block, mtime),
+                };
                 Arc::new(tracked.map_err(|e| SpecError {
                     key: "track-changes".into(),
                     reason: format!("{}: {e}", path.display()),
@@ -243,6 +250,37 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
             reason: "opened by open_disk: a defect".into(),
         }),
     }
+}
+
+/// A tracked disk's image time, taken before it is opened, and for a passed image, a copy of
+/// its descriptor and the map file passed with it (which it needs: a passed image is never
+/// tracked from a map file opened here).
+type TrackedFiles = (Option<(i64, i64)>, Option<(File, File)>);
+
+fn tracked_files(
+    spec: &DiskSpec,
+    path: &Path,
+    image: Option<&File>,
+    changes: Option<File>,
+) -> Result<TrackedFiles, SpecError> {
+    let error = |e: std::io::Error| SpecError {
+        key: "track-changes".into(),
+        reason: format!("{}: {e}", path.display()),
+    };
+    let Some(image) = image else {
+        return Ok((crate::backend::changes::image_mtime(path), None));
+    };
+    if !spec.track_changes {
+        return Ok((None, None));
+    }
+    let mtime = crate::backend::changes::file_mtime(image);
+    let Some(changes) = changes else {
+        let e =
+            std::io::Error::other("a passed image is tracked only with its DISK.changes passed");
+        return Err(error(e));
+    };
+    let image = image.try_clone().map_err(error)?;
+    Ok((mtime, Some((image, changes))))
 }
 
 /// A raw image file or block device (passed, or at `path`), set up as `spec` says.

@@ -7,11 +7,12 @@ use std::os::unix::net::UnixListener;
 use std::path::Path;
 
 use super::{DiskInfo, Host, HostError, lock, spec_error};
+use crate::backend::changes::changes_path;
 use crate::backend::thin::map_path;
 use crate::config::{DiskSpec, Storage};
 use crate::devices::{PassedThin, Source};
 use crate::passed_fds::{
-    PassedDisk, base_files, image_files, key_file, listening_unix_socket, map_file,
+    PassedDisk, base_files, changes_file, image_files, key_file, listening_unix_socket, map_file,
 };
 use crate::worker::online_cpus;
 
@@ -61,10 +62,16 @@ impl Host {
             .map(key_file)
             .transpose()
             .map_err(in_path("key-file"))?;
+        let changes = passed
+            .changes
+            .map(changes_file)
+            .transpose()
+            .map_err(in_path("track-changes"))?;
         let source = Source {
             image,
             thin,
             key,
+            changes,
             confined,
         };
         let prepared = self.prepare_from(text, spec, source, listener)?;
@@ -144,11 +151,17 @@ impl Host {
                 ));
             }
         }
-        if spec.track_changes && (policy.confined || passed.image.is_some()) {
+        if passed.changes.is_some() && !spec.track_changes {
             return Err(spec_error(
                 "track-changes",
-                "a disk with track-changes=on is given at start (--disk or --config): its map \
-                 file is opened before the process is confined"
+                "a changes file was passed for a disk without track-changes=on".into(),
+            ));
+        }
+        if spec.track_changes && passed.image.is_some() != passed.changes.is_some() {
+            return Err(spec_error(
+                "track-changes",
+                "a tracked disk's image and its map file DISK.changes are passed together \
+                 (`vbmq ctl add-disk` opens both: docs/control.md)"
                     .into(),
             ));
         }
@@ -246,9 +259,10 @@ impl Host {
     }
 
     /// What the running disk `current` passes to itself to be served again as `new`: copies of
-    /// its files' descriptors (image, and a `base=` disk's base and map) when `new` is the same
-    /// image over the same base, opened the same way. A key is never kept: an encrypted disk is
-    /// not served again by a confined process.
+    /// its files' descriptors (image, a `base=` disk's base and map, a tracked disk's
+    /// `DISK.changes` if `new` is tracked) when `new` is the same image over the same base,
+    /// opened the same way. A key is never kept: an encrypted disk is not served again by a
+    /// confined process.
     pub(super) fn passed_again(&self, current: &DiskSpec, new: &DiskSpec) -> PassedDisk {
         let same_image = matches!(
             (&current.storage, &new.storage),
@@ -262,7 +276,7 @@ impl Host {
             .find(|r| r.spec.socket == current.socket)
             .and_then(|r| r.image.as_ref())
             .filter(|_| same_image)
-            .and_then(KeptFiles::passed)
+            .and_then(|kept| kept.passed(new.track_changes))
             .unwrap_or_default()
     }
 }
@@ -273,6 +287,8 @@ pub(super) struct KeptFiles {
     image: (File, Option<File>),
     /// `base=`: the base (buffered and `O_DIRECT`) and the map.
     thin: Option<((File, Option<File>), File)>,
+    /// `track-changes=on`: the map file `DISK.changes`.
+    changes: Option<File>,
 }
 
 fn copy_pair(pair: &(File, Option<File>)) -> Option<(File, Option<File>)> {
@@ -291,7 +307,15 @@ impl KeptFiles {
             Some(thin) => Some((copy_pair(&thin.base)?, thin.map.try_clone().ok()?)),
             None => None,
         };
-        Some(KeptFiles { image, thin })
+        let changes = match &source.changes {
+            Some(changes) => Some(changes.try_clone().ok()?),
+            None => None,
+        };
+        Some(KeptFiles {
+            image,
+            thin,
+            changes,
+        })
     }
 
     /// The files of the file disk `spec` opened again by their paths (while the process may
@@ -322,11 +346,20 @@ impl KeptFiles {
             Some(base) => Some((pair(base, false)?, open(&map_path(path), true, false)?)),
             None => None,
         };
-        Some(KeptFiles { image, thin })
+        let changes = if spec.track_changes {
+            Some(open(&changes_path(path), true, false)?)
+        } else {
+            None
+        };
+        Some(KeptFiles {
+            image,
+            thin,
+            changes,
+        })
     }
 
-    /// Copies as a client would pass them.
-    fn passed(&self) -> Option<PassedDisk> {
+    /// Copies as a client would pass them; the map file `DISK.changes` if `tracked`.
+    fn passed(&self, tracked: bool) -> Option<PassedDisk> {
         let (image, image_direct) = copy_pair(&self.image)?;
         let mut passed = PassedDisk {
             image: Some(image.into()),
@@ -338,6 +371,9 @@ impl KeptFiles {
             passed.base = Some(base.into());
             passed.base_direct = base_direct.map(Into::into);
             passed.map = Some(map.try_clone().ok()?.into());
+        }
+        if tracked {
+            passed.changes = Some(self.changes.as_ref()?.try_clone().ok()?.into());
         }
         Some(passed)
     }

@@ -5,9 +5,10 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
 
+use super::bitmaps::{Generation, Generations, set_range};
 use super::file::{CLEAN, Entry, HEADER, Header, IN_USE, Invalid, MAX_MAPS, checksum, valid_name};
 
 /// Why a map request was refused.
@@ -69,13 +70,10 @@ struct Names {
 /// The changed-block maps of one disk.
 pub struct ChangeMap {
     block_size: u64,
-    capacity: u64,
-    blocks: u64,
-    words: usize,
     /// Slots every write marks (live and valid): bit `i` is slot `i`.
     active: AtomicU32,
-    /// Each slot's bitmap, made on its first use and reused after.
-    bits: [OnceLock<Box<[AtomicU64]>>; MAX_MAPS],
+    /// Each slot's bitmap, per size the disk has had while open.
+    bits: Generations,
     names: Mutex<Names>,
     path: PathBuf,
 }
@@ -92,28 +90,17 @@ fn mtime(file: &File) -> io::Result<(i64, i64)> {
     Ok((meta.mtime(), meta.mtime_nsec()))
 }
 
+/// The modification time of an open image (passed by a client), taken before vbmq writes or
+/// probes it; `None` if `fstat` fails.
+pub fn file_mtime(file: &File) -> Option<(i64, i64)> {
+    mtime(file).ok()
+}
+
 /// The modification time of the image at `path`, taken before vbmq opens it (opening probes
 /// it with `fallocate`, which moves it); `None` if there is no image yet.
 pub fn image_mtime(path: &Path) -> Option<(i64, i64)> {
     let meta = std::fs::metadata(path).ok()?;
     Some((meta.mtime(), meta.mtime_nsec()))
-}
-
-/// Marks blocks `first..=last` in `bits`: a word whose bits are all set already is only read.
-fn set_range(bits: &[AtomicU64], first: u64, last: u64) {
-    let mut block = first;
-    while block <= last {
-        let word = block / 64;
-        let high = if last / 64 == word { last % 64 } else { 63 };
-        let low = block % 64;
-        let mask = (u64::MAX >> (63 - (high - low))) << low;
-        if let Some(w) = usize::try_from(word).ok().and_then(|i| bits.get(i))
-            && w.load(Ordering::Relaxed) & mask != mask
-        {
-            w.fetch_or(mask, Ordering::Relaxed);
-        }
-        block = (word + 1) * 64;
-    }
 }
 
 impl ChangeMap {
@@ -128,14 +115,6 @@ impl ChangeMap {
         block_size: Option<u64>,
         image_mtime: Option<(i64, i64)>,
     ) -> io::Result<ChangeMap> {
-        if let Some(bs) = block_size
-            && (!bs.is_power_of_two() || !(4096..=(16 << 20)).contains(&bs))
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "track-block must be a power of two from 4K to 16M",
-            ));
-        }
         let path = changes_path(image);
         let image_file = File::open(image)?;
         // Not through a symbolic link, and only a regular file: vbmq may run as root.
@@ -148,6 +127,28 @@ impl ChangeMap {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        Self::from_files(file, image_file, path, capacity, block_size, image_mtime)
+    }
+
+    /// As [`ChangeMap::open`], from files already open: `file` the map file at `path`
+    /// (read-write; a regular file), `image_file` the image (its time is recorded at a clean
+    /// close). A confined vbmq serves a disk added at run time so, from what `vbmq ctl` passed.
+    pub fn from_files(
+        file: File,
+        image_file: File,
+        path: PathBuf,
+        capacity: u64,
+        block_size: Option<u64>,
+        image_mtime: Option<(i64, i64)>,
+    ) -> io::Result<ChangeMap> {
+        if let Some(bs) = block_size
+            && (!bs.is_power_of_two() || !(4096..=(16 << 20)).contains(&bs))
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "track-block must be a power of two from 4K to 16M",
+            ));
+        }
         if !file.metadata()?.is_file() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -156,16 +157,12 @@ impl ChangeMap {
         }
         let (header, bitmaps) = super::file::load(&file, &path, image_mtime, capacity, block_size);
         let block_size = header.block_size;
-        let blocks = capacity.div_ceil(block_size);
-        let words = usize::try_from(blocks.div_ceil(64))
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "too large"))?;
+        let generation = Generation::new(capacity, block_size)?;
+        let words = generation.words;
         let map = ChangeMap {
             block_size,
-            capacity,
-            blocks,
-            words,
             active: AtomicU32::new(0),
-            bits: std::array::from_fn(|_| OnceLock::new()),
+            bits: Generations::new(generation),
             names: Mutex::new(Names {
                 file,
                 image: image_file,
@@ -177,7 +174,7 @@ impl ChangeMap {
         let mut names = map.lock();
         for (k, entry) in header.entries.into_iter().enumerate() {
             if entry.invalid.is_none() {
-                let bits = map.bitmap(k);
+                let bits = map.bits.current().bitmap(k);
                 let raw = bitmaps
                     .get(k * words * 8..(k + 1) * words * 8)
                     .unwrap_or(&[]);
@@ -199,11 +196,6 @@ impl ChangeMap {
         self.names.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Slot `k`'s bitmap, made on first use.
-    fn bitmap(&self, k: usize) -> &[AtomicU64] {
-        self.bits[k].get_or_init(|| (0..self.words).map(|_| AtomicU64::new(0)).collect())
-    }
-
     fn header(
         &self,
         names: &Names,
@@ -214,7 +206,7 @@ impl ChangeMap {
         Header {
             state,
             block_size: self.block_size,
-            capacity: self.capacity,
+            capacity: self.capacity(),
             entries: names.slots.iter().flatten().cloned().collect(),
             bitmaps_sum,
             image_mtime,
@@ -235,7 +227,7 @@ impl ChangeMap {
 
     /// The disk's capacity in bytes.
     pub fn capacity(&self) -> u64 {
-        self.capacity
+        self.bits.current().capacity
     }
 
     /// The map file.
@@ -251,15 +243,16 @@ impl ChangeMap {
         if active == 0 || len == 0 {
             return;
         }
+        let bitmaps = self.bits.current();
         let first = offset / self.block_size;
-        if first >= self.blocks {
+        if first >= bitmaps.blocks {
             return;
         }
-        let last = (offset.saturating_add(len - 1) / self.block_size).min(self.blocks - 1);
+        let last = (offset.saturating_add(len - 1) / self.block_size).min(bitmaps.blocks - 1);
         while active != 0 {
             let slot = active.trailing_zeros() as usize;
             active &= active - 1;
-            if let Some(bits) = self.bits.get(slot).and_then(OnceLock::get) {
+            if let Some(bits) = bitmaps.existing(slot) {
                 set_range(bits, first, last);
             }
         }
@@ -291,9 +284,7 @@ impl ChangeMap {
         };
         // A write that saw the slot live before a `forget` may still set bits in it: cleared
         // here, at worst a block more is reported, never one less.
-        for word in self.bitmap(k) {
-            word.store(0, Ordering::Relaxed);
-        }
+        self.bits.clear(k);
         names.slots[k] = Some(Entry {
             name: name.to_string(),
             invalid: None,
@@ -323,16 +314,16 @@ impl ChangeMap {
         }
         let mut extents: Vec<(u64, u64)> = Vec::new();
         let mut run: Option<u64> = None;
-        let bits = self.bitmap(k);
+        let bitmaps = self.bits.current();
         let close = |start: u64, end: u64, extents: &mut Vec<(u64, u64)>| {
             let (from, to) = (
                 start * self.block_size,
-                (end * self.block_size).min(self.capacity),
+                (end * self.block_size).min(bitmaps.capacity),
             );
             extents.push((from, to - from));
         };
-        for (w, word) in bits.iter().enumerate() {
-            let word = word.load(Ordering::Acquire);
+        for w in 0..bitmaps.words {
+            let word = self.bits.word(k, w);
             if (word == 0 && run.is_none()) || (word == u64::MAX && run.is_some()) {
                 continue;
             }
@@ -349,12 +340,12 @@ impl ChangeMap {
             }
         }
         if let Some(start) = run {
-            close(start, self.blocks, &mut extents);
+            close(start, bitmaps.blocks, &mut extents);
         }
         Ok(Changes {
             name: name.to_string(),
             block_size: self.block_size,
-            capacity: self.capacity,
+            capacity: bitmaps.capacity,
             extents,
         })
     }
@@ -386,6 +377,29 @@ impl ChangeMap {
             .collect()
     }
 
+    /// Whether the disk may grow once more while open (each grow keeps the bitmaps of the size
+    /// before until the disk closes).
+    pub fn can_grow(&self) -> bool {
+        self.bits.can_grow()
+    }
+
+    /// The disk grew to `capacity` bytes: every live map's bitmap grows, the grown blocks
+    /// marked changed in each, and the file records the new size ("in use", flushed). Refused
+    /// (before the storage grows, see [`ChangeMap::can_grow`]) only when grown too often.
+    pub fn grow(&self, capacity: u64) -> io::Result<()> {
+        let names = self.lock();
+        if names.closed {
+            return Err(io::Error::other("the disk is closing"));
+        }
+        let live = self.active.load(Ordering::Acquire);
+        self.bits.grow(capacity, self.block_size, live)?;
+        // The maps are grown; a clean close records the size even if this write fails.
+        if let Err(e) = self.persist(&names) {
+            tracing::warn!("{}: cannot record the new size: {e}", self.path.display());
+        }
+        Ok(())
+    }
+
     /// At a clean stop, once no write can come: writes every bitmap, flushes, then marks the
     /// file clean (with the image's modification time) and flushes again. Once only.
     pub fn close(&self) {
@@ -404,17 +418,14 @@ impl ChangeMap {
     }
 
     fn write_clean(&self, names: &Names) -> io::Result<()> {
-        let mut bitmaps = Vec::with_capacity(self.words * 8);
+        let words = self.bits.current().words;
+        let mut bitmaps = Vec::with_capacity(words * 8);
         for (k, entry) in names.slots.iter().enumerate() {
             let Some(entry) = entry else { continue };
-            match (entry.invalid, self.bits[k].get()) {
-                (None, Some(bits)) => {
-                    bitmaps.extend(
-                        bits.iter()
-                            .flat_map(|w| w.load(Ordering::Acquire).to_le_bytes()),
-                    );
-                }
-                _ => bitmaps.resize(bitmaps.len() + self.words * 8, 0),
+            if entry.invalid.is_none() {
+                bitmaps.extend((0..words).flat_map(|w| self.bits.word(k, w).to_le_bytes()));
+            } else {
+                bitmaps.resize(bitmaps.len() + words * 8, 0);
             }
         }
         names.file.write_all_at(&bitmaps, HEADER)?;

@@ -194,3 +194,48 @@ fn a_map_file_that_is_a_link_or_not_a_file_is_refused() {
     std::fs::create_dir(changes_path(&image)).unwrap();
     assert!(open(&image, CAPACITY, None).is_err());
 }
+
+#[test]
+fn a_grown_disk_counts_its_new_blocks_changed_and_keeps_late_marks() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = image(dir.path());
+    let map = open(&image, CAPACITY, None).unwrap();
+    map.begin("a").unwrap();
+    map.mark(BLOCK, 1);
+    let before = map.bits.current();
+    map.grow(12 * BLOCK).unwrap();
+    assert_eq!(map.capacity(), 12 * BLOCK);
+    // The old short last block and the new ones changed.
+    assert_eq!(
+        extents(&map, "a"),
+        vec![(BLOCK, BLOCK), (10 * BLOCK, 2 * BLOCK)]
+    );
+    // A write that saw the old size marks the old bitmap after the grow: still counted.
+    super::set_range(before.existing(0).unwrap(), 3, 3);
+    assert_eq!(
+        extents(&map, "a"),
+        vec![(BLOCK, BLOCK), (3 * BLOCK, BLOCK), (10 * BLOCK, 2 * BLOCK)]
+    );
+    // A map begun after the grow covers the new size, and starts empty.
+    map.begin("b").unwrap();
+    assert_eq!(extents(&map, "b"), vec![]);
+    map.mark(11 * BLOCK + 5, 1);
+    assert_eq!(extents(&map, "b"), vec![(11 * BLOCK, BLOCK)]);
+    // Growing by nothing changes nothing; at most 8 grows while open (one done).
+    map.grow(12 * BLOCK).unwrap();
+    for i in 2..=8 {
+        assert!(map.can_grow());
+        map.grow((12 + i) * BLOCK).unwrap();
+    }
+    assert!(!map.can_grow());
+    assert!(map.grow(30 * BLOCK).is_err());
+    map.close();
+    drop(map);
+    // The file records the new size: the maps come back at it.
+    let map = open(&image, 20 * BLOCK, None).unwrap();
+    assert_eq!(
+        extents(&map, "a"),
+        vec![(BLOCK, BLOCK), (3 * BLOCK, BLOCK), (10 * BLOCK, 10 * BLOCK)]
+    );
+    assert_eq!(extents(&map, "b"), vec![(11 * BLOCK, 9 * BLOCK)]);
+}

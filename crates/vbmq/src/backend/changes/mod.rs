@@ -7,20 +7,24 @@
 //! blocks' bits in every live map before it is handed to the storage, so a map never lacks a
 //! block that changed (it may hold one whose write failed).
 //!
-//! Cost on the I/O path: one atomic load per write when no map is live; else, per live map and
-//! per 64 blocks covered, one relaxed load and an atomic `fetch_or` only when a bit is still
+//! Cost on the I/O path: one atomic load per write when no map is live; else one more (the
+//! bitmaps of the disk's current size, see `bitmaps.rs`), and per live map and per 64 blocks
+//! covered, one relaxed load and an atomic `fetch_or` only when a bit is still
 //! clear (repeated writes to the same blocks only read). No lock, no system call, no
 //! allocation; reads and flushes pay nothing.
 //!
 //! Persistence, after QEMU's persistent dirty bitmaps: the maps live in `DISK.changes` beside
-//! the image (made or opened at start, before the process is confined). At start vbmq reads
+//! the image (made or opened at start, before the process is confined; for a disk added at run
+//! time, `vbmq ctl add-disk` opens it and passes it). At start vbmq reads
 //! it; a file still marked "in use" (vbmq was killed or crashed), damaged, or describing
 //! another size, or an image modified since the clean close, turns every map it holds invalid
 //! (kept by name: asking for it says why, and never gives extents). Then the file is marked
 //! "in use" and flushed before any request is served; `begin` and `forget` rewrite its header
 //! (flushed). A clean stop (SIGTERM, `remove-disk`) writes the bitmaps, flushes, then marks
-//! the file clean and flushes again. A tracked disk keeps its size: `resize` is refused.
+//! the file clean and flushes again. A tracked disk grows (the grown blocks count as changed in
+//! every live map; the file records the new size), never shrinks.
 
+mod bitmaps;
 mod engine;
 mod file;
 mod map;
@@ -30,7 +34,9 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use self::map::{ChangeError, ChangeMap, Changes, Checkpoint, changes_path, image_mtime};
+pub use self::map::{
+    ChangeError, ChangeMap, Changes, Checkpoint, changes_path, file_mtime, image_mtime,
+};
 use super::write_hook::HookedEngine;
 use super::{Disk, Engine, EngineOptions, Geometry, SnapshotReport, WriterSeat};
 
@@ -58,6 +64,33 @@ impl TrackedDisk {
         }
         let capacity = inner.geometry().capacity;
         let map = ChangeMap::open(image, capacity, block_size, image_mtime)?;
+        Ok(TrackedDisk {
+            inner,
+            map: Arc::new(map),
+        })
+    }
+
+    /// As [`TrackedDisk::open`], from the files a client passed (`vbmq ctl add-disk`): the
+    /// image `image_file` (a regular file, at `image`) and its map file `changes`, checked.
+    /// `image_mtime`: [`file_mtime`] of the passed image before `inner` was opened from it.
+    pub fn open_passed(
+        inner: Arc<dyn Disk>,
+        image: &Path,
+        image_file: File,
+        changes: File,
+        block_size: Option<u64>,
+        image_mtime: Option<(i64, i64)>,
+    ) -> io::Result<Self> {
+        if !image_file.metadata()?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "track-changes=on needs a regular image file (its map lives beside it)",
+            ));
+        }
+        let capacity = inner.geometry().capacity;
+        let path = changes_path(image);
+        let map =
+            ChangeMap::from_files(changes, image_file, path, capacity, block_size, image_mtime)?;
         Ok(TrackedDisk {
             inner,
             map: Arc::new(map),
@@ -101,11 +134,26 @@ impl Disk for TrackedDisk {
         stats
     }
 
-    fn resize(&self, _bytes: u64, _shrink: bool) -> io::Result<u64> {
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "a disk with track-changes=on keeps its size: its changed-block maps cover this one",
-        ))
+    /// Grows only: the grown blocks count as changed in every live map. A shrink is refused
+    /// (a map would lose blocks that changed).
+    fn resize(&self, bytes: u64, shrink: bool) -> io::Result<u64> {
+        if bytes < self.map.capacity() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a disk with track-changes=on does not shrink: its changed-block maps cover \
+                 its whole size",
+            ));
+        }
+        if !self.map.can_grow() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a disk with track-changes=on grows at most 8 times while open: remove-disk \
+                 and add-disk it (or restart vbmq) first",
+            ));
+        }
+        let now = self.inner.resize(bytes, shrink)?;
+        self.map.grow(now)?;
+        Ok(now)
     }
 
     fn on_resize(&self, listener: Box<dyn Fn(u64) + Send + Sync>) {
