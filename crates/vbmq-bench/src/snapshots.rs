@@ -16,7 +16,7 @@ use super::stats::Stat;
 
 /// vbmq's unit of copy-before-write (`COPY_BLOCK` in `backend/snapshot`): a guest write to a
 /// block not yet copied waits for this many bytes to be read and written.
-pub const COPY_BLOCK: u64 = 1 << 20;
+pub const COPY_BLOCK: u64 = 64 << 10;
 
 /// One snapshot taken during a run, times in seconds from the start of the measured window.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]

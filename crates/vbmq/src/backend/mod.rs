@@ -43,7 +43,7 @@ pub use iovec::IovList;
 pub use memory::MemoryDisk;
 pub use null::NullDisk;
 pub use rbd::{RbdDisk, RbdTarget, cluster_connected, release_clusters};
-pub use snapshot::{SnapshotDisk, SnapshotMethod, SnapshotReport};
+pub use snapshot::{COPY_BLOCK, SnapshotDisk, SnapshotMethod, SnapshotReport};
 pub use thin::{ThinDisk, ThinOptions};
 
 /// One operation handed to an engine. Offsets and lengths are in bytes and already checked

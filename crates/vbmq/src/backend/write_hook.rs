@@ -11,7 +11,7 @@ use super::{Engine, IoOp};
 /// operation can reach the storage.
 pub trait BeforeWrite: Send {
     /// Bytes `[offset, offset + len)` are about to change.
-    fn before_write(&self, offset: u64, len: u64);
+    fn before_write(&mut self, offset: u64, len: u64);
 }
 
 /// The inner engine, with `hook` called on each operation that changes the disk.

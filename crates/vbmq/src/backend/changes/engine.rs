@@ -8,7 +8,7 @@ use super::map::ChangeMap;
 use crate::backend::write_hook::BeforeWrite;
 
 impl BeforeWrite for Arc<ChangeMap> {
-    fn before_write(&self, offset: u64, len: u64) {
+    fn before_write(&mut self, offset: u64, len: u64) {
         self.mark(offset, len);
     }
 }

@@ -23,7 +23,7 @@
 //! Cost when no snapshot runs: one acquire load of an atomic flag per write, write-zeroes or
 //! discard pushed (reads and flushes: none); no system call. During a copy, the first write to
 //! each block waits for that block's copy (a read and a write of [`COPY_BLOCK`] bytes, or of the
-//! thin disk's block, into a buffer allocated for that write), and its queue's thread with it.
+//! thin disk's block, through a buffer the queue keeps), and its queue's thread with it.
 
 mod engine;
 mod reflink;
@@ -37,12 +37,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use self::engine::SnapshotHook;
 use self::session::{Session, Source};
 use super::write_hook::HookedEngine;
 use super::{Disk, Engine, EngineOptions, FileDisk, Geometry, ThinDisk, WriterSeat};
 
-/// Bytes copied at a time from a file image: the unit of copy-before-write.
-pub const COPY_BLOCK: u64 = 1 << 20;
+/// Bytes copied at a time from a file image: the unit of copy-before-write (a guest write
+/// waits for the copy of the 64 KiB around it; the background copy takes 16 at a time).
+pub const COPY_BLOCK: u64 = 64 << 10;
 
 /// How a snapshot was taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -210,7 +212,10 @@ impl Disk for SnapshotDisk {
     fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
         Ok(Box::new(HookedEngine::new(
             self.inner.engine(options)?,
-            self.shared.clone(),
+            SnapshotHook {
+                shared: self.shared.clone(),
+                buffer: Vec::new(),
+            },
         )))
     }
 

@@ -49,6 +49,9 @@ impl Source {
     }
 }
 
+/// Blocks the background copy takes at a time (1 MiB of 64 KiB blocks).
+const RUN: u64 = 16;
+
 /// A copy under way.
 pub(crate) struct Session {
     source: Arc<Source>,
@@ -139,11 +142,16 @@ impl Session {
     }
 
     fn copy_claimed(&self, block: u64, buffer: &mut Vec<u8>) -> io::Result<()> {
-        if buffer.is_empty() {
-            *buffer = self::buffer(host_size(self.block))?;
+        self.copy_range(block * self.block, self.block, buffer)
+    }
+
+    /// Copies `len` bytes at `offset` (cut at the capacity) into the target, through `buffer`
+    /// (grown on first use, then kept by its owner: no allocation per copy).
+    fn copy_range(&self, offset: u64, len: u64, buffer: &mut Vec<u8>) -> io::Result<()> {
+        let len = host_size((self.capacity - offset).min(len));
+        if buffer.len() < len {
+            *buffer = self::buffer(len)?;
         }
-        let offset = block * self.block;
-        let len = host_size((self.capacity - offset).min(self.block));
         let bytes = &mut buffer[..len];
         self.source.read_at(bytes, offset)?;
         // The target was made empty at this size: zeros are a hole already.
@@ -158,19 +166,18 @@ impl Session {
         self.failed.store(true, Ordering::Release);
     }
 
-    /// Before a guest write to `[offset, offset + len)`: copies the blocks it touches. An error
-    /// fails the snapshot, never the guest's write.
-    pub(super) fn before_write(&self, offset: u64, len: u64) {
+    /// Before a guest write to `[offset, offset + len)`: copies the blocks it touches, through
+    /// the queue's `buffer`. An error fails the snapshot, never the guest's write.
+    pub(super) fn before_write(&self, offset: u64, len: u64, buffer: &mut Vec<u8>) {
         if len == 0 || offset >= self.capacity || self.failed.load(Ordering::Acquire) {
             return;
         }
         let end = offset.saturating_add(len).min(self.capacity);
-        let mut buffer = Vec::new();
         for block in offset / self.block..end.div_ceil(self.block) {
             if is_set(&self.copied, block) {
                 continue;
             }
-            if let Err(e) = self.copy_block(block, &mut buffer, true) {
+            if let Err(e) = self.copy_block(block, buffer, true) {
                 crate::limited!(warn, "snapshot: a copy before a write failed: {e}");
                 self.fail(e);
                 return;
@@ -178,15 +185,21 @@ impl Session {
         }
     }
 
-    /// Copies every block not copied yet, in order.
+    /// Copies every block not copied yet, in order, up to [`RUN`] blocks at a time.
     pub(super) fn copy_all(&self) -> io::Result<()> {
         let mut buffer = Vec::new();
-        for block in 0..self.blocks {
-            if self.failed.load(Ordering::Acquire) {
-                break;
-            }
-            if let Err(e) = self.copy_block(block, &mut buffer, false) {
-                self.fail(e);
+        let mut block = 0;
+        while block < self.blocks && !self.failed.load(Ordering::Acquire) {
+            let claimed = self.claim_run(block);
+            let result = if claimed == 0 {
+                // Copied, or being copied by a guest write: wait for that one.
+                self.copy_block(block, &mut buffer, false).map(|()| 1)
+            } else {
+                self.copy_run(block, claimed, &mut buffer).map(|()| claimed)
+            };
+            match result {
+                Ok(done) => block += done,
+                Err(e) => self.fail(e),
             }
         }
         match lock(&self.error).take() {
@@ -194,6 +207,42 @@ impl Session {
             None if self.failed.load(Ordering::Acquire) => Err(io::Error::other("copy failed")),
             None => Ok(()),
         }
+    }
+
+    /// Claims the blocks from `first` on that are neither copied nor claimed, [`RUN`] at most,
+    /// stopping at the first that is; returns how many.
+    fn claim_run(&self, first: u64) -> u64 {
+        let mut claimed = 0;
+        while claimed < RUN && first + claimed < self.blocks {
+            let (word, bit) = bit(first + claimed);
+            let (Some(copied), Some(claims)) = (self.copied.get(word), self.claimed.get(word))
+            else {
+                break;
+            };
+            if copied.load(Ordering::Acquire) & bit != 0
+                || claims.fetch_or(bit, Ordering::AcqRel) & bit != 0
+            {
+                break;
+            }
+            claimed += 1;
+        }
+        claimed
+    }
+
+    /// Copies the `count` blocks from `first` on, claimed by [`Self::claim_run`], in one read
+    /// and one write, then marks them copied and lets their claims go.
+    fn copy_run(&self, first: u64, count: u64, buffer: &mut Vec<u8>) -> io::Result<()> {
+        let result = self.copy_range(first * self.block, count * self.block, buffer);
+        for block in first..first + count {
+            let (word, bit) = bit(block);
+            if let (Some(copied), Some(claims)) = (self.copied.get(word), self.claimed.get(word)) {
+                if result.is_ok() {
+                    copied.fetch_or(bit, Ordering::Release);
+                }
+                claims.fetch_and(!bit, Ordering::AcqRel);
+            }
+        }
+        result
     }
 
     /// Syncs the target; the blocks guest writes copied first.
