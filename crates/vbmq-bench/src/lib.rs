@@ -28,6 +28,7 @@ mod running;
 mod shared_cpu_study;
 mod snapshot_study;
 mod snapshots;
+mod stat;
 mod stats;
 mod sync_client;
 mod systems;

@@ -12,7 +12,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::error::{BenchError, Result};
-use super::stats::Stat;
+use super::stat::Stat;
 
 /// vbmq's unit of copy-before-write (`COPY_BLOCK` in `backend/snapshot`): a guest write to a
 /// block not yet copied waits for this many bytes to be read and written.

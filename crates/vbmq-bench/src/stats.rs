@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use super::client::LoadResult;
 use super::snapshots::SnapshotTaken;
+pub use super::stat::Stat;
 use super::systems::System;
 use super::workloads::Case;
 
@@ -47,39 +48,6 @@ impl RunSample {
             backend_cpu_util: r.backend_cpu_seconds.map(|c| c / r.seconds),
             client_cpu_util: r.client_cpu_seconds.map(|c| c / r.seconds),
             others_cpu_util: r.others_cpu_seconds.map(|c| c / r.seconds),
-        })
-    }
-}
-
-/// Median, minimum and maximum of one figure over the runs.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct Stat {
-    /// The median (the mean of the middle two for an even count).
-    pub median: f64,
-    /// The smallest value.
-    pub min: f64,
-    /// The largest value.
-    pub max: f64,
-}
-
-impl Stat {
-    /// The statistics of `values`, or `None` if there are none.
-    pub fn of(values: &[f64]) -> Option<Stat> {
-        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-        if v.is_empty() {
-            return None;
-        }
-        v.sort_by(f64::total_cmp);
-        let mid = v.len() / 2;
-        let median = if v.len() % 2 == 1 {
-            v[mid]
-        } else {
-            (v[mid - 1] + v[mid]) / 2.0
-        };
-        Some(Stat {
-            median,
-            min: v[0],
-            max: v[v.len() - 1],
         })
     }
 }
