@@ -265,6 +265,107 @@ fn encrypted_disk_with_cache_and_base_reads_back_what_was_written() {
     );
 }
 
+/// `len` bytes of the client's memory region from `at`, as iovecs of `cuts` bytes each (the rest
+/// in a last one), a gap of 512 bytes between them: sectors straddle segments.
+fn segments(client: &Client, at: usize, len: usize, cuts: &[usize]) -> Vec<blkio::iovec> {
+    let mut iovecs = Vec::new();
+    let (mut addr, mut left) = (client.region.addr + at, len);
+    for &cut in cuts.iter().chain([&len]) {
+        let n = cut.min(left);
+        iovecs.push(blkio::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: n,
+        });
+        addr += n + 512;
+        left -= n;
+        if left == 0 {
+            break;
+        }
+    }
+    iovecs
+}
+
+/// Waits for the one request queued on queue 0; its result.
+fn complete(client: &mut Client) -> i32 {
+    let mut done = [std::mem::MaybeUninit::<blkio::Completion>::uninit(); 1];
+    let mut timeout = std::time::Duration::from_secs(20);
+    let n = client.queues[0]
+        .do_io(&mut done, 1, Some(&mut timeout), None)
+        .unwrap();
+    assert_eq!(n, 1, "request timed out");
+    // SAFETY: do_io initialised `n` completions.
+    unsafe { done[0].assume_init_ref() }.ret
+}
+
+/// The image is exactly the `aes-xts-plain64` ciphertext (the `xts-mode` crate's) of what the
+/// guest wrote, from one buffer or from segments cutting sectors in two; reads into such
+/// segments give the plaintext back.
+#[test]
+fn the_image_is_aes_xts_plain64_of_what_was_written() {
+    use aes08::cipher::KeyInit;
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("disk.raw");
+    std::fs::File::create(&image)
+        .unwrap()
+        .set_len(SIZE as u64)
+        .unwrap();
+    let key = dir.path().join("key");
+    let key_bytes = pattern(21, 64);
+    std::fs::write(&key, &key_bytes).unwrap();
+    let daemon = Daemon::start(&[spec(dir.path(), &image, &key, "")]);
+    let mut client = Client::connect(&dir.path().join("e.sock"), 1, false).unwrap();
+    let data = pattern(8, 64 << 10);
+    let (one, split) = (1u64 << 20, 2u64 << 20);
+    assert_eq!(client.write(0, one, &data), 0);
+    // The same data from segments of 700, 1300 and 100 bytes, then the rest.
+    let cuts = [700, 1300, 100];
+    let iov = segments(&client, 0, data.len(), &cuts);
+    let mut from = 0;
+    for v in &iov {
+        // SAFETY: each segment lies in the region; `data` has its bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data[from..].as_ptr(), v.iov_base.cast(), v.iov_len)
+        };
+        from += v.iov_len;
+    }
+    let count = u32::try_from(iov.len()).unwrap();
+    client.queues[0].writev(split, iov.as_ptr(), count, 0, blkio::ReqFlags::empty());
+    assert_eq!(complete(&mut client), 0);
+    // Read back into segments of other cuts.
+    let iov = segments(&client, 1 << 20, data.len(), &[300, 4000, 1500, 12]);
+    let count = u32::try_from(iov.len()).unwrap();
+    client.queues[0].readv(split, iov.as_ptr(), count, 0, blkio::ReqFlags::empty());
+    assert_eq!(complete(&mut client), 0);
+    let back: Vec<u8> = iov
+        .iter()
+        // SAFETY: each segment lies in the region.
+        .flat_map(|v| unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) })
+        .copied()
+        .collect();
+    assert!(
+        back == data,
+        "a read into segments does not give back what was written"
+    );
+    drop(client);
+    assert!(daemon.terminate().success());
+
+    let reference = xts_mode::Xts128::new(
+        aes08::Aes256::new_from_slice(&key_bytes[..32]).unwrap(),
+        aes08::Aes256::new_from_slice(&key_bytes[32..]).unwrap(),
+    );
+    let raw = std::fs::read(&image).unwrap();
+    for at in [one, split] {
+        let mut expected = data.clone();
+        let first = u128::from(at / 512);
+        reference.encrypt_area(&mut expected, 512, first, xts_mode::get_tweak_default);
+        let start = usize::try_from(at).unwrap();
+        assert!(
+            raw[start..start + data.len()] == expected[..],
+            "the image at {at} is not the aes-xts-plain64 ciphertext"
+        );
+    }
+}
+
 /// Not a test: an encrypted disk against the same disk unencrypted, 4 KiB random I/O at QD32,
 /// one queue on CPU 1 (`VBMQ_CRYPT_CPU`), 256 MiB image in /dev/shm, 3 rounds of 2 s
 /// (`VBMQ_CRYPT_SECS`), with vbmq's CPU time per I/O. Run in release:
