@@ -44,12 +44,48 @@ struct ZeroJob {
     error: i32,
 }
 
-/// The guest's buffer when `iov` is one (the usual 4 KiB request): encrypted from and decrypted
-/// into directly, with no copy through the staging buffer.
-fn single(iov: &IovList) -> Option<*mut u8> {
-    match iov.iovecs() {
-        [one] => Some(one.iov_base.cast()),
-        _ => None,
+/// Encrypts the guest's bytes of `iov` into `staging` (`encrypt`), or decrypts `staging` into
+/// them, the first sector being number `first`: the sectors lying whole in one segment straight
+/// from or into it (the guest's memory is read or written once), a sector that segments cut in
+/// two through its place in `staging` (copied from the guest before its encryption, to the
+/// guest after its decryption).
+fn crypt_segments(xts: &Xts, iov: &IovList, staging: &mut [u8], first: u64, encrypt: bool) {
+    let len = staging.len();
+    let (mut at, mut start) = (0usize, 0usize);
+    for v in iov.iovecs() {
+        let end = start.saturating_add(v.iov_len);
+        if (start..end).contains(&at) && at < len {
+            let whole = (end.min(len) - at) / SECTOR * SECTOR;
+            let sector = first.wrapping_add((at / SECTOR) as u64);
+            let (buf, guest) = (&mut staging[at..at + whole], v.iov_base.cast::<u8>());
+            // SAFETY: `at - start + whole <= iov_len`: the bytes lie in this segment (the
+            // `push` contract), apart from the staging buffer.
+            unsafe {
+                let guest = guest.add(at - start);
+                if encrypt {
+                    xts.encrypt_from(guest, buf, sector);
+                } else {
+                    xts.decrypt_into(buf, guest, sector);
+                }
+            }
+            at += whole;
+            if at < end && at + SECTOR <= len {
+                let sector = first.wrapping_add((at / SECTOR) as u64);
+                let buf = &mut staging[at..at + SECTOR];
+                // SAFETY: `buf` is a sector of the staging buffer, apart from guest memory.
+                unsafe {
+                    if encrypt {
+                        iov.copy_out(at, buf.as_mut_ptr(), SECTOR);
+                        xts.encrypt(buf, sector);
+                    } else {
+                        xts.decrypt(buf, sector);
+                        iov.copy_in(at, buf.as_ptr(), SECTOR);
+                    }
+                }
+                at += SECTOR;
+            }
+        }
+        start = end;
     }
 }
 
@@ -118,16 +154,7 @@ impl CryptEngine {
         let mut staging = self.staging(len)?;
         let first = offset / SECTOR as u64;
         if write {
-            match single(&iov) {
-                // SAFETY: the guest's one buffer holds `len` bytes (the `push` contract).
-                Some(src) => unsafe { self.xts.encrypt_from(src, staging.bytes(len), first) },
-                None => {
-                    // SAFETY: the staging buffer holds at least `len` bytes, apart from guest
-                    // memory.
-                    unsafe { iov.copy_out(0, staging.as_ptr(), len) };
-                    self.xts.encrypt(staging.bytes(len), first);
-                }
-            }
+            crypt_segments(&self.xts, &iov, staging.bytes(len), first, true);
         }
         let kind = if write {
             Kind::Write
@@ -264,16 +291,8 @@ impl CryptEngine {
             }
             (false, _) => error,
             (true, Kind::Read(iov, offset)) => {
-                let (buf, first) = (p.staging.bytes(p.len), offset / SECTOR as u64);
-                match single(&iov) {
-                    // SAFETY: the guest's one buffer holds `len` bytes (the `push` contract).
-                    Some(dst) => unsafe { self.xts.decrypt_into(buf, dst, first) },
-                    None => {
-                        self.xts.decrypt(buf, first);
-                        // SAFETY: the staging buffer holds `len` bytes, apart from guest memory.
-                        unsafe { iov.copy_in(0, p.staging.as_ptr(), p.len) };
-                    }
-                }
+                let first = offset / SECTOR as u64;
+                crypt_segments(&self.xts, &iov, p.staging.bytes(p.len), first, false);
                 result
             }
             (true, Kind::Write) => result,
