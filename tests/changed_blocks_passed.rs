@@ -9,18 +9,16 @@
 mod common;
 
 use std::ffi::CString;
-use std::io::{BufRead, BufReader};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::{Client, Daemon, ctl, image, pattern, serve_with_control, wait_for};
 use serde_json::{Value, json};
-use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
 const SIZE: usize = 4 << 20;
 const BLOCK: u64 = 64 << 10;
@@ -246,16 +244,8 @@ fn open(path: &Path, write: bool) -> OwnedFd {
 
 /// Sends one `add-disk` line with `fds` named `names`, past ctl's own checks; the reply.
 fn add(control: &Path, spec: &str, names: &[&str], fds: &[RawFd]) -> Value {
-    let stream = UnixStream::connect(control).expect("connect");
     let body = json!({"command": "add-disk", "spec": spec, "fds": names});
-    let mut line = body.to_string().into_bytes();
-    line.push(b'\n');
-    stream
-        .send_with_fds(&[&line[..]], fds)
-        .expect("send the request");
-    let mut reply = String::new();
-    BufReader::new(stream).read_line(&mut reply).unwrap();
-    serde_json::from_str(&reply).expect("a JSON reply")
+    common::control_request(control, &body, fds)
 }
 
 #[test]

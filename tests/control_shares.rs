@@ -343,18 +343,7 @@ fn a_share_added_at_run_time_serves_files_on_a_confined_vbmq_until_removed() {
 /// Sends an `add-fs` request for `spec` with `fds` attached, as a client other than `vbmq ctl`
 /// could; returns the reply.
 fn raw_add_fs(control: &Path, spec: &str, fds: &[std::os::fd::RawFd]) -> Value {
-    use std::io::BufRead;
-    use vmm_sys_util::sock_ctrl_msg::ScmSocket;
-    let stream = std::os::unix::net::UnixStream::connect(control).expect("connect");
-    let line = format!("{}\n", json!({"command": "add-fs", "spec": spec}));
-    stream
-        .send_with_fds(&[line.as_bytes()], fds)
-        .expect("sendmsg");
-    let mut reply = String::new();
-    std::io::BufReader::new(stream)
-        .read_line(&mut reply)
-        .expect("reply");
-    serde_json::from_str(&reply).expect("a JSON reply")
+    common::control_request(control, &json!({"command": "add-fs", "spec": spec}), fds)
 }
 
 /// What `add-fs` cannot serve is refused, one line naming what is wrong, and the daemon goes

@@ -7,17 +7,15 @@
 mod common;
 
 use std::ffi::CString;
-use std::io::{BufRead, BufReader};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Client, Daemon, ctl, image, pattern, serve_with_control as serve, wait_for};
 use serde_json::{Value, json};
-use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
 const SIZE: usize = 4 << 20;
 const BLOCK: usize = 64 << 10;
@@ -318,19 +316,6 @@ fn an_encrypted_disk_added_at_run_time_takes_its_key_from_a_pipe() {
     assert!(daemon.terminate().success());
 }
 
-/// Sends one request line with `fds`; the reply.
-fn request(control: &Path, body: &Value, fds: &[RawFd]) -> Value {
-    let stream = UnixStream::connect(control).expect("connect");
-    let mut line = body.to_string().into_bytes();
-    line.push(b'\n');
-    stream
-        .send_with_fds(&[&line[..]], fds)
-        .expect("send the request");
-    let mut reply = String::new();
-    BufReader::new(stream).read_line(&mut reply).unwrap();
-    serde_json::from_str(&reply).expect("a JSON reply")
-}
-
 fn open(path: &Path, write: bool) -> OwnedFd {
     std::fs::OpenOptions::new()
         .read(true)
@@ -375,7 +360,7 @@ fn bad_bases_maps_and_keys_are_refused_and_the_daemon_goes_on() {
     let map_file = map.clone();
     std::fs::File::create(&map_file).unwrap();
     let add = |spec: String, names: &[&str], fds: &[RawFd]| {
-        request(
+        common::control_request(
             &control,
             &json!({"command": "add-disk", "spec": spec, "fds": names}),
             fds,

@@ -6,7 +6,6 @@
 mod common;
 
 use std::fs::OpenOptions;
-use std::io::{BufRead, BufReader};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -14,7 +13,6 @@ use std::path::Path;
 
 use common::{Client, ctl, image, pattern, serve_with_control as serve};
 use serde_json::{Value, json};
-use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
 fn s(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
@@ -70,19 +68,6 @@ fn a_passed_image_and_socket_serve_io_that_reads_back_and_lands_in_the_file() {
     assert!(daemon.terminate().success());
 }
 
-/// Sends one request line with `fds`; the reply.
-fn request(control: &Path, body: &Value, fds: &[RawFd]) -> Value {
-    let stream = UnixStream::connect(control).expect("connect");
-    let mut line = body.to_string().into_bytes();
-    line.push(b'\n');
-    stream
-        .send_with_fds(&[&line[..]], fds)
-        .expect("send the request");
-    let mut reply = String::new();
-    BufReader::new(stream).read_line(&mut reply).unwrap();
-    serde_json::from_str(&reply).expect("a JSON reply")
-}
-
 fn open(path: &Path, write: bool, direct: bool) -> OwnedFd {
     let mut options = OpenOptions::new();
     options.read(true).write(write);
@@ -103,7 +88,7 @@ fn descriptors_that_are_not_what_the_disk_needs_are_refused() {
     let (connected, _peer) = UnixStream::pair().unwrap();
     let spec = |extra: &str| format!("socket={},path={}{extra}", s(&sock_path), s(&a));
     let add = |spec: String, names: &[&str], fds: &[RawFd]| {
-        request(
+        common::control_request(
             &control,
             &json!({"command": "add-disk", "spec": spec, "fds": names}),
             fds,
@@ -118,7 +103,7 @@ fn descriptors_that_are_not_what_the_disk_needs_are_refused() {
     let cases: Vec<(Value, &str)> = vec![
         // The daemon opens no image itself.
         (
-            request(
+            common::control_request(
                 &control,
                 &json!({"command": "add-disk", "spec": spec(",direct=off")}),
                 &[],

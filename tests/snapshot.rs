@@ -8,9 +8,7 @@ mod common;
 mod stamps;
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -236,47 +234,8 @@ fn a_named_snapshot_and_the_blocks_changed_since_it_rebuild_the_next_snapshot() 
 
 /// Sends a `snapshot` request for `socket` with `fds` attached; returns the reply.
 fn raw_snapshot(control: &Path, socket: &Path, fds: &[i32]) -> Value {
-    let stream = UnixStream::connect(control).unwrap();
-    let line = format!(
-        "{{\"version\":1,\"command\":\"snapshot\",\"socket\":{}}}\n",
-        serde_json::to_string(s(socket)).unwrap()
-    );
-    #[repr(C)]
-    struct Control {
-        _align: libc::cmsghdr,
-        bytes: [u8; 64],
-    }
-    let mut iov = libc::iovec {
-        iov_base: line.as_ptr().cast_mut().cast(),
-        iov_len: line.len(),
-    };
-    // SAFETY: zeroed plain structs, filled as SCM_RIGHTS wants, with room for the descriptors.
-    unsafe {
-        let mut control: Control = std::mem::zeroed();
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &raw mut iov;
-        msg.msg_iovlen = 1;
-        if !fds.is_empty() {
-            let len = (fds.len() * 4) as u32;
-            msg.msg_control = (&raw mut control).cast();
-            msg.msg_controllen = libc::CMSG_SPACE(len) as usize;
-            let header = libc::CMSG_FIRSTHDR(&msg);
-            (*header).cmsg_level = libc::SOL_SOCKET;
-            (*header).cmsg_type = libc::SCM_RIGHTS;
-            (*header).cmsg_len = libc::CMSG_LEN(len) as usize;
-            let data = libc::CMSG_DATA(header).cast::<i32>();
-            for (i, fd) in fds.iter().enumerate() {
-                data.add(i).write_unaligned(*fd);
-            }
-        }
-        assert_eq!(
-            libc::sendmsg(stream.as_raw_fd(), &msg, 0),
-            line.len().cast_signed()
-        );
-    }
-    let mut reply = String::new();
-    BufReader::new(stream).read_line(&mut reply).unwrap();
-    serde_json::from_str(&reply).expect("a JSON reply")
+    let body = serde_json::json!({"version": 1, "command": "snapshot", "socket": s(socket)});
+    common::control_request(control, &body, fds)
 }
 
 #[test]

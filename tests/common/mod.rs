@@ -296,3 +296,24 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     // Fields 14 and 15 of stat (utime, stime), counted after the command's closing parenthesis.
     (ticks(11) + ticks(12)) / 100.0
 }
+
+/// Sends one request line `body` to the control socket with `fds` attached, as a client other
+/// than `vbmq ctl` could (past ctl's own checks); the JSON reply.
+pub fn control_request(
+    control: &Path,
+    body: &serde_json::Value,
+    fds: &[std::os::fd::RawFd],
+) -> serde_json::Value {
+    use std::io::BufRead;
+    use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+    let stream = std::os::unix::net::UnixStream::connect(control).expect("connect");
+    let line = format!("{body}\n");
+    stream
+        .send_with_fds(&[line.as_bytes()], fds)
+        .expect("send the request");
+    let mut reply = String::new();
+    std::io::BufReader::new(stream)
+        .read_line(&mut reply)
+        .expect("the reply");
+    serde_json::from_str(&reply).expect("a JSON reply")
+}
