@@ -4,6 +4,9 @@
 //! socket libvirt bound (`--fd`), answers `--print-capabilities` also when started by the name
 //! `virtiofsd`, refuses what it does not do, and ends at once on SIGTERM.
 
+#[path = "common/inherit_fd.rs"]
+mod inherit_fd;
+
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
@@ -208,9 +211,8 @@ fn an_inherited_listening_socket_is_served() {
     let socket = dir.join("libvirt.sock");
     let listener = UnixListener::bind(&socket).unwrap();
     let fd = listener.as_raw_fd();
-    // SAFETY: clears close-on-exec on our own descriptor, so that the child inherits it.
-    assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }, 0);
     let mut command = Command::new(env!("CARGO_BIN_EXE_vbmq"));
+    inherit_fd::inherit_fd(&mut command, fd);
     command
         .arg("virtiofsd")
         .arg(format!("--fd={fd}"))
@@ -235,9 +237,9 @@ fn a_descriptor_that_is_not_a_listening_socket_is_refused() {
     let dir = test_dir("badfd");
     let file = std::fs::File::open(dir.join("share/file")).unwrap();
     let fd = file.as_raw_fd();
-    // SAFETY: clears close-on-exec on our own descriptor.
-    assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }, 0);
-    let output = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vbmq"));
+    inherit_fd::inherit_fd(&mut command, fd);
+    let output = command
         .arg("virtiofsd")
         .arg(format!("--fd={fd}"))
         .arg(format!("--shared-dir={}", dir.join("share").display()))
@@ -269,14 +271,25 @@ fn started_as_virtiofsd_it_prints_its_capabilities_and_refuses_the_unknown() {
     assert!(features.iter().any(|f| f == "migrate-precopy"));
     for args in [
         &["--shared-dir", "/tmp", "--socket-path", "/tmp/x", "--frob"][..],
-        &["--fd=3", "-o", "source=/tmp,modcaps=+sys_admin"][..],
+        &[
+            "--socket-path=SOCKET",
+            "-o",
+            "source=/tmp,modcaps=+sys_admin",
+        ][..],
+        // A bad rule. No `--fd=3` in these: a descriptor 3 another test thread let the child
+        // inherit can be a listening socket, and a command line vbmq takes then serves for good.
         &[
             "--shared-dir=/tmp",
-            "--fd=3",
-            "--xattrmap=:map::user.virtiofs.:",
+            "--socket-path=SOCKET",
+            "--xattrmap=:bad:x:y:",
         ][..],
     ] {
-        let output = Command::new(&link).args(args).output().unwrap();
+        let socket = dir.join("refused.sock");
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| a.replace("SOCKET", socket.to_str().unwrap()))
+            .collect();
+        let output = Command::new(&link).args(&args).output().unwrap();
         let mut stderr = String::new();
         output
             .stderr
@@ -567,13 +580,9 @@ fn every_stacks_command_line_starts_a_working_share() {
     for (i, line) in lines.iter().enumerate() {
         let dir = test_dir(&format!("stack{i}"));
         let socket = dir.join("fs.sock");
-        let listener = line.contains("{fd}").then(|| {
-            let listener = UnixListener::bind(&socket).unwrap();
-            // SAFETY: clears close-on-exec on our own descriptor, for the child to inherit.
-            let cleared = unsafe { libc::fcntl(listener.as_raw_fd(), libc::F_SETFD, 0) };
-            assert_eq!(cleared, 0);
-            listener
-        });
+        let listener = line
+            .contains("{fd}")
+            .then(|| UnixListener::bind(&socket).unwrap());
         let text = line
             .replace("{dir}", &dir.join("share").display().to_string())
             .replace("{sock}", &socket.display().to_string())
@@ -582,6 +591,9 @@ fn every_stacks_command_line_starts_a_working_share() {
                 &listener.as_ref().map_or(-1, |l| l.as_raw_fd()).to_string(),
             );
         let mut command = Command::new(env!("CARGO_BIN_EXE_vbmq"));
+        if let Some(listener) = &listener {
+            inherit_fd::inherit_fd(&mut command, listener.as_raw_fd());
+        }
         command.args(text.split_whitespace());
         let mut daemon = Daemon::spawn(dir, command);
         drop(listener);

@@ -4,6 +4,8 @@
 //! add is refused. Real processes, driven through the share's socket by the virtio-fs client.
 
 mod common;
+#[path = "common/inherit_fd.rs"]
+mod inherit_fd;
 
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
@@ -189,9 +191,8 @@ fn an_inherited_socket_joins_as_it_is() {
     let socket = dir.path().join("libvirt.sock");
     let listener = UnixListener::bind(&socket).unwrap();
     let fd = listener.as_raw_fd();
-    // SAFETY: clears close-on-exec on our own descriptor, so that the child inherits it.
-    assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }, 0);
     let mut command = join_command(&control);
+    inherit_fd::inherit_fd(&mut command, fd);
     command.arg(format!("--fd={fd}")).arg("-o").arg(format!(
         "source={},cache=always,xattr",
         dir.path().join("roots/share").display()
