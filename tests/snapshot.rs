@@ -254,8 +254,12 @@ fn bad_snapshot_files_are_refused_and_the_disk_keeps_serving() {
     let directory = File::open(dir.path()).unwrap();
     let image_rw = File::options().write(true).open(&image).unwrap();
     let (mut pipe_ends, writable) = ([0i32; 2], File::create(dir.path().join("w.raw")).unwrap());
-    // SAFETY: pipe fills the two descriptors it is given.
-    assert_eq!(unsafe { libc::pipe(pipe_ends.as_mut_ptr()) }, 0);
+    // SAFETY: pipe2 fills the two descriptors it is given (close-on-exec: no child of another
+    // test thread inherits them).
+    assert_eq!(
+        unsafe { libc::pipe2(pipe_ends.as_mut_ptr(), libc::O_CLOEXEC) },
+        0
+    );
     let cases: [(&str, Vec<i32>, &str); 6] = [
         ("pipe", vec![pipe_ends[1]], "not a regular file"),
         (
