@@ -256,10 +256,8 @@ fn bad_snapshot_files_are_refused_and_the_disk_keeps_serving() {
     let (mut pipe_ends, writable) = ([0i32; 2], File::create(dir.path().join("w.raw")).unwrap());
     // SAFETY: pipe2 fills the two descriptors it is given (close-on-exec: no child of another
     // test thread inherits them).
-    assert_eq!(
-        unsafe { libc::pipe2(pipe_ends.as_mut_ptr(), libc::O_CLOEXEC) },
-        0
-    );
+    let piped = unsafe { libc::pipe2(pipe_ends.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(piped, 0);
     let cases: [(&str, Vec<i32>, &str); 6] = [
         ("pipe", vec![pipe_ends[1]], "not a regular file"),
         (
