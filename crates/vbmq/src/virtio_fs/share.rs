@@ -38,8 +38,10 @@ pub struct FsDevice {
     /// The configuration space is offered through vhost-user's CONFIG.
     offer_config: bool,
     request_queues: u32,
-    /// The shared directory, canonical.
-    pub(super) root: PathBuf,
+    /// The shared directory, opened once when the share was added and held for its life: no
+    /// INIT, DESTROY, reconnect or migration opens `dir=` again (the path only names the
+    /// share in messages).
+    pub(super) root: std::fs::File,
     pub(super) fs: Arc<PassthroughFs>,
     server: Served,
     /// The guest's FUSE session began (an INIT succeeded): until then every other request gets
@@ -75,21 +77,16 @@ impl FsDevice {
         Self::open_with(dir, tag, request_queues, &features)
     }
 
-    /// As [`Self::open`], with every feature of the share chosen.
+    /// As [`Self::open`], with every feature of the share chosen. `dir` is opened here, once
+    /// (following links: the operator named it), and served as [`Self::from_descriptor`].
     pub fn open_with(
         dir: &Path,
         tag: &str,
         request_queues: u32,
         features: &ShareFeatures,
     ) -> Result<Self, ShareError> {
-        let error = |e| ShareError::Dir(dir.to_path_buf(), e);
-        let root = std::fs::canonicalize(dir).map_err(error)?;
-        if !root.is_dir() {
-            return Err(error(std::io::Error::from_raw_os_error(libc::ENOTDIR)));
-        }
-        let fs = passthrough(&root, features).map_err(|e| e.at(dir))?;
-        fs.import().map_err(error)?;
-        Ok(Self::serving(fs, root, tag, request_queues, features))
+        let root = open_dir(dir).map_err(|e| ShareError::Dir(dir.to_path_buf(), e))?;
+        Self::from_descriptor(root, dir, tag, request_queues, features)
     }
 
     /// As [`Self::open_with`], over `root`, a directory another process opened and passed (a
@@ -105,13 +102,14 @@ impl FsDevice {
         // Where the directory is now: the containment check's first guess at the root's path.
         let hint = descriptor_path(&root).unwrap_or_else(|| dir.to_path_buf());
         let fs = passthrough(&hint, features).map_err(|e| e.at(dir))?;
+        let held = root.try_clone().map_err(error)?;
         fs.import_from(root).map_err(error)?;
-        Ok(Self::serving(fs, hint, tag, request_queues, features))
+        Ok(Self::serving(fs, held, tag, request_queues, features))
     }
 
     fn serving(
         fs: Arc<PassthroughFs>,
-        root: PathBuf,
+        root: std::fs::File,
         tag: &str,
         request_queues: u32,
         features: &ShareFeatures,
@@ -274,6 +272,15 @@ fn passthrough(
     PassthroughFs::<()>::new(config)
         .map(Arc::new)
         .map_err(PassthroughError::Io)
+}
+
+/// The directory `dir`, opened `O_PATH`.
+fn open_dir(dir: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(dir)
 }
 
 /// The path of the file `file` is open on, read from `/proc/self/fd` (`readlinkat`, which a

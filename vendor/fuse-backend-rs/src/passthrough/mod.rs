@@ -376,6 +376,11 @@ pub struct PassthroughFs<S: BitmapSlice + Send + Sync = ()> {
     // to be serving doesn't have access to `/proc/self/fd`.
     proc_self_fd: File,
 
+    // The root directory, opened once (by the first `import` from `Config::root_dir`, or given
+    // to `import_from`) and held: every later import (INIT, DESTROY) inserts a duplicate of it,
+    // so whoever renames a component of `root_dir` cannot change what is served.
+    held_root: Mutex<Option<File>>,
+
     // Whether writeback caching is enabled for this directory. This will only be true when
     // `cfg.writeback` is true and `init` was called with `FsOptions::WRITEBACK_CACHE`.
     writeback: AtomicBool,
@@ -457,6 +462,7 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
 
             mount_fds,
             proc_self_fd,
+            held_root: Mutex::new(None),
 
             writeback: AtomicBool::new(false),
             no_open: AtomicBool::new(false),
@@ -473,22 +479,45 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
         })
     }
 
-    /// Initialize the Passthrough file system.
+    /// Initialize the Passthrough file system. The root is opened from `Config::root_dir` the
+    /// first time only (unless `import_from` gave it): later calls insert a duplicate of the
+    /// descriptor held since.
     pub fn import(&self) -> io::Result<()> {
-        let root = CString::new(self.cfg.root_dir.as_str()).expect("CString::new failed");
+        if let Some(root) = self.held_root_clone()? {
+            return self.import_held(root);
+        }
+        let root = CString::new(self.cfg.root_dir.as_str())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
 
         let (path_fd, handle_opt, st) = Self::open_file_and_handle(self, &libc::AT_FDCWD, &root)
             .map_err(|e| {
                 error!("fuse: import: failed to get file or handle: {:?}", e);
                 e
             })?;
+        *self.held_root() = Some(path_fd.try_clone()?);
         self.import_root(path_fd, handle_opt, st)
     }
 
     /// Initialize the Passthrough file system over `root`, a directory already open (`O_PATH`
     /// or read-only), for a process that may not open the root's path itself (it received the
-    /// descriptor). `Config::root_dir` is then only the containment check's hint.
+    /// descriptor). `Config::root_dir` is then only the containment check's hint, and `root`
+    /// the root for good: `import` (at INIT and DESTROY) inserts a duplicate of it.
     pub fn import_from(&self, root: File) -> io::Result<()> {
+        *self.held_root() = Some(root.try_clone()?);
+        self.import_held(root)
+    }
+
+    fn held_root(&self) -> MutexGuard<'_, Option<File>> {
+        self.held_root
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn held_root_clone(&self) -> io::Result<Option<File>> {
+        self.held_root().as_ref().map(File::try_clone).transpose()
+    }
+
+    fn import_held(&self, root: File) -> io::Result<()> {
         let st = statx(&root, None)?;
         if st.st.st_mode & libc::S_IFMT != libc::S_IFDIR {
             return Err(io::Error::from_raw_os_error(libc::ENOTDIR));

@@ -27,12 +27,14 @@ const MIN_MINOR: u32 = 4;
 impl FsDevice {
     /// The share's state, to send to the destination. An inode with no path leading to it in
     /// the share any more (deleted, or moved out) is sent as lost, for the destination to
-    /// decide (`OnError`).
+    /// decide (`OnError`), with a reason that names no host path.
     pub fn save_state(&self) -> io::Result<ShareState> {
-        let root = paths::open_root(&self.root)?;
+        let root = &self.root;
+        // Where the share's directory is now, to read each held inode's path relative to it.
+        let root_path = paths::fd_path(root)?;
         let mut inodes = Vec::new();
         for export in self.fs.export_inodes()? {
-            let (path, lost) = match paths::path_in_share(&self.root, &root, &export.file) {
+            let (path, lost) = match paths::path_in_share(&root_path, root, &export.file) {
                 Ok(path) => (path, None),
                 Err(e) => {
                     crate::limited!(warn, "share: inode {} cannot migrate: {e}", export.inode);
@@ -102,12 +104,12 @@ impl FsDevice {
         }
         // The options the guest's INIT set, set again the same way.
         self.fs.init(FsOptions::from_bits_truncate(session.flags))?;
-        let root = paths::open_root(&self.root)?;
+        let root = &self.root;
         let mut missing = BTreeSet::new();
         for inode in &state.inodes {
             let imported = match &inode.lost {
                 Some(reason) => Err(io::Error::other(format!("lost on the source: {reason}"))),
-                None => paths::open_beneath(&root, &inode.path).and_then(|file| {
+                None => paths::open_beneath(root, &inode.path).and_then(|file| {
                     paths::check_identity(&file, inode.identity.as_ref())?;
                     self.fs.import_inode(inode.inode, inode.lookups, file)
                 }),

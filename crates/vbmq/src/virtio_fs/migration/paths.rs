@@ -12,24 +12,6 @@ use std::path::Path;
 
 use super::format::{FileIdentity, MAX_HANDLE, check_path};
 
-/// The shared directory, opened `O_PATH`.
-pub fn open_root(root: &Path) -> io::Result<File> {
-    let path = CString::new(root.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: a NUL-terminated path and valid flags; the descriptor is owned by the File.
-    let fd = unsafe {
-        libc::open(
-            path.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor nothing else owns.
-    Ok(unsafe { File::from_raw_fd(fd) })
-}
-
 /// `struct open_how` of `openat2(2)` (libc's is `non_exhaustive`).
 #[repr(C)]
 struct OpenHow {
@@ -66,11 +48,12 @@ pub fn open_beneath(root: &File, relative: &[u8]) -> io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
-/// The path of `file` relative to `root_path` (the shared directory, canonical), checked to
-/// lead from `root` to the very inode `file` is.
+/// The path of `file` relative to `root_path` (where the shared directory `root` is now),
+/// checked to lead from `root` to the very inode `file` is. The error names no host path: it
+/// travels to the frontend in the share's state.
 pub fn path_in_share(root_path: &Path, root: &File, file: &File) -> io::Result<Vec<u8>> {
     let link = fd_path(file)?;
-    let moved = || io::Error::other(format!("{} is not in the share any more", link.display()));
+    let moved = || io::Error::other("not in the share any more");
     let relative = link.strip_prefix(root_path).map_err(|_| moved())?;
     let relative = relative.as_os_str().as_bytes().to_vec();
     // A deleted file's link ends in " (deleted)": no such path leads to it.
@@ -83,7 +66,7 @@ pub fn path_in_share(root_path: &Path, root: &File, file: &File) -> io::Result<V
 
 /// The path the kernel gives `file`'s descriptor (`readlinkat`: the confinement allows no
 /// `readlink`).
-fn fd_path(file: &File) -> io::Result<std::path::PathBuf> {
+pub fn fd_path(file: &File) -> io::Result<std::path::PathBuf> {
     let link = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
