@@ -1,0 +1,396 @@
+//! A share's root is the directory it was added with, for the share's whole life: whatever is
+//! renamed or linked on its path afterwards (by a tenant, or by the guest of a share that
+//! contains it), FUSE INIT, DESTROY, a frontend's reconnect and a migration load serve that
+//! directory and nothing else; a share added under a read-only view of the file system (the
+//! shipped unit's `ProtectSystem=strict`) stays writable; the share's migration state names no
+//! host path. `vbmq serve --fs-root` with shares added by `vbmq ctl add-fs`, driven through
+//! their sockets by the user-space virtio-fs client.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::{Daemon, ctl, wait_for};
+use vbmq_driver::FsClient;
+use vbmq_driver::fuse::{self, CreateIn, EntryOut, MkdirIn, Opcode, ROOT_ID, ReadIn, RenameIn};
+use vm_memory::ByteValued;
+
+const OWN: &[u8] = b"the passed directory's own file\n";
+
+fn s(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// `vbmq serve --control DIR/run/ctl.sock --fs-root DIR/roots` and `extra`, started by
+/// `launcher` (the program and its first arguments, before `vbmq`), its log in `DIR/vbmq.log`.
+fn serve(dir: &Path, launcher: &[&str], extra: &[String]) -> (Daemon, PathBuf) {
+    let control = dir.join("run/ctl.sock");
+    std::fs::create_dir_all(dir.join("run")).unwrap();
+    std::fs::create_dir_all(dir.join("roots")).unwrap();
+    let vbmq = env!("CARGO_BIN_EXE_vbmq");
+    let mut command = match launcher.split_first() {
+        Some((program, args)) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(vbmq);
+            command
+        }
+        None => Command::new(vbmq),
+    };
+    let child = command
+        .args(["serve", "--control", s(&control), "--fs-root"])
+        .arg(dir.join("roots"))
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("vbmq.log")).unwrap())
+        .spawn()
+        .expect("spawn vbmq");
+    let daemon = Daemon { child };
+    wait_for(&control);
+    (daemon, control)
+}
+
+fn log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("vbmq.log")).unwrap_or_default()
+}
+
+/// `vbmq ctl add-fs` of `shared` on `socket`.
+fn add_fs(control: &Path, socket: &Path, shared: &Path) {
+    let spec = format!("socket={},dir={},tag=t,mode=event", s(socket), s(shared));
+    let out = ctl(control, &["add-fs", &spec]);
+    assert!(out.status.success(), "add-fs {spec}: {out:?}");
+}
+
+/// The whole of the file at node `node`, read through the share.
+fn read_node(client: &mut FsClient, node: u64) -> std::io::Result<Vec<u8>> {
+    let fh = client.open(node, libc::O_RDONLY as u32)?;
+    let read = ReadIn {
+        fh,
+        size: 64 << 10,
+        ..ReadIn::default()
+    };
+    let (out, body) = client.call(Opcode::Read, node, fuse::args(&read), &[], 16 + (64 << 10))?;
+    client.release(node, fh)?;
+    match out.error {
+        0 => Ok(body),
+        e => Err(std::io::Error::from_raw_os_error(-e)),
+    }
+}
+
+/// The file `name` of the share's root, read through the share.
+fn read(client: &mut FsClient, name: &str) -> std::io::Result<Vec<u8>> {
+    let node = client.lookup(ROOT_ID, name)?.nodeid;
+    read_node(client, node)
+}
+
+/// Creates the empty file `name` in the share's root, through the share.
+fn create(client: &mut FsClient, name: &str) -> std::io::Result<()> {
+    let create = CreateIn {
+        flags: (libc::O_CREAT | libc::O_RDWR) as u32,
+        mode: libc::S_IFREG | 0o644,
+        ..CreateIn::default()
+    };
+    let (out, body) = client.call(
+        Opcode::Create,
+        ROOT_ID,
+        fuse::args(&create),
+        &[name.as_bytes()],
+        4096,
+    )?;
+    if out.error != 0 {
+        return Err(std::io::Error::from_raw_os_error(-out.error));
+    }
+    let entry = EntryOut::from_slice(&body[..size_of::<EntryOut>()]).expect("an entry");
+    let open = fuse::OpenOut::from_slice(&body[size_of::<EntryOut>()..][..16]).expect("open");
+    client.release(entry.nodeid, open.fh)
+}
+
+/// DESTROY, then INIT again on the same connection (a guest unmounting and mounting again).
+fn destroy_and_init(client: &mut FsClient) {
+    let (out, _) = client
+        .call(Opcode::Destroy, ROOT_ID, &[], &[], 4096)
+        .expect("destroy");
+    assert_eq!(out.error, 0, "DESTROY");
+    client.init().expect("INIT after DESTROY");
+}
+
+/// The file names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Checks that `client` serves `served` (the passed directory, wherever it is now) at `step`:
+/// its file reads, and a file created lands there and nowhere in `decoy`.
+fn serves(client: &mut FsClient, served: &Path, decoy: &Path, step: &str, dir: &Path) {
+    let decoy_before = names(decoy);
+    let read = read(client, "own").map_err(|e| format!("{e}: {}", log(dir)));
+    assert_eq!(
+        read.as_deref(),
+        Ok(OWN),
+        "{step}: the passed directory's file"
+    );
+    let name = format!("created-{}", step.replace(' ', "-"));
+    create(client, &name).unwrap_or_else(|e| panic!("{step}: create: {e}: {}", log(dir)));
+    assert!(served.join(&name).exists(), "{step}: created elsewhere");
+    assert_eq!(names(decoy), decoy_before, "{step}: the decoy changed");
+}
+
+/// INIT, DESTROY+INIT, a reconnect and a migration load (the state of a guest holding `own`)
+/// each serve `served`, never `decoy`, which `socket`'s path leads to now.
+fn every_session_serves(socket: &Path, served: &Path, decoy: &Path, dir: &Path) {
+    let mut client = FsClient::connect(socket).expect("connect");
+    serves(&mut client, served, decoy, "INIT", dir);
+    destroy_and_init(&mut client);
+    serves(&mut client, served, decoy, "DESTROY and INIT", dir);
+    drop(client);
+    // The next frontend is served once the share has let the previous one go.
+    let mut client = FsClient::connect(socket).expect("reconnect");
+    serves(&mut client, served, decoy, "reconnect", dir);
+    let own = client.lookup(ROOT_ID, "own").expect("lookup own").nodeid;
+    let state = client.save_state().expect("save");
+    drop(client);
+    let mut loaded = FsClient::connect_without_init(socket).expect("connect the destination");
+    loaded
+        .load_state(&state)
+        .unwrap_or_else(|e| panic!("load: {e}: {}", log(dir)));
+    let held = read_node(&mut loaded, own).map_err(|e| e.to_string());
+    assert_eq!(held.as_deref(), Ok(OWN), "the held file after a load");
+    serves(&mut loaded, served, decoy, "migration load", dir);
+}
+
+/// A directory standing in for what a renamed path is made to lead to: `vm/own` in it holds
+/// other bytes.
+fn decoy(path: &Path) -> PathBuf {
+    std::fs::create_dir_all(path.join("vm")).unwrap();
+    std::fs::write(path.join("vm/own"), b"another tenant's file\n").unwrap();
+    path.join("vm")
+}
+
+/// A run-time share whose path is renamed and replaced by a symbolic link, to a directory
+/// inside the `--fs-root` (another tenant's) and to one outside it, either the share's own
+/// directory or a directory above it: every session still serves the directory passed.
+#[test]
+fn a_run_time_share_serves_its_passed_directory_whatever_its_path_leads_to_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let (mut daemon, control) = serve(dir, &[], &[]);
+    let decoys = [
+        ("inside", decoy(&dir.join("roots/other"))),
+        ("outside", decoy(&dir.join("outside"))),
+    ];
+    for (where_to, decoy_vm) in &decoys {
+        for renamed in ["its directory", "a directory above it"] {
+            let case = format!("{where_to}, {renamed}");
+            let tenant = dir.join(format!("roots/tenant-{where_to}-{}", renamed.len()));
+            let shared = tenant.join("vm");
+            std::fs::create_dir_all(&shared).unwrap();
+            std::fs::write(shared.join("own"), OWN).unwrap();
+            let socket = dir.join(format!("run/{where_to}-{}.sock", renamed.len()));
+            add_fs(&control, &socket, &shared);
+
+            let moved = if renamed == "its directory" {
+                let moved = tenant.join("vm.moved");
+                std::fs::rename(&shared, &moved).unwrap();
+                std::os::unix::fs::symlink(decoy_vm, &shared).unwrap();
+                moved
+            } else {
+                let moved_tenant = tenant.with_extension("moved");
+                std::fs::rename(&tenant, &moved_tenant).unwrap();
+                std::os::unix::fs::symlink(decoy_vm.parent().unwrap(), &tenant).unwrap();
+                moved_tenant.join("vm")
+            };
+            assert_eq!(
+                std::fs::read(shared.join("own")).unwrap(),
+                b"another tenant's file\n"
+            );
+            eprintln!("case: {case}");
+            every_session_serves(&socket, &moved, decoy_vm, dir);
+        }
+    }
+    assert!(daemon.alive(), "{}", log(dir));
+    assert!(daemon.terminate().success());
+}
+
+/// MKDIR of `name` in the share's root, through the share.
+fn mkdir(client: &mut FsClient, name: &str) {
+    let args = MkdirIn {
+        mode: 0o755,
+        umask: 0,
+    };
+    let (out, _) = client
+        .call(
+            Opcode::Mkdir,
+            ROOT_ID,
+            fuse::args(&args),
+            &[name.as_bytes()],
+            4096,
+        )
+        .expect("mkdir");
+    assert_eq!(out.error, 0, "MKDIR {name}");
+}
+
+/// RENAME of `from` to `to`, both in the share's root, through the share.
+fn rename(client: &mut FsClient, from: &str, to: &str) {
+    let args = RenameIn { newdir: ROOT_ID };
+    let (out, _) = client
+        .call(
+            Opcode::Rename,
+            ROOT_ID,
+            fuse::args(&args),
+            &[from.as_bytes(), to.as_bytes()],
+            4096,
+        )
+        .expect("rename");
+    assert_eq!(out.error, 0, "RENAME {from} {to}");
+}
+
+/// A guest whose share contains another share's directory renames that directory and puts one
+/// of its own in its place, then the inner share's guest unmounts and mounts again (DESTROY and
+/// INIT), reconnects and is migrated: the inner share still serves the directory it was added
+/// with.
+#[test]
+fn a_nested_share_cannot_be_taken_over_by_the_outer_guest() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let (mut daemon, control) = serve(dir, &[], &[]);
+    let outer = dir.join("roots/outer");
+    let inner = outer.join("inner");
+    std::fs::create_dir_all(&inner).unwrap();
+    std::fs::write(inner.join("own"), OWN).unwrap();
+    let (outer_socket, inner_socket) = (dir.join("run/outer.sock"), dir.join("run/inner.sock"));
+    add_fs(&control, &outer_socket, &outer);
+    add_fs(&control, &inner_socket, &inner);
+    let mut inner_guest = FsClient::connect(&inner_socket).expect("connect inner");
+    assert_eq!(read(&mut inner_guest, "own").unwrap(), OWN);
+
+    let mut outer_guest = FsClient::connect(&outer_socket).expect("connect outer");
+    rename(&mut outer_guest, "inner", "inner.taken");
+    mkdir(&mut outer_guest, "inner");
+    let planted = outer.join("inner");
+    std::fs::write(planted.join("own"), b"the outer guest's file\n").unwrap();
+
+    // The inner guest's session goes on; then every new one.
+    serves(
+        &mut inner_guest,
+        &outer.join("inner.taken"),
+        &planted,
+        "held",
+        dir,
+    );
+    drop(inner_guest);
+    every_session_serves(&inner_socket, &outer.join("inner.taken"), &planted, dir);
+    assert!(daemon.alive(), "{}", log(dir));
+    assert!(daemon.terminate().success());
+}
+
+/// A share given at start (`--fs`) whose directory above is renamed and replaced by a link:
+/// every session still serves the directory opened at start.
+#[test]
+fn a_start_time_share_serves_the_directory_opened_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let tenant = dir.join("tenant");
+    std::fs::create_dir_all(tenant.join("vm")).unwrap();
+    std::fs::write(tenant.join("vm/own"), OWN).unwrap();
+    let socket = dir.join("run/fs.sock");
+    let spec = format!(
+        "socket={},dir={},tag=t,mode=event",
+        s(&socket),
+        s(&tenant.join("vm"))
+    );
+    let (mut daemon, _control) = serve(dir, &[], &["--fs".into(), spec]);
+    wait_for(&socket);
+    let decoy_vm = decoy(&dir.join("outside"));
+    std::fs::rename(&tenant, dir.join("tenant.moved")).unwrap();
+    std::os::unix::fs::symlink(dir.join("outside"), &tenant).unwrap();
+    every_session_serves(&socket, &dir.join("tenant.moved/vm"), &decoy_vm, dir);
+    assert!(daemon.alive(), "{}", log(dir));
+    assert!(daemon.terminate().success());
+}
+
+/// A share added at run time to a vbmq that sees its `--fs-root` read-only, as the shipped
+/// `contrib/vbmq.service` runs it (`ProtectSystem=strict`: a read-only view of every path but
+/// `ReadWritePaths`); `vbmq ctl`, outside that view, passes a writable directory. systemd is not
+/// the init here, so the view is made as systemd makes it: a mount namespace of its own, the
+/// directory bind-mounted over itself read-only. Every session can write.
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs feature root-tests: root for a mount namespace (scripts/test.sh)"
+)]
+fn a_run_time_share_stays_writable_under_the_units_read_only_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let roots = dir.join("roots");
+    std::fs::create_dir_all(&roots).unwrap();
+    // A private mount namespace: nothing of it reaches the host's, and it ends with vbmq.
+    let view = format!(
+        "mount --bind {r} {r} && mount -o remount,bind,ro {r} && exec \"$0\" \"$@\"",
+        r = s(&roots)
+    );
+    let launcher = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &view,
+    ];
+    let (mut daemon, control) = serve(dir, &launcher, &[]);
+    let mounts = std::fs::read_to_string(format!("/proc/{}/mountinfo", daemon.child.id()))
+        .expect("vbmq's mount table");
+    assert!(
+        mounts
+            .lines()
+            .any(|l| l.split(' ').nth(4) == Some(s(&roots)) && l.contains(" ro,")),
+        "the --fs-root is not read-only in vbmq's view: {mounts}"
+    );
+    let shared = roots.join("vm");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::write(shared.join("own"), OWN).unwrap();
+    let socket = dir.join("run/vm.sock");
+    add_fs(&control, &socket, &shared);
+    let nothing = dir.join("nothing");
+    std::fs::create_dir(&nothing).unwrap();
+    every_session_serves(&socket, &shared, &nothing, dir);
+    assert!(daemon.alive(), "{}", log(dir));
+    assert!(daemon.terminate().success());
+}
+
+/// The share's state sent to the frontend names held inodes by their paths inside the share
+/// alone: one the host moved out of it is sent as lost, with no host path in the reason.
+#[test]
+fn a_share_state_names_no_host_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let (mut daemon, control) = serve(dir, &[], &[]);
+    let shared = dir.join("roots/vm");
+    std::fs::create_dir_all(shared.join("sub")).unwrap();
+    std::fs::write(shared.join("sub/held"), OWN).unwrap();
+    let socket = dir.join("run/vm.sock");
+    add_fs(&control, &socket, &shared);
+    let mut client = FsClient::connect(&socket).expect("connect");
+    let sub = client.lookup(ROOT_ID, "sub").expect("lookup sub").nodeid;
+    client.lookup(sub, "held").expect("lookup held");
+    std::fs::create_dir(dir.join("private")).unwrap();
+    std::fs::rename(shared.join("sub/held"), dir.join("private/host-only-name")).unwrap();
+    let state = client.save_state().expect("save");
+    let state = String::from_utf8_lossy(&state);
+    assert!(
+        state.contains("\"lost\""),
+        "the moved file is not lost: {state}"
+    );
+    for host in [s(dir), "private", "host-only-name"] {
+        assert!(!state.contains(host), "the state names {host}: {state}");
+    }
+    assert!(daemon.alive(), "{}", log(dir));
+    assert!(daemon.terminate().success());
+}
