@@ -294,6 +294,27 @@ fn requests_from_unmapped_or_no_ids_are_refused_and_make_nothing() {
     assert_eq!((meta.uid(), meta.gid()), (BASE + 5, BASE + 6));
 }
 
+/// A share without maps (vbmq as root) makes nothing for a request naming no one (uid or gid
+/// `-1`): the passthrough's `setresuid(-1, -1, -1)` would leave the file root's.
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs feature root-tests: as root, a file made by no one would be root's"
+)]
+fn a_request_from_no_one_makes_nothing_on_a_share_without_maps() {
+    let daemon = Daemon::start("no-one", &[], true);
+    let mut client = daemon.client();
+    for (i, ids) in [(u32::MAX, 0), (0, u32::MAX)].into_iter().enumerate() {
+        let (dir, file) = (format!("dir{i}"), format!("file{i}"));
+        assert_eq!(mkdir_as(&mut client, ids, &dir).0, libc::EINVAL, "{ids:?}");
+        assert_eq!(create_as(&mut client, ids, &file), libc::EINVAL, "{ids:?}");
+        assert!(!daemon.host(&dir).exists() && !daemon.host(&file).exists());
+    }
+    let (errno, made) = mkdir_as(&mut client, (5, 6), "made");
+    assert_eq!(errno, 0);
+    assert_eq!(made.map(|e| (e.attr.uid, e.attr.gid)), Some((5, 6)));
+}
+
 /// Maps that are not one to one are refused at start, with one line and status 1, as
 /// virtiofsd's (the kernel's) refusal.
 #[test]
