@@ -41,7 +41,7 @@ pub struct ServeOptions {
     pub run_time_rings: usize,
     /// `vbmq virtiofsd --uid-map/--gid-map`: the user namespace the process enters once its
     /// share is open and its socket bound, before it starts a thread.
-    pub user_namespace: Option<crate::confine::UserNamespace>,
+    pub user_namespace: Option<Box<crate::confine::UserNamespace>>,
     /// The option that asked for a kernel wall around the share (`--sandbox namespace`):
     /// without Landlock, the process refuses to serve and says so, naming it.
     pub landlock_required: Option<String>,

@@ -503,19 +503,11 @@ fn user_namespace(uids: Vec<IdRange>, gids: Vec<IdRange>) -> Result<Option<UserN
             count: 1,
         }]
     };
+    // SAFETY: geteuid and getegid have no arguments and cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let namespace = UserNamespace {
-        // SAFETY: geteuid and getegid have no arguments and cannot fail.
-        uids: if uids.is_empty() {
-            own(unsafe { libc::geteuid() })
-        } else {
-            uids
-        },
-        // SAFETY: as above.
-        gids: if gids.is_empty() {
-            own(unsafe { libc::getegid() })
-        } else {
-            gids
-        },
+        uids: if uids.is_empty() { own(uid) } else { uids },
+        gids: if gids.is_empty() { own(gid) } else { gids },
     };
     namespace.check()?;
     Ok(Some(namespace))

@@ -133,6 +133,9 @@ impl UserNamespace {
         unsafe { libc::waitpid(child, &mut status, 0) };
         signalled?;
         if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+            if message.is_empty() {
+                message = format!("the child writing the maps failed (wait status {status:#x})");
+            }
             return Err(message);
         }
         // SAFETY: setresgid/setresuid take IDs only; the group first, while the process may.
