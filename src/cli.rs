@@ -385,6 +385,8 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                     .get_one::<usize>("run-time-rings")
                     .copied()
                     .unwrap_or_else(vbmq::backend::ring_pool::default_count),
+                user_namespace: None,
+                landlock_required: None,
             },
             m.get_one::<PathBuf>("control").cloned(),
             m.get_one::<std::net::SocketAddr>("metrics").copied(),

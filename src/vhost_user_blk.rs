@@ -82,6 +82,8 @@ pub fn run(args: &[String]) -> i32 {
         ready_line: None,
         // No control socket: no disk is added at run time.
         run_time_rings: 0,
+        user_namespace: None,
+        landlock_required: None,
     };
     match vbmq::serve::run(&options, None) {
         0 => 0,

@@ -86,6 +86,8 @@ pub fn run(args: &[String]) -> i32 {
         config: None,
         ready_line: Some(READY_LINE.to_string()),
         run_time_rings: 0,
+        user_namespace: args.user_namespace.clone().map(Box::new),
+        landlock_required: args.sandbox.clone(),
     };
     match vbmq::serve::run(&options, None) {
         0 => 0,

@@ -40,6 +40,13 @@ pub fn run(args: &VirtiofsdArgs, control: &Path, ready_line: &str) -> i32 {
 fn join(args: &VirtiofsdArgs, control: &Path, ready_line: &str) -> Result<i32, String> {
     // Blocked before any thread starts, so that only `sigtimedwait` below takes them.
     let signals = block_stop_signals()?;
+    if args.user_namespace.is_some() {
+        return Err(
+            "--uid-map, --gid-map: not with --join (a share of vbmq serve is served \
+                    in vbmq serve's own namespace)"
+                .into(),
+        );
+    }
     let spec = &args.spec;
     let dir = std::path::absolute(&spec.dir).map_err(|e| format!("--shared-dir: {e}"))?;
     let inherited = spec.listen_fd.map(inherited_socket).transpose()?;
@@ -132,11 +139,9 @@ fn spec_text(spec: &FsSpec, socket: &Path, dir: &Path) -> Result<String, String>
         );
     }
     if !spec.uid_map.is_empty() || !spec.gid_map.is_empty() {
-        return Err(
-            "--translate-uid, --translate-gid, --uid-map, --gid-map: not with --join \
+        return Err("--translate-uid, --translate-gid: not with --join \
                     (a share of vbmq serve translates no IDs)"
-                .into(),
-        );
+            .into());
     }
     let on = |b: bool| if b { "on" } else { "off" };
     let tag = if spec.tag.is_empty() {
@@ -331,7 +336,7 @@ mod tests {
         );
         assert!(e.starts_with("--xattrmap"), "{e}");
         let e = refused(
-            "--socket-path /s --shared-dir /d --uid-map=:0:0:1:",
+            "--socket-path /s --shared-dir /d --translate-uid=map:0:0:1",
             "/s",
             "/d",
         );

@@ -5,6 +5,9 @@
 //! nothing outside the share changed (a canary directory beside it: contents, modes, owners,
 //! times, xattrs), nor inside a read-only share.
 
+#[path = "common/no_landlock.rs"]
+mod no_landlock;
+
 mod share_hostile {
     pub mod malformed;
     pub mod memory;

@@ -45,7 +45,7 @@ impl Share {
         let mut command = Command::new(env!("CARGO_BIN_EXE_vbmq"));
         // SAFETY: between fork and exec the closure makes only async-signal-safe system calls
         // (prctl) on memory it owns.
-        unsafe { command.pre_exec(no_landlock) };
+        unsafe { command.pre_exec(crate::no_landlock::no_landlock) };
         let share = Self::launch(name, readonly, command);
         let deadline = Instant::now() + Duration::from_secs(10);
         while !share.log().contains("landlock: not supported") {
@@ -168,57 +168,6 @@ impl Drop for Share {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// A seccomp filter answering `ENOSYS` to `landlock_create_ruleset`, as a kernel without
-/// Landlock does; everything else is allowed.
-fn no_landlock() -> std::io::Result<()> {
-    const RET_ERRNO_ENOSYS: u32 = 0x0005_0000 | libc::ENOSYS as u32;
-    const RET_ALLOW: u32 = 0x7fff_0000;
-    let filter = [
-        // Load the system call number (`seccomp_data.nr`).
-        libc::sock_filter {
-            code: 0x20,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-        libc::sock_filter {
-            code: 0x15,
-            jt: 0,
-            jf: 1,
-            k: libc::SYS_landlock_create_ruleset as u32,
-        },
-        libc::sock_filter {
-            code: 0x06,
-            jt: 0,
-            jf: 0,
-            k: RET_ERRNO_ENOSYS,
-        },
-        libc::sock_filter {
-            code: 0x06,
-            jt: 0,
-            jf: 0,
-            k: RET_ALLOW,
-        },
-    ];
-    let program = libc::sock_fprog {
-        len: filter.len() as u16,
-        filter: filter.as_ptr().cast_mut(),
-    };
-    // SAFETY: prctl with a filter program that outlives the call.
-    let failed = unsafe {
-        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-            || libc::prctl(
-                libc::PR_SET_SECCOMP,
-                libc::SECCOMP_MODE_FILTER,
-                &raw const program,
-            ) != 0
-    };
-    if failed {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// LOOKUP, OPEN, READs and RELEASE of the known file: its bytes are the host's.

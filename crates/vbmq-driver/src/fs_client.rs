@@ -365,8 +365,21 @@ impl FsClient {
         names: &[&[u8]],
         reply_len: u32,
     ) -> io::Result<(OutHeader, Vec<u8>)> {
+        self.call_as((0, 0), opcode, node, args, names, reply_len)
+    }
+
+    /// As [`Self::call`], sent by the guest's user and group `ids` (the request header's).
+    pub fn call_as(
+        &mut self,
+        ids: (u32, u32),
+        opcode: Opcode,
+        node: u64,
+        args: &[u8],
+        names: &[&[u8]],
+        reply_len: u32,
+    ) -> io::Result<(OutHeader, Vec<u8>)> {
         let unique = self.next_unique();
-        let request = fuse::request(opcode, unique, node, args, names);
+        let request = fuse::request_as(ids, opcode, unique, node, args, names);
         self.submit(0, &request, reply_len)?;
         self.kick()?;
         let (_, written) = self

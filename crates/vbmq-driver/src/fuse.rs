@@ -12,6 +12,18 @@ use vm_memory::ByteValued;
 
 /// The whole request: header (its `len` set), `args`, then `names`.
 pub fn request(opcode: Opcode, unique: u64, node: u64, args: &[u8], names: &[&[u8]]) -> Vec<u8> {
+    request_as((0, 0), opcode, unique, node, args, names)
+}
+
+/// As [`request`], sent by the guest's user and group `ids` (root's in [`request`]).
+pub fn request_as(
+    ids: (u32, u32),
+    opcode: Opcode,
+    unique: u64,
+    node: u64,
+    args: &[u8],
+    names: &[&[u8]],
+) -> Vec<u8> {
     let mut body = args.to_vec();
     for name in names {
         body.extend_from_slice(name);
@@ -23,6 +35,8 @@ pub fn request(opcode: Opcode, unique: u64, node: u64, args: &[u8], names: &[&[u
         opcode: opcode as u32,
         unique,
         nodeid: node,
+        uid: ids.0,
+        gid: ids.1,
         ..InHeader::default()
     };
     let mut out = header.as_slice().to_vec();

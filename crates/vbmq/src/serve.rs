@@ -39,6 +39,12 @@ pub struct ServeOptions {
     /// Spare io_uring rings for file disks added at run time, made before confinement when
     /// there is a control socket (`--run-time-rings`).
     pub run_time_rings: usize,
+    /// `vbmq virtiofsd --uid-map/--gid-map`: the user namespace the process enters once its
+    /// share is open and its socket bound, before it starts a thread.
+    pub user_namespace: Option<Box<crate::confine::UserNamespace>>,
+    /// The option that asked for a kernel wall around the share (`--sandbox namespace`):
+    /// without Landlock, the process refuses to serve and says so, naming it.
+    pub landlock_required: Option<String>,
 }
 
 /// Starts the control server once the process is confined (its socket bound before).
@@ -179,6 +185,13 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
             }
         }
     }
+    // Every file is open and every socket bound as the operator's user; no thread runs yet.
+    if let Some(namespace) = &options.user_namespace
+        && let Err(e) = namespace.enter()
+    {
+        eprintln!("vbmq: cannot enter the user namespace of --uid-map/--gid-map: {e}");
+        return 1;
+    }
     // Before any frontend can send a memory table.
     if let Err(e) = crate::guest::memory_faults::install_handler() {
         eprintln!("vbmq: cannot install the SIGBUS handler: {e}");
@@ -196,9 +209,22 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
     }
     // Every disk's socket listens (bound in `prepare`): frontends may connect from now on.
     crate::systemd::notify_ready();
-    if let Err(e) = confine(&confine_options(specs, ceph_files, options)) {
-        eprintln!("vbmq: cannot confine the process: {e}");
-        return 1;
+    match confine(&confine_options(specs, ceph_files, options)) {
+        Err(e) => {
+            eprintln!("vbmq: cannot confine the process: {e}");
+            return 1;
+        }
+        Ok(done) => {
+            if let Some(option) = &options.landlock_required
+                && done.filesystem == crate::confine::FilesystemStatus::Unsupported
+            {
+                eprintln!(
+                    "vbmq: {option}: this kernel has no Landlock, the wall vbmq puts around a \
+                     share (vbmq neither chroots nor pivots); --sandbox none serves without it"
+                );
+                return 1;
+            }
+        }
     }
     if let Some(line) = &options.ready_line {
         eprintln!("{line}");

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use super::disk_spec::{check_cpus, cpus, queues, socket_group, wait_mode};
 use super::fs_spec::FsSpec;
+use crate::confine::{IdRange, UserNamespace};
 use crate::virtio_fs::{FsCache, IdRule, OnError, TAG_LEN, check_xattrmap};
 
 /// What `vbmq virtiofsd` was asked to do.
@@ -40,6 +41,11 @@ pub struct VirtiofsdArgs {
     /// `--join CTL`: add the share to the running `vbmq serve` at this control socket instead
     /// of serving it in this process.
     pub join: Option<PathBuf>,
+    /// `--uid-map`, `--gid-map`: the user namespace the share is served in.
+    pub user_namespace: Option<UserNamespace>,
+    /// `--sandbox namespace|chroot` as given (`-o sandbox=` too): a kernel wall is required,
+    /// so the share is refused where Landlock is missing.
+    pub sandbox: Option<String>,
 }
 
 /// The vhost-user backend capabilities `--print-capabilities` prints (QEMU's
@@ -68,7 +74,8 @@ virtiofsd's options, with virtiofsd's meaning:
   --no-announce-submounts     do not
   --allow-direct-io           honour O_DIRECT (default: dropped)
   --inode-file-handles[=never|prefer]   accepted; vbmq holds O_PATH descriptors
-  --sandbox namespace|chroot|none       accepted; vbmq confines itself with Landlock
+  --sandbox namespace|chroot|none       namespace, chroot: vbmq's Landlock wall, required (no
+                              Landlock: refused); none: Landlock where the kernel has it
   --seccomp none|kill|log|trap          none: no seccomp filter; else vbmq's filter
   --thread-pool-size N        accepted; vbmq serves each queue on its own thread
   --rlimit-nofile N           the descriptor limit (0: unchanged; default: the hard limit)
@@ -94,7 +101,8 @@ vbmq's own:
   --cpus LIST                 pin the queue threads
   --translate-uid, --translate-gid map:GUEST:HOST:N | guest:GUEST:HOST:N | host:HOST:GUEST:N
                               translate IDs (squash-* and forbid-guest are refused)
-  --uid-map, --gid-map :GUEST:HOST:N:   the same as map: (virtiofsd: a user namespace's map)
+  --uid-map, --gid-map :GUEST:HOST:N:   serve the share in a user namespace with these maps, as
+                              virtiofsd does (needs root; ID 0 mapped; one to one)
 Refused (vbmq does not do it): --inode-file-handles=mandatory, --migration-mode file-handles,
 and every other option.
 ";
@@ -142,6 +150,9 @@ struct State {
     xattrmap: Option<String>,
     uids: Vec<IdRule>,
     gids: Vec<IdRule>,
+    namespace_uids: Vec<IdRange>,
+    namespace_gids: Vec<IdRange>,
+    sandbox: Option<String>,
     migration_on_error: OnError,
     join: Option<PathBuf>,
 }
@@ -300,7 +311,8 @@ impl Parser<'_> {
                     FsCache::parse(value).ok_or_else(|| bad("never, metadata, auto or always"))?;
             }
             "--sandbox" => match value {
-                "namespace" | "chroot" | "none" => {}
+                "namespace" | "chroot" => s.sandbox = Some(format!("--sandbox {value}")),
+                "none" => s.sandbox = None,
                 _ => return Err(bad("namespace, chroot or none")),
             },
             "--seccomp" => match value {
@@ -340,15 +352,18 @@ impl Parser<'_> {
                     s.gids.push(rule)
                 }
             }
-            // virtiofsd's user namespace maps: vbmq enters no namespace and translates the
-            // IDs itself, as the namespace would (an ID outside every range passes unchanged
-            // here, where a namespace shows it as 65534).
+            // virtiofsd's user namespace maps: the share is served in such a namespace.
             "--uid-map" | "--gid-map" => {
                 let rule = IdRule::parse_namespace(value).map_err(|e| bad(&e))?;
+                let range = IdRange {
+                    inside: rule.guest,
+                    outside: rule.host,
+                    count: rule.count,
+                };
                 if name == "--uid-map" {
-                    s.uids.push(rule)
+                    s.namespace_uids.push(range)
                 } else {
-                    s.gids.push(rule)
+                    s.namespace_gids.push(range)
                 }
             }
             "--queues" => s.queues = Some(queues(name, value).map_err(|e| bad(&e.reason))?),
@@ -372,7 +387,7 @@ impl Parser<'_> {
                         .ok_or_else(|| bad_value("none, metadata, auto or always"))?;
                 }
                 "sandbox" => match value {
-                    "namespace" | "chroot" => {}
+                    "namespace" | "chroot" => s.sandbox = Some(format!("-o sandbox={value}")),
                     _ => return Err(bad_value("namespace or chroot")),
                 },
                 "log_level" | "loglevel" => {
@@ -460,6 +475,7 @@ impl State {
         spec.cpus = self.cpus;
         check_cpus(&spec.cpus, spec.queues, spec.mode)
             .map_err(|e| format!("--{}: {}", e.key, e.reason))?;
+        let user_namespace = user_namespace(self.namespace_uids, self.namespace_gids)?;
         Ok(VirtiofsdCommand::Serve(Box::new(VirtiofsdArgs {
             spec,
             seccomp: !self.seccomp_off,
@@ -468,8 +484,33 @@ impl State {
             rlimit_nofile: self.rlimit_nofile,
             notes: self.notes,
             join: self.join,
+            user_namespace,
+            sandbox: self.sandbox,
         })))
     }
+}
+
+/// The namespace `--uid-map` and `--gid-map` ask for, checked; a kind not given maps this
+/// process's own ID to itself, as virtiofsd's default.
+fn user_namespace(uids: Vec<IdRange>, gids: Vec<IdRange>) -> Result<Option<UserNamespace>, String> {
+    if uids.is_empty() && gids.is_empty() {
+        return Ok(None);
+    }
+    let own = |id| {
+        vec![IdRange {
+            inside: id,
+            outside: id,
+            count: 1,
+        }]
+    };
+    // SAFETY: geteuid and getegid have no arguments and cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let namespace = UserNamespace {
+        uids: if uids.is_empty() { own(uid) } else { uids },
+        gids: if gids.is_empty() { own(gid) } else { gids },
+    };
+    namespace.check()?;
+    Ok(Some(namespace))
 }
 
 #[cfg(test)]

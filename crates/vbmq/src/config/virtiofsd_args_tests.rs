@@ -39,13 +39,28 @@ fn libvirt_separate_options() {
     let a = serve("--fd=31 --shared-dir=/srv/share --cache=never");
     assert_eq!(a.spec.cache, FsCache::Never);
     assert!(!a.spec.xattr, "virtiofsd's default: no xattrs");
-    // <idmap>: virtiofsd's user namespace maps, translated by vbmq itself.
+    // <idmap>: virtiofsd's user namespace maps: a namespace, no translation by vbmq.
     let a = serve("--fd=31 --shared-dir /d --uid-map=:0:100000:65536: --gid-map=:0:100000:65536:");
-    let rule = crate::virtio_fs::IdRule::parse_translate("map:0:100000:65536").unwrap();
+    let range = crate::confine::IdRange {
+        inside: 0,
+        outside: 100_000,
+        count: 65_536,
+    };
+    let namespace = a.user_namespace.unwrap();
+    assert_eq!((namespace.uids, namespace.gids), (vec![range], vec![range]));
+    assert!(a.spec.uid_map.is_empty() && a.spec.gid_map.is_empty());
+    let sandbox = |line: &str| serve(&format!("--fd=31 --shared-dir /d {line}")).sandbox;
     assert_eq!(
-        (a.spec.uid_map.clone(), a.spec.gid_map.clone()),
-        (vec![rule], vec![rule])
+        sandbox("--sandbox chroot").as_deref(),
+        Some("--sandbox chroot")
     );
+    assert_eq!(
+        sandbox("-o sandbox=namespace").as_deref(),
+        Some("-o sandbox=namespace")
+    );
+    let e = refused("--fd=31 --shared-dir /d --uid-map=:0:100000:10: --uid-map=:5:200000:10:");
+    assert!(e.starts_with("--uid-map") && e.contains("overlap"), "{e}");
+    assert_eq!(sandbox("--sandbox none"), None);
 }
 
 #[test]

@@ -9,11 +9,13 @@ mod fs;
 mod sigsys;
 mod syscalls;
 mod uring;
+mod user_namespace;
 
 use std::path::PathBuf;
 
 pub use fs::FilesystemStatus;
 pub use uring::{RingPolicy, URING_OPCODES, restrict_ring};
+pub use user_namespace::{IdRange, UserNamespace};
 
 /// Exit status of a process killed for a forbidden system call (128 + SIGSYS, as a shell shows it).
 pub const SECCOMP_EXIT_STATUS: i32 = 128 + libc::SIGSYS;

@@ -1,8 +1,9 @@
 //! User and group IDs translated between the guest and the host (virtiofsd's
-//! `--translate-uid map:GUEST:HOST:COUNT`, `guest:`, `host:`, and its `--uid-map
-//! :GUEST:HOST:COUNT:` read as the same two-way map): the IDs of the guest's requests (the
-//! credentials files are made with, and CHOWN's) go guest to host, the owners in replies host to
-//! guest. An ID no rule covers passes unchanged.
+//! `--translate-uid map:GUEST:HOST:COUNT`, `guest:`, `host:`): the IDs of the guest's requests
+//! (the credentials files are made with, and CHOWN's) go guest to host, the owners in replies
+//! host to guest. An ID no rule covers passes unchanged: this renames IDs and confines nothing.
+//! virtiofsd's `--uid-map :GUEST:HOST:COUNT:` is not this but a user namespace
+//! (`confine::UserNamespace`), which the kernel enforces.
 
 /// One range of IDs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,8 +44,8 @@ impl IdRule {
         rule.check()
     }
 
-    /// virtiofsd's `--uid-map` form, `:GUEST:HOST:COUNT:` (a user namespace's map in
-    /// virtiofsd, a two-way map here).
+    /// virtiofsd's `--uid-map` form, `:GUEST:HOST:COUNT:` (one line of a user namespace's
+    /// map: GUEST inside, HOST outside).
     pub fn parse_namespace(text: &str) -> Result<Self, String> {
         let inner = text
             .strip_prefix(':')

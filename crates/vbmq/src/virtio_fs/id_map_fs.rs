@@ -1,8 +1,11 @@
 //! [`IdMapFs`]: a file system whose guest sees user and group IDs through an [`IdMap`] each.
 //! The request's credentials are translated once per request ([`FileSystem::id_remap`], which
 //! the server calls on the file system it serves), CHOWN's IDs in SETATTR guest to host, and the
-//! owners in every reply that carries attributes host to guest. Every method of [`FileSystem`]
-//! is written out, none left to the trait's defaults (as in `readonly.rs`).
+//! owners in every reply that carries attributes host to guest. A request that makes a file, or
+//! a CHOWN, naming the ID `-1` is refused with `EINVAL` whatever the maps: it names no one, and
+//! the passthrough's `setresuid(-1, -1, -1)` would keep the process's own IDs (root's). Every
+//! method of [`FileSystem`] is written out, none left to the trait's defaults (as in
+//! `readonly.rs`).
 
 use std::ffi::CStr;
 use std::io;
@@ -26,6 +29,18 @@ pub struct IdMapFs<F> {
     pub uids: IdMap,
     /// Group IDs.
     pub gids: IdMap,
+}
+
+/// The ID no one has (`(uid_t)-1`, `(gid_t)-1`): "unchanged" to chown(2) and setresuid(2).
+const NO_ID: u32 = u32::MAX;
+
+/// Refuses a request whose credentials are [`NO_ID`] (a guest kernel sends real IDs with every
+/// request that makes a file; `FUSE_INVALID_UIDGID` only with an idmapped mount, not offered).
+fn named_creds(ctx: &Context) -> io::Result<()> {
+    if ctx.uid == NO_ID || ctx.gid == NO_ID {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    Ok(())
 }
 
 impl<F> IdMapFs<F> {
@@ -94,6 +109,12 @@ impl<F: FileSystem> FileSystem for IdMapFs<F> {
         if valid.contains(SetattrValid::GID) {
             attr.st_gid = self.gids.to_host(attr.st_gid);
         }
+        let unnamed = |id| id == NO_ID;
+        if (valid.contains(SetattrValid::UID) && unnamed(attr.st_uid))
+            || (valid.contains(SetattrValid::GID) && unnamed(attr.st_gid))
+        {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
         self.guest_attr(self.fs.setattr(ctx, inode, attr, handle, valid))
     }
 
@@ -108,6 +129,7 @@ impl<F: FileSystem> FileSystem for IdMapFs<F> {
         parent: Self::Inode,
         name: &CStr,
     ) -> io::Result<Entry> {
+        named_creds(ctx)?;
         self.fs
             .symlink(ctx, linkname, parent, name)
             .map(|e| self.guest_entry(e))
@@ -122,6 +144,7 @@ impl<F: FileSystem> FileSystem for IdMapFs<F> {
         rdev: u32,
         umask: u32,
     ) -> io::Result<Entry> {
+        named_creds(ctx)?;
         self.fs
             .mknod(ctx, inode, name, mode, rdev, umask)
             .map(|e| self.guest_entry(e))
@@ -135,6 +158,7 @@ impl<F: FileSystem> FileSystem for IdMapFs<F> {
         mode: u32,
         umask: u32,
     ) -> io::Result<Entry> {
+        named_creds(ctx)?;
         self.fs
             .mkdir(ctx, parent, name, mode, umask)
             .map(|e| self.guest_entry(e))
@@ -189,6 +213,7 @@ impl<F: FileSystem> FileSystem for IdMapFs<F> {
         name: &CStr,
         args: CreateIn,
     ) -> io::Result<(Entry, Option<Self::Handle>, OpenOptions, Option<u32>)> {
+        named_creds(ctx)?;
         self.fs
             .create(ctx, parent, name, args)
             .map(|(e, handle, options, id)| (self.guest_entry(e), handle, options, id))
