@@ -7,12 +7,14 @@ mod common;
 
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use blkio::{Completion, ReqFlags};
+use common::ctl::ok;
+use common::run_time::{changed_blocks, checkpoint, no_extents};
+use common::serve::refused_at_start;
 use common::{Client, Daemon, ctl, image, serve_with_control};
 use serde_json::Value;
 
@@ -27,49 +29,13 @@ fn spec(dir: &Path, disk: &Path, extra: &str) -> String {
     )
 }
 
-fn ok(out: &std::process::Output) -> String {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// `changed-blocks --since NAME` as (offset, length) pairs, checking the rest of the answer.
 fn extents(control: &Path, socket: &Path, name: &str) -> Vec<(u64, u64)> {
-    let out = ctl(
-        control,
-        &["changed-blocks", socket.to_str().unwrap(), "--since", name],
-    );
-    let answer: Value = serde_json::from_str(&ok(&out)).unwrap();
+    let (answer, extents) = changed_blocks(control, socket, name);
     assert_eq!(answer["name"], name);
     assert_eq!(answer["block_size"], BLOCK);
     assert_eq!(answer["capacity"], SIZE as u64);
-    answer["extents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| (e["offset"].as_u64().unwrap(), e["length"].as_u64().unwrap()))
-        .collect()
-}
-
-/// `changed-blocks --since NAME` refused: exit 1, nothing on stdout; returns stderr.
-fn no_extents(control: &Path, socket: &Path, name: &str) -> String {
-    let out = ctl(
-        control,
-        &["changed-blocks", socket.to_str().unwrap(), "--since", name],
-    );
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(out.stdout.is_empty(), "{out:?}");
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn checkpoint(control: &Path, socket: &Path, name: &str) {
-    ok(&ctl(
-        control,
-        &["checkpoint", socket.to_str().unwrap(), name],
-    ));
+    extents
 }
 
 /// The disk's checkpoints in `ctl list`: name and whether valid.
@@ -203,14 +169,9 @@ fn a_thin_disk_tracks_its_changes_too() {
     exact_extents_and_a_clean_restart("", true);
 }
 
-/// Runs `vbmq serve --disk SPEC` expecting a refusal; returns its stderr.
+/// `vbmq serve --disk DISK` refused: its stderr.
 fn refused(disk: &str) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args(["serve", "--disk", disk])
-        .output()
-        .expect("run vbmq");
-    assert!(!out.status.success(), "{disk} was served");
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    refused_at_start(&["--disk", disk])
 }
 
 #[test]
@@ -428,12 +389,8 @@ fn a_start_refused_for_another_disk_keeps_the_maps_valid() {
         dir.path().join("b.sock").display(),
         dir.path().join("missing.raw").display()
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args(["serve", "--disk", &disk_spec, "--disk", &missing])
-        .output()
-        .expect("run vbmq");
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.raw"));
+    let err = refused_at_start(&["--disk", &disk_spec, "--disk", &missing]);
+    assert!(err.contains("missing.raw"));
     // Its socket may be left behind: the next start waits for a new one.
     let _ = std::fs::remove_file(&socket);
     let (daemon, control, client) = restart(dir.path(), &disk_spec);

@@ -11,22 +11,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::{Client, ctl, image, pattern, serve_with_control as serve};
+use common::{Client, ctl, ctl_json, image, pattern, s, serve_with_control as serve};
 use serde_json::Value;
-
-fn ctl_json(control: &Path, args: &[&str]) -> Value {
-    let out = ctl(control, args);
-    assert!(
-        out.status.success(),
-        "vbmq ctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
-}
-
-fn s(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
 
 #[test]
 fn disks_come_and_go_while_another_disk_reads_back_what_it_wrote() {

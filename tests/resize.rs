@@ -6,28 +6,13 @@ mod common;
 
 use std::path::Path;
 
-use common::{Client, ctl, image, pattern, serve_with_control as serve};
-use serde_json::Value;
-
-fn resized(control: &Path, args: &[&str]) -> Value {
-    let out = ctl(control, args);
-    assert!(
-        out.status.success(),
-        "vbmq ctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
-}
+use common::{Client, ctl, ctl_json, image, pattern, s, serve_with_control as serve};
 
 fn refused(control: &Path, args: &[&str], why: &str) {
     let out = ctl(control, args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
     assert!(stderr.contains(why), "{args:?}: {stderr}");
-}
-
-fn s(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
 }
 
 #[test]
@@ -44,7 +29,7 @@ fn a_file_disk_grows_and_shrinks_only_when_forced() {
     // Past the end: refused.
     assert_ne!(before.write(0, 12 << 20, &pattern(1, 4096)), 0);
 
-    let info = resized(&control, &["resize", s(&socket), "16M"]);
+    let info = ctl_json(&control, &["resize", s(&socket), "16M"]);
     assert_eq!(info["size"], 16 << 20);
     assert_eq!(std::fs::metadata(&file).unwrap().len(), 16 << 20);
     // The connection that was there goes on serving.
@@ -69,7 +54,7 @@ fn a_file_disk_grows_and_shrinks_only_when_forced() {
         &["resize", s(&dir.path().join("no.sock")), "1G"],
         "no disk",
     );
-    let info = resized(&control, &["resize", s(&socket), "4M", "--force"]);
+    let info = ctl_json(&control, &["resize", s(&socket), "4M", "--force"]);
     assert_eq!(info["size"], 4 << 20);
     assert_eq!(std::fs::metadata(&file).unwrap().len(), 4 << 20);
     let mut small = Client::connect(&socket, 1, false).unwrap();
@@ -97,9 +82,9 @@ fn disks_that_cannot_change_size_keep_theirs() {
     refused(&control, &["resize", s(&ro), "8M"], "readonly");
     refused(&control, &["resize", s(&mem), "8M"], "cannot be resized");
     assert_eq!(std::fs::metadata(&file).unwrap().len(), 4 << 20);
-    let info = resized(&control, &["resize", s(&null), "1G"]);
+    let info = ctl_json(&control, &["resize", s(&null), "1G"]);
     assert_eq!(info["size"], 1 << 30);
-    let list = resized(&control, &["list"]);
+    let list = ctl_json(&control, &["list"]);
     let sizes: Vec<u64> = list
         .as_array()
         .unwrap()

@@ -5,6 +5,8 @@
 //! nothing outside the share changed (a canary directory beside it: contents, modes, owners,
 //! times, xattrs), nor inside a read-only share.
 
+mod common;
+
 mod share_hostile {
     pub mod malformed;
     pub mod memory;

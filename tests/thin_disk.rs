@@ -7,13 +7,13 @@ mod common;
 use std::mem::MaybeUninit;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use blkio::{Completion, ReqFlags};
-use common::{Client, Daemon, ctl, image, pattern, serve_with_control};
+use common::ctl::engine_stat;
+use common::{Client, Daemon, image, pattern, serve_with_control};
 
 const SIZE: usize = 4 << 20;
 const BLOCK: usize = 64 << 10;
@@ -171,20 +171,6 @@ fn two_disks_of_two_processes_share_one_base() {
     assert!(fingerprint(&base) == before, "the base changed");
 }
 
-/// The JSON of `vbmq ctl stats SOCKET`: this disk's engine counters.
-fn engine_stat(control: &Path, socket: &Path, name: &str) -> u64 {
-    let out = ctl(control, &["stats", socket.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    stats[0]["engine"][name]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no {name} in {stats}"))
-}
-
 #[test]
 fn background_fill_copies_the_whole_base_and_copy_on_read_what_is_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -227,14 +213,9 @@ fn background_fill_copies_the_whole_base_and_copy_on_read_what_is_read() {
     assert!(fingerprint(&base) == before, "the base changed");
 }
 
-/// Runs `vbmq serve --disk SPEC` expecting a refusal; returns its stderr.
+/// `vbmq serve --disk DISK` refused: its stderr.
 fn refused(disk: &str) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args(["serve", "--disk", disk])
-        .output()
-        .expect("run vbmq");
-    assert!(!out.status.success(), "{disk} was served");
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    common::serve::refused_at_start(&["--disk", disk])
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! socket libvirt bound (`--fd`), answers `--print-capabilities` also when started by the name
 //! `virtiofsd`, refuses what it does not do, and ends at once on SIGTERM.
 
+mod common;
 #[path = "common/inherit_fd.rs"]
 mod inherit_fd;
 
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::xattr::get_xattr;
 use vbmq_driver::FsClient;
 use vbmq_driver::fuse::{self, Opcode, ROOT_ID, SetxattrIn, WriteIn};
 
@@ -359,25 +361,6 @@ fn options_before_any_subcommand_are_virtiofsds() {
     assert!(String::from_utf8_lossy(&output.stdout).contains("virtiofsd"));
 }
 
-/// The host's value of xattr `name` of `path`, if it has one.
-fn host_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
-    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    let name = std::ffi::CString::new(name).unwrap();
-    let mut value = vec![0u8; 256];
-    // SAFETY: lgetxattr writes at most `value.len()` bytes into `value`.
-    let len = unsafe {
-        libc::lgetxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            value.as_mut_ptr().cast(),
-            value.len(),
-        )
-    };
-    let len = usize::try_from(len).ok()?;
-    value.truncate(len);
-    Some(value)
-}
-
 /// `--xattrmap` with virtiofsd's rules: `:map::user.virtiofs.:` keeps the guest's xattrs under
 /// `user.virtiofs.` on the host, and hides the host's other xattrs from the guest.
 #[test]
@@ -396,10 +379,10 @@ fn an_xattr_map_translates_names_both_ways() {
     let entry = client.lookup(ROOT_ID, "file").unwrap();
     assert_eq!(setxattr(&mut client, entry.nodeid), 0);
     assert_eq!(
-        host_xattr(&file, "user.virtiofs.user.vbmq").as_deref(),
+        get_xattr(&file, "user.virtiofs.user.vbmq").as_deref(),
         Some(&b"v"[..])
     );
-    assert_eq!(host_xattr(&file, "user.vbmq"), None);
+    assert_eq!(get_xattr(&file, "user.vbmq"), None);
     let args = fuse::GetxattrIn {
         size: 4096,
         ..Default::default()

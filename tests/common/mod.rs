@@ -1,11 +1,21 @@
 //! Shared test helpers: start the real `vbmq serve` process and drive it with libblkio.
 #![allow(dead_code)]
 
+pub mod ctl;
 pub mod loop_device;
+pub mod run_time;
+pub mod serve;
+pub mod xattr;
+
+// What most test files take; each takes some of them.
+#[allow(unused_imports)]
+pub use ctl::{ctl, ctl_json, ctl_state, s};
+#[allow(unused_imports)]
+pub use serve::Serve;
 
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
 use blkio::{Blkio, Blkioq, Completion, MemoryRegion, ReqFlags};
@@ -20,21 +30,7 @@ pub struct Daemon {
 impl Daemon {
     /// Starts vbmq with these `--disk` values and waits for every socket to appear.
     pub fn start(disks: &[String]) -> Daemon {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
-        cmd.arg("serve");
-        for disk in disks {
-            cmd.arg("--disk").arg(disk);
-        }
-        let child = cmd.stdin(Stdio::null()).spawn().expect("spawn vbmq");
-        let daemon = Daemon { child };
-        for disk in disks {
-            let socket = disk
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("socket="))
-                .expect("socket key");
-            wait_for(Path::new(socket));
-        }
-        daemon
+        Serve::new().disks(disks).start()
     }
 
     /// Sends SIGTERM and waits for the exit status.
@@ -199,31 +195,7 @@ impl Client {
 /// Starts `vbmq serve --control DIR/run/ctl.sock` with these disks; returns it and the path.
 pub fn serve_with_control(dir: &Path, disks: &[String]) -> (Daemon, PathBuf) {
     let control = dir.join("run/ctl.sock");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
-    cmd.arg("serve").arg("--control").arg(&control);
-    for disk in disks {
-        cmd.arg("--disk").arg(disk);
-    }
-    let daemon = Daemon {
-        child: cmd.stdin(Stdio::null()).spawn().expect("spawn vbmq"),
-    };
-    wait_for(&control);
-    for disk in disks {
-        let socket = disk.split(',').find_map(|kv| kv.strip_prefix("socket="));
-        wait_for(Path::new(socket.expect("socket key")));
-    }
-    (daemon, control)
-}
-
-/// Runs `vbmq ctl --control CONTROL ARGS...`.
-pub fn ctl(control: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .arg("ctl")
-        .arg("--control")
-        .arg(control)
-        .args(args)
-        .output()
-        .expect("run vbmq ctl")
+    (Serve::new().control(&control).disks(disks).start(), control)
 }
 
 /// For speed cases (ignored tests run in release): 4 KiB random I/O at queue depth 32 for `secs` on queue 0 (`stride`: the n-th I/O at
