@@ -15,7 +15,7 @@ use blkio::{Completion, ReqFlags};
 use common::ctl::ok;
 use common::run_time::{changed_blocks, checkpoint, no_extents};
 use common::serve::refused_at_start;
-use common::{Client, Daemon, ctl, image, serve_with_control};
+use common::{Client, Daemon, ctl, image, serve_with_control, sparse_image};
 use serde_json::Value;
 
 const SIZE: usize = 4 << 20;
@@ -408,11 +408,7 @@ fn a_start_refused_for_another_disk_keeps_the_maps_valid() {
 fn tracking_speed_against_the_plain_disk() {
     const BENCH_SIZE: usize = 256 << 20;
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let disk = dir.path().join("vm.raw");
-    std::fs::File::create(&disk)
-        .unwrap()
-        .set_len(BENCH_SIZE as u64)
-        .unwrap();
+    let disk = sparse_image(dir.path(), "vm.raw", BENCH_SIZE as u64);
     let socket = dir.path().join("vm.sock");
     let run = |name: &str, extra: &str, maps: usize| {
         let _ = std::fs::remove_file(dir.path().join("vm.raw.changes"));

@@ -251,11 +251,7 @@ fn a_confined_reload_replaces_a_tracked_disk_with_its_maps() {
     };
     let conf = dir.path().join("vbmq.toml");
     write_config(&conf, &control, &[line("")]);
-    let mut daemon = Serve::new()
-        .opt("--config", &conf)
-        .wait(&control)
-        .wait(&socket)
-        .start();
+    let mut daemon = Serve::config(&conf, &[&control, &socket]).start();
     checkpoint(&control, &socket, "a");
     let mut client = Client::connect(&socket, 1, false).expect("connect");
     assert_eq!(client.write(0, 7 * BLOCK, &[1; 4096]), 0);

@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::ctl::{listed_sockets as sockets, write_config};
+use common::ctl::{listed_sockets as sockets, ok, write_config};
 use common::{Serve, ctl};
 
 #[test]
@@ -21,11 +21,7 @@ fn a_changed_file_is_applied_on_sighup_and_reload_and_a_bad_one_changes_nothing(
     std::fs::create_dir_all(&conf_dir).unwrap();
     let file = conf_dir.join("vbmq.toml");
     write_config(&file, &control, &[disk(&a)]);
-    let daemon = Serve::new()
-        .opt("--config", &file)
-        .wait(&control)
-        .wait(&a)
-        .start();
+    let daemon = Serve::config(&file, &[&control, &a]).start();
     assert_eq!(sockets(&control), vec![a.display().to_string()]);
 
     // SIGHUP: A out, B in.
@@ -61,11 +57,7 @@ fn a_changed_file_is_applied_on_sighup_and_reload_and_a_bad_one_changes_nothing(
     // `vbmq ctl reload`: both.
     write_config(&file, &control, &[disk(&b), disk(&a)]);
     let out = ctl(&control, &["reload"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     assert_eq!(
         sockets(&control),
         vec![b.display().to_string(), a.display().to_string()]

@@ -154,25 +154,7 @@ fn a_socket_path_given_twice_is_refused_at_start() {
         ),
     ];
     for (args, expected) in &cases {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vbmq"))
-            .arg("serve")
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("run vbmq");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let served = child.try_wait().unwrap().is_none();
-        if served {
-            child.kill().unwrap();
-        }
-        let out = child.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!served, "{args:?}: vbmq served: {stderr}");
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        let stderr = common::serve::exits_2_at_start(args);
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
         assert!(!control.exists(), "{args:?}: a socket was bound");

@@ -13,7 +13,7 @@ use common::serve::serve_with_fs_root;
 use common::{Serve, ctl, ctl_json, s};
 use serde_json::{Value, json};
 use vbmq_driver::FsClient;
-use vbmq_driver::fuse::{self, CreateIn, EntryOut, Opcode, OpenOut, ROOT_ID, ReadIn, WriteIn};
+use vbmq_driver::fuse::{self, EntryOut, Opcode, OpenOut, ROOT_ID, ReadIn, WriteIn};
 use vm_memory::ByteValued;
 
 /// The whole of the file `name` in the share's root, read through the share.
@@ -44,20 +44,7 @@ fn read_file(client: &mut FsClient, name: &str) -> Vec<u8> {
 
 /// Creates the file `name` in the share's root with `data`, through the share.
 fn write_file(client: &mut FsClient, name: &str, data: &[u8]) {
-    let create = CreateIn {
-        flags: (libc::O_CREAT | libc::O_RDWR) as u32,
-        mode: libc::S_IFREG | 0o644,
-        ..CreateIn::default()
-    };
-    let (out, body) = client
-        .call(
-            Opcode::Create,
-            ROOT_ID,
-            fuse::args(&create),
-            &[name.as_bytes()],
-            4096,
-        )
-        .expect("create");
+    let (out, body) = common::fs::create(client, name, libc::S_IFREG | 0o644);
     assert_eq!(out.error, 0, "CREATE of {name}");
     let entry = EntryOut::from_slice(&body[..size_of::<EntryOut>()])
         .copied()
@@ -426,7 +413,7 @@ fn the_configuration_files_fs_root_lets_add_fs_share_beneath_it() {
         ),
     )
     .unwrap();
-    let daemon = Serve::new().opt("--config", &config).wait(&control).start();
+    let daemon = Serve::config(&config, &[&control]).start();
     let socket = dir.path().join("run/vm1-fs.sock");
     let spec = format!("socket={},dir={},tag=t", s(&socket), s(&roots.join("vm1")));
     ctl_json(&control, &["add-fs", &spec]);

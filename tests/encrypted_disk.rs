@@ -9,7 +9,7 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use common::{Client, Daemon, pattern};
+use common::{Client, Daemon, pattern, sparse_image};
 
 const SIZE: usize = 4 << 20;
 
@@ -39,11 +39,7 @@ fn plaintext() -> Vec<u8> {
 #[test]
 fn the_image_holds_no_plaintext_and_reads_back_with_its_key() {
     let dir = tempfile::tempdir().unwrap();
-    let image = dir.path().join("secret.raw");
-    std::fs::File::create(&image)
-        .unwrap()
-        .set_len(SIZE as u64)
-        .unwrap();
+    let image = sparse_image(dir.path(), "secret.raw", SIZE as u64);
     let key = dir.path().join("key");
     std::fs::write(&key, pattern(77, 64)).unwrap();
     let socket = dir.path().join("e.sock");
@@ -141,11 +137,7 @@ fn has_zero_block(raw: &[u8]) -> bool {
 #[test]
 fn write_zeroes_leave_ciphertext_and_discard_is_dropped() {
     let dir = tempfile::tempdir().unwrap();
-    let image = dir.path().join("secret.raw");
-    std::fs::File::create(&image)
-        .unwrap()
-        .set_len(SIZE as u64)
-        .unwrap();
+    let image = sparse_image(dir.path(), "secret.raw", SIZE as u64);
     let key = dir.path().join("key");
     std::fs::write(&key, pattern(21, 64)).unwrap();
     let socket = dir.path().join("e.sock");
@@ -219,12 +211,10 @@ fn encrypted_disk_with_cache_and_base_reads_back_what_was_written() {
         .into_iter()
         .enumerate()
     {
-        let image = dir.path().join(format!("disk{n}.raw"));
+        let name = format!("disk{n}.raw");
+        let image = dir.path().join(&name);
         if extra.is_empty() || extra == ",cache=1M" {
-            std::fs::File::create(&image)
-                .unwrap()
-                .set_len(SIZE as u64)
-                .unwrap();
+            sparse_image(dir.path(), &name, SIZE as u64);
         }
         let daemon = Daemon::start(&[spec(dir.path(), &image, &key, extra)]);
         let mut client = Client::connect(&socket, 1, false).unwrap();
@@ -304,11 +294,7 @@ fn complete(client: &mut Client) -> i32 {
 fn the_image_is_aes_xts_plain64_of_what_was_written() {
     use aes08::cipher::KeyInit;
     let dir = tempfile::tempdir().unwrap();
-    let image = dir.path().join("disk.raw");
-    std::fs::File::create(&image)
-        .unwrap()
-        .set_len(SIZE as u64)
-        .unwrap();
+    let image = sparse_image(dir.path(), "disk.raw", SIZE as u64);
     let key = dir.path().join("key");
     let key_bytes = pattern(21, 64);
     std::fs::write(&key, &key_bytes).unwrap();
@@ -435,11 +421,7 @@ fn crypt_speed_against_the_plain_disk() {
 #[test]
 fn an_encrypted_thin_disk_over_an_encrypted_base() {
     let dir = tempfile::tempdir().unwrap();
-    let base = dir.path().join("golden.raw");
-    std::fs::File::create(&base)
-        .unwrap()
-        .set_len(SIZE as u64)
-        .unwrap();
+    let base = sparse_image(dir.path(), "golden.raw", SIZE as u64);
     let key = dir.path().join("key");
     std::fs::write(&key, pattern(9, 64)).unwrap();
     let socket = dir.path().join("e.sock");

@@ -457,20 +457,7 @@ fn device_nodes_set_id_bits_and_privileged_xattrs_are_refused() {
     assert_eq!(fifo.mode() & 0o7777, 0o644);
 
     // CREATE and SETATTR: set-user-ID and set-group-ID bits stripped.
-    let create = CreateIn {
-        flags: (libc::O_CREAT | libc::O_RDWR) as u32,
-        mode: libc::S_IFREG | 0o6755,
-        ..CreateIn::default()
-    };
-    let (out, body) = client
-        .call(
-            Opcode::Create,
-            ROOT_ID,
-            fuse::args(&create),
-            &[b"suid"],
-            4096,
-        )
-        .unwrap();
+    let (out, body) = common::fs::create(&mut client, "suid", libc::S_IFREG | 0o6755);
     assert_eq!(out.error, 0);
     let created = entry(&body).nodeid;
     let mode = std::fs::metadata(share.path("share/suid")).unwrap().mode();

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::fs::{refuses_a_writable_open, reply_data};
 use common::serve::serve_share;
 use common::{Daemon, Serve};
 use vbmq_driver::fs_client::REPLY_ROOM;
@@ -287,11 +288,8 @@ fn malformed_requests_get_an_answer_and_the_queue_goes_on() {
 fn a_read_only_share_answers_erofs() {
     let share = Share::start("ro", ",readonly=on");
     let mut client = FsClient::connect(&share.socket()).unwrap();
+    refuses_a_writable_open(&mut client);
     let entry = client.lookup(ROOT_ID, "file").unwrap();
-    let err = client
-        .open(entry.nodeid, libc::O_RDWR as u32)
-        .expect_err("a writable open of a read-only share");
-    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
     let fh = client.open(entry.nodeid, libc::O_RDONLY as u32).unwrap();
     client.release(entry.nodeid, fh).unwrap();
     let (out, _) = client
@@ -327,12 +325,7 @@ fn a_handle_the_host_cannot_use_is_refused_without_closing_it() {
     let (_, written) = client.wait(Duration::from_secs(5)).expect("an answer");
     let header = client.reply_header(0).unwrap();
     assert_eq!((header.error, written), (0, 16 + 4096), "{header:?}");
-    let (_, reply_at) = FsClient::slot_addrs(0);
-    let mut data = vec![0u8; 4096];
-    client
-        .memory()
-        .read_slice(&mut data, GuestAddress(reply_at + 16))
-        .unwrap();
+    let data = reply_data(&client);
     assert!(data == pattern()[4096..8192]);
     still_serves(&mut client);
     assert!(share.alive(), "{}", share.log());
@@ -356,9 +349,7 @@ fn a_share_from_the_config_file_is_served_and_a_bad_one_refused() {
         ),
     )
     .unwrap();
-    let daemon = Serve::new()
-        .opt("--config", &config)
-        .wait(&socket)
+    let daemon = Serve::config(&config, &[&socket])
         .log(&dir.join("vbmq.log"))
         .start();
     let mut client = FsClient::connect(&socket).unwrap();

@@ -10,12 +10,12 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use common::ctl::{each_refused, engine_stat, ok, refused, write_config};
-use common::run_time::{self, mkfifo, open};
+use common::run_time::{self, fill_and_copy_on_read, mkfifo, open};
 use common::{
-    Client, Serve, ctl, ctl_state, image, pattern, s, serve_with_control as serve, wait_for,
+    Client, Serve, ctl, ctl_state, image, pattern, s, serve_with_control as serve, sparse_image,
+    wait_for,
 };
 use serde_json::Value;
 
@@ -152,19 +152,7 @@ fn a_base_disk_added_at_run_time_reads_the_base_writes_disk_and_keeps_its_map() 
     );
     ok(&ctl(&control, &["add-disk", &fspec]));
     ok(&ctl(&control, &["add-disk", &rspec]));
-    let blocks = engine_stat(&control, &fsock, "thin_blocks");
-    assert_eq!(blocks, (SIZE / BLOCK) as u64);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while engine_stat(&control, &fsock, "thin_present_blocks") < blocks {
-        assert!(Instant::now() < deadline, "the fill never finished");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let mut reader = Client::connect(&rsock, 1, false).unwrap();
-    let (ret, data) = reader.read(0, 3 * BLOCK as u64 + 512, 1024);
-    assert_eq!(ret, 0);
-    assert!(data == pattern(1, SIZE)[3 * BLOCK + 512..3 * BLOCK + 1536]);
-    assert_eq!(engine_stat(&control, &rsock, "thin_present_blocks"), 1);
-    drop(reader);
+    fill_and_copy_on_read(&control, &fsock, &rsock, &pattern(1, SIZE), BLOCK);
     assert!(std::fs::read(&filled).unwrap() == pattern(1, SIZE));
     assert_eq!(sha256(&base), before, "the base changed");
     assert!(daemon.alive());
@@ -175,11 +163,7 @@ fn a_base_disk_added_at_run_time_reads_the_base_writes_disk_and_keeps_its_map() 
 fn an_encrypted_disk_added_at_run_time_takes_its_key_from_a_pipe() {
     let dir = tempfile::tempdir().unwrap();
     let (mut daemon, control) = serve(dir.path(), &[]);
-    let image = dir.path().join("secret.raw");
-    std::fs::File::create(&image)
-        .unwrap()
-        .set_len(SIZE as u64)
-        .unwrap();
+    let image = sparse_image(dir.path(), "secret.raw", SIZE as u64);
     let fifo = dir.path().join("key.fifo");
     mkfifo(&fifo);
     let socket = dir.path().join("vm/e.sock");
@@ -523,11 +507,8 @@ fn a_confined_reload_replaces_a_base_disk_with_its_map_and_refuses_to_reread_a_k
     let run = dir.path().join("run");
     let control = run.join("ctl.sock");
     let base = image(dir.path(), "golden.raw", SIZE, 11);
-    let (disk, secret) = (dir.path().join("vm.raw"), dir.path().join("secret.raw"));
-    std::fs::File::create(&secret)
-        .unwrap()
-        .set_len(SIZE as u64)
-        .unwrap();
+    let disk = dir.path().join("vm.raw");
+    let secret = sparse_image(dir.path(), "secret.raw", SIZE as u64);
     let key = dir.path().join("k");
     std::fs::write(&key, pattern(12, 64)).unwrap();
     let (t, e) = (run.join("t.sock"), run.join("e.sock"));
@@ -549,12 +530,7 @@ fn a_confined_reload_replaces_a_base_disk_with_its_map_and_refuses_to_reread_a_k
     };
     let conf = dir.path().join("vbmq.toml");
     write_config(&conf, &control, &[thin(""), encrypted("")]);
-    let mut daemon = Serve::new()
-        .opt("--config", &conf)
-        .wait(&control)
-        .wait(&t)
-        .wait(&e)
-        .start();
+    let mut daemon = Serve::config(&conf, &[&control, &t, &e]).start();
     let data = pattern(13, 8192);
     let mut client = Client::connect(&t, 1, false).expect("connect");
     assert_eq!(client.write(0, 7 * BLOCK as u64, &data), 0);

@@ -10,7 +10,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 
-use common::ctl::each_refused;
+use common::ctl::{each_refused, ok};
 use common::run_time::{self, open};
 use common::{Client, ctl, image, pattern, s, serve_with_control as serve};
 use serde_json::{Value, json};
@@ -24,11 +24,7 @@ fn a_passed_image_and_socket_serve_io_that_reads_back_and_lands_in_the_file() {
     let socket = dir.path().join("elsewhere/vm3.sock");
     let spec = format!("socket={},path={},queues=2", s(&socket), s(&file));
     let out = ctl(&control, &["add-disk", &spec]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     let added: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(added["socket"], s(&socket));
     assert_eq!(added["size"], 8 << 20);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::ctl::{list, write_config};
+use common::ctl::{list, ok, write_config};
 use common::{Client, Serve, ctl, image, pattern, s};
 use serde_json::Value;
 
@@ -43,11 +43,7 @@ fn a_limit_change_applies_in_place_under_io_and_a_bad_reload_changes_nothing() {
     let conf = dir.path().join("etc/vbmq.toml");
     std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
     write_config(&conf, &control, &[disk_a(""), disk_b("1G")]);
-    let mut daemon = Serve::new()
-        .opt("--config", &conf)
-        .wait(&control)
-        .wait(&a)
-        .wait(&b)
+    let mut daemon = Serve::config(&conf, &[&control, &a, &b])
         .piped_stderr()
         .start();
     // The log, line by line, to wait for what SIGHUP says.
@@ -100,11 +96,7 @@ fn a_limit_change_applies_in_place_under_io_and_a_bad_reload_changes_nothing() {
     // Limits only: in place.
     write_config(&conf, &control, &[disk_a(",iops=50"), disk_b("1G")]);
     let out = ctl(&control, &["reload"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("changed in place"),
         "{out:?}"
@@ -164,11 +156,7 @@ fn a_limit_change_applies_in_place_under_io_and_a_bad_reload_changes_nothing() {
     write_config(&conf, &control, &[disk_a(",iops=50"), disk_b("2G")]);
     refused(&control, &["reload"], "cannot change in place");
     let out = ctl(&control, &["reload", "--replace"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     assert_eq!(entry(&control, &b)["size"], 2u64 << 30);
 
     stop.store(true, Ordering::Relaxed);
@@ -182,11 +170,7 @@ fn a_limit_change_applies_in_place_under_io_and_a_bad_reload_changes_nothing() {
     drop(client);
     write_config(&conf, &control, &[disk_a(",queues=2"), disk_b("2G")]);
     let out = ctl(&control, &["reload", "--replace"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("replaced"),
         "{out:?}"

@@ -37,10 +37,7 @@ fn a_file_disk_grows_and_shrinks_only_when_forced() {
     drop(before);
     // A frontend connecting now sees the new capacity and uses the tail.
     let mut after = Client::connect(&socket, 2, false).unwrap();
-    assert_eq!(after.capacity(), 16 << 20);
-    let tail = pattern(2, 64 << 10);
-    assert_eq!(after.write(0, (16 << 20) - (64 << 10), &tail), 0);
-    assert!(after.read(1, (16 << 20) - (64 << 10), tail.len()).1 == tail);
+    after.uses_the_tail(16 << 20, 2, 1);
     drop(after);
 
     refused(

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use blkio::{Completion, ReqFlags};
-use common::ctl::engine_stat;
+use common::run_time::fill_and_copy_on_read;
 use common::{Client, Daemon, image, pattern, serve_with_control};
 
 const SIZE: usize = 4 << 20;
@@ -187,19 +187,8 @@ fn background_fill_copies_the_whole_base_and_copy_on_read_what_is_read() {
     );
     let mut client = Client::connect(&fsock, 1, false).unwrap();
     assert_eq!(client.write(0, 5 * BLOCK as u64 + 4096, &[0xaa; 4096]), 0);
-    let blocks = engine_stat(&control, &fsock, "thin_blocks");
-    assert_eq!(blocks, (SIZE / BLOCK) as u64);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while engine_stat(&control, &fsock, "thin_present_blocks") < blocks {
-        assert!(Instant::now() < deadline, "the fill never finished");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let mut reader = Client::connect(&rsock, 1, false).unwrap();
-    let (ret, data) = reader.read(0, 3 * BLOCK as u64 + 512, 1024);
-    assert_eq!(ret, 0);
-    assert!(data == pattern(9, SIZE)[3 * BLOCK + 512..3 * BLOCK + 1536]);
-    assert_eq!(engine_stat(&control, &rsock, "thin_present_blocks"), 1);
-    drop((client, reader));
+    fill_and_copy_on_read(&control, &fsock, &rsock, &pattern(9, SIZE), BLOCK);
+    drop(client);
     assert!(daemon.terminate().success());
     let mut expected = pattern(9, SIZE);
     expected[5 * BLOCK + 4096..5 * BLOCK + 8192].fill(0xaa);

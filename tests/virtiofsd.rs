@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::fs::refuses_a_writable_open;
 use common::xattr::get_xattr;
 use vbmq_driver::FsClient;
 use vbmq_driver::fuse::{self, Opcode, ROOT_ID, SetxattrIn, WriteIn};
@@ -155,11 +156,7 @@ fn it_says_ready_as_virtiofsd_and_serves_reads_and_writes() {
 fn readonly_refuses_writes() {
     let daemon = Daemon::start("ro", &["--readonly"]);
     let mut client = FsClient::connect(&daemon.socket()).unwrap();
-    let entry = client.lookup(ROOT_ID, "file").unwrap();
-    let err = client
-        .open(entry.nodeid, libc::O_RDWR as u32)
-        .expect_err("a writable open of a read-only share");
-    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    refuses_a_writable_open(&mut client);
     let (out, _) = client
         .call(Opcode::Unlink, ROOT_ID, &[], &[b"file"], 4096)
         .unwrap();
@@ -253,6 +250,15 @@ fn a_descriptor_that_is_not_a_listening_socket_is_refused() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// What `command --print-capabilities` prints: QEMU's JSON of a virtio-fs backend.
+fn capabilities(mut command: Command) -> serde_json::Value {
+    let output = command.arg("--print-capabilities").output().unwrap();
+    assert!(output.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["type"], "fs");
+    json
+}
+
 /// Started by the name `virtiofsd` (a link, or a descriptor's `binary`), it is virtiofsd:
 /// `--print-capabilities` is QEMU's JSON, an option it does not take is refused with one line
 /// and status 1.
@@ -261,13 +267,7 @@ fn started_as_virtiofsd_it_prints_its_capabilities_and_refuses_the_unknown() {
     let dir = test_dir("argv0");
     let link = dir.join("virtiofsd");
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_vbmq"), &link).unwrap();
-    let output = Command::new(&link)
-        .arg("--print-capabilities")
-        .output()
-        .unwrap();
-    assert!(output.status.success());
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(json["type"], "fs");
+    let json = capabilities(Command::new(&link));
     let features = json["features"].as_array().unwrap();
     assert!(features.iter().any(|f| f == "separate-options"));
     assert!(features.iter().any(|f| f == "migrate-precopy"));
@@ -347,13 +347,7 @@ fn host_mount_points_are_announced_as_submounts() {
 /// virtiofsd's options alone: options before any subcommand make vbmq virtiofsd.
 #[test]
 fn options_before_any_subcommand_are_virtiofsds() {
-    let output = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .arg("--print-capabilities")
-        .output()
-        .unwrap();
-    assert!(output.status.success());
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(json["type"], "fs");
+    capabilities(Command::new(env!("CARGO_BIN_EXE_vbmq")));
     let output = Command::new(env!("CARGO_BIN_EXE_vbmq"))
         .arg("--help")
         .output()

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use common::ctl::ok;
 use common::{Daemon, ctl};
 use vbmq_driver::FsClient;
 use vbmq_driver::fuse::{self, Opcode, ROOT_ID, WriteIn};
@@ -229,11 +230,7 @@ fn a_share_removed_elsewhere_ends_the_launcher() {
     let mut launcher = Launcher::spawn(dir.path(), "gone", command);
     launcher.ready();
     let out = ctl(&control, &["remove-fs", socket.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     assert_eq!(launcher.exit().code(), Some(1));
     let log = launcher.log();
     assert!(log.contains("no longer served by the vbmq at"), "{log}");

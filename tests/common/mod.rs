@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod ctl;
+pub mod fs;
 pub mod loop_device;
 pub mod run_time;
 pub mod serve;
@@ -91,6 +92,15 @@ pub fn image(dir: &Path, name: &str, len: usize, seed: u64) -> PathBuf {
     path
 }
 
+/// A sparse image of `len` zero bytes.
+pub fn sparse_image(dir: &Path, name: &str, len: u64) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::File::create(&path)
+        .and_then(|f| f.set_len(len))
+        .expect("create a sparse image");
+    path
+}
+
 /// A libblkio `virtio-blk-vhost-user` client with one buffer region.
 pub struct Client {
     pub blkio: Blkio,
@@ -136,6 +146,26 @@ impl Client {
 
     pub fn capacity(&self) -> u64 {
         self.blkio.get_u64("capacity").expect("capacity")
+    }
+
+    /// Connected to a read-only disk: the device offers VIRTIO_BLK_F_RO (libblkio refuses to
+    /// drive it read-write), a write is refused and a flush served.
+    pub fn read_only(socket: &Path) -> Client {
+        assert!(Client::connect(socket, 1, false).is_err(), "RO not offered");
+        let mut client = Client::connect_with(socket, 1, false, true).unwrap();
+        assert_ne!(client.write(0, 0, &[0xaa; 4096]), 0, "write accepted");
+        assert_eq!(client.flush(0), 0);
+        client
+    }
+
+    /// The disk has `capacity` bytes and its last 64 KiB take `pattern(seed)`, written on queue
+    /// 0 and read back on `read_queue`.
+    pub fn uses_the_tail(&mut self, capacity: u64, seed: u64, read_queue: usize) {
+        assert_eq!(self.capacity(), capacity);
+        let tail = pattern(seed, 64 << 10);
+        let at = capacity - tail.len() as u64;
+        assert_eq!(self.write(0, at, &tail), 0);
+        assert!(self.read(read_queue, at, tail.len()).1 == tail);
     }
 
     fn buf(&self) -> *mut u8 {

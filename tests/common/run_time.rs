@@ -58,3 +58,29 @@ pub fn no_extents(control: &Path, socket: &Path, name: &str) -> String {
 pub fn checkpoint(control: &Path, socket: &Path, name: &str) {
     ok(&ctl(control, &["checkpoint", s(socket), name]));
 }
+
+/// The two sides of a base's copy: the `base-fill=on` disk on `filled` copies all `blocks`
+/// blocks of `block` bytes in the background; a read of 1 KiB on the `base-copy-on-read=on` disk
+/// on `read` returns the base's bytes and copies the one block it touched.
+pub fn fill_and_copy_on_read(
+    control: &Path,
+    filled: &Path,
+    read: &Path,
+    base: &[u8],
+    block: usize,
+) {
+    use super::ctl::engine_stat;
+    use std::time::{Duration, Instant};
+    let blocks = engine_stat(control, filled, "thin_blocks");
+    assert_eq!(blocks, (base.len() / block) as u64);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while engine_stat(control, filled, "thin_present_blocks") < blocks {
+        assert!(Instant::now() < deadline, "the fill never finished");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut reader = super::Client::connect(read, 1, false).unwrap();
+    let (ret, data) = reader.read(0, 3 * block as u64 + 512, 1024);
+    assert_eq!(ret, 0);
+    assert!(data == base[3 * block + 512..3 * block + 1536]);
+    assert_eq!(engine_stat(control, read, "thin_present_blocks"), 1);
+}

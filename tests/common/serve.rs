@@ -58,6 +58,15 @@ impl Serve {
         self
     }
 
+    /// `vbmq serve --config FILE`, whose start waits for `sockets` (those the file names).
+    pub fn config(file: &Path, sockets: &[&Path]) -> Serve {
+        let mut serve = Serve::new().opt("--config", file);
+        serve
+            .sockets
+            .extend(sockets.iter().map(|s| s.to_path_buf()));
+        serve
+    }
+
     /// `--control PATH`; the start waits for the socket.
     pub fn control(mut self, path: &Path) -> Serve {
         self.sockets.push(path.to_path_buf());
@@ -83,7 +92,13 @@ impl Serve {
         self
     }
 
-    /// Logs at warn level into `path`, stdout to nowhere.
+    /// An environment variable (`RUST_LOG`).
+    pub fn env(mut self, key: &str, value: &str) -> Serve {
+        self.cmd.env(key, value);
+        self
+    }
+
+    /// Its log (stderr) into `path`, stdout to nowhere.
     pub fn log(mut self, path: &Path) -> Serve {
         self.log = Some(path.to_path_buf());
         self
@@ -93,10 +108,7 @@ impl Serve {
     pub fn start(mut self) -> Daemon {
         if let Some(log) = &self.log {
             let file = std::fs::File::create(log).expect("create the log");
-            self.cmd
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::null())
-                .stderr(file);
+            self.cmd.stdout(Stdio::null()).stderr(file);
         }
         let mut daemon = Daemon {
             child: self.cmd.spawn().expect("spawn vbmq"),
@@ -168,6 +180,32 @@ pub fn serve_share(command: Command, dir: &Path, share: &Path, extra: &str) -> D
     );
     Serve::by(command)
         .fs(&spec)
+        .env("RUST_LOG", "warn")
         .log(&dir.join("vbmq.log"))
         .start()
+}
+
+/// `vbmq serve ARGS` refused at start: exit status 2 before it serves (a hang fails after 10 s);
+/// its stderr.
+pub fn exits_2_at_start<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S]) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .arg("serve")
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vbmq");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let served = child.try_wait().unwrap().is_none();
+    if served {
+        child.kill().unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!served, "{args:?}: vbmq served: {stderr}");
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    stderr
 }
