@@ -2,25 +2,17 @@
 //! default, reads the host's file and writes its own there; `remove-fs` then takes the share
 //! away and its socket with it.
 
+mod common;
 mod guest;
 
+use common::ctl;
 use guest::{TestDir, Vbmq, Vm, script};
 use std::process::Command;
-
-fn ctl(control: &std::path::Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .arg("ctl")
-        .arg("--control")
-        .arg(control)
-        .args(args)
-        .output()
-        .expect("run vbmq ctl")
-}
 
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
+    ignore = "needs feature guest-tests: QEMU 10"
 )]
 fn a_guest_mounts_a_share_added_at_run_time() {
     let dir = TestDir::new("fs-add");

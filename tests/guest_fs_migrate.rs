@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use guest::{Qmp, RunningVm, TestDir, Vbmq, Vm, print_log, result_of, script, tagged};
+use guest::{
+    Qmp, RunningVm, TestDir, Vbmq, Vm, print_log, read_consoles, result_of, script, tagged,
+};
 
 /// Lines the guest writes once it sees it runs on the destination.
 const AFTER: u32 = 100;
@@ -248,14 +250,7 @@ fn run(backend: Backend, held: Held) -> (u64, String, String) {
     );
     std::fs::write(shared.join("migrated"), b"").unwrap();
     let exited = destination.vm.wait_exit(Duration::from_secs(300));
-    let texts: Vec<String> = consoles
-        .iter()
-        .map(|c| {
-            std::fs::read_to_string(c)
-                .unwrap_or_default()
-                .replace('\r', "")
-        })
-        .collect();
+    let texts = read_consoles(&consoles);
     let Some(guest) = result_of(&texts) else {
         dump("no result");
         panic!(
@@ -318,7 +313,7 @@ fn run(backend: Backend, held: Held) -> (u64, String, String) {
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
+    ignore = "needs feature guest-tests: QEMU 10"
 )]
 fn a_guest_with_a_file_open_migrates_between_two_vbmq_shares() {
     let (downtime, _, logs) = run(Backend::Vbmq, Held::File);
@@ -339,7 +334,7 @@ fn a_guest_with_a_file_open_migrates_between_two_vbmq_shares() {
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
+    ignore = "needs feature guest-tests: QEMU 10"
 )]
 fn virtiofsd_migrates_the_same_guest() {
     let (downtime, _, _) = run(Backend::Virtiofsd, Held::File);
@@ -351,7 +346,7 @@ fn virtiofsd_migrates_the_same_guest() {
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
+    ignore = "needs feature guest-tests: QEMU 10"
 )]
 fn a_deleted_file_held_open_is_lost_alone_with_guest_error() {
     let (_, output, logs) = run(Backend::Vbmq, Held::Deleted);

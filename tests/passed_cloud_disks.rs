@@ -9,31 +9,17 @@ mod common;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::ctl::{each_refused, engine_stat, ok, refused, write_config};
 use common::run_time::{self, fill_and_copy_on_read, mkfifo, open};
 use common::{
-    Client, Serve, ctl, ctl_state, image, pattern, s, serve_with_control as serve, sparse_image,
-    wait_for,
+    Client, Serve, ctl, ctl_state, image, pattern, s, serve_with_control as serve, sha256,
+    sparse_image, wait_for,
 };
 use serde_json::Value;
 
 const SIZE: usize = 4 << 20;
 const BLOCK: usize = 64 << 10;
-
-fn sha256(path: &Path) -> String {
-    let out = Command::new("sha256sum")
-        .arg(path)
-        .output()
-        .expect("sha256sum");
-    assert!(out.status.success());
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string()
-}
 
 /// Whether `needle` occurs anywhere in `hay`.
 fn contains(hay: &[u8], needle: &[u8]) -> bool {

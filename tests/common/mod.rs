@@ -92,6 +92,20 @@ pub fn image(dir: &Path, name: &str, len: usize, seed: u64) -> PathBuf {
     path
 }
 
+/// The SHA-256 of a file, as `sha256sum` prints it.
+pub fn sha256(path: &Path) -> String {
+    let out = std::process::Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .expect("sha256sum");
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// A sparse image of `len` zero bytes.
 pub fn sparse_image(dir: &Path, name: &str, len: u64) -> PathBuf {
     let path = dir.join(name);
