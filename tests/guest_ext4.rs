@@ -14,7 +14,7 @@ const DISCARD_MIB: u64 = 64;
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn ext4_survives_fsck_remount_and_a_second_vm() {
     let dir = TestDir::new("ext4");
@@ -76,7 +76,7 @@ fn ext4_survives_fsck_remount_and_a_second_vm() {
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn discard_and_fstrim_read_back_zeros() {
     let dir = TestDir::new("discard");

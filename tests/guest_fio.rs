@@ -11,7 +11,7 @@ use guest::{TestDir, Vbmq, Vm, script, tagged};
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn fio_verify_passes_in_every_mode() {
     let dir = TestDir::new("fio");

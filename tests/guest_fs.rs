@@ -35,7 +35,7 @@ fn host_sums(dir: &Path) -> Vec<String> {
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn a_guest_works_on_a_share_and_a_second_vm_sees_it() {
     let dir = TestDir::new("fs");
@@ -109,7 +109,7 @@ fn a_guest_works_on_a_share_and_a_second_vm_sees_it() {
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn a_read_only_share_refuses_every_change() {
     let dir = TestDir::new("fs-ro");
@@ -159,7 +159,7 @@ fn a_read_only_share_refuses_every_change() {
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn the_same_file_workload_on_a_share_and_on_ext4_over_a_disk() {
     let dir = TestDir::new("fs-vs-ext4");

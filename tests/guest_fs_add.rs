@@ -12,7 +12,7 @@ use std::process::Command;
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn a_guest_mounts_a_share_added_at_run_time() {
     let dir = TestDir::new("fs-add");

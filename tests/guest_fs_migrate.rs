@@ -313,7 +313,7 @@ fn run(backend: Backend, held: Held) -> (u64, String, String) {
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn a_guest_with_a_file_open_migrates_between_two_vbmq_shares() {
     let (downtime, _, logs) = run(Backend::Vbmq, Held::File);
@@ -334,7 +334,7 @@ fn a_guest_with_a_file_open_migrates_between_two_vbmq_shares() {
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn virtiofsd_migrates_the_same_guest() {
     let (downtime, _, _) = run(Backend::Virtiofsd, Held::File);
@@ -346,7 +346,7 @@ fn virtiofsd_migrates_the_same_guest() {
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn a_deleted_file_held_open_is_lost_alone_with_guest_error() {
     let (_, output, logs) = run(Backend::Vbmq, Held::Deleted);

@@ -529,7 +529,7 @@ fn run(backend: Backend, full: bool) -> (guest::GuestRun, Vec<Migration>, Setup,
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn a_guest_migrates_there_and_back_under_io() {
     // The daemon goes first (its log is printed on failure), then the directory.
@@ -562,7 +562,7 @@ fn a_guest_migrates_there_and_back_under_io() {
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn unlogged_reads_arrive_stale() {
     let (run, _figures, _setup, _vbmq) = run(Backend::VbmqUnloggedReads, false);
@@ -585,7 +585,7 @@ fn unlogged_reads_arrive_stale() {
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn qemu_storage_daemon_migrates_the_same_guest() {
     let (run, _figures, _setup, _qsd) = run(Backend::Qsd, true);
@@ -605,7 +605,7 @@ fn qemu_storage_daemon_migrates_the_same_guest() {
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn a_guest_migrates_between_two_vbmq_processes() {
     let (run, _figures, _setup, served) = run(Backend::VbmqTwoProcesses, true);

@@ -15,7 +15,7 @@ use guest::{TestDir, Vbmq, Vm, script, tagged, wait_for_console};
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn a_running_guest_sees_the_disk_grow_and_uses_the_tail() {
     let dir = TestDir::new("resize");

@@ -156,7 +156,7 @@ fn report(what: &str, run: &GuestRun, restarter: &Restarter, stops: &[Stop]) {
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn crashes_and_upgrades_under_io_lose_nothing() {
     const STOPS: &[Stop] = &[
@@ -187,7 +187,7 @@ fn crashes_and_upgrades_under_io_lose_nothing() {
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn without_tracking_the_guest_notices_a_crash() {
     const STOPS: &[Stop] = &[Stop::Kill];

@@ -56,7 +56,7 @@ impl Starter {
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn a_disk_added_at_run_time_survives_an_upgrade_and_a_crash_under_io() {
     let dir = TestDir::new("restart-run-time");

@@ -34,7 +34,7 @@ fn last_round(console: &Path, tag: &str) -> u64 {
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn a_snapshot_under_a_guests_writes_holds_the_rounds_done_before_it() {
     let dir = TestDir::new("snapshot");

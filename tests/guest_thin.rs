@@ -18,7 +18,7 @@ const BASE_MIB: u64 = 128;
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn a_guest_writes_on_a_disk_made_from_a_base_image() {
     let dir = TestDir::new("thin");

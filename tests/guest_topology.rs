@@ -10,7 +10,7 @@ use guest::{TestDir, Vbmq, Vm, script, tagged_one};
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn guest_sees_size_and_hardware_queues() {
     let dir = TestDir::new("topology");
@@ -66,7 +66,7 @@ fn guest_sees_size_and_hardware_queues() {
 #[test]
 #[cfg_attr(
     not(feature = "guest-tests"),
-    ignore = "needs feature guest-tests: QEMU 10"
+    ignore = "needs feature guest-tests: QEMU 10 and a guest kernel (scripts/test.sh)"
 )]
 fn readonly_disk_refuses_guest_writes() {
     let dir = TestDir::new("readonly");

@@ -28,7 +28,7 @@ fn exported(cluster: &Cluster, dir: &Path, name: &str, offset: usize, len: usize
 
 #[cfg_attr(
     not(feature = "ceph-tests"),
-    ignore = "needs feature ceph-tests: a Ceph cluster"
+    ignore = "needs feature ceph-tests: a single-node Ceph cluster (scripts/test.sh)"
 )]
 #[test]
 fn rbd_disk_reads_writes_flushes_discards_and_zeroes_on_every_queue() {
@@ -82,7 +82,7 @@ fn rbd_disk_reads_writes_flushes_discards_and_zeroes_on_every_queue() {
 
 #[cfg_attr(
     not(feature = "ceph-tests"),
-    ignore = "needs feature ceph-tests: a Ceph cluster"
+    ignore = "needs feature ceph-tests: a single-node Ceph cluster (scripts/test.sh)"
 )]
 #[test]
 fn readonly_rbd_disk_refuses_writes_and_serves_reads() {
@@ -119,7 +119,7 @@ fn readonly_rbd_disk_refuses_writes_and_serves_reads() {
 /// shows and a frontend connecting now sees), and tells a connected frontend.
 #[cfg_attr(
     not(feature = "ceph-tests"),
-    ignore = "needs feature ceph-tests: a Ceph cluster"
+    ignore = "needs feature ceph-tests: a single-node Ceph cluster (scripts/test.sh)"
 )]
 #[test]
 fn an_image_resized_elsewhere_is_followed() {
@@ -156,7 +156,7 @@ fn an_image_resized_elsewhere_is_followed() {
 /// back while the OSD is stopped), writes go through to the cluster and refresh the cache.
 #[cfg_attr(
     not(feature = "ceph-tests"),
-    ignore = "needs feature ceph-tests: a Ceph cluster"
+    ignore = "needs feature ceph-tests: a single-node Ceph cluster (scripts/test.sh)"
 )]
 #[test]
 fn cached_rbd_disk_serves_reads_from_memory_and_writes_through() {
@@ -197,7 +197,7 @@ fn cached_rbd_disk_serves_reads_from_memory_and_writes_through() {
 
 #[cfg_attr(
     not(feature = "ceph-tests"),
-    ignore = "needs feature ceph-tests: a Ceph cluster"
+    ignore = "needs feature ceph-tests: a single-node Ceph cluster (scripts/test.sh)"
 )]
 #[test]
 fn osd_stopped_mid_io_then_continued_loses_nothing() {
@@ -245,7 +245,7 @@ fn osd_stopped_mid_io_then_continued_loses_nothing() {
 
 #[cfg_attr(
     not(feature = "ceph-tests"),
-    ignore = "needs feature ceph-tests: a Ceph cluster"
+    ignore = "needs feature ceph-tests: a single-node Ceph cluster (scripts/test.sh)"
 )]
 #[test]
 fn osd_killed_fails_requests_while_a_file_disk_keeps_serving() {
@@ -292,7 +292,7 @@ fn osd_killed_fails_requests_while_a_file_disk_keeps_serving() {
 /// cluster (here: a user) no connection was made for is refused.
 #[cfg_attr(
     not(feature = "ceph-tests"),
-    ignore = "needs feature ceph-tests: a Ceph cluster"
+    ignore = "needs feature ceph-tests: a single-node Ceph cluster (scripts/test.sh)"
 )]
 #[test]
 fn an_rbd_disk_added_at_run_time_reuses_the_connection_made_at_start() {
