@@ -110,7 +110,7 @@ fn exact_extents_and_a_clean_restart(extra: &str, base: bool) {
     assert_eq!(bad.status.code(), Some(2));
     let err = no_extents(&control, &socket, "nope");
     assert!(err.contains("no checkpoint named \"nope\""), "{err}");
-    // A tracked disk does not shrink (tests/changed_blocks_passed.rs grows one).
+    // A tracked disk does not shrink (tests/run_time_disks/changed_blocks_passed.rs grows one).
     let resize = ctl(
         &control,
         &["resize", socket.to_str().unwrap(), "2M", "--force"],

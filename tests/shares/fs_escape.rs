@@ -5,16 +5,14 @@
 //! mode, owner, times, xattrs and bytes; the outside directory's names) and the share still
 //! serves a known file.
 
-mod common;
-
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::Daemon;
-use common::serve::serve_share;
-use common::xattr::{get_xattr, set_xattr, xattr_names};
+use crate::common::Daemon;
+use crate::common::serve::serve_share;
+use crate::common::xattr::{get_xattr, set_xattr, xattr_names};
 
 use vbmq_driver::fuse::{
     self, AttrOut, CreateIn, EntryOut, GetxattrIn, MkdirIn, MknodIn, Opcode, OpenIn, OpenOut,
@@ -457,7 +455,7 @@ fn device_nodes_set_id_bits_and_privileged_xattrs_are_refused() {
     assert_eq!(fifo.mode() & 0o7777, 0o644);
 
     // CREATE and SETATTR: set-user-ID and set-group-ID bits stripped.
-    let (out, body) = common::fs::create(&mut client, "suid", libc::S_IFREG | 0o6755);
+    let (out, body) = crate::common::fs::create(&mut client, "suid", libc::S_IFREG | 0o6755);
     assert_eq!(out.error, 0);
     let created = entry(&body).nodeid;
     let mode = std::fs::metadata(share.path("share/suid")).unwrap().mode();

@@ -2,10 +2,8 @@
 //! socket outside the control socket's directory) is served again by a restarted vbmq (an
 //! upgrade, `systemctl restart`) with what was written to it; one removed is not.
 
-mod common;
-
-use common::ctl::{listed_sockets as sockets, ok};
-use common::{Client, Daemon, Serve, ctl_state, image, pattern, s};
+use crate::common::ctl::{listed_sockets as sockets, ok};
+use crate::common::{Client, Daemon, Serve, ctl_state, image, pattern, s};
 use std::path::Path;
 
 fn serve(control: &Path, state: &Path) -> Daemon {

@@ -3,16 +3,14 @@
 //! choice, and passes them over the control socket; vbmq serves them. Descriptors that are not
 //! what the disk needs are refused one by one, and the daemon goes on.
 
-mod common;
-
 use std::fs::OpenOptions;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 
-use common::ctl::{each_refused, ok};
-use common::run_time::{self, open};
-use common::{Client, ctl, image, pattern, s, serve_with_control as serve};
+use crate::common::ctl::{each_refused, ok};
+use crate::common::run_time::{self, open};
+use crate::common::{Client, ctl, image, pattern, s, serve_with_control as serve};
 use serde_json::{Value, json};
 
 #[test]
@@ -78,7 +76,7 @@ fn descriptors_that_are_not_what_the_disk_needs_are_refused() {
     let cases: Vec<(Value, &str)> = vec![
         // The daemon opens no image itself.
         (
-            common::control_request(
+            crate::common::control_request(
                 &control,
                 &json!({"command": "add-disk", "spec": spec(",direct=off")}),
                 &[],

@@ -2,13 +2,11 @@
 //! reload` applies a changed file as removal and addition of the disks that changed, and a bad
 //! file changes nothing.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::ctl::{listed_sockets as sockets, ok, write_config};
-use common::{Serve, ctl};
+use crate::common::ctl::{listed_sockets as sockets, ok, write_config};
+use crate::common::{Serve, ctl};
 
 #[test]
 fn a_changed_file_is_applied_on_sighup_and_reload_and_a_bad_one_changes_nothing() {

@@ -4,15 +4,13 @@
 //! that are not what the disk needs are refused with their reason, and the daemon goes on; a
 //! `base=` disk recorded with `--state` comes back with its map after a restart.
 
-mod common;
-
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
-use common::ctl::{each_refused, engine_stat, ok, refused, write_config};
-use common::run_time::{self, fill_and_copy_on_read, mkfifo, open};
-use common::{
+use crate::common::ctl::{each_refused, engine_stat, ok, refused, write_config};
+use crate::common::run_time::{self, fill_and_copy_on_read, mkfifo, open};
+use crate::common::{
     Client, Serve, ctl, ctl_state, image, pattern, s, serve_with_control as serve, sha256,
     sparse_image, wait_for,
 };
@@ -218,7 +216,7 @@ fn an_encrypted_disk_added_at_run_time_takes_its_key_from_a_pipe() {
     // With base= too: seven descriptors (socket, image and base twice, map, key).
     let key = dir.path().join("thin.key");
     std::fs::write(&key, pattern(79, 64)).unwrap();
-    let base = common::image(dir.path(), "golden.raw", SIZE, 8);
+    let base = crate::common::image(dir.path(), "golden.raw", SIZE, 8);
     let thin = dir.path().join("thin.raw");
     let thin_spec = format!(
         "socket={},path={},base={},encrypt=aes-xts,key-file={}",

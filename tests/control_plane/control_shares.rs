@@ -3,14 +3,12 @@
 //! the listening socket handed over as descriptors. Driven through real sockets by the
 //! user-space virtio-fs client.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::ctl::{free_port, http_get, sample};
-use common::serve::serve_with_fs_root;
-use common::{Serve, ctl, ctl_json, s};
+use crate::common::ctl::{free_port, http_get, sample};
+use crate::common::serve::serve_with_fs_root;
+use crate::common::{Serve, ctl, ctl_json, s};
 use serde_json::{Value, json};
 use vbmq_driver::FsClient;
 use vbmq_driver::fuse::{self, EntryOut, Opcode, OpenOut, ROOT_ID, ReadIn, WriteIn};
@@ -44,7 +42,7 @@ fn read_file(client: &mut FsClient, name: &str) -> Vec<u8> {
 
 /// Creates the file `name` in the share's root with `data`, through the share.
 fn write_file(client: &mut FsClient, name: &str, data: &[u8]) {
-    let (out, body) = common::fs::create(client, name, libc::S_IFREG | 0o644);
+    let (out, body) = crate::common::fs::create(client, name, libc::S_IFREG | 0o644);
     assert_eq!(out.error, 0, "CREATE of {name}");
     let entry = EntryOut::from_slice(&body[..size_of::<EntryOut>()])
         .copied()
@@ -261,7 +259,7 @@ fn a_share_added_at_run_time_serves_files_on_a_confined_vbmq_until_removed() {
 /// Sends an `add-fs` request for `spec` with `fds` attached, as a client other than `vbmq ctl`
 /// could; returns the reply.
 fn raw_add_fs(control: &Path, spec: &str, fds: &[std::os::fd::RawFd]) -> Value {
-    common::control_request(control, &json!({"command": "add-fs", "spec": spec}), fds)
+    crate::common::control_request(control, &json!({"command": "add-fs", "spec": spec}), fds)
 }
 
 /// What `add-fs` cannot serve is refused, one line naming what is wrong, and the daemon goes

@@ -6,18 +6,18 @@
 //! with its maps. Descriptors that are not a read-write regular file are refused with the reason,
 //! and the daemon goes on.
 
-mod common;
-
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::ctl::{each_refused, ok, refused, write_config};
-use common::run_time::{add, changed_blocks, checkpoint, mkfifo, no_extents, open};
-use common::serve::serve_with_state;
-use common::{Client, Serve, ctl, ctl_state, image, pattern, s, serve_with_control, wait_for};
+use crate::common::ctl::{each_refused, ok, refused, write_config};
+use crate::common::run_time::{add, changed_blocks, checkpoint, mkfifo, no_extents, open};
+use crate::common::serve::serve_with_state;
+use crate::common::{
+    Client, Serve, ctl, ctl_state, image, pattern, s, serve_with_control, wait_for,
+};
 
 const SIZE: usize = 4 << 20;
 const BLOCK: u64 = 64 << 10;

@@ -3,16 +3,14 @@
 //! links that point out, made-up opcodes and nodes, lying lengths, buffers outside memory or too
 //! small) each get an answer while the share keeps serving and nothing outside it is touched.
 
-mod common;
-
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::fs::{refuses_a_writable_open, reply_data};
-use common::serve::serve_share;
-use common::{Daemon, Serve};
+use crate::common::fs::{refuses_a_writable_open, reply_data};
+use crate::common::serve::serve_share;
+use crate::common::{Daemon, Serve};
 use vbmq_driver::fs_client::REPLY_ROOM;
 use vbmq_driver::fuse::{self, EntryOut, Opcode, OutHeader, ROOT_ID};
 use vbmq_driver::{Buffer, FsClient};

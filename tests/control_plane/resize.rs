@@ -2,11 +2,9 @@
 //! frontend connecting afterwards reads and writes the new tail; shrinking needs `--force`;
 //! disks that cannot change size say so and keep theirs.
 
-mod common;
-
 use std::path::Path;
 
-use common::{Client, ctl, ctl_json, image, pattern, s, serve_with_control as serve};
+use crate::common::{Client, ctl, ctl_json, image, pattern, s, serve_with_control as serve};
 
 fn refused(control: &Path, args: &[&str], why: &str) {
     let out = ctl(control, args);

@@ -2,8 +2,6 @@
 //! added and removed while another disk serves a verify workload, refused specs, hostile
 //! control clients, and the JSON that `list` and `stats` return.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
@@ -11,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::{Client, ctl, ctl_json, image, pattern, s, serve_with_control as serve};
+use crate::common::{Client, ctl, ctl_json, image, pattern, s, serve_with_control as serve};
 use serde_json::Value;
 
 #[test]
@@ -154,7 +152,7 @@ fn a_socket_path_given_twice_is_refused_at_start() {
         ),
     ];
     for (args, expected) in &cases {
-        let stderr = common::serve::exits_2_at_start(args);
+        let stderr = crate::common::serve::exits_2_at_start(args);
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
         assert!(!control.exists(), "{args:?}: a socket was bound");
@@ -173,7 +171,7 @@ fn a_refused_spec_is_one_line_and_exit_2_and_the_daemon_goes_on() {
             format!("socket={},null=1G,queues=999", s(&run.join("x.sock"))),
             "vbmq: --disk queues: must be 1..=64",
         ),
-        // `vbmq ctl` opens the image and binds the socket itself (tests/passed_disks.rs).
+        // `vbmq ctl` opens the image and binds the socket itself (tests/run_time_disks/passed_disks.rs).
         (
             format!(
                 "socket={},path={}",
