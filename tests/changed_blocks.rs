@@ -421,14 +421,7 @@ fn tracking_speed_against_the_plain_disk() {
         for i in 0..maps {
             checkpoint(&control, &socket, &format!("m{i}"));
         }
-        let mut client = Client::connect(&socket, 1, false).unwrap();
-        let (pid, start) = (daemon.child.id(), Instant::now());
-        let cpu_before = common::cpu_seconds(pid);
-        let iops = common::qd32(&mut client, true, BENCH_SIZE as u64, 2.0, None);
-        let ios = iops * start.elapsed().as_secs_f64();
-        let cpu = (common::cpu_seconds(pid) - cpu_before) / ios * 1e6;
-        drop(client);
-        assert!(daemon.terminate().success());
+        let (iops, cpu) = common::speed(daemon, &socket, true, (BENCH_SIZE as u64, 2.0, None));
         eprintln!("{name}: {iops:.0} IOPS, {cpu:.1} CPU s per 10^6 I/O");
     };
     for round in 0..3 {

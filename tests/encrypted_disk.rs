@@ -367,14 +367,7 @@ fn crypt_speed_against_the_plain_disk() {
     let cpu = std::env::var("VBMQ_CRYPT_CPU").unwrap_or_else(|_| "1".into());
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let image = dir.path().join("disk.raw");
-    {
-        use std::io::Write;
-        let mut file = std::fs::File::create(&image).unwrap();
-        let chunk = pattern(11, 4 << 20);
-        for _ in 0..BENCH_SIZE / chunk.len() {
-            file.write_all(&chunk).unwrap();
-        }
-    }
+    common::large_image(&image, BENCH_SIZE, 11);
     let key = dir.path().join("key");
     std::fs::write(&key, pattern(5, 64)).unwrap();
     let socket = dir.path().join("e.sock");
@@ -393,15 +386,8 @@ fn crypt_speed_against_the_plain_disk() {
                     image.display()
                 );
                 let daemon = Daemon::start(&[spec]);
-                let mut client = Client::connect(&socket, 1, false).unwrap();
-                let pid = daemon.child.id();
-                let cpu_before = common::cpu_seconds(pid);
-                let start = std::time::Instant::now();
-                let iops = common::qd32(&mut client, write, BENCH_SIZE as u64, secs, None);
-                let ios = iops * start.elapsed().as_secs_f64();
-                let cpu_per_mio = (common::cpu_seconds(pid) - cpu_before) / ios * 1e6;
-                drop(client);
-                assert!(daemon.terminate().success());
+                let span = (BENCH_SIZE as u64, secs, None);
+                let (iops, cpu_per_mio) = common::speed(daemon, &socket, write, span);
                 eprintln!(
                     "round {round} {} {}: {iops:.0} IOPS, {cpu_per_mio:.1} CPU s per 10^6 I/O",
                     if write { "randwrite" } else { "randread" },

@@ -512,14 +512,7 @@ fn thin_speed_against_the_plain_disk() {
     let place = std::env::var("VBMQ_THIN_DIR").unwrap_or_else(|_| "/dev/shm".into());
     let dir = tempfile::tempdir_in(place).unwrap();
     let base = dir.path().join("golden.raw");
-    {
-        use std::io::Write;
-        let mut file = std::fs::File::create(&base).unwrap();
-        let chunk = pattern(11, 4 << 20);
-        for _ in 0..BENCH_SIZE / chunk.len() {
-            file.write_all(&chunk).unwrap();
-        }
-    }
+    common::large_image(&base, BENCH_SIZE, 11);
     let plain = dir.path().join("plain.raw");
     let socket = dir.path().join("b.sock");
     let common = format!("queues=1,cpus={cpu},mode=adaptive");
@@ -528,14 +521,7 @@ fn thin_speed_against_the_plain_disk() {
         let _ = std::fs::remove_file(&socket);
         let spec = format!("socket={},{disk},{common}", socket.display());
         let daemon = Daemon::start(&[spec]);
-        let mut client = Client::connect(&socket, 1, false).unwrap();
-        let (pid, start) = (daemon.child.id(), Instant::now());
-        let cpu_before = common::cpu_seconds(pid);
-        let iops = common::qd32(&mut client, write, BENCH_SIZE as u64, secs, stride);
-        let ios = iops * start.elapsed().as_secs_f64();
-        let cpu = (common::cpu_seconds(pid) - cpu_before) / ios * 1e6;
-        drop(client);
-        assert!(daemon.terminate().success());
+        let (iops, cpu) = common::speed(daemon, &socket, write, (BENCH_SIZE as u64, secs, stride));
         eprintln!("{name}: {iops:.0} IOPS, {cpu:.1} CPU s per 10^6 I/O");
     };
     let thin = dir.path().join("thin.raw");

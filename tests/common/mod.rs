@@ -290,6 +290,35 @@ pub fn qd32(client: &mut Client, write: bool, span: u64, secs: f64, stride: Opti
     done_count as f64 / start.elapsed().as_secs_f64()
 }
 
+/// For speed cases: `qd32` on the disk at `socket` of `daemon`, which is then stopped; its IOPS
+/// and the daemon's CPU seconds per 10^6 I/O.
+pub fn speed(
+    daemon: Daemon,
+    socket: &Path,
+    write: bool,
+    (span, secs, stride): (u64, f64, Option<u64>),
+) -> (f64, f64) {
+    let mut client = Client::connect(socket, 1, false).unwrap();
+    let (pid, start) = (daemon.child.id(), Instant::now());
+    let cpu_before = cpu_seconds(pid);
+    let iops = qd32(&mut client, write, span, secs, stride);
+    let ios = iops * start.elapsed().as_secs_f64();
+    let cpu = (cpu_seconds(pid) - cpu_before) / ios * 1e6;
+    drop(client);
+    assert!(daemon.terminate().success());
+    (iops, cpu)
+}
+
+/// For speed cases: an image of `len` bytes, `pattern(seed)`'s first 4 MiB over and over.
+pub fn large_image(path: &Path, len: usize, seed: u64) {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path).unwrap();
+    let chunk = pattern(seed, 4 << 20);
+    for _ in 0..len / chunk.len() {
+        file.write_all(&chunk).unwrap();
+    }
+}
+
 /// The next value of a xorshift generator.
 fn xorshift(state: &mut u64) -> u64 {
     *state ^= *state << 13;

@@ -11,17 +11,9 @@ fn c_path(path: &Path) -> CString {
 /// Sets xattr `name` of `path` to `value`.
 pub fn set_xattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
     let (path, name) = (c_path(path), CString::new(name).unwrap());
+    let (p, n, v) = (path.as_ptr(), name.as_ptr(), value.as_ptr().cast());
     // SAFETY: NUL-terminated strings and a buffer of the length given.
-    let res = unsafe {
-        libc::lsetxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    if res == 0 {
+    if unsafe { libc::lsetxattr(p, n, v, value.len(), 0) } == 0 {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
@@ -36,15 +28,9 @@ pub fn get_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
 
 fn get_c_xattr(path: &CString, name: &CString) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; 4096];
+    let (p, n, b) = (path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast());
     // SAFETY: NUL-terminated strings and a buffer of the length given.
-    let len = unsafe {
-        libc::lgetxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
+    let len = unsafe { libc::lgetxattr(p, n, b, buf.len()) };
     let len = usize::try_from(len).ok()?;
     buf.truncate(len);
     Some(buf)
