@@ -4,7 +4,8 @@
 
 A module is a top-level file or directory under the crate's `src/`. Prints every module and the
 modules it imports, then fails (exit 1) on:
-- a circle between modules, or between the files of one directory module;
+- a circle between modules, or between the children (files, directories) of one directory module,
+  at any depth (`backend/crypt/wide.rs` <-> `backend/crypt/xts.rs` is a circle in `backend/crypt`);
 - more than one arrow running against the crate's layer order declared below (an arrow between
   modules of one layer runs sideways and is allowed; a module missing from the order fails).
 
@@ -201,55 +202,105 @@ def resolve(here, segments):
 
 
 def children(src, module):
-    """The files and directories of a directory module, by module name."""
-    d = os.path.join(src, module)
+    """The files and directories of the directory module at path `module` (a list), by name."""
+    d = os.path.join(src, *module)
     if not os.path.isdir(d):
         return set()
-    return {n[:-3] if n.endswith(".rs") else n for n in os.listdir(d) if n != "mod.rs"}
+    return {n[:-3] if n.endswith(".rs") else n for n in os.listdir(d)
+            if n not in ("mod.rs", "lib.rs", "main.rs") and (n.endswith(".rs") or
+                                                           os.path.isdir(os.path.join(d, n)))}
 
 
-def reexports(src, module_dir):
-    """Names `mod.rs` of `module_dir` (or the crate root) re-exports, and the child each is from."""
+def reexports(src, module):
+    """The names the module at path `module` re-exports (`pub use`), each with the absolute path
+    it stands for. The module's own file is `mod.rs` in its directory, `lib.rs`/`main.rs` at the
+    crate root, or the `.rs` file beside its directory."""
     names = {}
-    for root in ("mod.rs", "lib.rs", "main.rs"):
-        file = os.path.join(src, module_dir, root)
+    files = [os.path.join(src, *module, r) for r in ("mod.rs", "lib.rs", "main.rs")]
+    if module:
+        files.append(os.path.join(src, *module[:-1], module[-1] + ".rs"))
+    for file in files:
         if not os.path.isfile(file):
             continue
         with open(file, encoding="utf-8") as f:
             text = strip(f.read())
         for m in re.finditer(r"\bpub(\([\w\s]+\))?\s+use\s+", text):
             for segments, alias in parse_tree(text, m.end())[0]:
-                if segments and segments[0] == "self":
-                    segments = segments[1:]
-                if segments and segments[-1] != "*":
-                    names[alias or segments[-1]] = segments[0]
+                if not segments or segments[-1] == "*":
+                    continue
+                if segments[0] in ("crate", "super", "self"):
+                    target = resolve(module, segments)
+                else:
+                    target = module + segments
+                if target:
+                    names[alias or segments[-1]] = target
     return names
 
 
+class Tree:
+    """The crate's directory modules, their children and their re-exports, read once each."""
+
+    def __init__(self, src):
+        self.src, self.kids, self.names = src, {}, {}
+
+    def children(self, module):
+        key = tuple(module)
+        if key not in self.kids:
+            self.kids[key] = children(self.src, module)
+        return self.kids[key]
+
+    def reexports(self, module):
+        key = tuple(module)
+        if key not in self.names:
+            self.names[key] = reexports(self.src, module)
+        return self.names[key]
+
+
+def arrow(tree, here, path):
+    """The arrow a reference from module `here` to `path` draws: (the directory module both lie
+    in, the child holding `here`, the child holding `path`), or None when both lie in one file or
+    the path leaves the crate. A re-exported name stands for the path it re-exports, so the
+    arrow ends where the item is defined, however deep."""
+    level = []
+    for _ in range(64):  # re-exports of re-exports, bounded
+        k = len(level)
+        if k >= len(here) or k >= len(path):
+            return None
+        kids = tree.children(level)
+        if not kids:
+            return None
+        name = path[k]
+        if name not in kids:
+            target = tree.reexports(level).get(name)
+            if not target or target[:k] != level or len(target) <= k:
+                return None
+            path = target + path[k + 1:]
+            continue
+        if here[k] not in kids:  # an inline module of the directory's own file
+            return None
+        if here[k] != name:
+            return level, here[k], name
+        level = level + [name]
+    return None
+
+
 def graph(src):
-    """Arrows between modules, and between the files of each directory module."""
-    modules = {n[:-3] if n.endswith(".rs") else n for n in os.listdir(src)} - {"lib", "main"}
-    modules = {m for m in modules if os.path.isdir(os.path.join(src, m)) or
-               os.path.isfile(os.path.join(src, m + ".rs"))}
-    top_reexports = reexports(src, "")
-    kids = {m: children(src, m) for m in modules}
-    kid_reexports = {m: reexports(src, m) for m in modules if kids[m]}
+    """Arrows between modules, and between the children of each directory module, at any depth
+    (`backend/crypt/wide.rs` -> `backend/crypt/xts.rs` is an arrow in `backend/crypt`)."""
+    tree = Tree(src)
+    modules = sorted(tree.children([]))
     arrows, inner = {}, {}
     for file, line, here, path, _ in references(src):
-        if not here:
+        found = arrow(tree, here, path)
+        if not found:
             continue
-        to = path[0] if path[0] in modules else top_reexports.get(path[0])
-        if to not in modules:
-            continue
-        if to != here[0]:
-            arrows.setdefault((here[0], to), []).append(f"{file}:{line}")
-            continue
-        if len(here) < 2 or len(path) < 2 or not kids[to]:
-            continue
-        child = path[1] if path[1] in kids[to] else kid_reexports[to].get(path[1])
-        if child in kids[to] and child != here[1]:
-            inner.setdefault(to, {}).setdefault((here[1], child), []).append(f"{file}:{line}")
-    return sorted(modules), arrows, inner
+        level, a, b = found
+        where = f"{file}:{line}"
+        if not level:
+            arrows.setdefault((a, b), []).append(where)
+        else:
+            inner.setdefault("/".join(level), {}).setdefault((a, b), []).append(where)
+    return modules, arrows, inner
 
 
 def circles(nodes, arrows):

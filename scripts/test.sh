@@ -14,6 +14,7 @@ features=vbmq-cli/guest-tests,vbmq-cli/root-tests,vbmq-cli/ceph-tests
 echo "== cargo fmt --check, cargo clippy (warnings denied)"
 cargo fmt --all --check
 cargo clippy --release --workspace --all-targets --features "$features" -- -D warnings
+python3 scripts/import-graph-test.py  # the graph script finds circles in nested modules
 python3 scripts/import-graph.py -q  # the module graph: no circle, at most one arrow back up
 echo "== cargo test (every crate, guest, root and Ceph tests included)"
 cargo test --release --workspace --all-targets --features "$features" \

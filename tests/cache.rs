@@ -6,12 +6,11 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::os::fd::RawFd;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Client, Daemon, image, pattern, wait_for};
+use common::{Client, Serve, image, pattern};
 use vbmq::backend::{
     CachedDisk, Disk, Engine, EngineOptions, FileDisk, Geometry, IoOp, IovList, cache::CacheStats,
 };
@@ -435,20 +434,16 @@ fn daemon_disks_share_a_cache_and_report_statistics() {
     let path = image(dir.path(), "base.raw", 8 << 20, 10);
     let sockets = [dir.path().join("vm1.sock"), dir.path().join("vm2.sock")];
     let log = dir.path().join("vbmq.log");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
-    cmd.arg("serve");
+    let mut serve = Serve::new().log(&log);
     // A read-only disk and a writable one on one image.
     for (socket, extra) in sockets.iter().zip([",readonly=on", ""]) {
-        cmd.arg("--disk").arg(format!(
+        serve = serve.disk(&format!(
             "socket={},path={},cache=2M,queues=2{extra}",
             socket.display(),
             path.display()
         ));
     }
-    let stderr = std::fs::File::create(&log).unwrap();
-    let child = cmd.stdin(Stdio::null()).stderr(stderr).spawn().unwrap();
-    let daemon = Daemon { child };
-    sockets.iter().for_each(|s| wait_for(s));
+    let daemon = serve.start();
     let mut vm1 = Client::connect_with(&sockets[0], 2, false, true).unwrap();
     let mut vm2 = Client::connect(&sockets[1], 2, false).unwrap();
     let (ret, old) = vm1.read(0, 1 << 20, 64 << 10);
@@ -497,30 +492,12 @@ fn cache_with_handover_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let path = image(dir.path(), "base.raw", 1 << 20, 10);
     let socket = dir.path().join("vm.sock");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .arg("serve")
-        .arg("--disk")
-        .arg(format!(
-            "socket={},path={},cache=2M,handover=on",
-            socket.display(),
-            path.display()
-        ))
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let served = child.try_wait().unwrap().is_none();
-    if served {
-        child.kill().unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!served, "vbmq served cache= with handover=on");
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let spec = format!(
+        "socket={},path={},cache=2M,handover=on",
+        socket.display(),
+        path.display()
+    );
+    let stderr = common::serve::exits_2_at_start(&["--disk", &spec]);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
         stderr.contains("--disk cache:") && stderr.contains("handover=on"),

@@ -7,13 +7,15 @@ mod common;
 
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use blkio::{Completion, ReqFlags};
-use common::{Client, Daemon, ctl, image, serve_with_control};
+use common::ctl::ok;
+use common::run_time::{changed_blocks, checkpoint, no_extents};
+use common::serve::refused_at_start;
+use common::{Client, Daemon, ctl, image, serve_with_control, sparse_image};
 use serde_json::Value;
 
 const SIZE: usize = 4 << 20;
@@ -27,49 +29,13 @@ fn spec(dir: &Path, disk: &Path, extra: &str) -> String {
     )
 }
 
-fn ok(out: &std::process::Output) -> String {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// `changed-blocks --since NAME` as (offset, length) pairs, checking the rest of the answer.
 fn extents(control: &Path, socket: &Path, name: &str) -> Vec<(u64, u64)> {
-    let out = ctl(
-        control,
-        &["changed-blocks", socket.to_str().unwrap(), "--since", name],
-    );
-    let answer: Value = serde_json::from_str(&ok(&out)).unwrap();
+    let (answer, extents) = changed_blocks(control, socket, name);
     assert_eq!(answer["name"], name);
     assert_eq!(answer["block_size"], BLOCK);
     assert_eq!(answer["capacity"], SIZE as u64);
-    answer["extents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| (e["offset"].as_u64().unwrap(), e["length"].as_u64().unwrap()))
-        .collect()
-}
-
-/// `changed-blocks --since NAME` refused: exit 1, nothing on stdout; returns stderr.
-fn no_extents(control: &Path, socket: &Path, name: &str) -> String {
-    let out = ctl(
-        control,
-        &["changed-blocks", socket.to_str().unwrap(), "--since", name],
-    );
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(out.stdout.is_empty(), "{out:?}");
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn checkpoint(control: &Path, socket: &Path, name: &str) {
-    ok(&ctl(
-        control,
-        &["checkpoint", socket.to_str().unwrap(), name],
-    ));
+    extents
 }
 
 /// The disk's checkpoints in `ctl list`: name and whether valid.
@@ -144,7 +110,7 @@ fn exact_extents_and_a_clean_restart(extra: &str, base: bool) {
     assert_eq!(bad.status.code(), Some(2));
     let err = no_extents(&control, &socket, "nope");
     assert!(err.contains("no checkpoint named \"nope\""), "{err}");
-    // A tracked disk does not shrink (tests/changed_blocks_passed.rs grows one).
+    // A tracked disk does not shrink (tests/run_time_disks/changed_blocks_passed.rs grows one).
     let resize = ctl(
         &control,
         &["resize", socket.to_str().unwrap(), "2M", "--force"],
@@ -203,14 +169,9 @@ fn a_thin_disk_tracks_its_changes_too() {
     exact_extents_and_a_clean_restart("", true);
 }
 
-/// Runs `vbmq serve --disk SPEC` expecting a refusal; returns its stderr.
+/// `vbmq serve --disk DISK` refused: its stderr.
 fn refused(disk: &str) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args(["serve", "--disk", disk])
-        .output()
-        .expect("run vbmq");
-    assert!(!out.status.success(), "{disk} was served");
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    refused_at_start(&["--disk", disk])
 }
 
 #[test]
@@ -428,12 +389,8 @@ fn a_start_refused_for_another_disk_keeps_the_maps_valid() {
         dir.path().join("b.sock").display(),
         dir.path().join("missing.raw").display()
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args(["serve", "--disk", &disk_spec, "--disk", &missing])
-        .output()
-        .expect("run vbmq");
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.raw"));
+    let err = refused_at_start(&["--disk", &disk_spec, "--disk", &missing]);
+    assert!(err.contains("missing.raw"));
     // Its socket may be left behind: the next start waits for a new one.
     let _ = std::fs::remove_file(&socket);
     let (daemon, control, client) = restart(dir.path(), &disk_spec);
@@ -451,11 +408,7 @@ fn a_start_refused_for_another_disk_keeps_the_maps_valid() {
 fn tracking_speed_against_the_plain_disk() {
     const BENCH_SIZE: usize = 256 << 20;
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let disk = dir.path().join("vm.raw");
-    std::fs::File::create(&disk)
-        .unwrap()
-        .set_len(BENCH_SIZE as u64)
-        .unwrap();
+    let disk = sparse_image(dir.path(), "vm.raw", BENCH_SIZE as u64);
     let socket = dir.path().join("vm.sock");
     let run = |name: &str, extra: &str, maps: usize| {
         let _ = std::fs::remove_file(dir.path().join("vm.raw.changes"));
@@ -468,14 +421,7 @@ fn tracking_speed_against_the_plain_disk() {
         for i in 0..maps {
             checkpoint(&control, &socket, &format!("m{i}"));
         }
-        let mut client = Client::connect(&socket, 1, false).unwrap();
-        let (pid, start) = (daemon.child.id(), Instant::now());
-        let cpu_before = common::cpu_seconds(pid);
-        let iops = common::qd32(&mut client, true, BENCH_SIZE as u64, 2.0, None);
-        let ios = iops * start.elapsed().as_secs_f64();
-        let cpu = (common::cpu_seconds(pid) - cpu_before) / ios * 1e6;
-        drop(client);
-        assert!(daemon.terminate().success());
+        let (iops, cpu) = common::speed(daemon, &socket, true, (BENCH_SIZE as u64, 2.0, None));
         eprintln!("{name}: {iops:.0} IOPS, {cpu:.1} CPU s per 10^6 I/O");
     };
     for round in 0..3 {

@@ -9,7 +9,7 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use common::{Client, Daemon, pattern};
+use common::{Client, Daemon, pattern, sparse_image};
 
 const SIZE: usize = 4 << 20;
 
@@ -39,11 +39,7 @@ fn plaintext() -> Vec<u8> {
 #[test]
 fn the_image_holds_no_plaintext_and_reads_back_with_its_key() {
     let dir = tempfile::tempdir().unwrap();
-    let image = dir.path().join("secret.raw");
-    std::fs::File::create(&image)
-        .unwrap()
-        .set_len(SIZE as u64)
-        .unwrap();
+    let image = sparse_image(dir.path(), "secret.raw", SIZE as u64);
     let key = dir.path().join("key");
     std::fs::write(&key, pattern(77, 64)).unwrap();
     let socket = dir.path().join("e.sock");
@@ -141,11 +137,7 @@ fn has_zero_block(raw: &[u8]) -> bool {
 #[test]
 fn write_zeroes_leave_ciphertext_and_discard_is_dropped() {
     let dir = tempfile::tempdir().unwrap();
-    let image = dir.path().join("secret.raw");
-    std::fs::File::create(&image)
-        .unwrap()
-        .set_len(SIZE as u64)
-        .unwrap();
+    let image = sparse_image(dir.path(), "secret.raw", SIZE as u64);
     let key = dir.path().join("key");
     std::fs::write(&key, pattern(21, 64)).unwrap();
     let socket = dir.path().join("e.sock");
@@ -219,12 +211,10 @@ fn encrypted_disk_with_cache_and_base_reads_back_what_was_written() {
         .into_iter()
         .enumerate()
     {
-        let image = dir.path().join(format!("disk{n}.raw"));
+        let name = format!("disk{n}.raw");
+        let image = dir.path().join(&name);
         if extra.is_empty() || extra == ",cache=1M" {
-            std::fs::File::create(&image)
-                .unwrap()
-                .set_len(SIZE as u64)
-                .unwrap();
+            sparse_image(dir.path(), &name, SIZE as u64);
         }
         let daemon = Daemon::start(&[spec(dir.path(), &image, &key, extra)]);
         let mut client = Client::connect(&socket, 1, false).unwrap();
@@ -304,11 +294,7 @@ fn complete(client: &mut Client) -> i32 {
 fn the_image_is_aes_xts_plain64_of_what_was_written() {
     use aes08::cipher::KeyInit;
     let dir = tempfile::tempdir().unwrap();
-    let image = dir.path().join("disk.raw");
-    std::fs::File::create(&image)
-        .unwrap()
-        .set_len(SIZE as u64)
-        .unwrap();
+    let image = sparse_image(dir.path(), "disk.raw", SIZE as u64);
     let key = dir.path().join("key");
     let key_bytes = pattern(21, 64);
     std::fs::write(&key, &key_bytes).unwrap();
@@ -381,14 +367,7 @@ fn crypt_speed_against_the_plain_disk() {
     let cpu = std::env::var("VBMQ_CRYPT_CPU").unwrap_or_else(|_| "1".into());
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let image = dir.path().join("disk.raw");
-    {
-        use std::io::Write;
-        let mut file = std::fs::File::create(&image).unwrap();
-        let chunk = pattern(11, 4 << 20);
-        for _ in 0..BENCH_SIZE / chunk.len() {
-            file.write_all(&chunk).unwrap();
-        }
-    }
+    common::large_image(&image, BENCH_SIZE, 11);
     let key = dir.path().join("key");
     std::fs::write(&key, pattern(5, 64)).unwrap();
     let socket = dir.path().join("e.sock");
@@ -407,15 +386,8 @@ fn crypt_speed_against_the_plain_disk() {
                     image.display()
                 );
                 let daemon = Daemon::start(&[spec]);
-                let mut client = Client::connect(&socket, 1, false).unwrap();
-                let pid = daemon.child.id();
-                let cpu_before = common::cpu_seconds(pid);
-                let start = std::time::Instant::now();
-                let iops = common::qd32(&mut client, write, BENCH_SIZE as u64, secs, None);
-                let ios = iops * start.elapsed().as_secs_f64();
-                let cpu_per_mio = (common::cpu_seconds(pid) - cpu_before) / ios * 1e6;
-                drop(client);
-                assert!(daemon.terminate().success());
+                let span = (BENCH_SIZE as u64, secs, None);
+                let (iops, cpu_per_mio) = common::speed(daemon, &socket, write, span);
                 eprintln!(
                     "round {round} {} {}: {iops:.0} IOPS, {cpu_per_mio:.1} CPU s per 10^6 I/O",
                     if write { "randwrite" } else { "randread" },
@@ -435,11 +407,7 @@ fn crypt_speed_against_the_plain_disk() {
 #[test]
 fn an_encrypted_thin_disk_over_an_encrypted_base() {
     let dir = tempfile::tempdir().unwrap();
-    let base = dir.path().join("golden.raw");
-    std::fs::File::create(&base)
-        .unwrap()
-        .set_len(SIZE as u64)
-        .unwrap();
+    let base = sparse_image(dir.path(), "golden.raw", SIZE as u64);
     let key = dir.path().join("key");
     std::fs::write(&key, pattern(9, 64)).unwrap();
     let socket = dir.path().join("e.sock");

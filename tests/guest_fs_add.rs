@@ -2,20 +2,12 @@
 //! default, reads the host's file and writes its own there; `remove-fs` then takes the share
 //! away and its socket with it.
 
+mod common;
 mod guest;
 
+use common::ctl;
 use guest::{TestDir, Vbmq, Vm, script};
 use std::process::Command;
-
-fn ctl(control: &std::path::Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .arg("ctl")
-        .arg("--control")
-        .arg(control)
-        .args(args)
-        .output()
-        .expect("run vbmq ctl")
-}
 
 #[test]
 #[cfg_attr(

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use guest::{Qmp, RunningVm, TestDir, Vbmq, Vm, print_log, result_of, script, tagged};
+use guest::{
+    Qmp, RunningVm, TestDir, Vbmq, Vm, print_log, read_consoles, result_of, script, tagged,
+};
 
 /// Lines the guest writes once it sees it runs on the destination.
 const AFTER: u32 = 100;
@@ -248,14 +250,7 @@ fn run(backend: Backend, held: Held) -> (u64, String, String) {
     );
     std::fs::write(shared.join("migrated"), b"").unwrap();
     let exited = destination.vm.wait_exit(Duration::from_secs(300));
-    let texts: Vec<String> = consoles
-        .iter()
-        .map(|c| {
-            std::fs::read_to_string(c)
-                .unwrap_or_default()
-                .replace('\r', "")
-        })
-        .collect();
+    let texts = read_consoles(&consoles);
     let Some(guest) = result_of(&texts) else {
         dump("no result");
         panic!(

@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use guest::{
-    Qmp, RunningVm, TestDir, Vbmq, Vm, print_log, result_of, script, tagged, wait_for_console,
+    Qmp, RunningVm, TestDir, Vbmq, Vm, build_c, print_log, read_consoles, result_of, script,
+    tagged, wait_for_console,
 };
 
 /// Words the host writes over the whole mailbox disk; the guest polls it.
@@ -112,7 +113,7 @@ impl Setup {
         // device writes them.
         vm.kernel_args = "init_on_alloc=0 init_on_free=0".into();
         let initrd = dir.join("initrd");
-        let reader = dma_reader(&dir);
+        let reader = build_c(&dir, "dma_reader", &["-pthread"]);
         Vm::initramfs(&script(GUEST), &[("dma-reader", &reader)], &initrd);
         Setup {
             mailbox_image: dir.join("mailbox.img"),
@@ -174,25 +175,6 @@ impl Setup {
             .unwrap();
         std::io::Write::write_all(&mut file, &bytes).unwrap();
     }
-}
-
-/// The guest's reader (`guest/dma_reader.c`), built static for the guest's initramfs.
-fn dma_reader(dir: &TestDir) -> Vec<u8> {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/dma_reader.c");
-    let out = dir.join("dma-reader");
-    let built = std::process::Command::new("cc")
-        .args(["-O2", "-static", "-pthread", "-o"])
-        .arg(&out)
-        .arg(&source)
-        .output()
-        .expect("run cc (scripts/deps/base.sh installs it)");
-    assert!(
-        built.status.success(),
-        "cc {}: {}",
-        source.display(),
-        String::from_utf8_lossy(&built.stderr)
-    );
-    std::fs::read(&out).unwrap()
 }
 
 /// What `query-migrate` said at the end (printed for the record).
@@ -537,15 +519,7 @@ fn run(backend: Backend, full: bool) -> (guest::GuestRun, Vec<Migration>, Setup,
 
     setup.post(DONE);
     let finished = target.wait_exit(setup.vm.timeout);
-    let consoles: Vec<String> = setup
-        .consoles
-        .iter()
-        .map(|c| {
-            std::fs::read_to_string(c)
-                .unwrap_or_default()
-                .replace('\r', "")
-        })
-        .collect();
+    let consoles = read_consoles(&setup.consoles);
     // On failure the consoles and the QEMUs' stderr are printed by `setup`, vbmq's log by `vbmq`.
     let run = result_of(&consoles)
         .unwrap_or_else(|| panic!("no result from the guest (QEMU exited: {finished})"));
@@ -568,11 +542,7 @@ fn a_guest_migrates_there_and_back_under_io() {
         "{}",
         run.console
     );
-    assert!(
-        tagged(&run.output, "DMESG-ERRORS").is_empty(),
-        "{}",
-        run.console
-    );
+    run.assert_no_io_errors();
     assert!(
         figures[0].iterations >= 3,
         "the first migration took {} rounds: the test is for several",

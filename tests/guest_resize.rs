@@ -2,11 +2,14 @@
 //! the configuration change notice, QEMU raises the configuration interrupt, and the guest's
 //! `/sys/block/vda/size` follows; the guest then writes and verifies the new tail.
 
+mod common;
 mod guest;
 
 use std::process::Command;
 use std::time::Duration;
 
+use common::ctl::ok;
+use common::{ctl, s};
 use guest::{TestDir, Vbmq, Vm, script, tagged, wait_for_console};
 
 #[test]
@@ -38,18 +41,7 @@ fn a_running_guest_sees_the_disk_grow_and_uses_the_tail() {
     vm.console = Some(console.clone());
     let resizer = std::thread::spawn(move || {
         wait_for_console(&console, "RESIZE-NOW", Duration::from_secs(120));
-        let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-            .arg("ctl")
-            .arg("--control")
-            .arg(&control)
-            .args(["resize", socket.to_str().unwrap(), "96M"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        ok(&ctl(&control, &["resize", s(&socket), "96M"]));
     });
     let run = vm.run(&script(
         "echo \"SIZE-BEFORE $(cat /sys/block/vda/size)\"

@@ -172,18 +172,7 @@ fn crashes_and_upgrades_under_io_lose_nothing() {
         run_with_restarts(&dir, true, STOPS, Duration::from_secs(300));
     let run = run.unwrap_or_else(|why| panic!("{why}"));
     report("in-flight tracking", &run, &restarter, STOPS);
-    run.assert_success();
-    assert_eq!(
-        tagged(&run.output, "FIO-OK").len(),
-        1,
-        "fio failed:\n{}",
-        run.console
-    );
-    assert!(
-        tagged(&run.output, "DMESG-ERRORS").is_empty(),
-        "the guest logged I/O errors:\n{}",
-        run.console
-    );
+    run.assert_fio_ok();
     assert!(
         restarter.resubmitted().iter().any(|&n| n > 0),
         "no restart found requests in flight: the test did not reach the case it is for"

@@ -4,22 +4,21 @@
 //! which opens the disk itself; QEMU reconnects and hands over its in-flight record, and fio in
 //! the guest verifies every block.
 
+mod common;
 mod guest;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use guest::{TestDir, Vbmq, Vm, script, tagged, wait_for_console};
+use common::ctl::ok;
+use common::{ctl_state, s};
+use guest::{TestDir, Vbmq, Vm, script, wait_for_console};
 
 const DELAY: &str = "delay-us=300000,delay-every=8";
 const JOB: &str = "--name=restart --ioengine=libaio --iodepth=16 --direct=1 --rw=randwrite --bs=4k \
     --size=12M --numjobs=2 --offset_increment=12M --verify=crc32c --verify_fatal=1 \
     --verify_state_save=0 --group_reporting --rate_iops=150";
-
-fn s(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
 
 struct Starter {
     control: PathBuf,
@@ -76,22 +75,11 @@ fn a_disk_added_at_run_time_survives_an_upgrade_and_a_crash_under_io() {
         s(&starter.socket),
         s(&image)
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args([
-            "ctl",
-            "--control",
-            s(&starter.control),
-            "--state",
-            s(&starter.state),
-        ])
-        .args(["add-disk", &spec])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&ctl_state(
+        &starter.control,
+        &starter.state,
+        &["add-disk", &spec],
+    ));
     let mut vm = Vm::new(2).disk(&starter.socket, 2);
     vm.reconnect_ms = Some(500);
     vm.console = Some(console.clone());
@@ -123,18 +111,7 @@ fn a_disk_added_at_run_time_survives_an_upgrade_and_a_crash_under_io() {
     )));
     let vbmq = stopper.join().expect("the stopper thread");
     let run = run.unwrap_or_else(|why| panic!("{why}"));
-    run.assert_success();
-    assert_eq!(
-        tagged(&run.output, "FIO-OK").len(),
-        1,
-        "fio failed:\n{}",
-        run.console
-    );
-    assert!(
-        tagged(&run.output, "DMESG-ERRORS").is_empty(),
-        "the guest logged I/O errors:\n{}",
-        run.console
-    );
+    run.assert_fio_ok();
     // Requests were in flight at a stop, and resubmitted by the next process.
     let resubmitted: Vec<usize> = (2..=3)
         .map(|run| {

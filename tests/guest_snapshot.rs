@@ -3,6 +3,7 @@
 //! host takes a snapshot mid-load. The snapshot holds every round done before the command and
 //! none started after it returned, and is one instant of the guest's writes, block by block.
 
+mod common;
 mod guest;
 #[path = "common/stamps.rs"]
 mod stamps;
@@ -11,31 +12,14 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use guest::{TestDir, Vbmq, Vm, result_of, script, tagged, wait_for_console};
+use common::ctl::ok;
+use common::{ctl, s};
+use guest::{TestDir, Vbmq, Vm, build_c, result_of, script, tagged, wait_for_console};
 use stamps::{check_one_instant, stamped_image};
 
 /// Blocks the guest writes: the whole disk (8 MiB).
 const BLOCKS: u64 = 2048;
 const ROUNDS: u64 = 8;
-
-/// The guest's writer (`guest/stamp_writer.c`), built static for the guest's initramfs.
-fn stamp_writer(dir: &TestDir) -> Vec<u8> {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/stamp_writer.c");
-    let out = dir.join("stamp-writer");
-    let built = Command::new("cc")
-        .args(["-O2", "-static", "-o"])
-        .arg(&out)
-        .arg(&source)
-        .output()
-        .expect("run cc (scripts/deps/base.sh installs it)");
-    assert!(
-        built.status.success(),
-        "cc {}: {}",
-        source.display(),
-        String::from_utf8_lossy(&built.stderr)
-    );
-    std::fs::read(&out).unwrap()
-}
 
 /// The highest round the console shows with `tag` (0: none).
 fn last_round(console: &Path, tag: &str) -> u64 {
@@ -68,7 +52,7 @@ fn a_snapshot_under_a_guests_writes_holds_the_rounds_done_before_it() {
         vec![socket.clone(), control.clone()],
         dir.join("vbmq.log"),
     );
-    let writer = stamp_writer(&dir);
+    let writer = build_c(&dir, "stamp_writer", &[]);
     let initrd = dir.join("initrd");
     Vm::initramfs(
         &script(&format!("/stamp-writer /dev/vda {BLOCKS} {ROUNDS}")),
@@ -81,21 +65,10 @@ fn a_snapshot_under_a_guests_writes_holds_the_rounds_done_before_it() {
     wait_for_console(&console, "ROUND-DONE 2", Duration::from_secs(300));
     let done_before = last_round(&console, "ROUND-DONE");
     let snapshot = dir.join("snapshot.raw");
-    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .arg("ctl")
-        .arg("--control")
-        .arg(&control)
-        .args(["snapshot", socket.to_str().unwrap()])
-        .arg(&snapshot)
-        .output()
-        .unwrap();
+    let out = ctl(&control, &["snapshot", s(&socket), s(&snapshot)]);
     // The console is read after the reply: a round it does not show started after it.
     let started_by = last_round(&console, "ROUND-START");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     assert!(running.wait_exit(vm.timeout), "the guest did not finish");
     let text = running.console_text();
     let run = result_of(&[text]).expect("the guest's exit status");

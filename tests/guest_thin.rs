@@ -1,23 +1,15 @@
 //! A guest on a `base=` disk: it reads the base image's file system, writes its own files on
 //! top, and a second VM finds both; the base's bytes never change.
 
+mod common;
 mod guest;
 
+use common::sha256;
 use guest::{TestDir, Vbmq, Vm, script, tagged};
 use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 
 const BASE_MIB: u64 = 128;
-
-fn sha256(path: &std::path::Path) -> String {
-    let out = Command::new("sha256sum").arg(path).output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string()
-}
 
 /// The base is an ext4 image made on the host with a file in it. The first VM checks the file
 /// system and the file, writes files of its own, syncs and checks again; a second VM on the same

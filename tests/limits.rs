@@ -6,11 +6,10 @@ mod common;
 
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use blkio::{Completion, ReqFlags};
-use common::{Client, Daemon, ctl, image, wait_for};
+use common::{Client, Daemon, Serve, ctl, image, s};
 
 const QD: usize = 32;
 const BLOCK: usize = 4096;
@@ -73,21 +72,8 @@ fn serve(dir: &Path, disk: &str) -> (Daemon, PathBuf, PathBuf) {
     let control = dir.join("ctl.sock");
     let socket = dir.join("d.sock");
     let file = image(dir, "d.raw", 8 << 20, 1);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
-    cmd.arg("serve")
-        .arg("--control")
-        .arg(&control)
-        .arg("--disk")
-        .arg(format!(
-            "socket={},path={},{disk}",
-            socket.display(),
-            file.display()
-        ));
-    let daemon = Daemon {
-        child: cmd.stdin(Stdio::null()).spawn().expect("spawn vbmq"),
-    };
-    wait_for(&control);
-    wait_for(&socket);
+    let spec = format!("socket={},path={},{disk}", s(&socket), s(&file));
+    let daemon = Serve::new().control(&control).disk(&spec).start();
     (daemon, control, socket)
 }
 

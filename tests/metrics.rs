@@ -3,30 +3,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Client, Daemon, image, pattern, wait_for};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn get(port: u16, path: &str) -> String {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to /metrics");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).unwrap();
-    reply
-}
+use common::ctl::{free_port, http_get};
+use common::{Client, Serve, ctl, image, pattern, s};
 
 /// The value of the sample line that starts with `prefix`.
 fn sample(text: &str, prefix: &str) -> f64 {
@@ -43,23 +25,13 @@ fn metrics_follow_the_io_and_stats_give_percentiles() {
     let socket = dir.path().join("d.sock");
     let control = dir.path().join("ctl.sock");
     let port = free_port();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
-    cmd.arg("serve")
-        .arg("--control")
-        .arg(&control)
-        .args(["--metrics", &format!("127.0.0.1:{port}")])
-        .arg("--disk")
-        .arg(format!(
-            "socket={},path={},queues=2",
-            socket.display(),
-            file.display()
-        ));
-    let daemon = Daemon {
-        child: cmd.stdin(Stdio::null()).spawn().expect("spawn vbmq"),
-    };
-    wait_for(&socket);
+    let daemon = Serve::new()
+        .control(&control)
+        .opt("--metrics", format!("127.0.0.1:{port}"))
+        .disk(&format!("socket={},path={},queues=2", s(&socket), s(&file)))
+        .start();
     let disk = format!("disk=\"{}\",kind=\"disk\"", socket.display());
-    let before = get(port, "/metrics");
+    let before = http_get(port, "/metrics");
     assert!(before.starts_with("HTTP/1.1 200"), "{before}");
     let reads = format!("vbmq_requests_total{{{disk},queue=\"0\",op=\"read\"}}");
     let writes = format!("vbmq_requests_total{{{disk},queue=\"0\",op=\"write\"}}");
@@ -72,7 +44,7 @@ fn metrics_follow_the_io_and_stats_give_percentiles() {
     for i in 0..5u64 {
         assert_eq!(client.write(0, i * 8192, &pattern(i, 8192)), 0);
     }
-    let after = get(port, "/metrics");
+    let after = http_get(port, "/metrics");
     assert_eq!(sample(&after, &reads), 10.0);
     assert_eq!(sample(&after, &writes), 5.0);
     let read_bytes = format!("vbmq_bytes_total{{{disk},queue=\"0\",direction=\"read\"}}");
@@ -85,20 +57,14 @@ fn metrics_follow_the_io_and_stats_give_percentiles() {
     assert!(sample(&after, &slept) >= 0.0);
     let busy = format!("vbmq_busy_passes_total{{{disk},queue=\"0\"}}");
     assert!(sample(&after, &busy) >= 1.0);
-    assert!(get(port, "/other").starts_with("HTTP/1.1 404"));
+    assert!(http_get(port, "/other").starts_with("HTTP/1.1 404"));
     // A client that sends a huge request is dropped; the next scrape is answered.
     if let Ok(mut junk) = TcpStream::connect(("127.0.0.1", port)) {
         let _ = junk.write_all(&vec![b'x'; 1 << 20]);
     }
-    assert!(get(port, "/metrics").starts_with("HTTP/1.1 200"));
+    assert!(http_get(port, "/metrics").starts_with("HTTP/1.1 200"));
 
-    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .arg("ctl")
-        .arg("--control")
-        .arg(&control)
-        .args(["stats", socket.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = ctl(&control, &["stats", s(&socket)]);
     assert!(out.status.success());
     let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     eprintln!("vbmq ctl stats: {stats}");
@@ -117,16 +83,11 @@ fn an_idle_or_slow_client_does_not_hold_the_metrics_endpoint() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("d.sock");
     let port = free_port();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
-    cmd.arg("serve")
-        .args(["--metrics", &format!("127.0.0.1:{port}")])
-        .arg("--disk")
-        .arg(format!("socket={},null=1G", socket.display()));
-    let daemon = Daemon {
-        child: cmd.stdin(Stdio::null()).spawn().expect("spawn vbmq"),
-    };
-    wait_for(&socket);
-    assert!(get(port, "/metrics").starts_with("HTTP/1.1 200"));
+    let daemon = Serve::new()
+        .opt("--metrics", format!("127.0.0.1:{port}"))
+        .disk(&format!("socket={},null=1G", s(&socket)))
+        .start();
+    assert!(http_get(port, "/metrics").starts_with("HTTP/1.1 200"));
     let idle: Vec<TcpStream> = (0..4)
         .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
         .collect();
@@ -134,7 +95,7 @@ fn an_idle_or_slow_client_does_not_hold_the_metrics_endpoint() {
     write!(slow, "GET /metrics HTTP/1.1\r\n").unwrap();
     for round in 0..3 {
         let started = std::time::Instant::now();
-        let reply = get(port, "/metrics");
+        let reply = http_get(port, "/metrics");
         assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
         // Served in turn, the scrape would wait out the idle clients' 5 s read timeouts, 25 s
         // in all; 10 s leaves a loaded machine room on both sides.

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use ceph::Cluster;
+use common::ctl::ok;
 use common::{Client, Daemon, image, pattern};
 
 const SIZE: u64 = 64 << 20;
@@ -101,13 +102,7 @@ fn readonly_rbd_disk_refuses_writes_and_serves_reads() {
         &format!("{},readonly=on,serial=ro-disk", cluster.disk("ro")),
     );
     let daemon = Daemon::start(&[spec]);
-    assert!(
-        Client::connect(&socket, 1, false).is_err(),
-        "RO not offered"
-    );
-    let mut client = Client::connect_with(&socket, 1, false, true).unwrap();
-    assert_ne!(client.write(0, 0, &[0xaa; 4096]), 0, "write accepted");
-    assert_eq!(client.flush(0), 0);
+    let mut client = Client::read_only(&socket);
     let (ret, back) = client.read(0, 8192, 8192);
     assert_eq!(ret, 0);
     assert!(back == pattern(5, 8192));
@@ -152,10 +147,7 @@ fn an_image_resized_elsewhere_is_followed() {
     }
     drop(before);
     let mut after = Client::connect(&socket, 1, false).unwrap();
-    assert_eq!(after.capacity(), 128 << 20);
-    let tail = pattern(9, 64 << 10);
-    assert_eq!(after.write(0, (128 << 20) - (64 << 10), &tail), 0);
-    assert!(after.read(0, (128 << 20) - (64 << 10), tail.len()).1 == tail);
+    after.uses_the_tail(128 << 20, 9, 0);
     drop(after);
     assert!(daemon.terminate().success());
 }
@@ -316,11 +308,7 @@ fn an_rbd_disk_added_at_run_time_reuses_the_connection_made_at_start() {
         &format!("{},queues=2", cluster.disk("added")),
     );
     let out = common::ctl(&control, &["add-disk", &added]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     let mut client = Client::connect(&socket, 2, false).unwrap();
     assert_eq!(client.capacity(), SIZE);
     let data = pattern(77, 128 << 10);

@@ -7,37 +7,13 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Client, Daemon, ctl, image, pattern, wait_for};
+use common::ctl::{list, ok, write_config};
+use common::{Client, Serve, ctl, image, pattern, s};
 use serde_json::Value;
-
-fn s(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
-
-fn write_config(file: &Path, control: &Path, disks: &[String]) {
-    let disks: Vec<String> = disks.iter().map(|d| format!("    \"{d}\",")).collect();
-    let text = format!(
-        "control = \"{}\"\ndisk = [\n{}\n]\n",
-        s(control),
-        disks.join("\n")
-    );
-    std::fs::write(file, text).unwrap();
-}
-
-fn list(control: &Path) -> Vec<Value> {
-    let out = ctl(control, &["list"]);
-    assert!(out.status.success());
-    serde_json::from_slice::<Value>(&out.stdout)
-        .unwrap()
-        .as_array()
-        .unwrap()
-        .clone()
-}
 
 fn entry(control: &Path, socket: &Path) -> Value {
     list(control)
@@ -67,16 +43,12 @@ fn a_limit_change_applies_in_place_under_io_and_a_bad_reload_changes_nothing() {
     let conf = dir.path().join("etc/vbmq.toml");
     std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
     write_config(&conf, &control, &[disk_a(""), disk_b("1G")]);
-    let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args(["serve", "--config", s(&conf)])
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut daemon = Serve::config(&conf, &[&control, &a, &b])
+        .piped_stderr()
+        .start();
     // The log, line by line, to wait for what SIGHUP says.
     let (log_tx, log) = std::sync::mpsc::channel::<String>();
-    let mut child = child;
-    let stderr = child.stderr.take().unwrap();
+    let stderr = daemon.child.stderr.take().unwrap();
     std::thread::spawn(move || {
         use std::io::BufRead;
         for line in std::io::BufReader::new(stderr)
@@ -87,10 +59,6 @@ fn a_limit_change_applies_in_place_under_io_and_a_bad_reload_changes_nothing() {
             let _ = log_tx.send(line);
         }
     });
-    let mut daemon = Daemon { child };
-    wait_for(&control);
-    wait_for(&a);
-    wait_for(&b);
 
     // A client writes and reads back on A throughout.
     let (requests, errors) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -128,11 +96,7 @@ fn a_limit_change_applies_in_place_under_io_and_a_bad_reload_changes_nothing() {
     // Limits only: in place.
     write_config(&conf, &control, &[disk_a(",iops=50"), disk_b("1G")]);
     let out = ctl(&control, &["reload"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("changed in place"),
         "{out:?}"
@@ -192,11 +156,7 @@ fn a_limit_change_applies_in_place_under_io_and_a_bad_reload_changes_nothing() {
     write_config(&conf, &control, &[disk_a(",iops=50"), disk_b("2G")]);
     refused(&control, &["reload"], "cannot change in place");
     let out = ctl(&control, &["reload", "--replace"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     assert_eq!(entry(&control, &b)["size"], 2u64 << 30);
 
     stop.store(true, Ordering::Relaxed);
@@ -210,11 +170,7 @@ fn a_limit_change_applies_in_place_under_io_and_a_bad_reload_changes_nothing() {
     drop(client);
     write_config(&conf, &control, &[disk_a(",queues=2"), disk_b("2G")]);
     let out = ctl(&control, &["reload", "--replace"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("replaced"),
         "{out:?}"

@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use blkio::{Completion, ReqFlags};
+use common::ctl::ok;
 use common::{Client, Daemon, ctl, image, pattern, wait_for};
 use serde_json::Value;
 
@@ -40,11 +41,7 @@ fn serve(dir: &Path, rings: usize) -> (Daemon, PathBuf) {
 fn add(control: &Path, socket: &Path, file: &Path, queues: usize) {
     let spec = format!("socket={},path={},queues={queues}", s(socket), s(file));
     let out = ctl(control, &["add-disk", &spec]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
 }
 
 /// The disk's engine counters (`vbmq ctl stats`): queues on a pooled ring, positional queues.

@@ -5,6 +5,7 @@
 //! nothing outside the share changed (a canary directory beside it: contents, modes, owners,
 //! times, xattrs), nor inside a read-only share.
 
+mod common;
 #[path = "common/no_landlock.rs"]
 mod no_landlock;
 

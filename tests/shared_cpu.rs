@@ -119,7 +119,6 @@ fn four_adaptive_disks_share_one_cpu_thread() {
 fn a_polling_disk_and_a_polling_share_share_one_cpu_thread() {
     use vbmq_driver::FsClient;
     use vbmq_driver::fuse::ROOT_ID;
-    use vm_memory::{Bytes, GuestAddress};
 
     let dir = tempfile::tempdir().unwrap();
     let file = image(dir.path(), "disk.raw", 4 << 20, 7);
@@ -167,12 +166,7 @@ fn a_polling_disk_and_a_polling_share_share_one_cpu_thread() {
         .wait(Duration::from_secs(20))
         .expect("no reply to READ");
     assert_eq!((slot, written), (0, 16 + 4096));
-    let (_, reply_at) = FsClient::slot_addrs(0);
-    let mut read = vec![0u8; 4096];
-    share
-        .memory()
-        .read_slice(&mut read, GuestAddress(reply_at + 16))
-        .unwrap();
+    let read = common::fs::reply_data(&share);
     assert!(
         read == content[4096..8192],
         "the share read back other data"

@@ -13,13 +13,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use common::{Client, ctl, serve_with_control as serve};
+use common::{Client, ctl, ctl_json, s, serve_with_control as serve};
 use serde_json::Value;
 use stamps::{BLOCK, check_one_instant, order, rank, stamp, stamped_image};
-
-fn s(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
 
 /// Writes stamped blocks one at a time until told to stop. `started` is the rank of the write
 /// under way plus one, `done` the rank of the last completed plus one.
@@ -76,16 +72,6 @@ impl Writer {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().expect("the writer failed");
     }
-}
-
-fn ctl_json(control: &Path, args: &[&str]) -> Value {
-    let out = ctl(control, args);
-    assert!(
-        out.status.success(),
-        "vbmq ctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
 }
 
 /// Takes snapshots of the disk on `socket` while a writer writes, and checks each. Returns the

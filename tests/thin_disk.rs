@@ -7,13 +7,13 @@ mod common;
 use std::mem::MaybeUninit;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use blkio::{Completion, ReqFlags};
-use common::{Client, Daemon, ctl, image, pattern, serve_with_control};
+use common::run_time::fill_and_copy_on_read;
+use common::{Client, Daemon, image, pattern, serve_with_control};
 
 const SIZE: usize = 4 << 20;
 const BLOCK: usize = 64 << 10;
@@ -171,20 +171,6 @@ fn two_disks_of_two_processes_share_one_base() {
     assert!(fingerprint(&base) == before, "the base changed");
 }
 
-/// The JSON of `vbmq ctl stats SOCKET`: this disk's engine counters.
-fn engine_stat(control: &Path, socket: &Path, name: &str) -> u64 {
-    let out = ctl(control, &["stats", socket.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    stats[0]["engine"][name]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no {name} in {stats}"))
-}
-
 #[test]
 fn background_fill_copies_the_whole_base_and_copy_on_read_what_is_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -201,19 +187,8 @@ fn background_fill_copies_the_whole_base_and_copy_on_read_what_is_read() {
     );
     let mut client = Client::connect(&fsock, 1, false).unwrap();
     assert_eq!(client.write(0, 5 * BLOCK as u64 + 4096, &[0xaa; 4096]), 0);
-    let blocks = engine_stat(&control, &fsock, "thin_blocks");
-    assert_eq!(blocks, (SIZE / BLOCK) as u64);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while engine_stat(&control, &fsock, "thin_present_blocks") < blocks {
-        assert!(Instant::now() < deadline, "the fill never finished");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let mut reader = Client::connect(&rsock, 1, false).unwrap();
-    let (ret, data) = reader.read(0, 3 * BLOCK as u64 + 512, 1024);
-    assert_eq!(ret, 0);
-    assert!(data == pattern(9, SIZE)[3 * BLOCK + 512..3 * BLOCK + 1536]);
-    assert_eq!(engine_stat(&control, &rsock, "thin_present_blocks"), 1);
-    drop((client, reader));
+    fill_and_copy_on_read(&control, &fsock, &rsock, &pattern(9, SIZE), BLOCK);
+    drop(client);
     assert!(daemon.terminate().success());
     let mut expected = pattern(9, SIZE);
     expected[5 * BLOCK + 4096..5 * BLOCK + 8192].fill(0xaa);
@@ -227,14 +202,9 @@ fn background_fill_copies_the_whole_base_and_copy_on_read_what_is_read() {
     assert!(fingerprint(&base) == before, "the base changed");
 }
 
-/// Runs `vbmq serve --disk SPEC` expecting a refusal; returns its stderr.
+/// `vbmq serve --disk DISK` refused: its stderr.
 fn refused(disk: &str) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args(["serve", "--disk", disk])
-        .output()
-        .expect("run vbmq");
-    assert!(!out.status.success(), "{disk} was served");
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    common::serve::refused_at_start(&["--disk", disk])
 }
 
 #[test]
@@ -542,14 +512,7 @@ fn thin_speed_against_the_plain_disk() {
     let place = std::env::var("VBMQ_THIN_DIR").unwrap_or_else(|_| "/dev/shm".into());
     let dir = tempfile::tempdir_in(place).unwrap();
     let base = dir.path().join("golden.raw");
-    {
-        use std::io::Write;
-        let mut file = std::fs::File::create(&base).unwrap();
-        let chunk = pattern(11, 4 << 20);
-        for _ in 0..BENCH_SIZE / chunk.len() {
-            file.write_all(&chunk).unwrap();
-        }
-    }
+    common::large_image(&base, BENCH_SIZE, 11);
     let plain = dir.path().join("plain.raw");
     let socket = dir.path().join("b.sock");
     let common = format!("queues=1,cpus={cpu},mode=adaptive");
@@ -558,14 +521,7 @@ fn thin_speed_against_the_plain_disk() {
         let _ = std::fs::remove_file(&socket);
         let spec = format!("socket={},{disk},{common}", socket.display());
         let daemon = Daemon::start(&[spec]);
-        let mut client = Client::connect(&socket, 1, false).unwrap();
-        let (pid, start) = (daemon.child.id(), Instant::now());
-        let cpu_before = common::cpu_seconds(pid);
-        let iops = common::qd32(&mut client, write, BENCH_SIZE as u64, secs, stride);
-        let ios = iops * start.elapsed().as_secs_f64();
-        let cpu = (common::cpu_seconds(pid) - cpu_before) / ios * 1e6;
-        drop(client);
-        assert!(daemon.terminate().success());
+        let (iops, cpu) = common::speed(daemon, &socket, write, (BENCH_SIZE as u64, secs, stride));
         eprintln!("{name}: {iops:.0} IOPS, {cpu:.1} CPU s per 10^6 I/O");
     };
     let thin = dir.path().join("thin.raw");

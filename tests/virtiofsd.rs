@@ -4,6 +4,7 @@
 //! socket libvirt bound (`--fd`), answers `--print-capabilities` also when started by the name
 //! `virtiofsd`, refuses what it does not do, and ends at once on SIGTERM.
 
+mod common;
 #[path = "common/inherit_fd.rs"]
 mod inherit_fd;
 
@@ -14,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::fs::refuses_a_writable_open;
+use common::xattr::get_xattr;
 use vbmq_driver::FsClient;
 use vbmq_driver::fuse::{self, Opcode, ROOT_ID, SetxattrIn, WriteIn};
 
@@ -153,11 +156,7 @@ fn it_says_ready_as_virtiofsd_and_serves_reads_and_writes() {
 fn readonly_refuses_writes() {
     let daemon = Daemon::start("ro", &["--readonly"]);
     let mut client = FsClient::connect(&daemon.socket()).unwrap();
-    let entry = client.lookup(ROOT_ID, "file").unwrap();
-    let err = client
-        .open(entry.nodeid, libc::O_RDWR as u32)
-        .expect_err("a writable open of a read-only share");
-    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    refuses_a_writable_open(&mut client);
     let (out, _) = client
         .call(Opcode::Unlink, ROOT_ID, &[], &[b"file"], 4096)
         .unwrap();
@@ -251,6 +250,15 @@ fn a_descriptor_that_is_not_a_listening_socket_is_refused() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// What `command --print-capabilities` prints: QEMU's JSON of a virtio-fs backend.
+fn capabilities(mut command: Command) -> serde_json::Value {
+    let output = command.arg("--print-capabilities").output().unwrap();
+    assert!(output.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["type"], "fs");
+    json
+}
+
 /// Started by the name `virtiofsd` (a link, or a descriptor's `binary`), it is virtiofsd:
 /// `--print-capabilities` is QEMU's JSON, an option it does not take is refused with one line
 /// and status 1.
@@ -259,13 +267,7 @@ fn started_as_virtiofsd_it_prints_its_capabilities_and_refuses_the_unknown() {
     let dir = test_dir("argv0");
     let link = dir.join("virtiofsd");
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_vbmq"), &link).unwrap();
-    let output = Command::new(&link)
-        .arg("--print-capabilities")
-        .output()
-        .unwrap();
-    assert!(output.status.success());
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(json["type"], "fs");
+    let json = capabilities(Command::new(&link));
     let features = json["features"].as_array().unwrap();
     assert!(features.iter().any(|f| f == "separate-options"));
     assert!(features.iter().any(|f| f == "migrate-precopy"));
@@ -345,37 +347,12 @@ fn host_mount_points_are_announced_as_submounts() {
 /// virtiofsd's options alone: options before any subcommand make vbmq virtiofsd.
 #[test]
 fn options_before_any_subcommand_are_virtiofsds() {
-    let output = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .arg("--print-capabilities")
-        .output()
-        .unwrap();
-    assert!(output.status.success());
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(json["type"], "fs");
+    capabilities(Command::new(env!("CARGO_BIN_EXE_vbmq")));
     let output = Command::new(env!("CARGO_BIN_EXE_vbmq"))
         .arg("--help")
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&output.stdout).contains("virtiofsd"));
-}
-
-/// The host's value of xattr `name` of `path`, if it has one.
-fn host_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
-    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    let name = std::ffi::CString::new(name).unwrap();
-    let mut value = vec![0u8; 256];
-    // SAFETY: lgetxattr writes at most `value.len()` bytes into `value`.
-    let len = unsafe {
-        libc::lgetxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            value.as_mut_ptr().cast(),
-            value.len(),
-        )
-    };
-    let len = usize::try_from(len).ok()?;
-    value.truncate(len);
-    Some(value)
 }
 
 /// `--xattrmap` with virtiofsd's rules: `:map::user.virtiofs.:` keeps the guest's xattrs under
@@ -396,10 +373,10 @@ fn an_xattr_map_translates_names_both_ways() {
     let entry = client.lookup(ROOT_ID, "file").unwrap();
     assert_eq!(setxattr(&mut client, entry.nodeid), 0);
     assert_eq!(
-        host_xattr(&file, "user.virtiofs.user.vbmq").as_deref(),
+        get_xattr(&file, "user.virtiofs.user.vbmq").as_deref(),
         Some(&b"v"[..])
     );
-    assert_eq!(host_xattr(&file, "user.vbmq"), None);
+    assert_eq!(get_xattr(&file, "user.vbmq"), None);
     let args = fuse::GetxattrIn {
         size: 4096,
         ..Default::default()

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Daemon, ctl, wait_for};
-use serde_json::Value;
+use common::ctl::ok;
+use common::{Daemon, ctl};
 use vbmq_driver::FsClient;
 use vbmq_driver::fuse::{self, Opcode, ROOT_ID, WriteIn};
 
@@ -23,34 +23,15 @@ const READY: &str = "Waiting for vhost-user socket connection...";
 /// `vbmq serve --control DIR/run/ctl.sock --fs-root DIR/roots`, confined as by default, with
 /// DIR/roots/share holding `file`.
 fn serve(dir: &Path) -> (Daemon, PathBuf) {
-    let control = dir.join("run/ctl.sock");
-    let roots = dir.join("roots");
-    std::fs::create_dir_all(roots.join("share")).unwrap();
-    std::fs::write(roots.join("share/file"), b"host bytes").unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args(["serve", "--control"])
-        .arg(&control)
-        .arg("--fs-root")
-        .arg(&roots)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("spawn vbmq");
-    let daemon = Daemon { child };
-    wait_for(&control);
-    (daemon, control)
+    let share = dir.join("roots/share");
+    std::fs::create_dir_all(&share).unwrap();
+    std::fs::write(share.join("file"), b"host bytes").unwrap();
+    common::serve::serve_with_fs_root(dir)
 }
 
 /// The sockets of the shares `vbmq ctl list` shows.
 fn listed_shares(control: &Path) -> Vec<String> {
-    let out = ctl(control, &["list"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let list: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    list.as_array()
-        .expect("a list")
+    common::ctl::list(control)
         .iter()
         .filter(|d| d["kind"] == "fs")
         .map(|d| d["socket"].as_str().unwrap().to_string())
@@ -249,11 +230,7 @@ fn a_share_removed_elsewhere_ends_the_launcher() {
     let mut launcher = Launcher::spawn(dir.path(), "gone", command);
     launcher.ready();
     let out = ctl(&control, &["remove-fs", socket.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     assert_eq!(launcher.exit().code(), Some(1));
     let log = launcher.log();
     assert!(log.contains("no longer served by the vbmq at"), "{log}");

@@ -1,11 +1,22 @@
 //! Shared test helpers: start the real `vbmq serve` process and drive it with libblkio.
 #![allow(dead_code)]
 
+pub mod ctl;
+pub mod fs;
 pub mod loop_device;
+pub mod run_time;
+pub mod serve;
+pub mod xattr;
+
+// What most test files take; each takes some of them.
+#[allow(unused_imports)]
+pub use ctl::{ctl, ctl_json, ctl_state, s};
+#[allow(unused_imports)]
+pub use serve::Serve;
 
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
 use blkio::{Blkio, Blkioq, Completion, MemoryRegion, ReqFlags};
@@ -20,21 +31,7 @@ pub struct Daemon {
 impl Daemon {
     /// Starts vbmq with these `--disk` values and waits for every socket to appear.
     pub fn start(disks: &[String]) -> Daemon {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
-        cmd.arg("serve");
-        for disk in disks {
-            cmd.arg("--disk").arg(disk);
-        }
-        let child = cmd.stdin(Stdio::null()).spawn().expect("spawn vbmq");
-        let daemon = Daemon { child };
-        for disk in disks {
-            let socket = disk
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("socket="))
-                .expect("socket key");
-            wait_for(Path::new(socket));
-        }
-        daemon
+        Serve::new().disks(disks).start()
     }
 
     /// Sends SIGTERM and waits for the exit status.
@@ -95,6 +92,29 @@ pub fn image(dir: &Path, name: &str, len: usize, seed: u64) -> PathBuf {
     path
 }
 
+/// The SHA-256 of a file, as `sha256sum` prints it.
+pub fn sha256(path: &Path) -> String {
+    let out = std::process::Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .expect("sha256sum");
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A sparse image of `len` zero bytes.
+pub fn sparse_image(dir: &Path, name: &str, len: u64) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::File::create(&path)
+        .and_then(|f| f.set_len(len))
+        .expect("create a sparse image");
+    path
+}
+
 /// A libblkio `virtio-blk-vhost-user` client with one buffer region.
 pub struct Client {
     pub blkio: Blkio,
@@ -140,6 +160,26 @@ impl Client {
 
     pub fn capacity(&self) -> u64 {
         self.blkio.get_u64("capacity").expect("capacity")
+    }
+
+    /// Connected to a read-only disk: the device offers VIRTIO_BLK_F_RO (libblkio refuses to
+    /// drive it read-write), a write is refused and a flush served.
+    pub fn read_only(socket: &Path) -> Client {
+        assert!(Client::connect(socket, 1, false).is_err(), "RO not offered");
+        let mut client = Client::connect_with(socket, 1, false, true).unwrap();
+        assert_ne!(client.write(0, 0, &[0xaa; 4096]), 0, "write accepted");
+        assert_eq!(client.flush(0), 0);
+        client
+    }
+
+    /// The disk has `capacity` bytes and its last 64 KiB take `pattern(seed)`, written on queue
+    /// 0 and read back on `read_queue`.
+    pub fn uses_the_tail(&mut self, capacity: u64, seed: u64, read_queue: usize) {
+        assert_eq!(self.capacity(), capacity);
+        let tail = pattern(seed, 64 << 10);
+        let at = capacity - tail.len() as u64;
+        assert_eq!(self.write(0, at, &tail), 0);
+        assert!(self.read(read_queue, at, tail.len()).1 == tail);
     }
 
     fn buf(&self) -> *mut u8 {
@@ -199,31 +239,7 @@ impl Client {
 /// Starts `vbmq serve --control DIR/run/ctl.sock` with these disks; returns it and the path.
 pub fn serve_with_control(dir: &Path, disks: &[String]) -> (Daemon, PathBuf) {
     let control = dir.join("run/ctl.sock");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
-    cmd.arg("serve").arg("--control").arg(&control);
-    for disk in disks {
-        cmd.arg("--disk").arg(disk);
-    }
-    let daemon = Daemon {
-        child: cmd.stdin(Stdio::null()).spawn().expect("spawn vbmq"),
-    };
-    wait_for(&control);
-    for disk in disks {
-        let socket = disk.split(',').find_map(|kv| kv.strip_prefix("socket="));
-        wait_for(Path::new(socket.expect("socket key")));
-    }
-    (daemon, control)
-}
-
-/// Runs `vbmq ctl --control CONTROL ARGS...`.
-pub fn ctl(control: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .arg("ctl")
-        .arg("--control")
-        .arg(control)
-        .args(args)
-        .output()
-        .expect("run vbmq ctl")
+    (Serve::new().control(&control).disks(disks).start(), control)
 }
 
 /// For speed cases (ignored tests run in release): 4 KiB random I/O at queue depth 32 for `secs` on queue 0 (`stride`: the n-th I/O at
@@ -272,6 +288,35 @@ pub fn qd32(client: &mut Client, write: bool, span: u64, secs: f64, stride: Opti
         }
     }
     done_count as f64 / start.elapsed().as_secs_f64()
+}
+
+/// For speed cases: `qd32` on the disk at `socket` of `daemon`, which is then stopped; its IOPS
+/// and the daemon's CPU seconds per 10^6 I/O.
+pub fn speed(
+    daemon: Daemon,
+    socket: &Path,
+    write: bool,
+    (span, secs, stride): (u64, f64, Option<u64>),
+) -> (f64, f64) {
+    let mut client = Client::connect(socket, 1, false).unwrap();
+    let (pid, start) = (daemon.child.id(), Instant::now());
+    let cpu_before = cpu_seconds(pid);
+    let iops = qd32(&mut client, write, span, secs, stride);
+    let ios = iops * start.elapsed().as_secs_f64();
+    let cpu = (cpu_seconds(pid) - cpu_before) / ios * 1e6;
+    drop(client);
+    assert!(daemon.terminate().success());
+    (iops, cpu)
+}
+
+/// For speed cases: an image of `len` bytes, `pattern(seed)`'s first 4 MiB over and over.
+pub fn large_image(path: &Path, len: usize, seed: u64) {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path).unwrap();
+    let chunk = pattern(seed, 4 << 20);
+    for _ in 0..len / chunk.len() {
+        file.write_all(&chunk).unwrap();
+    }
 }
 
 /// The next value of a xorshift generator.

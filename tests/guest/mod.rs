@@ -90,6 +90,39 @@ pub fn tagged_one<'a>(output: &'a str, prefix: &str) -> &'a str {
     }
 }
 
+/// The guest's consoles as text, carriage returns dropped (missing ones empty).
+pub fn read_consoles(paths: &[PathBuf]) -> Vec<String> {
+    paths
+        .iter()
+        .map(|c| {
+            std::fs::read_to_string(c)
+                .unwrap_or_default()
+                .replace('\r', "")
+        })
+        .collect()
+}
+
+/// The guest program `tests/guest/NAME.c`, built static with `flags` for the initramfs.
+pub fn build_c(dir: &TestDir, name: &str, flags: &[&str]) -> Vec<u8> {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/guest/{name}.c"));
+    let out = dir.join(name);
+    let built = std::process::Command::new("cc")
+        .args(["-O2", "-static"])
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(&source)
+        .output()
+        .expect("run cc (scripts/deps/base.sh installs it)");
+    assert!(
+        built.status.success(),
+        "cc {}: {}",
+        source.display(),
+        String::from_utf8_lossy(&built.stderr)
+    );
+    std::fs::read(&out).unwrap()
+}
+
 /// Waits until the guest's console (`Vm::console`) shows `marker`; panics after `timeout`.
 pub fn wait_for_console(console: &Path, marker: &str, timeout: std::time::Duration) {
     let start = std::time::Instant::now();

@@ -83,6 +83,29 @@ impl GuestRun {
         );
         self
     }
+
+    /// Panics with the console if the guest's kernel logged I/O errors (`DMESG-ERRORS`).
+    pub fn assert_no_io_errors(&self) -> &Self {
+        assert!(
+            super::tagged(&self.output, "DMESG-ERRORS").is_empty(),
+            "the guest logged I/O errors:\n{}",
+            self.console
+        );
+        self
+    }
+
+    /// The script succeeded, its fio job too (`FIO-OK` once), and the kernel logged no I/O
+    /// errors.
+    pub fn assert_fio_ok(&self) -> &Self {
+        self.assert_success();
+        assert_eq!(
+            super::tagged(&self.output, "FIO-OK").len(),
+            1,
+            "fio failed:\n{}",
+            self.console
+        );
+        self.assert_no_io_errors()
+    }
 }
 
 impl Vm {

@@ -2,17 +2,20 @@
 //! beside it, and the checks every case ends with (vbmq alive, a known file reads right,
 //! nothing outside the share changed, nor inside a read-only one).
 
-use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, symlink};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use vbmq_driver::FsClient;
 use vbmq_driver::fuse::ROOT_ID;
 use vm_memory::{Bytes, GuestAddress};
+
+use crate::common::Daemon;
+use crate::common::serve::serve_share;
+use crate::common::xattr::{set_xattr, xattrs};
 
 /// Bytes of the known file.
 pub const FILE_LEN: usize = 256 << 10;
@@ -26,7 +29,7 @@ pub fn pattern() -> Vec<u8> {
 
 /// A running share.
 pub struct Share {
-    child: Child,
+    daemon: Daemon,
     pub dir: PathBuf,
     readonly: bool,
     outside: Vec<Entry>,
@@ -59,7 +62,7 @@ impl Share {
         share
     }
 
-    fn launch(name: &str, readonly: bool, mut command: Command) -> Self {
+    fn launch(name: &str, readonly: bool, command: Command) -> Self {
         let dir = std::env::temp_dir().join(format!("vbmq-fsh-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("share/sub")).unwrap();
@@ -70,36 +73,19 @@ impl Share {
         std::fs::write(dir.join("outside/secret"), b"not for guests").unwrap();
         symlink("../outside/secret", dir.join("share/link-out")).unwrap();
         // Where the file system has user xattrs, a file carries one (REMOVEXATTR's target).
-        set_xattr(&dir.join("share/file"), "user.keep", b"kept");
-        set_xattr(&dir.join("outside/secret"), "user.keep", b"kept");
-        let child = command
-            .arg("serve")
-            .arg("--fs")
-            .arg(format!(
-                "socket={},dir={},tag=t,mode=event,readonly={}",
-                dir.join("fs.sock").display(),
-                dir.join("share").display(),
-                if readonly { "on" } else { "off" }
-            ))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("vbmq.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let mut share = Share {
-            child,
-            outside: snapshot(&dir.join("outside")),
-            inside: snapshot(&dir.join("share")),
+        let _ = set_xattr(&dir.join("share/file"), "user.keep", b"kept");
+        let _ = set_xattr(&dir.join("outside/secret"), "user.keep", b"kept");
+        let extra = format!(",readonly={}", if readonly { "on" } else { "off" });
+        let outside = snapshot(&dir.join("outside"));
+        let inside = snapshot(&dir.join("share"));
+        let daemon = serve_share(command, &dir, &dir.join("share"), &extra);
+        Share {
+            daemon,
+            outside,
+            inside,
             dir,
             readonly,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !share.socket().exists() {
-            assert!(share.alive(), "vbmq exited: {}", share.log());
-            assert!(Instant::now() < deadline, "no socket: {}", share.log());
-            std::thread::sleep(Duration::from_millis(20));
         }
-        share
     }
 
     pub fn socket(&self) -> PathBuf {
@@ -115,7 +101,7 @@ impl Share {
     }
 
     pub fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
+        self.daemon.alive()
     }
 
     /// The checks after a case, with `client` (its session may be the attacked one).
@@ -164,8 +150,8 @@ impl Share {
 
 impl Drop for Share {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.daemon.child.kill();
+        let _ = self.daemon.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -257,53 +243,4 @@ fn diff<'a>(before: &'a [Entry], after: &'a [Entry]) -> Vec<&'a Entry> {
         .filter(|e| !before.contains(e))
         .chain(before.iter().filter(|e| !after.contains(e)))
         .collect()
-}
-
-fn c_path(path: &Path) -> CString {
-    CString::new(path.as_os_str().as_bytes()).unwrap()
-}
-
-fn set_xattr(path: &Path, name: &str, value: &[u8]) {
-    let (path, name) = (c_path(path), CString::new(name).unwrap());
-    // SAFETY: NUL-terminated strings and a slice of `value.len()` bytes; failure is fine (a
-    // file system without user xattrs).
-    unsafe {
-        libc::lsetxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-}
-
-/// The names and values of `path`'s xattrs, as one byte string.
-fn xattrs(path: &Path) -> Vec<u8> {
-    let path = c_path(path);
-    let mut names = vec![0u8; 4096];
-    // SAFETY: a buffer of `names.len()` bytes.
-    let len = unsafe { libc::llistxattr(path.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
-    let Ok(len) = usize::try_from(len) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for name in names[..len].split(|&b| b == 0).filter(|n| !n.is_empty()) {
-        let c_name = CString::new(name).unwrap();
-        let mut value = vec![0u8; 4096];
-        // SAFETY: a NUL-terminated name and a buffer of `value.len()` bytes.
-        let n = unsafe {
-            libc::lgetxattr(
-                path.as_ptr(),
-                c_name.as_ptr(),
-                value.as_mut_ptr().cast(),
-                value.len(),
-            )
-        };
-        out.extend(name);
-        out.push(b'=');
-        out.extend(&value[..usize::try_from(n).unwrap_or(0)]);
-        out.push(0);
-    }
-    out
 }

@@ -5,11 +5,14 @@
 //! mode, owner, times, xattrs and bytes; the outside directory's names) and the share still
 //! serves a known file.
 
-use std::ffi::CString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common::Daemon;
+use crate::common::serve::serve_share;
+use crate::common::xattr::{get_xattr, set_xattr, xattr_names};
 
 use vbmq_driver::fuse::{
     self, AttrOut, CreateIn, EntryOut, GetxattrIn, MkdirIn, MknodIn, Opcode, OpenIn, OpenOut,
@@ -26,7 +29,7 @@ const FATTR_ATIME: u32 = 0x10;
 const FATTR_MTIME: u32 = 0x20;
 
 struct Share {
-    child: Child,
+    daemon: Daemon,
     dir: PathBuf,
 }
 
@@ -44,26 +47,9 @@ impl Share {
             .unwrap();
         // Not every temporary file system keeps user xattrs; the snapshot notes what is there.
         let _ = set_xattr(&canary, "user.canary", b"kept");
-        let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-            .arg("serve")
-            .arg("--fs")
-            .arg(format!(
-                "socket={},dir={},tag=t,mode=event{extra}",
-                dir.join("fs.sock").display(),
-                dir.join("share").display()
-            ))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("vbmq.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let share = Share { child, dir };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !share.dir.join("fs.sock").exists() {
-            assert!(Instant::now() < deadline, "no socket: {}", share.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        share
+        let command = Command::new(env!("CARGO_BIN_EXE_vbmq"));
+        let daemon = serve_share(command, &dir, &dir.join("share"), extra);
+        Share { daemon, dir }
     }
 
     fn client(&self) -> FsClient {
@@ -80,7 +66,7 @@ impl Share {
 
     /// Still running, and a known file reads right through a fresh lookup.
     fn still_serves(&mut self, client: &mut FsClient) {
-        assert!(self.child.try_wait().unwrap().is_none(), "{}", self.log());
+        assert!(self.daemon.alive(), "{}", self.log());
         let entry = client
             .lookup(ROOT_ID, "file")
             .expect("lookup of a known file");
@@ -101,60 +87,10 @@ impl Share {
 
 impl Drop for Share {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.daemon.child.kill();
+        let _ = self.daemon.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn cpath(path: &Path) -> CString {
-    CString::new(path.as_os_str().as_encoded_bytes()).unwrap()
-}
-
-fn set_xattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
-    let (path, name) = (cpath(path), CString::new(name).unwrap());
-    // SAFETY: NUL-terminated strings and a buffer of the length given.
-    let res = unsafe {
-        libc::lsetxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    if res == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-/// An xattr's value on the host, `None` when absent.
-fn get_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
-    let (path, name) = (cpath(path), CString::new(name).unwrap());
-    let mut buf = vec![0u8; 4096];
-    // SAFETY: NUL-terminated strings and a buffer of the length given.
-    let len = unsafe {
-        libc::lgetxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    let len = usize::try_from(len).ok()?;
-    buf.truncate(len);
-    Some(buf)
-}
-
-fn xattr_names(path: &Path) -> Vec<u8> {
-    let path = cpath(path);
-    let mut buf = vec![0u8; 65536];
-    // SAFETY: a NUL-terminated string and a buffer of the length given.
-    let len = unsafe { libc::llistxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    buf.truncate(usize::try_from(len).unwrap_or(0));
-    buf
 }
 
 /// Everything the tests check did not change outside the share.
@@ -503,7 +439,7 @@ fn device_nodes_set_id_bits_and_privileged_xattrs_are_refused() {
     // (as root; a process without CAP_SETPCAP keeps its bounding set).
     // SAFETY: geteuid has no arguments and cannot fail. (27: CAP_MKNOD.)
     if unsafe { libc::geteuid() } == 0 {
-        let tasks = format!("/proc/{}/task", share.child.id());
+        let tasks = format!("/proc/{}/task", share.daemon.child.id());
         for task in std::fs::read_dir(tasks).unwrap() {
             let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
             for line in status.lines().filter(|l| l.starts_with("Cap")) {
@@ -519,20 +455,7 @@ fn device_nodes_set_id_bits_and_privileged_xattrs_are_refused() {
     assert_eq!(fifo.mode() & 0o7777, 0o644);
 
     // CREATE and SETATTR: set-user-ID and set-group-ID bits stripped.
-    let create = CreateIn {
-        flags: (libc::O_CREAT | libc::O_RDWR) as u32,
-        mode: libc::S_IFREG | 0o6755,
-        ..CreateIn::default()
-    };
-    let (out, body) = client
-        .call(
-            Opcode::Create,
-            ROOT_ID,
-            fuse::args(&create),
-            &[b"suid"],
-            4096,
-        )
-        .unwrap();
+    let (out, body) = crate::common::fs::create(&mut client, "suid", libc::S_IFREG | 0o6755);
     assert_eq!(out.error, 0);
     let created = entry(&body).nodeid;
     let mode = std::fs::metadata(share.path("share/suid")).unwrap().mode();

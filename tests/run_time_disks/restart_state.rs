@@ -2,36 +2,12 @@
 //! socket outside the control socket's directory) is served again by a restarted vbmq (an
 //! upgrade, `systemctl restart`) with what was written to it; one removed is not.
 
-mod common;
-
+use crate::common::ctl::{listed_sockets as sockets, ok};
+use crate::common::{Client, Daemon, Serve, ctl_state, image, pattern, s};
 use std::path::Path;
-use std::process::{Command, Stdio};
-
-use common::{Client, Daemon, ctl, image, pattern, wait_for};
-
-fn s(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
 
 fn serve(control: &Path, state: &Path) -> Daemon {
-    let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args(["serve", "--control", s(control), "--state", s(state)])
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for(control);
-    Daemon { child }
-}
-
-fn sockets(control: &Path) -> Vec<String> {
-    let out = ctl(control, &["list"]);
-    assert!(out.status.success());
-    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let entries = list.as_array().unwrap();
-    entries
-        .iter()
-        .map(|d| d["socket"].as_str().unwrap().to_string())
-        .collect()
+    Serve::new().control(control).opt("--state", state).start()
 }
 
 #[test]
@@ -45,23 +21,7 @@ fn a_disk_added_at_run_time_is_served_again_after_a_restart() {
     let spec = format!("socket={},path={}", s(&socket), s(&file));
 
     let daemon = serve(&control, &state);
-    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args([
-            "ctl",
-            "--control",
-            s(&control),
-            "--state",
-            s(&state),
-            "add-disk",
-            &spec,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&ctl_state(&control, &state, &["add-disk", &spec]));
     let data = pattern(33, 64 << 10);
     let mut client = Client::connect(&socket, 1, false).expect("connect");
     assert_eq!(client.write(0, 1 << 20, &data), 0);
@@ -77,23 +37,7 @@ fn a_disk_added_at_run_time_is_served_again_after_a_restart() {
     assert_eq!(ret, 0);
     assert!(back == data, "what was written before the restart");
     drop(client);
-    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args([
-            "ctl",
-            "--control",
-            s(&control),
-            "--state",
-            s(&state),
-            "remove-disk",
-            s(&socket),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&ctl_state(&control, &state, &["remove-disk", s(&socket)]));
     assert!(daemon.terminate().success());
 
     let daemon = serve(&control, &state);

@@ -3,20 +3,15 @@
 //! choice, and passes them over the control socket; vbmq serves them. Descriptors that are not
 //! what the disk needs are refused one by one, and the daemon goes on.
 
-mod common;
-
 use std::fs::OpenOptions;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
 
-use common::{Client, ctl, image, pattern, serve_with_control as serve};
+use crate::common::ctl::{each_refused, ok};
+use crate::common::run_time::{self, open};
+use crate::common::{Client, ctl, image, pattern, s, serve_with_control as serve};
 use serde_json::{Value, json};
-
-fn s(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
 
 #[test]
 fn a_passed_image_and_socket_serve_io_that_reads_back_and_lands_in_the_file() {
@@ -27,11 +22,7 @@ fn a_passed_image_and_socket_serve_io_that_reads_back_and_lands_in_the_file() {
     let socket = dir.path().join("elsewhere/vm3.sock");
     let spec = format!("socket={},path={},queues=2", s(&socket), s(&file));
     let out = ctl(&control, &["add-disk", &spec]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     let added: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(added["socket"], s(&socket));
     assert_eq!(added["size"], 8 << 20);
@@ -68,15 +59,6 @@ fn a_passed_image_and_socket_serve_io_that_reads_back_and_lands_in_the_file() {
     assert!(daemon.terminate().success());
 }
 
-fn open(path: &Path, write: bool, direct: bool) -> OwnedFd {
-    let mut options = OpenOptions::new();
-    options.read(true).write(write);
-    if direct {
-        options.custom_flags(libc::O_DIRECT);
-    }
-    options.open(path).expect("open").into()
-}
-
 #[test]
 fn descriptors_that_are_not_what_the_disk_needs_are_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -87,23 +69,14 @@ fn descriptors_that_are_not_what_the_disk_needs_are_refused() {
     let listening = UnixListener::bind(&sock_path).unwrap();
     let (connected, _peer) = UnixStream::pair().unwrap();
     let spec = |extra: &str| format!("socket={},path={}{extra}", s(&sock_path), s(&a));
-    let add = |spec: String, names: &[&str], fds: &[RawFd]| {
-        common::control_request(
-            &control,
-            &json!({"command": "add-disk", "spec": spec, "fds": names}),
-            fds,
-        )
-    };
-    let dir_fd = open(dir.path(), false, false);
-    let (a_rw, a_ro, b_rw) = (
-        open(&a, true, false),
-        open(&a, false, false),
-        open(&b, true, false),
-    );
+    let add =
+        |spec: String, names: &[&str], fds: &[RawFd]| run_time::add(&control, &spec, names, fds);
+    let dir_fd = open(dir.path(), false);
+    let (a_rw, a_ro, b_rw) = (open(&a, true), open(&a, false), open(&b, true));
     let cases: Vec<(Value, &str)> = vec![
         // The daemon opens no image itself.
         (
-            common::control_request(
+            crate::common::control_request(
                 &control,
                 &json!({"command": "add-disk", "spec": spec(",direct=off")}),
                 &[],
@@ -171,7 +144,12 @@ fn descriptors_that_are_not_what_the_disk_needs_are_refused() {
         .open(&b)
         .is_ok();
     if direct_works {
-        let b_direct = open(&b, true, true);
+        let b_direct = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&b)
+            .expect("open");
         cases.push((
             add(
                 spec(""),
@@ -185,12 +163,7 @@ fn descriptors_that_are_not_what_the_disk_needs_are_refused() {
             "different files",
         ));
     }
-    for (reply, expected) in &cases {
-        assert_eq!(reply["ok"], false, "{reply}");
-        let error = reply["error"].as_str().unwrap_or_default();
-        assert!(error.contains(expected), "{error:?} lacks {expected:?}");
-        assert!(daemon.alive());
-    }
+    each_refused(&cases, &mut daemon);
     // A good set after the refusals is served.
     let reply = add(
         spec(",direct=off"),

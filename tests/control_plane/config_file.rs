@@ -2,37 +2,11 @@
 //! reload` applies a changed file as removal and addition of the disks that changed, and a bad
 //! file changes nothing.
 
-mod common;
-
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Daemon, ctl, wait_for};
-
-fn sockets(control: &Path) -> Vec<String> {
-    let out = ctl(control, &["list"]);
-    assert!(out.status.success());
-    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    list.as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["socket"].as_str().unwrap().to_string())
-        .collect()
-}
-
-fn write_config(file: &Path, control: &Path, disks: &[String]) {
-    let disks: Vec<String> = disks.iter().map(|d| format!("    \"{d}\",")).collect();
-    std::fs::write(
-        file,
-        format!(
-            "control = \"{}\"\ndisk = [\n{}\n]\n",
-            control.display(),
-            disks.join("\n")
-        ),
-    )
-    .unwrap();
-}
+use crate::common::ctl::{listed_sockets as sockets, ok, write_config};
+use crate::common::{Serve, ctl};
 
 #[test]
 fn a_changed_file_is_applied_on_sighup_and_reload_and_a_bad_one_changes_nothing() {
@@ -45,16 +19,7 @@ fn a_changed_file_is_applied_on_sighup_and_reload_and_a_bad_one_changes_nothing(
     std::fs::create_dir_all(&conf_dir).unwrap();
     let file = conf_dir.join("vbmq.toml");
     write_config(&file, &control, &[disk(&a)]);
-    let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .arg("serve")
-        .arg("--config")
-        .arg(&file)
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let daemon = Daemon { child };
-    wait_for(&control);
-    wait_for(&a);
+    let daemon = Serve::config(&file, &[&control, &a]).start();
     assert_eq!(sockets(&control), vec![a.display().to_string()]);
 
     // SIGHUP: A out, B in.
@@ -90,11 +55,7 @@ fn a_changed_file_is_applied_on_sighup_and_reload_and_a_bad_one_changes_nothing(
     // `vbmq ctl reload`: both.
     write_config(&file, &control, &[disk(&b), disk(&a)]);
     let out = ctl(&control, &["reload"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out);
     assert_eq!(
         sockets(&control),
         vec![b.display().to_string(), a.display().to_string()]

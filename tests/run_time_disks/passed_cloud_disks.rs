@@ -4,72 +4,24 @@
 //! that are not what the disk needs are refused with their reason, and the daemon goes on; a
 //! `base=` disk recorded with `--state` comes back with its map after a restart.
 
-mod common;
-
-use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
-use common::{Client, Daemon, ctl, image, pattern, serve_with_control as serve, wait_for};
-use serde_json::{Value, json};
+use crate::common::ctl::{each_refused, engine_stat, ok, refused, write_config};
+use crate::common::run_time::{self, fill_and_copy_on_read, mkfifo, open};
+use crate::common::{
+    Client, Serve, ctl, ctl_state, image, pattern, s, serve_with_control as serve, sha256,
+    sparse_image, wait_for,
+};
+use serde_json::Value;
 
 const SIZE: usize = 4 << 20;
 const BLOCK: usize = 64 << 10;
 
-fn s(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
-
-fn sha256(path: &Path) -> String {
-    let out = Command::new("sha256sum")
-        .arg(path)
-        .output()
-        .expect("sha256sum");
-    assert!(out.status.success());
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string()
-}
-
-fn ok(out: &Output) {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn refused(out: &Output, reason: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "accepted; wanted refused: {reason}");
-    assert!(err.contains(reason), "{err:?} lacks {reason:?}");
-}
-
-fn mkfifo(path: &Path) {
-    let name = CString::new(path.as_os_str().as_bytes()).unwrap();
-    // SAFETY: mkfifo with a NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
-}
-
 /// Whether `needle` occurs anywhere in `hay`.
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
-}
-
-/// The JSON of `vbmq ctl stats SOCKET`: this disk's engine counter `name`.
-fn engine_stat(control: &Path, socket: &Path, name: &str) -> u64 {
-    let out = ctl(control, &["stats", s(socket)]);
-    ok(&out);
-    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
-    stats[0]["engine"][name]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no {name} in {stats}"))
 }
 
 #[test]
@@ -184,19 +136,7 @@ fn a_base_disk_added_at_run_time_reads_the_base_writes_disk_and_keeps_its_map() 
     );
     ok(&ctl(&control, &["add-disk", &fspec]));
     ok(&ctl(&control, &["add-disk", &rspec]));
-    let blocks = engine_stat(&control, &fsock, "thin_blocks");
-    assert_eq!(blocks, (SIZE / BLOCK) as u64);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while engine_stat(&control, &fsock, "thin_present_blocks") < blocks {
-        assert!(Instant::now() < deadline, "the fill never finished");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let mut reader = Client::connect(&rsock, 1, false).unwrap();
-    let (ret, data) = reader.read(0, 3 * BLOCK as u64 + 512, 1024);
-    assert_eq!(ret, 0);
-    assert!(data == pattern(1, SIZE)[3 * BLOCK + 512..3 * BLOCK + 1536]);
-    assert_eq!(engine_stat(&control, &rsock, "thin_present_blocks"), 1);
-    drop(reader);
+    fill_and_copy_on_read(&control, &fsock, &rsock, &pattern(1, SIZE), BLOCK);
     assert!(std::fs::read(&filled).unwrap() == pattern(1, SIZE));
     assert_eq!(sha256(&base), before, "the base changed");
     assert!(daemon.alive());
@@ -207,11 +147,7 @@ fn a_base_disk_added_at_run_time_reads_the_base_writes_disk_and_keeps_its_map() 
 fn an_encrypted_disk_added_at_run_time_takes_its_key_from_a_pipe() {
     let dir = tempfile::tempdir().unwrap();
     let (mut daemon, control) = serve(dir.path(), &[]);
-    let image = dir.path().join("secret.raw");
-    std::fs::File::create(&image)
-        .unwrap()
-        .set_len(SIZE as u64)
-        .unwrap();
+    let image = sparse_image(dir.path(), "secret.raw", SIZE as u64);
     let fifo = dir.path().join("key.fifo");
     mkfifo(&fifo);
     let socket = dir.path().join("vm/e.sock");
@@ -227,11 +163,7 @@ fn an_encrypted_disk_added_at_run_time_takes_its_key_from_a_pipe() {
         std::thread::spawn(move || std::fs::write(fifo, key).unwrap())
     };
     let writer = feed(pattern(77, 64));
-    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args(["ctl", "--control", s(&control), "--state", s(&state)])
-        .args(["add-disk", &spec])
-        .output()
-        .unwrap();
+    let out = ctl_state(&control, &state, &["add-disk", &spec]);
     ok(&out);
     writer.join().unwrap();
     // A pipe's key cannot be read again at a restart: not recorded, and said.
@@ -284,7 +216,7 @@ fn an_encrypted_disk_added_at_run_time_takes_its_key_from_a_pipe() {
     // With base= too: seven descriptors (socket, image and base twice, map, key).
     let key = dir.path().join("thin.key");
     std::fs::write(&key, pattern(79, 64)).unwrap();
-    let base = common::image(dir.path(), "golden.raw", SIZE, 8);
+    let base = crate::common::image(dir.path(), "golden.raw", SIZE, 8);
     let thin = dir.path().join("thin.raw");
     let thin_spec = format!(
         "socket={},path={},base={},encrypt=aes-xts,key-file={}",
@@ -293,11 +225,7 @@ fn an_encrypted_disk_added_at_run_time_takes_its_key_from_a_pipe() {
         s(&base),
         s(&key)
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args(["ctl", "--control", s(&control), "--state", s(&state)])
-        .args(["add-disk", &thin_spec])
-        .output()
-        .unwrap();
+    let out = ctl_state(&control, &state, &["add-disk", &thin_spec]);
     ok(&out);
     // A key file's path is recorded (a restart reads it again), never the key.
     let recorded = std::fs::read_to_string(&state).unwrap();
@@ -314,15 +242,6 @@ fn an_encrypted_disk_added_at_run_time_takes_its_key_from_a_pipe() {
     assert!(!contains(&raw, b"PLAINTEXT-MARKER"), "plaintext in DISK");
     assert!(daemon.alive());
     assert!(daemon.terminate().success());
-}
-
-fn open(path: &Path, write: bool) -> OwnedFd {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(write)
-        .open(path)
-        .expect("open")
-        .into()
 }
 
 #[test]
@@ -359,13 +278,8 @@ fn bad_bases_maps_and_keys_are_refused_and_the_daemon_goes_on() {
     let listening = UnixListener::bind(&sock).unwrap();
     let map_file = map.clone();
     std::fs::File::create(&map_file).unwrap();
-    let add = |spec: String, names: &[&str], fds: &[RawFd]| {
-        common::control_request(
-            &control,
-            &json!({"command": "add-disk", "spec": spec, "fds": names}),
-            fds,
-        )
-    };
+    let add =
+        |spec: String, names: &[&str], fds: &[RawFd]| run_time::add(&control, &spec, names, fds);
     let (disk_rw, base_ro, base_rw) = (open(&disk, true), open(&base, false), open(&base, true));
     let (map_rw, map_ro, dir_fd) = (open(&map, true), open(&map, false), open(dir.path(), false));
     let key = dir.path().join("k");
@@ -477,12 +391,7 @@ fn bad_bases_maps_and_keys_are_refused_and_the_daemon_goes_on() {
             "gave no key and end in time",
         ),
     ];
-    for (reply, expected) in &cases {
-        assert_eq!(reply["ok"], false, "{reply}");
-        let error = reply["error"].as_str().unwrap_or_default();
-        assert!(error.contains(expected), "{error:?} lacks {expected:?}");
-        assert!(daemon.alive());
-    }
+    each_refused(&cases, &mut daemon);
     // The base never changed; a good set after the refusals is served.
     assert!(std::fs::read(&base).unwrap() == pattern(3, SIZE));
     let reply = add(
@@ -511,25 +420,15 @@ fn a_base_disk_added_at_run_time_comes_back_from_the_state_file_with_its_map() {
     let control = dir.path().join("run/ctl.sock");
     let state = dir.path().join("state.toml");
     let socket = dir.path().join("vm/vm.sock");
-    let start = || {
-        let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-            .args(["serve", "--control", s(&control), "--state", s(&state)])
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawn vbmq");
-        Daemon { child }
-    };
-    let daemon = start();
-    wait_for(&control);
+    let daemon = Serve::new()
+        .control(&control)
+        .opt("--state", &state)
+        .start();
     let base = image(dir.path(), "golden.raw", SIZE, 4);
     let before = sha256(&base);
     let disk = dir.path().join("vm.raw");
     let spec = format!("socket={},path={},base={}", s(&socket), s(&disk), s(&base));
-    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args(["ctl", "--control", s(&control), "--state", s(&state)])
-        .args(["add-disk", &spec])
-        .output()
-        .unwrap();
+    let out = ctl_state(&control, &state, &["add-disk", &spec]);
     ok(&out);
     let mut client = Client::connect(&socket, 1, false).expect("connect");
     let data = pattern(60, 8192);
@@ -540,8 +439,11 @@ fn a_base_disk_added_at_run_time_comes_back_from_the_state_file_with_its_map() {
 
     // Started again: the state file gives the disk at start, its map with it.
     let _ = std::fs::remove_file(&socket);
-    let daemon = start();
-    wait_for(&socket);
+    let daemon = Serve::new()
+        .control(&control)
+        .opt("--state", &state)
+        .wait(&socket)
+        .start();
     assert_eq!(engine_stat(&control, &socket, "thin_present_blocks"), 1);
     let mut client = Client::connect(&socket, 1, false).expect("connect after restart");
     let mut expected = pattern(4, SIZE);
@@ -561,13 +463,10 @@ fn a_base_disk_added_at_run_time_comes_back_from_the_state_file_with_its_map() {
 fn without_a_spare_ring_a_base_disk_is_refused_at_run_time() {
     let dir = tempfile::tempdir().unwrap();
     let control = dir.path().join("run/ctl.sock");
-    let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args(["serve", "--control", s(&control), "--run-time-rings", "0"])
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("spawn vbmq");
-    let mut daemon = Daemon { child };
-    wait_for(&control);
+    let mut daemon = Serve::new()
+        .control(&control)
+        .opt("--run-time-rings", "0")
+        .start();
     let base = image(dir.path(), "golden.raw", SIZE, 6);
     let disk = dir.path().join("vm.raw");
     let socket = dir.path().join("vm/vm.sock");
@@ -586,27 +485,14 @@ fn without_a_spare_ring_a_base_disk_is_refused_at_run_time() {
     assert!(daemon.terminate().success());
 }
 
-fn write_config(file: &Path, control: &Path, disks: &[String]) {
-    let disks: Vec<String> = disks.iter().map(|d| format!("    \"{d}\",")).collect();
-    let text = format!(
-        "control = \"{}\"\ndisk = [\n{}\n]\n",
-        s(control),
-        disks.join("\n")
-    );
-    std::fs::write(file, text).unwrap();
-}
-
 #[test]
 fn a_confined_reload_replaces_a_base_disk_with_its_map_and_refuses_to_reread_a_key() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     let control = run.join("ctl.sock");
     let base = image(dir.path(), "golden.raw", SIZE, 11);
-    let (disk, secret) = (dir.path().join("vm.raw"), dir.path().join("secret.raw"));
-    std::fs::File::create(&secret)
-        .unwrap()
-        .set_len(SIZE as u64)
-        .unwrap();
+    let disk = dir.path().join("vm.raw");
+    let secret = sparse_image(dir.path(), "secret.raw", SIZE as u64);
     let key = dir.path().join("k");
     std::fs::write(&key, pattern(12, 64)).unwrap();
     let (t, e) = (run.join("t.sock"), run.join("e.sock"));
@@ -628,15 +514,7 @@ fn a_confined_reload_replaces_a_base_disk_with_its_map_and_refuses_to_reread_a_k
     };
     let conf = dir.path().join("vbmq.toml");
     write_config(&conf, &control, &[thin(""), encrypted("")]);
-    let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args(["serve", "--config", s(&conf)])
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut daemon = Daemon { child };
-    wait_for(&control);
-    wait_for(&t);
-    wait_for(&e);
+    let mut daemon = Serve::config(&conf, &[&control, &t, &e]).start();
     let data = pattern(13, 8192);
     let mut client = Client::connect(&t, 1, false).expect("connect");
     assert_eq!(client.write(0, 7 * BLOCK as u64, &data), 0);

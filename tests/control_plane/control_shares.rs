@@ -3,58 +3,16 @@
 //! the listening socket handed over as descriptors. Driven through real sockets by the
 //! user-space virtio-fs client.
 
-mod common;
-
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Daemon, ctl, wait_for};
+use crate::common::ctl::{free_port, http_get, sample};
+use crate::common::serve::serve_with_fs_root;
+use crate::common::{Serve, ctl, ctl_json, s};
 use serde_json::{Value, json};
 use vbmq_driver::FsClient;
-use vbmq_driver::fuse::{self, CreateIn, EntryOut, Opcode, OpenOut, ROOT_ID, ReadIn, WriteIn};
+use vbmq_driver::fuse::{self, EntryOut, Opcode, OpenOut, ROOT_ID, ReadIn, WriteIn};
 use vm_memory::ByteValued;
-
-fn s(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
-
-fn ctl_json(control: &Path, args: &[&str]) -> Value {
-    let out = ctl(control, args);
-    assert!(
-        out.status.success(),
-        "vbmq ctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn metrics(port: u16) -> String {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to /metrics");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(stream, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).unwrap();
-    reply
-}
-
-/// The value of the sample line that starts with `prefix`, if there is one.
-fn sample(text: &str, prefix: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|line| line.strip_prefix(prefix))
-        .and_then(|rest| rest.trim().parse().ok())
-}
 
 /// The whole of the file `name` in the share's root, read through the share.
 fn read_file(client: &mut FsClient, name: &str) -> Vec<u8> {
@@ -84,20 +42,7 @@ fn read_file(client: &mut FsClient, name: &str) -> Vec<u8> {
 
 /// Creates the file `name` in the share's root with `data`, through the share.
 fn write_file(client: &mut FsClient, name: &str, data: &[u8]) {
-    let create = CreateIn {
-        flags: (libc::O_CREAT | libc::O_RDWR) as u32,
-        mode: libc::S_IFREG | 0o644,
-        ..CreateIn::default()
-    };
-    let (out, body) = client
-        .call(
-            Opcode::Create,
-            ROOT_ID,
-            fuse::args(&create),
-            &[name.as_bytes()],
-            4096,
-        )
-        .expect("create");
+    let (out, body) = crate::common::fs::create(client, name, libc::S_IFREG | 0o644);
     assert_eq!(out.error, 0, "CREATE of {name}");
     let entry = EntryOut::from_slice(&body[..size_of::<EntryOut>()])
         .copied()
@@ -159,22 +104,12 @@ fn a_share_is_listed_counted_and_measured_beside_a_disk() {
     let fs = dir.path().join("run/fs.sock");
     let fs_spec = format!("socket={},dir={},tag=docs,mode=event", s(&fs), s(&shared));
     let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .arg("serve")
-        .arg("--control")
-        .arg(&control)
-        .args(["--metrics", &format!("127.0.0.1:{port}")])
-        .arg("--disk")
-        .arg(format!("socket={},null=1G", s(&disk)))
-        .arg("--fs")
-        .arg(&fs_spec)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("spawn vbmq");
-    let daemon = Daemon { child };
-    for path in [&control, &disk, &fs] {
-        wait_for(path);
-    }
+    let daemon = Serve::new()
+        .control(&control)
+        .opt("--metrics", format!("127.0.0.1:{port}"))
+        .disk(&format!("socket={},null=1G", s(&disk)))
+        .fs(&fs_spec)
+        .start();
 
     let share = listed(&control, &fs).expect("the share is listed");
     assert_eq!(
@@ -213,7 +148,7 @@ fn a_share_is_listed_counted_and_measured_beside_a_disk() {
     let kinds: Vec<&Value> = all.as_array().unwrap().iter().map(|d| &d["kind"]).collect();
     assert_eq!(kinds, [&json!("disk"), &json!("fs")]);
 
-    let text = metrics(port);
+    let text = http_get(port, "/metrics");
     let labels = |queue: u32| format!("{{disk=\"{}\",kind=\"fs\",queue=\"{queue}\"}}", s(&fs));
     assert_eq!(
         sample(&text, &format!("vbmq_requests_total{}", labels(1))),
@@ -242,25 +177,6 @@ fn a_share_is_listed_counted_and_measured_beside_a_disk() {
     );
     assert!(daemon.terminate().success());
     assert!(!fs.exists(), "the share's socket left behind at exit");
-}
-
-/// `vbmq serve --control DIR/run/ctl.sock --fs-root DIR/roots`, confined as by default.
-fn serve_with_fs_root(dir: &Path) -> (Daemon, std::path::PathBuf) {
-    let control = dir.join("run/ctl.sock");
-    let roots = dir.join("roots");
-    std::fs::create_dir_all(&roots).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .arg("serve")
-        .arg("--control")
-        .arg(&control)
-        .arg("--fs-root")
-        .arg(&roots)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("spawn vbmq");
-    let daemon = Daemon { child };
-    wait_for(&control);
-    (daemon, control)
 }
 
 /// A confined vbmq (seccomp and Landlock as by default) serves a share `vbmq ctl add-fs` hands
@@ -343,7 +259,7 @@ fn a_share_added_at_run_time_serves_files_on_a_confined_vbmq_until_removed() {
 /// Sends an `add-fs` request for `spec` with `fds` attached, as a client other than `vbmq ctl`
 /// could; returns the reply.
 fn raw_add_fs(control: &Path, spec: &str, fds: &[std::os::fd::RawFd]) -> Value {
-    common::control_request(control, &json!({"command": "add-fs", "spec": spec}), fds)
+    crate::common::control_request(control, &json!({"command": "add-fs", "spec": spec}), fds)
 }
 
 /// What `add-fs` cannot serve is refused, one line naming what is wrong, and the daemon goes
@@ -495,15 +411,7 @@ fn the_configuration_files_fs_root_lets_add_fs_share_beneath_it() {
         ),
     )
     .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .arg("serve")
-        .arg("--config")
-        .arg(&config)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("spawn vbmq");
-    let daemon = Daemon { child };
-    wait_for(&control);
+    let daemon = Serve::config(&config, &[&control]).start();
     let socket = dir.path().join("run/vm1-fs.sock");
     let spec = format!("socket={},dir={},tag=t", s(&socket), s(&roots.join("vm1")));
     ctl_json(&control, &["add-fs", &spec]);

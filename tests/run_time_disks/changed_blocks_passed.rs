@@ -6,91 +6,33 @@
 //! with its maps. Descriptors that are not a read-write regular file are refused with the reason,
 //! and the daemon goes on.
 
-mod common;
-
-use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{Client, Daemon, ctl, image, pattern, serve_with_control, wait_for};
-use serde_json::{Value, json};
+use crate::common::ctl::{each_refused, ok, refused, write_config};
+use crate::common::run_time::{add, changed_blocks, checkpoint, mkfifo, no_extents, open};
+use crate::common::serve::serve_with_state;
+use crate::common::{
+    Client, Serve, ctl, ctl_state, image, pattern, s, serve_with_control, wait_for,
+};
 
 const SIZE: usize = 4 << 20;
 const BLOCK: u64 = 64 << 10;
 
-fn s(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn refused(out: &Output, reason: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "accepted; wanted refused: {reason}");
-    assert!(err.contains(reason), "{err:?} lacks {reason:?}");
-}
-
-/// `vbmq ctl --state STATE ARGS`.
-fn ctl_state(control: &Path, state: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args(["ctl", "--control", s(control), "--state", s(state)])
-        .args(args)
-        .output()
-        .expect("run vbmq ctl")
-}
-
 /// `changed-blocks --since NAME` as (offset, length) pairs.
 fn extents(control: &Path, socket: &Path, name: &str) -> Vec<(u64, u64)> {
-    let out = ctl(control, &["changed-blocks", s(socket), "--since", name]);
-    let answer: Value = serde_json::from_str(&ok(&out)).unwrap();
+    let (answer, extents) = changed_blocks(control, socket, name);
     assert_eq!(answer["block_size"], BLOCK);
-    answer["extents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| (e["offset"].as_u64().unwrap(), e["length"].as_u64().unwrap()))
-        .collect()
-}
-
-/// `changed-blocks --since NAME` refused (exit 1, no extents): its stderr.
-fn no_extents(control: &Path, socket: &Path, name: &str) -> String {
-    let out = ctl(control, &["changed-blocks", s(socket), "--since", name]);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(out.stdout.is_empty(), "{out:?}");
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn checkpoint(control: &Path, socket: &Path, name: &str) {
-    ok(&ctl(control, &["checkpoint", s(socket), name]));
+    extents
 }
 
 /// The state field of `DISK.changes` (bytes 12..16): 1 in use, 2 clean.
 fn file_state(changes: &Path) -> u32 {
     let raw = std::fs::read(changes).unwrap();
     u32::from_le_bytes(raw[12..16].try_into().unwrap())
-}
-
-/// `vbmq serve --control CONTROL --state STATE`, once the control socket is there.
-fn serve_with_state(control: &Path, state: &Path) -> Daemon {
-    let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args(["serve", "--control", s(control), "--state", s(state)])
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("spawn vbmq");
-    wait_for(control);
-    Daemon { child }
 }
 
 #[test]
@@ -227,27 +169,6 @@ fn a_tracked_encrypted_base_disk_added_at_run_time_passes_eight_descriptors() {
     assert!(daemon.terminate().success());
 }
 
-fn mkfifo(path: &Path) {
-    let name = CString::new(path.as_os_str().as_bytes()).unwrap();
-    // SAFETY: mkfifo with a NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
-}
-
-fn open(path: &Path, write: bool) -> OwnedFd {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(write)
-        .open(path)
-        .expect("open")
-        .into()
-}
-
-/// Sends one `add-disk` line with `fds` named `names`, past ctl's own checks; the reply.
-fn add(control: &Path, spec: &str, names: &[&str], fds: &[RawFd]) -> Value {
-    let body = json!({"command": "add-disk", "spec": spec, "fds": names});
-    common::control_request(control, &body, fds)
-}
-
 #[test]
 fn bad_changes_files_are_refused_with_the_reason_and_the_daemon_goes_on() {
     let dir = tempfile::tempdir().unwrap();
@@ -302,12 +223,7 @@ fn bad_changes_files_are_refused_with_the_reason_and_the_daemon_goes_on() {
             "a changes file was passed for a disk without track-changes=on",
         ),
     ];
-    for (reply, expected) in &cases {
-        assert_eq!(reply["ok"], false, "{reply}");
-        let error = reply["error"].as_str().unwrap_or_default();
-        assert!(error.contains(expected), "{error:?} lacks {expected:?}");
-        assert!(daemon.alive());
-    }
+    each_refused(&cases, &mut daemon);
     // A good set after the refusals is served and tracked.
     let reply = add(&control, &spec, &names, &with(&changes_rw));
     assert_eq!(reply["ok"], true, "{reply}");
@@ -334,25 +250,14 @@ fn a_confined_reload_replaces_a_tracked_disk_with_its_maps() {
         )
     };
     let conf = dir.path().join("vbmq.toml");
-    let write_config = |disk: String| {
-        let text = format!("control = \"{}\"\ndisk = [\"{disk}\"]\n", s(&control));
-        std::fs::write(&conf, text).unwrap();
-    };
-    write_config(line(""));
-    let child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args(["serve", "--config", s(&conf)])
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut daemon = Daemon { child };
-    wait_for(&control);
-    wait_for(&socket);
+    write_config(&conf, &control, &[line("")]);
+    let mut daemon = Serve::config(&conf, &[&control, &socket]).start();
     checkpoint(&control, &socket, "a");
     let mut client = Client::connect(&socket, 1, false).expect("connect");
     assert_eq!(client.write(0, 7 * BLOCK, &[1; 4096]), 0);
     drop(client);
 
-    write_config(line(",serial=other"));
+    write_config(&conf, &control, &[line(",serial=other")]);
     let said = ok(&ctl(&control, &["reload", "--replace"]));
     assert!(said.contains("replaced"), "{said}");
     wait_for(&socket);

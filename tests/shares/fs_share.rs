@@ -5,9 +5,12 @@
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::common::fs::{refuses_a_writable_open, reply_data};
+use crate::common::serve::serve_share;
+use crate::common::{Daemon, Serve};
 use vbmq_driver::fs_client::REPLY_ROOM;
 use vbmq_driver::fuse::{self, EntryOut, Opcode, OutHeader, ROOT_ID};
 use vbmq_driver::{Buffer, FsClient};
@@ -16,7 +19,7 @@ use vm_memory::{Bytes, GuestAddress};
 const FILE_LEN: usize = 1 << 20;
 
 struct Share {
-    child: Child,
+    daemon: Daemon,
     dir: PathBuf,
 }
 
@@ -47,27 +50,9 @@ impl Share {
         Self::spawn(dir, &source.dir.join("share"), "", command)
     }
 
-    fn spawn(dir: PathBuf, share_dir: &Path, extra: &str, mut command: Command) -> Self {
-        let child = command
-            .arg("serve")
-            .arg("--fs")
-            .arg(format!(
-                "socket={},dir={},tag=t,mode=event{extra}",
-                dir.join("fs.sock").display(),
-                share_dir.display()
-            ))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("vbmq.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let share = Share { child, dir };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !share.socket().exists() {
-            assert!(Instant::now() < deadline, "no socket: {}", share.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        share
+    fn spawn(dir: PathBuf, share_dir: &Path, extra: &str, command: Command) -> Self {
+        let daemon = serve_share(command, &dir, share_dir, extra);
+        Share { daemon, dir }
     }
 
     fn socket(&self) -> PathBuf {
@@ -79,14 +64,14 @@ impl Share {
     }
 
     fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
+        self.daemon.alive()
     }
 }
 
 impl Drop for Share {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.daemon.child.kill();
+        let _ = self.daemon.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -149,7 +134,7 @@ fn a_client_reads_the_hosts_bytes_with_many_requests_in_flight() {
     // SIGUSR1 prints each queue's count: INIT, LOOKUP, GETATTR, OPEN, 32 READs and RELEASE
     // went to the request queue.
     // SAFETY: a signal to our own child.
-    unsafe { libc::kill(share.child.id().cast_signed(), libc::SIGUSR1) };
+    unsafe { libc::kill(share.daemon.child.id().cast_signed(), libc::SIGUSR1) };
     let deadline = Instant::now() + Duration::from_secs(5);
     while !share.log().contains("[queue 1: requests=") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -301,11 +286,8 @@ fn malformed_requests_get_an_answer_and_the_queue_goes_on() {
 fn a_read_only_share_answers_erofs() {
     let share = Share::start("ro", ",readonly=on");
     let mut client = FsClient::connect(&share.socket()).unwrap();
+    refuses_a_writable_open(&mut client);
     let entry = client.lookup(ROOT_ID, "file").unwrap();
-    let err = client
-        .open(entry.nodeid, libc::O_RDWR as u32)
-        .expect_err("a writable open of a read-only share");
-    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
     let fh = client.open(entry.nodeid, libc::O_RDONLY as u32).unwrap();
     client.release(entry.nodeid, fh).unwrap();
     let (out, _) = client
@@ -341,12 +323,7 @@ fn a_handle_the_host_cannot_use_is_refused_without_closing_it() {
     let (_, written) = client.wait(Duration::from_secs(5)).expect("an answer");
     let header = client.reply_header(0).unwrap();
     assert_eq!((header.error, written), (0, 16 + 4096), "{header:?}");
-    let (_, reply_at) = FsClient::slot_addrs(0);
-    let mut data = vec![0u8; 4096];
-    client
-        .memory()
-        .read_slice(&mut data, GuestAddress(reply_at + 16))
-        .unwrap();
+    let data = reply_data(&client);
     assert!(data == pattern()[4096..8192]);
     still_serves(&mut client);
     assert!(share.alive(), "{}", share.log());
@@ -370,24 +347,14 @@ fn a_share_from_the_config_file_is_served_and_a_bad_one_refused() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !socket.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let daemon = Serve::config(&config, &[&socket])
+        .log(&dir.join("vbmq.log"))
+        .start();
     let mut client = FsClient::connect(&socket).unwrap();
     let entry = client.lookup(ROOT_ID, "file").unwrap();
     assert_eq!(entry.attr.size, 15);
     drop(client);
-    // SAFETY: a signal to our own child.
-    unsafe { libc::kill(child.id().cast_signed(), libc::SIGTERM) };
-    assert!(child.wait().unwrap().success());
+    assert!(daemon.terminate().success());
 
     std::fs::write(&config, "fs = [\"socket=/tmp/x.sock,dir=/tmp,tag=\"]\n").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
@@ -410,7 +377,7 @@ fn a_frontend_that_goes_leaves_no_descriptors_behind() {
         std::fs::write(share.dir.join(format!("share/sub/f{i}")), b"x").unwrap();
     }
     let fds = |share: &Share| {
-        std::fs::read_dir(format!("/proc/{}/fd", share.child.id()))
+        std::fs::read_dir(format!("/proc/{}/fd", share.daemon.child.id()))
             .unwrap()
             .count()
     };

@@ -2,32 +2,15 @@
 //! frontend connecting afterwards reads and writes the new tail; shrinking needs `--force`;
 //! disks that cannot change size say so and keep theirs.
 
-mod common;
-
 use std::path::Path;
 
-use common::{Client, ctl, image, pattern, serve_with_control as serve};
-use serde_json::Value;
-
-fn resized(control: &Path, args: &[&str]) -> Value {
-    let out = ctl(control, args);
-    assert!(
-        out.status.success(),
-        "vbmq ctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
-}
+use crate::common::{Client, ctl, ctl_json, image, pattern, s, serve_with_control as serve};
 
 fn refused(control: &Path, args: &[&str], why: &str) {
     let out = ctl(control, args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
     assert!(stderr.contains(why), "{args:?}: {stderr}");
-}
-
-fn s(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
 }
 
 #[test]
@@ -44,7 +27,7 @@ fn a_file_disk_grows_and_shrinks_only_when_forced() {
     // Past the end: refused.
     assert_ne!(before.write(0, 12 << 20, &pattern(1, 4096)), 0);
 
-    let info = resized(&control, &["resize", s(&socket), "16M"]);
+    let info = ctl_json(&control, &["resize", s(&socket), "16M"]);
     assert_eq!(info["size"], 16 << 20);
     assert_eq!(std::fs::metadata(&file).unwrap().len(), 16 << 20);
     // The connection that was there goes on serving.
@@ -52,10 +35,7 @@ fn a_file_disk_grows_and_shrinks_only_when_forced() {
     drop(before);
     // A frontend connecting now sees the new capacity and uses the tail.
     let mut after = Client::connect(&socket, 2, false).unwrap();
-    assert_eq!(after.capacity(), 16 << 20);
-    let tail = pattern(2, 64 << 10);
-    assert_eq!(after.write(0, (16 << 20) - (64 << 10), &tail), 0);
-    assert!(after.read(1, (16 << 20) - (64 << 10), tail.len()).1 == tail);
+    after.uses_the_tail(16 << 20, 2, 1);
     drop(after);
 
     refused(
@@ -69,7 +49,7 @@ fn a_file_disk_grows_and_shrinks_only_when_forced() {
         &["resize", s(&dir.path().join("no.sock")), "1G"],
         "no disk",
     );
-    let info = resized(&control, &["resize", s(&socket), "4M", "--force"]);
+    let info = ctl_json(&control, &["resize", s(&socket), "4M", "--force"]);
     assert_eq!(info["size"], 4 << 20);
     assert_eq!(std::fs::metadata(&file).unwrap().len(), 4 << 20);
     let mut small = Client::connect(&socket, 1, false).unwrap();
@@ -97,9 +77,9 @@ fn disks_that_cannot_change_size_keep_theirs() {
     refused(&control, &["resize", s(&ro), "8M"], "readonly");
     refused(&control, &["resize", s(&mem), "8M"], "cannot be resized");
     assert_eq!(std::fs::metadata(&file).unwrap().len(), 4 << 20);
-    let info = resized(&control, &["resize", s(&null), "1G"]);
+    let info = ctl_json(&control, &["resize", s(&null), "1G"]);
     assert_eq!(info["size"], 1 << 30);
-    let list = resized(&control, &["list"]);
+    let list = ctl_json(&control, &["list"]);
     let sizes: Vec<u64> = list
         .as_array()
         .unwrap()

@@ -2,8 +2,6 @@
 //! added and removed while another disk serves a verify workload, refused specs, hostile
 //! control clients, and the JSON that `list` and `stats` return.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
@@ -11,22 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::{Client, ctl, image, pattern, serve_with_control as serve};
+use crate::common::{Client, ctl, ctl_json, image, pattern, s, serve_with_control as serve};
 use serde_json::Value;
-
-fn ctl_json(control: &Path, args: &[&str]) -> Value {
-    let out = ctl(control, args);
-    assert!(
-        out.status.success(),
-        "vbmq ctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
-}
-
-fn s(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
 
 #[test]
 fn disks_come_and_go_while_another_disk_reads_back_what_it_wrote() {
@@ -168,25 +152,7 @@ fn a_socket_path_given_twice_is_refused_at_start() {
         ),
     ];
     for (args, expected) in &cases {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vbmq"))
-            .arg("serve")
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("run vbmq");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let served = child.try_wait().unwrap().is_none();
-        if served {
-            child.kill().unwrap();
-        }
-        let out = child.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!served, "{args:?}: vbmq served: {stderr}");
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        let stderr = crate::common::serve::exits_2_at_start(args);
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
         assert!(!control.exists(), "{args:?}: a socket was bound");
@@ -205,7 +171,7 @@ fn a_refused_spec_is_one_line_and_exit_2_and_the_daemon_goes_on() {
             format!("socket={},null=1G,queues=999", s(&run.join("x.sock"))),
             "vbmq: --disk queues: must be 1..=64",
         ),
-        // `vbmq ctl` opens the image and binds the socket itself (tests/passed_disks.rs).
+        // `vbmq ctl` opens the image and binds the socket itself (tests/run_time_disks/passed_disks.rs).
         (
             format!(
                 "socket={},path={}",

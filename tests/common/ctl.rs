@@ -1,0 +1,136 @@
+//! Control requests through `vbmq ctl`, and what their answers hold.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// A path as the `&str` a spec or a command line takes.
+pub fn s(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// Runs `vbmq ctl --control CONTROL ARGS...`.
+pub fn ctl(control: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .arg("ctl")
+        .arg("--control")
+        .arg(control)
+        .args(args)
+        .output()
+        .expect("run vbmq ctl")
+}
+
+/// Asserts the command succeeded; its stdout.
+pub fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Asserts the command failed with `reason` on stderr.
+pub fn refused(out: &Output, reason: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "accepted; wanted refused: {reason}");
+    assert!(err.contains(reason), "{err:?} lacks {reason:?}");
+}
+
+/// `vbmq ctl ARGS`, which must succeed: the JSON it prints.
+pub fn ctl_json(control: &Path, args: &[&str]) -> Value {
+    let out = ctl(control, args);
+    assert!(
+        out.status.success(),
+        "vbmq ctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+/// The entries of `vbmq ctl list`.
+pub fn list(control: &Path) -> Vec<Value> {
+    serde_json::from_str::<Value>(&ok(&ctl(control, &["list"])))
+        .expect("JSON")
+        .as_array()
+        .expect("a list")
+        .clone()
+}
+
+/// The sockets of every disk and share `vbmq ctl list` shows.
+pub fn listed_sockets(control: &Path) -> Vec<String> {
+    list(control)
+        .iter()
+        .map(|d| d["socket"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The JSON of `vbmq ctl stats SOCKET`: this disk's engine counter `name`.
+pub fn engine_stat(control: &Path, socket: &Path, name: &str) -> u64 {
+    let out = ctl(control, &["stats", s(socket)]);
+    ok(&out);
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    stats[0]["engine"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {name} in {stats}"))
+}
+
+/// Each reply refused with its expected reason, and the daemon still alive after it.
+pub fn each_refused(cases: &[(Value, &str)], daemon: &mut super::Daemon) {
+    for (reply, expected) in cases {
+        assert_eq!(reply["ok"], false, "{reply}");
+        let error = reply["error"].as_str().unwrap_or_default();
+        assert!(error.contains(expected), "{error:?} lacks {expected:?}");
+        assert!(daemon.alive());
+    }
+}
+
+/// A configuration file with a control socket and these `--disk` specs.
+pub fn write_config(file: &Path, control: &Path, disks: &[String]) {
+    let disks: Vec<String> = disks.iter().map(|d| format!("    \"{d}\",")).collect();
+    let text = format!(
+        "control = \"{}\"\ndisk = [\n{}\n]\n",
+        s(control),
+        disks.join("\n")
+    );
+    std::fs::write(file, text).unwrap();
+}
+
+/// A TCP port free at the time of asking, for `--metrics`.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The whole reply to `GET PATH` on `127.0.0.1:PORT`.
+pub fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to /metrics");
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    reply
+}
+
+/// The value of the sample line that starts with `prefix`, if there is one.
+pub fn sample(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(prefix))
+        .and_then(|rest| rest.trim().parse().ok())
+}
+
+/// `vbmq ctl --control CONTROL --state STATE ARGS...`.
+pub fn ctl_state(control: &Path, state: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vbmq"))
+        .args(["ctl", "--control", s(control), "--state", s(state)])
+        .args(args)
+        .output()
+        .expect("run vbmq ctl")
+}

@@ -1,0 +1,36 @@
+//! Requests a test sends through the user-space virtio-fs client, and what it reads back.
+
+use vbmq_driver::FsClient;
+use vbmq_driver::fuse::{self, CreateIn, Opcode, OutHeader, ROOT_ID};
+use vm_memory::{Bytes, GuestAddress};
+
+/// CREATE of `name` in the share's root, read-write, with `mode`: the reply's header and body.
+pub fn create(client: &mut FsClient, name: &str, mode: u32) -> (OutHeader, Vec<u8>) {
+    let create = CreateIn {
+        flags: (libc::O_CREAT | libc::O_RDWR) as u32,
+        mode,
+        ..CreateIn::default()
+    };
+    let args = fuse::args(&create);
+    client
+        .call(Opcode::Create, ROOT_ID, args, &[name.as_bytes()], 4096)
+        .expect("create")
+}
+
+/// A writable open of the root's `file` gets EROFS: the share is read-only.
+pub fn refuses_a_writable_open(client: &mut FsClient) {
+    let entry = client.lookup(ROOT_ID, "file").unwrap();
+    let err = client
+        .open(entry.nodeid, libc::O_RDWR as u32)
+        .expect_err("a writable open of a read-only share");
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+}
+
+/// The 4096 data bytes of the reply in slot 0 (behind its 16-byte header).
+pub fn reply_data(client: &FsClient) -> Vec<u8> {
+    let (_, reply_at) = FsClient::slot_addrs(0);
+    let mut data = vec![0u8; 4096];
+    let at = GuestAddress(reply_at + 16);
+    client.memory().read_slice(&mut data, at).unwrap();
+    data
+}
