@@ -1,14 +1,17 @@
 /*
- * The thrasher's guest writer (scripts/thrash.py packs it, static, into the guest's initramfs):
- * writes generation-stamped 4 KiB blocks to DEVICE forever, in rounds of ROUND random blocks
- * (O_DIRECT, one at a time: TCG is slow)
- * each ended by fdatasync (a FLUSH the device acknowledges), then reads a sample back and checks
- * that every block holds its last flushed generation or one written since.
+ * The thrasher's guest writer (scripts/thrash/host.py packs it, static, into the guest's
+ * initramfs): WRITERS processes, each owning the blocks B of DEVICE with B % WRITERS equal to
+ * its number, write generation-stamped 4 KiB blocks forever, in rounds of ROUND random blocks
+ * (O_DIRECT, one at a time per process: several in flight on the disk, so that a request held
+ * at a kill has later ones completed around it) each ended by fdatasync (a FLUSH the device
+ * acknowledges), then read a sample back and check that every block holds its last flushed
+ * generation or one written since.
  *
  * usage: thrash-writer DEVICE BLOCKS SEED
  * Block B of generation G holds (B, G) as two little-endian 64-bit words, repeated (the same
- * stamp as crates/vbmq-bench/examples/thrash_client.rs). Prints `G GEN` after each flushed
- * round, `GE GEN ERRNO` for a failed write or flush, `GV BLOCK ...` for a lost write (and exits 1).
+ * stamp as crates/vbmq-bench/examples/thrash_client.rs). Writer W prints `G GEN W` after each
+ * flushed round, `GE GEN ERRNO W` for a failed write or flush, `GV BLOCK ...` for a lost write
+ * (and exits 1, as does the whole program).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -17,11 +20,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define BLOCK 4096
 #define ROUND 8
 #define SAMPLE 8
+#define WRITERS 4
 
 static uint64_t rng_state;
 
@@ -54,15 +59,10 @@ static int check(const uint64_t *buf, uint64_t block, uint64_t low, uint64_t hig
     return 1;
 }
 
-int main(int argc, char **argv)
+/* Writer `me`'s rounds on its blocks of DEVICE, forever; returns only on a lost write. */
+static int writer(const char *device, uint64_t blocks, int me)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: thrash-writer DEVICE BLOCKS SEED\n");
-        return 2;
-    }
-    uint64_t blocks = strtoull(argv[2], NULL, 10);
-    rng_state = strtoull(argv[3], NULL, 10) | 1;
-    int fd = open(argv[1], O_RDWR | O_DIRECT);
+    int fd = open(device, O_RDWR | O_DIRECT);
     uint64_t *flushed = calloc(blocks, 8), *written = calloc(blocks, 8), *buf;
     if (fd < 0 || !flushed || !written || posix_memalign((void **)&buf, BLOCK, BLOCK)) {
         perror("thrash-writer");
@@ -72,7 +72,7 @@ int main(int argc, char **argv)
         uint64_t picked[ROUND];
         int failed = 0;
         for (int i = 0; i < ROUND && !failed; i++) {
-            uint64_t block = next_random() % blocks;
+            uint64_t block = next_random() % (blocks / WRITERS) * WRITERS + me;
             picked[i] = block;
             for (int w = 0; w < BLOCK / 8; w += 2) {
                 buf[w] = block;
@@ -85,19 +85,19 @@ int main(int argc, char **argv)
         if (!failed && fdatasync(fd) != 0)
             failed = errno;
         if (failed) {
-            printf("GE %llu %d\n", (unsigned long long)generation, failed);
+            printf("GE %llu %d %d\n", (unsigned long long)generation, failed, me);
             fflush(stdout);
             usleep(200000);
             continue;
         }
         for (int i = 0; i < ROUND; i++)
             flushed[picked[i]] = generation;
-        printf("G %llu\n", (unsigned long long)generation);
+        printf("G %llu %d\n", (unsigned long long)generation, me);
         fflush(stdout);
         for (int i = 0; i < SAMPLE; i++) {
-            uint64_t block = next_random() % blocks;
+            uint64_t block = next_random() % (blocks / WRITERS) * WRITERS + me;
             if (pread(fd, buf, BLOCK, (off_t)(block * BLOCK)) != BLOCK) {
-                printf("GE %llu %d\n", (unsigned long long)generation, errno);
+                printf("GE %llu %d %d\n", (unsigned long long)generation, errno, me);
                 fflush(stdout);
                 break;
             }
@@ -106,4 +106,28 @@ int main(int argc, char **argv)
         }
         usleep(20000);
     }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: thrash-writer DEVICE BLOCKS SEED\n");
+        return 2;
+    }
+    uint64_t blocks = strtoull(argv[2], NULL, 10), seed = strtoull(argv[3], NULL, 10);
+    for (int me = 0; me < WRITERS; me++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            perror("fork");
+            return 2;
+        }
+        if (pid == 0) {
+            rng_state = (seed + (uint64_t)me * 0x9e3779b97f4a7c15ULL) | 1;
+            return writer(argv[1], blocks, me);
+        }
+    }
+    int status = 0;
+    wait(&status); /* a writer returns only on a lost write or a failed start */
+    printf("thrash-writer: a writer exited (status %d)\n", status);
+    return 1;
 }

@@ -29,6 +29,7 @@ CLIENT = os.path.join(ROOT, "target/release/examples/thrash_client")
 BLOCKS = 2048  # 8 MiB of stamps per client disk: a full read-back after a restart stays short
 FULL_BLOCKS = 16384  # 64 MiB on a 96 MiB file system
 GUEST_BLOCKS = 4096
+GUEST_WRITERS = 4  # scripts/thrash/guest_writer.c's WRITERS
 STALL = 60.0  # a writer with no flushed round for this long (outside its fault) is hung
 MIB = 1 << 20
 
@@ -120,8 +121,10 @@ class Thrash:
 
     def write_config(self):
         lines = [self.disk_line(n) for n in self.disks]
-        lines.append(f"socket={self.sock('guest')},queues=1,path={self.path('guest.img')}"
-                     + ("" if self.inflight else ",inflight=off"))
+        # Every 8th completion of the guest's disk held 0.3 s: a kill finds requests in flight
+        # behind completed ones, which the next vbmq must resubmit (docs/design.md).
+        lines.append(f"socket={self.sock('guest')},queues=1,path={self.path('guest.img')},"
+                     f"delay-us=300000,delay-every=8" + ("" if self.inflight else ",inflight=off"))
         if self.limits:
             lines[0] += f",iops={self.limits}"
         os.makedirs(self.path("etc"), exist_ok=True)
@@ -226,7 +229,9 @@ class Thrash:
         for line in self.qemu.lines(lambda: self.stopping):
             words = line.split()
             kind = {"G": "F", "GE": "E", "GV": "V"}.get(words[0]) if words else None
-            if kind:
+            if kind in ("F", "E") and len(words) >= 3:
+                self.on_line([kind, f"guest{words[-1]}", *words[1:-1]])
+            elif kind == "V":
                 self.on_line([kind, "guest", *words[1:]])
             elif "VBMQ-GUEST-EXIT" in line or "Kernel panic" in line or "I/O error" in line:
                 self.error(f"guest: {line.strip()}")
@@ -254,9 +259,13 @@ class Thrash:
         if kind in ("E", "V") and (kind == "V" or name not in self.faulted):
             log(f"ERROR: {' '.join(words)}")
 
+    def writers(self):
+        """The libblkio client's threads (one per disk), then the guest's writer processes."""
+        return list(self.disks) + [f"guest{i}" for i in range(GUEST_WRITERS)]
+
     def wait_writers(self, timeout):
         deadline = time.monotonic() + timeout
-        names = list(self.disks) + ["guest"]
+        names = self.writers()
         while time.monotonic() < deadline:
             if all(self.ledger.rounds(n) > 0 for n in names):
                 return
@@ -270,7 +279,7 @@ class Thrash:
             self.error(f"vbmq exited by itself: {self.vbmq.returncode}")
             raise Failed("vbmq exited")
         now = time.monotonic()
-        for name in list(self.disks) + ["guest"]:
+        for name in self.writers():
             last = self.ledger.last_progress(name)
             # A faulted disk's writer waits for its fault; once cleared, after_fault waits for it.
             if name not in self.faulted and last and now - last > STALL:
@@ -327,6 +336,8 @@ class Thrash:
         bad = check_snapshot(target, BLOCKS, low, high)
         if bad:
             self.error(f"snapshot of {name}: {bad}")
+        else:
+            log(f"snapshot of {name}: {len(high)} written blocks as due")
         os.unlink(target)
 
     def event_checkpoint(self):
@@ -354,6 +365,8 @@ class Thrash:
             # A kill leaves the map file "in use": every map is invalid, by design.
             if run.returncode == 0:
                 self.error(f"changed-blocks {name} answered after a kill -9: {run.stdout[:200]}")
+            else:
+                log(f"changed-blocks {name} refused after a kill -9, as it must")
         elif run.returncode != 0:
             self.error(f"changed-blocks {name}: exit {run.returncode}: {run.stderr.strip()}")
         else:
@@ -369,6 +382,9 @@ class Thrash:
                 if missing:
                     self.error(f"changed-blocks {name} misses blocks {missing[:10]} "
                                f"({len(missing)} of the {len(changed)} that changed)")
+                else:
+                    log(f"changed-blocks {name}: {len(listed)} blocks listed, "
+                        f"the {len(changed)} that changed among them")
                 os.unlink(second)
         self.ctl("forget-checkpoint", self.sock("track"), name, ok=False)
 
@@ -482,7 +498,7 @@ class Thrash:
         """Per event kind, the longest gap between flushed rounds of any writer across it."""
         worst = {}
         for kind, began, ended in self.events:
-            for name in list(self.disks) + ["guest"]:
+            for name in self.writers():
                 if any(w == name and a <= ended and b >= began for w, a, b in self.fault_windows):
                     continue  # a faulted disk's own pause is its fault's length
                 gap = self.ledger.longest_gap(name, began, ended)

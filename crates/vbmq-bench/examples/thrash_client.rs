@@ -81,9 +81,7 @@ struct Conn {
 
 impl Conn {
     fn open(socket: &Path) -> Result<Conn, String> {
-        let inode = std::fs::metadata(socket)
-            .map_err(|e| e.to_string())?
-            .ino();
+        let inode = std::fs::metadata(socket).map_err(|e| e.to_string())?.ino();
         let path = socket.to_str().ok_or("socket path is not UTF-8")?;
         let mut blkio = Blkio::new("virtio-blk-vhost-user").map_err(|e| e.to_string())?;
         blkio.set_str("path", path).map_err(|e| e.to_string())?;
@@ -91,7 +89,9 @@ impl Conn {
         blkio.set_i32("num-queues", 1).map_err(|e| e.to_string())?;
         let mut started = blkio.start().map_err(|e| e.to_string())?;
         let queue = started.queues.pop().ok_or("no queue")?;
-        let align = blkio.get_u64("mem-region-alignment").map_err(|e| e.to_string())? as usize;
+        let align = blkio
+            .get_u64("mem-region-alignment")
+            .map_err(|e| e.to_string())? as usize;
         let len = (2 * ROUND * BLOCK).div_ceil(align.max(1)) * align.max(1);
         let region = blkio.alloc_mem_region(len).map_err(|e| e.to_string())?;
         blkio.map_mem_region(&region).map_err(|e| e.to_string())?;
