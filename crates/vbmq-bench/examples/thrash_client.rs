@@ -76,12 +76,19 @@ struct Conn {
     _blkio: Blkio,
     queue: Blkioq,
     buffers: *mut u8,
-    socket_inode: u64,
+    socket_file: (u64, i64, i64),
+}
+
+/// Which socket file `socket` is: its inode number alone is not enough, as the file of a
+/// stopped vbmq is removed and the next one's may get the same number.
+fn socket_file(socket: &Path) -> std::io::Result<(u64, i64, i64)> {
+    let meta = std::fs::metadata(socket)?;
+    Ok((meta.ino(), meta.ctime(), meta.ctime_nsec()))
 }
 
 impl Conn {
     fn open(socket: &Path) -> Result<Conn, String> {
-        let inode = std::fs::metadata(socket).map_err(|e| e.to_string())?.ino();
+        let file = socket_file(socket).map_err(|e| e.to_string())?;
         let path = socket.to_str().ok_or("socket path is not UTF-8")?;
         let mut blkio = Blkio::new("virtio-blk-vhost-user").map_err(|e| e.to_string())?;
         blkio.set_str("path", path).map_err(|e| e.to_string())?;
@@ -99,7 +106,7 @@ impl Conn {
             _blkio: blkio,
             queue,
             buffers: region.addr as *mut u8,
-            socket_inode: inode,
+            socket_file: file,
         })
     }
 
@@ -130,8 +137,8 @@ impl Conn {
                 continue;
             }
             // Nothing completed: a restarted vbmq binds a new socket file.
-            match std::fs::metadata(socket) {
-                Ok(m) if m.ino() == self.socket_inode => {}
+            match socket_file(socket) {
+                Ok(file) if file == self.socket_file => {}
                 Ok(_) => return Err(Failure::Gone("socket replaced".into())),
                 Err(_) => return Err(Failure::Gone("socket removed".into())),
             }
