@@ -341,23 +341,40 @@ class Thrash:
         os.unlink(target)
 
     def event_checkpoint(self):
-        """Begins map N with a snapshot; the next time, checks changed-blocks against it."""
+        """Begins map N with a snapshot, then checks changed-blocks against it: one time in two
+        after a few seconds of writes, else at the next checkpoint event, other events between."""
         if self.checkpoint is None:
-            name = f"cp{len(self.events)}"
-            first = self.path("snap/first.raw")
-            with self.lock:
-                low = self.ledger.flushed_map("track")
-            if self.ctl("snapshot", self.sock("track"), first, "--force", "--name", name) is None:
+            self.begin_checkpoint()
+            if self.checkpoint is None or self.rng.random() < 0.5:
                 return
-            with self.lock:
-                high = self.ledger.written_map("track")
-            bad = check_snapshot(first, BLOCKS, low, high)
-            if bad:
-                self.error(f"snapshot --name {name}: {bad}")
-            self.checkpoint = name
-            self.kills_since_checkpoint = 0
+            until = time.monotonic() + self.rng.uniform(1.0, 3.0)
+            while time.monotonic() < until:
+                self.check_alive()
+                time.sleep(0.1)
+        self.check_checkpoint()
+
+    def begin_checkpoint(self):
+        name = f"cp{len(self.events)}"
+        first = self.path("snap/first.raw")
+        with self.lock:
+            low = self.ledger.flushed_map("track")
+        if self.ctl("snapshot", self.sock("track"), first, "--force", "--name", name) is None:
             return
+        with self.lock:
+            high = self.ledger.written_map("track")
+        bad = check_snapshot(first, BLOCKS, low, high)
+        if bad:
+            self.error(f"snapshot --name {name}: {bad}")
+        self.checkpoint = name
+        self.kills_since_checkpoint = 0
+
+    def check_checkpoint(self):
+        """A second snapshot, then changed-blocks: every block that differs between the two
+        snapshots was written after the map began, so it must be listed."""
         name, self.checkpoint = self.checkpoint, None
+        first, second = self.path("snap/first.raw"), self.path("snap/second.raw")
+        if self.ctl("snapshot", self.sock("track"), second, "--force") is None:
+            return
         run = self.ctl("changed-blocks", self.sock("track"), "--since", name, ok=False)
         if run is None:
             return
@@ -370,22 +387,19 @@ class Thrash:
         elif run.returncode != 0:
             self.error(f"changed-blocks {name}: exit {run.returncode}: {run.stderr.strip()}")
         else:
-            result = json.loads(run.stdout)
             listed = set()
-            for extent in result["extents"]:
-                first_block = extent["offset"] // 4096
-                listed.update(range(first_block, first_block + -(-extent["length"] // 4096)))
-            second = self.path("snap/second.raw")
-            if self.ctl("snapshot", self.sock("track"), second, "--force") is not None:
-                changed = differing_blocks(self.path("snap/first.raw"), second)
-                missing = sorted(changed - listed)
-                if missing:
-                    self.error(f"changed-blocks {name} misses blocks {missing[:10]} "
-                               f"({len(missing)} of the {len(changed)} that changed)")
-                else:
-                    log(f"changed-blocks {name}: {len(listed)} blocks listed, "
-                        f"the {len(changed)} that changed among them")
-                os.unlink(second)
+            for extent in json.loads(run.stdout)["extents"]:
+                start = extent["offset"] // 4096
+                listed.update(range(start, start + -(-extent["length"] // 4096)))
+            changed = differing_blocks(first, second)
+            missing = sorted(changed - listed)
+            if missing:
+                self.error(f"changed-blocks {name} misses blocks {missing[:10]} "
+                           f"({len(missing)} of the {len(changed)} that changed)")
+            else:
+                log(f"changed-blocks {name}: {len(listed)} blocks listed, "
+                    f"the {len(changed)} that changed among them")
+        os.unlink(second)
         self.ctl("forget-checkpoint", self.sock("track"), name, ok=False)
 
     def fault(self, writer, on, off):
