@@ -341,11 +341,12 @@ class Thrash:
         os.unlink(target)
 
     def event_checkpoint(self):
-        """Begins map N with a snapshot, then checks changed-blocks against it: one time in two
-        after a few seconds of writes, else at the next checkpoint event, other events between."""
+        """Begins map N with a snapshot, then checks changed-blocks against it: after a few
+        seconds of writes, or one time in four at the next checkpoint event, other events
+        (kills: the map must then be refused) between."""
         if self.checkpoint is None:
             self.begin_checkpoint()
-            if self.checkpoint is None or self.rng.random() < 0.5:
+            if self.checkpoint is None or self.rng.random() < 0.25:
                 return
             until = time.monotonic() + self.rng.uniform(1.0, 3.0)
             while time.monotonic() < until:
