@@ -80,6 +80,7 @@ class Host:
         self.dm_sectors = mib << 11
         name = f"vbmq-thrash-{os.getpid()}"
         try:
+            run("dmsetup", "version")  # fails at once without the kernel's driver
             loop = run("losetup", "-f", "--show", backing)
             self.loops.append(loop)
             self.dm_loop = loop

@@ -103,7 +103,7 @@ class Thrash:
             "plain": f"path={self.path('plain.img')},cache=4M",
             "thin": f"path={self.path('thin.img')},base={self.path('base.img')}",
             "crypt": f"path={self.path('crypt.img')},encrypt=aes-xts,key-file={self.path('key')}",
-            "track": f"path={self.path('track.img')},track-changes=on",
+            "track": f"path={self.path('track.img')},track-changes=on,track-block=4K",
             "full": f"path={full_dir}/full.img",
         }
         if dm:
