@@ -67,6 +67,8 @@ class Thrash:
         self.extra_added = False
         self.limits = 0
         self.samples = []  # (time, rss KiB, fds, threads)
+        self.synced = threading.Condition()
+        self.sync_sent = self.sync_seen = 0
         self.stopping = False
 
     # -- errors ------------------------------------------------------------------------------
@@ -219,9 +221,26 @@ class Thrash:
         self.qemu = host.Guest(self.dir, self.sock("guest"), GUEST_BLOCKS, self.seed, ROOT)
         threading.Thread(target=self.read_guest, daemon=True).start()
 
+    def sync_client(self):
+        """Returns once every line the client printed before now is in the ledger (a writer
+        prints a round's blocks before it submits them, so that is every write submitted)."""
+        with self.synced:
+            self.sync_sent += 1
+            wanted = self.sync_sent
+            self.client.stdin.write(f"SYNC {wanted}\n")
+            self.client.stdin.flush()
+            if not self.synced.wait_for(lambda: self.sync_seen >= wanted, timeout=120):
+                raise Failed("the libblkio client did not answer SYNC within 120 s")
+
     def read_client(self):
         for line in self.client.stdout:
-            self.on_line(line.split())
+            words = line.split()
+            if words[:1] == ["SYNC"] and len(words) == 2:
+                with self.synced:
+                    self.sync_seen = int(words[1])
+                    self.synced.notify_all()
+                continue
+            self.on_line(words)
         if not self.stopping:
             self.error(f"the libblkio client exited: {self.client.wait()}")
 
@@ -327,10 +346,12 @@ class Thrash:
     def event_snapshot(self):
         name = self.rng.choice(["plain", "track"])
         target = self.path(f"snap/{name}.raw")
+        self.sync_client()
         with self.lock:
             low = self.ledger.flushed_map(name)
         if self.ctl("snapshot", self.sock(name), target, "--force") is None:
             return
+        self.sync_client()
         with self.lock:
             high = self.ledger.written_map(name)
         bad = check_snapshot(target, BLOCKS, low, high)
@@ -357,10 +378,12 @@ class Thrash:
     def begin_checkpoint(self):
         name = f"cp{len(self.events)}"
         first = self.path("snap/first.raw")
+        self.sync_client()
         with self.lock:
             low = self.ledger.flushed_map("track")
         if self.ctl("snapshot", self.sock("track"), first, "--force", "--name", name) is None:
             return
+        self.sync_client()
         with self.lock:
             high = self.ledger.written_map("track")
         bad = check_snapshot(first, BLOCKS, low, high)

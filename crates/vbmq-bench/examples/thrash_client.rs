@@ -4,7 +4,8 @@
 //! restarts, resizes and faults the thrasher inflicts on vbmq.
 //!
 //! `thrash_client SEED NAME=SOCKET:BLOCKS...`; until its stdin closes, then each thread reads
-//! every block back once more and prints `DONE NAME`. Lines on stdout, one per fact:
+//! every block back once more and prints `DONE NAME`. A line `SYNC N` on stdin comes back on
+//! stdout after every line printed before it. Lines on stdout, one per fact:
 //!
 //! - `W NAME GEN B,B,...` before a round's writes are submitted;
 //! - `F NAME GEN` once the round's FLUSH completed (those blocks now hold GEN or later);
@@ -374,8 +375,15 @@ fn main() {
             std::thread::spawn(move || disk.run(&stop))
         })
         .collect();
-    // Stdin closing is the signal to finish.
-    for _ in std::io::stdin().lock().lines() {}
+    // `SYNC N` on stdin is echoed once every line printed before it is out; stdin closing is
+    // the signal to finish.
+    for line in std::io::stdin().lock().lines() {
+        match line {
+            Ok(line) if line.starts_with("SYNC ") => say(&out, line),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
     stop.store(true, Ordering::Relaxed);
     let results: Vec<bool> = threads
         .into_iter()
