@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need, then runs them all: unit, integration (the real vbmq process
 # driven by libblkio), hostile-frontend battery, confinement, loop devices, real Linux guests,
-# and a bounded run of every fuzz target. A test skipped for a missing prerequisite fails the run.
+# 3 minutes of the thrasher (random life events and host faults under verifying writers), and a
+# bounded run of every fuzz target. A test skipped for a missing prerequisite fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-test-deps.sh || {
@@ -23,4 +24,6 @@ if grep -q 'ignored, needs feature' "$log"; then
     echo "test.sh: tests were skipped for a missing feature (see above)" >&2
     exit 1
 fi
+echo "== the thrasher, 3 minutes (docs/thrash.md; a failure prints --seed S to reproduce it)"
+bash scripts/thrash.sh --minutes 3
 bash scripts/fuzz-smoke.sh

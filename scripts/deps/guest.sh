@@ -19,11 +19,11 @@ qemu_ok() { [[ $(qemu_version) =~ version\ (1[0-9]|[2-9][0-9])\. ]]; }
 
 ensure_backports
 
-mapfile -t missing < <(missing_packages fio busybox-static e2fsprogs cpio util-linux kmod)
+mapfile -t missing < <(missing_packages fio busybox-static e2fsprogs cpio util-linux kmod dmsetup)
 if ((${#missing[@]})); then
     apt_install "${missing[@]}"
 else
-    say "fio, busybox-static, e2fsprogs, cpio, util-linux, kmod: installed"
+    say "fio, busybox-static, e2fsprogs, cpio, util-linux, kmod, dmsetup: installed"
 fi
 
 if qemu_ok; then

@@ -1,0 +1,5 @@
+"""`python3 -m thrash` (from scripts/, as scripts/thrash.sh runs it)."""
+
+from .thrash import main
+
+main()
