@@ -2,25 +2,22 @@
 //! thread), [`MAX_CONNECTIONS`] at most, every one closed when the export ends.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use super::server::{self, End, Export};
 
 /// Clients served at once; one more is closed at once (each holds up to 32 MiB).
 pub const MAX_CONNECTIONS: usize = 16;
-/// A client has this long for each read of its handshake, so that silent clients cannot hold
-/// every place.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A running NBD server for one export.
 pub struct NbdServer {
-    /// Written to stop the accepting thread.
-    stop: UnixStream,
+    /// An eventfd, written to stop the accepting thread.
+    stop: Arc<File>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -38,7 +35,14 @@ impl NbdServer {
         export: Arc<dyn Export>,
         name: String,
     ) -> io::Result<Self> {
-        let (stop, stopped) = UnixStream::pair()?;
+        // SAFETY: eventfd(2) with constant arguments; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        let stop = Arc::new(File::from(unsafe { OwnedFd::from_raw_fd(fd) }));
+        let stopped = stop.clone();
         let thread = std::thread::Builder::new()
             .name("vbmq-nbd".into())
             .spawn(move || accept_loop(&listener, &stopped, &export, &name))?;
@@ -54,7 +58,7 @@ impl NbdServer {
     }
 
     fn halt(&mut self) {
-        let _ = self.stop.write_all(&[1]);
+        let _ = (&*self.stop).write_all(&1u64.to_ne_bytes());
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -68,7 +72,7 @@ impl Drop for NbdServer {
 }
 
 /// Waits for a client or the stop byte; `true`: a client is waiting.
-fn wait(listener: &UnixListener, stopped: &UnixStream) -> bool {
+fn wait(listener: &UnixListener, stopped: &File) -> bool {
     let mut fds = [
         libc::pollfd {
             fd: listener.as_raw_fd(),
@@ -91,12 +95,7 @@ fn wait(listener: &UnixListener, stopped: &UnixStream) -> bool {
     }
 }
 
-fn accept_loop(
-    listener: &UnixListener,
-    stopped: &UnixStream,
-    export: &Arc<dyn Export>,
-    name: &str,
-) {
+fn accept_loop(listener: &UnixListener, stopped: &File, export: &Arc<dyn Export>, name: &str) {
     let clients: Clients = Arc::default();
     let mut threads: Vec<JoinHandle<()>> = Vec::new();
     let mut next = 0u64;
@@ -147,10 +146,7 @@ fn accept_loop(
 
 /// Serves one client to its end.
 fn client(mut stream: UnixStream, export: &dyn Export, name: &str) {
-    let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
-    // A client may stay idle between requests for as long as it likes.
-    let transmission = |s: &mut UnixStream| s.set_read_timeout(None);
-    match server::serve(&mut stream, export, transmission) {
+    match server::serve(&mut stream, export) {
         Ok(End::Client) => {}
         Ok(End::Protocol(why)) => crate::limited!(info, "{name}: NBD client disconnected: {why}"),
         Err(e) => crate::limited!(info, "{name}: NBD client gone: {e}"),

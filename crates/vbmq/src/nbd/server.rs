@@ -48,13 +48,9 @@ pub enum End {
     Protocol(&'static str),
 }
 
-/// Serves one connection until it ends; `transmission` is called on the stream once the
-/// handshake is over. `io::Error`: the connection failed (a client gone mid-reply is one).
-pub fn serve<S: Read + Write>(
-    stream: &mut S,
-    export: &dyn Export,
-    transmission: impl FnOnce(&mut S) -> io::Result<()>,
-) -> io::Result<End> {
+/// Serves one connection until it ends. `io::Error`: the connection failed (a client gone
+/// mid-reply is one).
+pub fn serve<S: Read + Write>(stream: &mut S, export: &dyn Export) -> io::Result<End> {
     let mut conn = Connection {
         stream,
         export,
@@ -64,10 +60,7 @@ pub fn serve<S: Read + Write>(
         buffer: Vec::new(),
     };
     match conn.negotiate()? {
-        Negotiated::Transmission => {
-            transmission(conn.stream)?;
-            conn.transmission()
-        }
+        Negotiated::Transmission => conn.transmission(),
         Negotiated::Ended(end) => Ok(end),
     }
 }
