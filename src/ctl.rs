@@ -66,12 +66,8 @@ pub fn run(request: &Request) -> i32 {
             }
         }
         R::ExportBegin { socket, address } => {
-            match crate::ctl_export::open(
-                &request.control,
-                socket,
-                address,
-                request.scratch_dir.as_deref(),
-            ) {
+            let list = || exchange(&request.control, &R::List, &[]);
+            match crate::ctl_export::open(socket, address, request.scratch_dir.as_deref(), list) {
                 Ok(opened) => export = Some(opened),
                 Err(e) => {
                     eprintln!("vbmq: {e}");

@@ -10,7 +10,7 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
-use crate::control::protocol::{Answer, DeviceEntry};
+use crate::control::protocol::{Answer, DeviceEntry, Reply};
 
 /// What `export-begin` passes, held until the reply.
 pub struct Opened {
@@ -51,17 +51,17 @@ pub fn unix_path(address: &str) -> Result<PathBuf, String> {
 }
 
 /// Binds the export's socket at `address` and makes the scratch file in `scratch_dir`, or
-/// beside the image of the disk on `socket` (asked of the daemon on `control`).
+/// beside the image of the disk on `socket` (which `list` asks of the daemon).
 pub fn open(
-    control: &Path,
     socket: &str,
     address: &str,
     scratch_dir: Option<&Path>,
+    list: impl FnOnce() -> std::io::Result<Reply>,
 ) -> Result<Opened, String> {
     let path = unix_path(address)?;
     let dir = match scratch_dir {
         Some(dir) => dir.to_path_buf(),
-        None => image_dir(control, socket)?,
+        None => image_dir(socket, list)?,
     };
     let scratch = File::options()
         .read(true)
@@ -88,9 +88,11 @@ pub fn open(
 }
 
 /// The directory of the disk's image, from the daemon's `list`.
-fn image_dir(control: &Path, socket: &str) -> Result<PathBuf, String> {
-    let reply = crate::ctl::exchange(control, &crate::control::Request::List, &[])
-        .map_err(|e| format!("{}: {e}", control.display()))?;
+fn image_dir(
+    socket: &str,
+    list: impl FnOnce() -> std::io::Result<Reply>,
+) -> Result<PathBuf, String> {
+    let reply = list().map_err(|e| format!("list: {e}"))?;
     let Some(Answer::Devices(devices)) = reply.result else {
         return Err(reply.error.unwrap_or_else(|| "list: no devices".into()));
     };
