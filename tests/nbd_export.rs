@@ -186,7 +186,7 @@ impl Raw {
     fn option(&mut self, option: u32, data: &[u8]) {
         let mut out = b"IHAVEOPT".to_vec();
         out.extend_from_slice(&option.to_be_bytes());
-        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        out.extend_from_slice(&u32::try_from(data.len()).unwrap().to_be_bytes());
         out.extend_from_slice(data);
         self.send(&out);
     }
@@ -377,5 +377,19 @@ fn hostile_nbd_clients_leave_vbmq_serving_its_guests_and_its_export() {
     let backup = dir.path().join("backup.raw");
     run("nbdcopy", &[&uri(&export), s(&backup)]);
     assert!(std::fs::read(&backup).unwrap() == common::pattern(3, size));
+
+    // export-end disconnects a client in transmission; remove-disk ends the next export.
+    let mut raw = Raw::connect(&export).expect("served");
+    hello(&mut raw);
+    raw.go();
+    let address = format!("unix:{}", s(&export));
+    ctl_json(&control, &["export-end", s(&a), &address]);
+    assert!(raw.closed(), "export-end disconnects its clients");
+    ctl_json(&control, &["export-begin", s(&a), &address]);
+    let mut raw = Raw::connect(&export).expect("served");
+    hello(&mut raw);
+    raw.go();
+    ctl_json(&control, &["remove-disk", s(&a)]);
+    assert!(raw.closed(), "remove-disk ends the disk's export");
     assert!(daemon.alive());
 }

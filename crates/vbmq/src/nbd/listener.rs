@@ -3,11 +3,12 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::server::{self, End, Export};
 
@@ -20,6 +21,10 @@ pub struct NbdServer {
     stop: Arc<File>,
     thread: Option<JoinHandle<()>>,
 }
+
+/// A client's whole handshake must end within this, so that silent clients cannot hold every
+/// place for long; in transmission a client may stay idle as long as it likes.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The clients being served, by number: a clone of each stream, to shut it down.
 type Clients = Arc<Mutex<HashMap<u64, UnixStream>>>;
@@ -145,10 +150,90 @@ fn accept_loop(listener: &UnixListener, stopped: &File, export: &Arc<dyn Export>
 }
 
 /// Serves one client to its end.
-fn client(mut stream: UnixStream, export: &dyn Export, name: &str) {
-    match server::serve(&mut stream, export) {
+fn client(stream: UnixStream, export: &dyn Export, name: &str) {
+    let mut stream = Deadline {
+        stream,
+        until: Some(Instant::now() + HANDSHAKE_TIMEOUT),
+    };
+    match server::serve(&mut stream, export, |s| s.until = None) {
         Ok(End::Client) => {}
         Ok(End::Protocol(why)) => crate::limited!(info, "{name}: NBD client disconnected: {why}"),
         Err(e) => crate::limited!(info, "{name}: NBD client gone: {e}"),
+    }
+}
+
+/// A client's stream whose reads fail once `until` has passed (while it is set).
+struct Deadline {
+    stream: UnixStream,
+    until: Option<Instant>,
+}
+
+impl Read for Deadline {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(until) = self.until {
+            wait_readable(&self.stream, until)?;
+        }
+        self.stream.read(buf)
+    }
+}
+
+impl Write for Deadline {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.stream.flush()
+    }
+}
+
+/// Waits until `stream` has something to read (or is closed), or fails once `until` passes.
+fn wait_readable(stream: &UnixStream, until: Instant) -> io::Result<()> {
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the handshake took too long",
+            ));
+        }
+        let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX).max(1);
+        let mut fd = libc::pollfd {
+            fd: stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one initialised pollfd that outlives the call.
+        let ret = unsafe { libc::poll(&mut fd, 1, ms) };
+        if ret > 0 {
+            return Ok(());
+        }
+        if ret < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() != io::ErrorKind::Interrupted {
+                return Err(error);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_silent_client_times_out_in_its_handshake_only() {
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let mut stream = Deadline {
+            stream: ours,
+            until: Some(Instant::now() + Duration::from_millis(20)),
+        };
+        let mut byte = [0; 1];
+        let e = stream.read(&mut byte).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        // In transmission, a read waits for the client however long it takes.
+        stream.until = None;
+        theirs.write_all(&[7]).unwrap();
+        assert_eq!(stream.read(&mut byte).unwrap(), 1);
+        assert_eq!(byte, [7]);
     }
 }

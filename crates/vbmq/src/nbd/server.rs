@@ -48,9 +48,13 @@ pub enum End {
     Protocol(&'static str),
 }
 
-/// Serves one connection until it ends. `io::Error`: the connection failed (a client gone
-/// mid-reply is one).
-pub fn serve<S: Read + Write>(stream: &mut S, export: &dyn Export) -> io::Result<End> {
+/// Serves one connection until it ends; `transmission` is called on the stream once the
+/// handshake is over. `io::Error`: the connection failed (a client gone mid-reply is one).
+pub fn serve<S: Read + Write>(
+    stream: &mut S,
+    export: &dyn Export,
+    transmission: impl FnOnce(&mut S),
+) -> io::Result<End> {
     let mut conn = Connection {
         stream,
         export,
@@ -60,7 +64,10 @@ pub fn serve<S: Read + Write>(stream: &mut S, export: &dyn Export) -> io::Result
         buffer: Vec::new(),
     };
     match conn.negotiate()? {
-        Negotiated::Transmission => conn.transmission(),
+        Negotiated::Transmission => {
+            transmission(conn.stream);
+            conn.transmission()
+        }
         Negotiated::Ended(end) => Ok(end),
     }
 }

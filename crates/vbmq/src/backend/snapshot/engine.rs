@@ -21,6 +21,9 @@ impl BeforeWrite for SnapshotHook {
         // The only cost when no snapshot or export runs.
         if self.shared.active.load(Ordering::Acquire) {
             self.copy_first(offset, len);
+        } else if self.current.is_some() {
+            // Ended: its scratch file closes once no queue holds it.
+            self.current = None;
         }
     }
 }

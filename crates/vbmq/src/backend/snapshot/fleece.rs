@@ -302,16 +302,13 @@ impl crate::nbd::Export for Fleece {
             } else {
                 0
             };
-            let length = upto - at;
+            // A block is at most 4 GiB - 1 (the export's block size is a u32).
+            let length = u32::try_from(upto - at).unwrap_or(u32::MAX);
             let count = extents.len();
             match extents.last_mut() {
-                Some((l, f)) if *f == flags && u64::from(*l) + length <= u64::from(u32::MAX) => {
-                    // Checked just above: fits.
-                    *l += length as u32;
-                }
+                Some((l, f)) if *f == flags && l.checked_add(length).is_some() => *l += length,
                 _ if count == max => break,
-                // A block is at most 4 GiB - 1 (the export's block size is a u32).
-                _ => extents.push((u32::try_from(length).unwrap_or(u32::MAX), flags)),
+                _ => extents.push((length, flags)),
             }
             at = upto;
         }
