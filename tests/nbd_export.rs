@@ -395,10 +395,21 @@ fn hostile_nbd_clients_leave_vbmq_serving_its_guests_and_its_export() {
     run("nbdcopy", &[&uri(&export), s(&backup)]);
     assert!(std::fs::read(&backup).unwrap() == common::pattern(3, size));
 
-    // export-end disconnects a client in transmission; remove-disk ends the next export.
+    // A trim releases the whole 64 KiB blocks it covers (Proxmox's fleecing contract): a
+    // read of them is refused, the rest still reads as the instant.
     let mut raw = Raw::connect(&export).expect("served");
     hello(&mut raw);
     raw.go();
+    raw.request(4, 0, 64 << 10);
+    assert_eq!(raw.error(), 0, "a trim of what was read");
+    raw.request(0, 0, 512);
+    assert_eq!(raw.error(), 1, "a read of a released block");
+    raw.request(0, 64 << 10, 512);
+    let (kind, data) = raw.chunk().expect("the read's reply");
+    assert_eq!(kind, 1, "data");
+    assert!(data[8..] == common::pattern(3, size)[64 << 10..(64 << 10) + 512]);
+
+    // export-end disconnects a client in transmission; remove-disk ends the next export.
     let address = format!("unix:{}", s(&export));
     ctl_json(&control, &["export-end", s(&a), &address]);
     assert!(raw.closed(), "export-end disconnects its clients");
