@@ -27,6 +27,8 @@ LAYERS = {
         ("guest",),
         # I/O limits, shared by the device (its buckets) and the queue core (the waits).
         ("limits",),
+        # The NBD protocol: its wire format and a server over an export trait.
+        ("nbd",),
         # The storage engines.
         ("backend",),
         # The device-neutral queue core: the loop, waiting, CPU pinning and the shared per-CPU

@@ -175,6 +175,33 @@ fn ctl() -> Command {
                 )),
         )
         .subcommand(
+            Command::new("export-begin")
+                .about(
+                    "Serve the disk on SOCKET as it is at this instant, read-only, to NBD clients \
+                     on NBD_ADDR (unix:PATH, bound 0600 by this command) while the guest keeps \
+                     writing; what the guest overwrites is saved first into an unnamed scratch \
+                     file beside the image (JSON: address, bytes, block_size)",
+                )
+                .arg(socket().required(true))
+                .arg(Arg::new("address").value_name("NBD_ADDR").required(true))
+                .arg(
+                    Arg::new("scratch-dir")
+                        .long("scratch-dir")
+                        .value_name("DIR")
+                        .value_parser(value_parser!(PathBuf))
+                        .help("Make the scratch file in DIR instead of the image's directory"),
+                ),
+        )
+        .subcommand(
+            Command::new("export-end")
+                .about(
+                    "End the export of the disk on SOCKET at NBD_ADDR: its clients are \
+                     disconnected and its scratch file discarded",
+                )
+                .arg(socket().required(true))
+                .arg(Arg::new("address").value_name("NBD_ADDR").required(true)),
+        )
+        .subcommand(
             Command::new("checkpoint")
                 .about(
                     "Start a named changed-block map on the track-changes=on disk on SOCKET, at \
@@ -400,6 +427,7 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
             };
             use crate::control::Request;
             let mut snapshot = None;
+            let mut scratch_dir = None;
             let command = match m.subcommand()? {
                 ("add-disk", a) => Request::AddDisk {
                     spec: a.get_one::<String>("spec")?.clone(),
@@ -434,6 +462,17 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                         name: a.get_one::<String>("name").cloned(),
                     }
                 }
+                ("export-begin", a) => {
+                    scratch_dir = a.get_one::<PathBuf>("scratch-dir").cloned();
+                    Request::ExportBegin {
+                        socket: socket(a)?,
+                        address: a.get_one::<String>("address")?.clone(),
+                    }
+                }
+                ("export-end", a) => Request::ExportEnd {
+                    socket: socket(a)?,
+                    address: a.get_one::<String>("address")?.clone(),
+                },
                 ("checkpoint", a) => Request::Checkpoint {
                     socket: socket(a)?,
                     name: a.get_one::<String>("name")?.clone(),
@@ -456,6 +495,7 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                 command,
                 state,
                 snapshot,
+                scratch_dir,
             }))
         }
         ("bench", m) => Some(Job::Bench(vbmq_bench::Options {

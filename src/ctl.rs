@@ -19,6 +19,8 @@ pub struct Request {
     pub state: Option<PathBuf>,
     /// `snapshot`'s FILE.
     pub snapshot: Option<crate::ctl_snapshot::Target>,
+    /// `export-begin --scratch-dir`.
+    pub scratch_dir: Option<PathBuf>,
 }
 
 /// Sends the request; prints the result as JSON (exit 0) or the error as one line (exit 2;
@@ -31,6 +33,7 @@ pub fn run(request: &Request) -> i32 {
     let mut opened = Opened::default();
     let mut share = None;
     let mut snapshot = None;
+    let mut export = None;
     match &mut command {
         R::AddDisk { spec, fds } => {
             opened = match ctl_disk::open(spec) {
@@ -62,6 +65,16 @@ pub fn run(request: &Request) -> i32 {
                 }
             }
         }
+        R::ExportBegin { socket, address } => {
+            let list = || exchange(&request.control, &R::List, &[]);
+            match crate::ctl_export::open(socket, address, request.scratch_dir.as_deref(), list) {
+                Ok(opened) => export = Some(opened),
+                Err(e) => {
+                    eprintln!("vbmq: {e}");
+                    return 2;
+                }
+            }
+        }
         _ => {}
     }
     let mut borrowed: Vec<BorrowedFd<'_>> = opened.fds.iter().map(AsFd::as_fd).collect();
@@ -70,6 +83,9 @@ pub fn run(request: &Request) -> i32 {
     }
     if let Some(snapshot) = &snapshot {
         borrowed.push(snapshot.file.as_fd());
+    }
+    if let Some(export) = &export {
+        borrowed.extend(export.fds());
     }
     let result = exchange(&request.control, &command, &borrowed);
     drop(borrowed);
@@ -82,6 +98,14 @@ pub fn run(request: &Request) -> i32 {
         && !done
     {
         share.discard();
+    }
+    // Served or not, the daemon holds its own copy of the socket: ours goes.
+    if let Some(export) = export {
+        if done {
+            drop(export);
+        } else {
+            export.discard();
+        }
     }
     // A vbmq that ended mid-copy, or refused it: FILE is no snapshot (said after the error).
     let unfinished = snapshot.filter(|_| !done);
@@ -118,6 +142,11 @@ pub fn run(request: &Request) -> i32 {
     match &command {
         R::RemoveDisk { socket } => ctl_disk::remove_stale_socket(Path::new(socket)),
         R::RemoveFs { socket } => crate::ctl_fs::remove_files(Path::new(socket)),
+        R::ExportEnd { address, .. } => {
+            if let Ok(path) = crate::ctl_export::unix_path(address) {
+                crate::ctl_export::remove_socket(&path);
+            }
+        }
         _ => {}
     }
     // Served (or stopped) whether or not the record can be written: said, not failed.

@@ -7,6 +7,7 @@ mod config_file;
 mod control;
 mod ctl;
 mod ctl_disk;
+mod ctl_export;
 mod ctl_fs;
 mod ctl_snapshot;
 mod fd_wait;

@@ -4,75 +4,20 @@
 //! plain image on XFS is cloned (root only).
 
 mod common;
+#[path = "common/stamp_writer.rs"]
+mod stamp_writer;
 #[path = "common/stamps.rs"]
 mod stamps;
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use common::{Client, ctl, ctl_json, s, serve_with_control as serve};
 use serde_json::Value;
-use stamps::{BLOCK, check_one_instant, order, rank, stamp, stamped_image};
-
-/// Writes stamped blocks one at a time until told to stop. `started` is the rank of the write
-/// under way plus one, `done` the rank of the last completed plus one.
-struct Writer {
-    started: Arc<AtomicU64>,
-    done: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl Writer {
-    fn start(socket: &Path, blocks: u64) -> Writer {
-        let started = Arc::new(AtomicU64::new(blocks));
-        let done = Arc::new(AtomicU64::new(blocks));
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut client = Client::connect(socket, 1, false).expect("connect");
-        let thread = {
-            let (started, done, stop) = (started.clone(), done.clone(), stop.clone());
-            std::thread::spawn(move || {
-                for generation in 1.. {
-                    for step in 0..blocks {
-                        if stop.load(Ordering::Relaxed) {
-                            return;
-                        }
-                        let block = order(blocks, step);
-                        let rank = rank(blocks, generation, block);
-                        started.store(rank + 1, Ordering::SeqCst);
-                        let data = stamp(block, generation);
-                        let offset = block * BLOCK as u64;
-                        assert_eq!(client.write(0, offset, &data), 0, "write {rank}");
-                        done.store(rank + 1, Ordering::SeqCst);
-                    }
-                }
-            })
-        };
-        Writer {
-            started,
-            done,
-            stop,
-            thread,
-        }
-    }
-
-    /// Waits until `writes` more writes completed (the load is under way).
-    fn wait_writes(&self, writes: u64) {
-        let from = self.done.load(Ordering::SeqCst);
-        while self.done.load(Ordering::SeqCst) < from + writes {
-            assert!(!self.thread.is_finished(), "the writer ended");
-            std::thread::yield_now();
-        }
-    }
-
-    fn stop(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().expect("the writer failed");
-    }
-}
+use stamp_writer::Writer;
+use stamps::{BLOCK, check_one_instant, order, stamped_image};
 
 /// Takes snapshots of the disk on `socket` while a writer writes, and checks each. Returns the
 /// blocks guest writes had to copy first, over all of them.

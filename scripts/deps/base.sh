@@ -3,14 +3,14 @@
 # bookworm mirror, and a C/C++ toolchain: rustc links through `cc`, and libfuzzer-sys compiles
 # libFuzzer's C++. (The `blkio` crate is pure Rust: no meson, ninja, pkg-config or libclang.)
 # ca-certificates lets cargo fetch crates over HTTPS. xfsprogs: the snapshot test's XFS with
-# reflink (mkfs.xfs).
+# reflink (mkfs.xfs). libnbd-bin: nbdinfo and nbdcopy, the NBD export tests' clients.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 ensure_backports
-mapfile -t missing < <(missing_packages gcc g++ libc6-dev ca-certificates xfsprogs)
+mapfile -t missing < <(missing_packages gcc g++ libc6-dev ca-certificates xfsprogs libnbd-bin)
 if ((${#missing[@]})); then
     apt_install "${missing[@]}"
 else
-    say "gcc, g++, libc6-dev, ca-certificates, xfsprogs: installed"
+    say "gcc, g++, libc6-dev, ca-certificates, xfsprogs, libnbd-bin: installed"
 fi

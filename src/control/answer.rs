@@ -9,8 +9,8 @@ use vbmq::host::{DeviceInfo, DeviceKind, DiskCounters, DiskInfo, Host, PassedSha
 use vbmq::passed_fds::PassedDisk;
 
 use super::protocol::{
-    Answer, ChangedBlocks, CheckpointEntry, DeviceEntry, DiskEntry, DiskStats, Extent, Kind,
-    Latency, Passed, QueueStats, Reply, Request, ShareEntry, Size, SnapshotEntry,
+    Answer, ChangedBlocks, CheckpointEntry, DeviceEntry, DiskEntry, DiskStats, ExportEntry, Extent,
+    Kind, Latency, Passed, QueueStats, Reply, Request, ShareEntry, Size, SnapshotEntry,
 };
 
 /// Answers one request line; `fds` are the descriptors sent with it.
@@ -33,13 +33,20 @@ fn dispatch(host: &Host, request: Request, fds: Vec<OwnedFd>) -> Result<Answer, 
     if let Request::Snapshot { socket, name } = request {
         return snapshot(host, &socket, name, fds);
     }
+    if let Request::ExportBegin { socket, address } = request {
+        return export_begin(host, &socket, &address, fds);
+    }
     if !fds.is_empty() && !matches!(request, Request::AddFs { .. }) {
-        return Err("only add-disk, add-fs and snapshot take descriptors".into());
+        return Err("only add-disk, add-fs, snapshot and export-begin take descriptors".into());
     }
     match request {
-        Request::AddDisk { .. } | Request::Snapshot { .. } => {
+        Request::AddDisk { .. } | Request::Snapshot { .. } | Request::ExportBegin { .. } => {
             Err("answered above: a defect".into())
         }
+        Request::ExportEnd { socket, address } => host
+            .export_end(Path::new(&socket), &address)
+            .map(|()| Answer::Nothing)
+            .map_err(refused),
         Request::RemoveDisk { socket } => host
             .remove_disk(Path::new(&socket))
             .map(|()| Answer::Nothing)
@@ -132,6 +139,33 @@ fn snapshot(
         bytes: report.bytes,
         duration_ms: u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX),
         copied_before_write: report.copied_before_write,
+    }))
+}
+
+/// `export-begin`: the listening socket and the scratch file passed, in that order.
+fn export_begin(
+    host: &Host,
+    socket: &str,
+    address: &str,
+    fds: Vec<OwnedFd>,
+) -> Result<Answer, String> {
+    let mut fds = fds.into_iter();
+    let (Some(listener), Some(scratch), None) = (fds.next(), fds.next(), fds.next()) else {
+        return Err(
+            "export-begin: send the export's listening socket and its scratch file (open for \
+             reading and writing) as 2 descriptors with the request (vbmq ctl export-begin does)"
+                .into(),
+        );
+    };
+    let listener = vbmq::passed_fds::listening_unix_socket(listener)
+        .map_err(|e| format!("export-begin: the first descriptor: {e}"))?;
+    let info = host
+        .export_begin(Path::new(socket), address, listener, File::from(scratch))
+        .map_err(|e| e.to_string())?;
+    Ok(Answer::Export(ExportEntry {
+        address: address.to_owned(),
+        bytes: info.bytes,
+        block_size: info.block_size,
     }))
 }
 

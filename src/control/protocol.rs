@@ -97,6 +97,23 @@ pub enum Request {
         /// The map's name.
         name: String,
     },
+    /// Serve the disk as it is at this instant, read-only, to NBD clients of the listening
+    /// socket passed with the request, saving what the guest overwrites into the scratch file
+    /// passed after it (two descriptors: the socket, the scratch open for reading and writing).
+    ExportBegin {
+        /// The disk's socket path.
+        socket: String,
+        /// Where the export is served, as the operator named it (`unix:PATH`).
+        address: String,
+    },
+    /// End the export of the disk on `address`: its clients are disconnected, its scratch
+    /// discarded.
+    ExportEnd {
+        /// The disk's socket path.
+        socket: String,
+        /// As given to `export-begin`.
+        address: String,
+    },
     /// Every disk and share.
     List,
     /// Counters of every disk and share, or of the one on `socket` (a non-string `socket` is
@@ -269,6 +286,19 @@ pub enum Answer {
     Snapshot(SnapshotEntry),
     /// `changed-blocks`.
     Changes(ChangedBlocks),
+    /// `export-begin`.
+    Export(ExportEntry),
+}
+
+/// An export begun, as `export-begin` gives it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExportEntry {
+    /// Where it is served.
+    pub address: String,
+    /// Bytes of the export: the disk's capacity at its instant.
+    pub bytes: u64,
+    /// The unit in which the guest's writes save old contents, and `NBD_CMD_TRIM` releases.
+    pub block_size: u32,
 }
 
 /// A finished snapshot, as `snapshot` gives it.

@@ -104,6 +104,20 @@ fn requests() -> Vec<(Request, Value)> {
             json!({"command": "snapshot", "socket": "/r/a.sock", "name": "monday"}),
         ),
         (
+            Request::ExportBegin {
+                socket: "/r/a.sock".into(),
+                address: "unix:/r/a.nbd".into(),
+            },
+            json!({"command": "export-begin", "socket": "/r/a.sock", "address": "unix:/r/a.nbd"}),
+        ),
+        (
+            Request::ExportEnd {
+                socket: "/r/a.sock".into(),
+                address: "unix:/r/a.nbd".into(),
+            },
+            json!({"command": "export-end", "socket": "/r/a.sock", "address": "unix:/r/a.nbd"}),
+        ),
+        (
             Request::Checkpoint {
                 socket: "/r/a.sock".into(),
                 name: "nightly-1".into(),

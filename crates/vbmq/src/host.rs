@@ -20,6 +20,8 @@ use crate::virtio_blk::{BlkDevice, resize_disk};
 use crate::worker::{LATENCY_BUCKETS, QueueStats, online_cpus};
 
 mod changes;
+mod exports;
+pub use exports::ExportInfo;
 mod reload;
 mod run_time;
 mod running_share;
@@ -121,6 +123,9 @@ pub enum HostError {
     /// The snapshot was refused or failed.
     #[error("snapshot: {0}")]
     Snapshot(String),
+    /// The export was refused or is unknown.
+    #[error("export: {0}")]
+    Export(String),
     /// The disk has no changed-block maps.
     #[error("the disk on {0} has no track-changes=on")]
     NotTracked(PathBuf),
@@ -172,6 +177,8 @@ pub struct Host {
     shares: Mutex<Vec<running_share::RunningShare>>,
     /// Where shares may be added at run time (`host/shares.rs`).
     share_roots: Mutex<Vec<ShareRoot>>,
+    /// The NBD exports being served (`host/exports.rs`).
+    exports: Mutex<Vec<exports::RunningExport>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -316,6 +323,7 @@ impl Host {
 
     /// `remove-disk`: drains and closes its connection, stops its socket, removes its files.
     pub fn remove_disk(&self, socket: &Path) -> Result<(), HostError> {
+        self.end_exports_of(socket);
         let mut running = {
             let mut disks = lock(&self.disks);
             let index = disks

@@ -33,6 +33,7 @@ pub mod guest;
 pub mod host;
 pub mod limits;
 pub mod log_limit;
+pub mod nbd;
 pub mod passed_fds;
 pub mod serve;
 pub mod socket_files;

@@ -70,6 +70,17 @@ impl Disk for DelayedDisk {
         self.inner.close();
     }
 
+    fn export_begin(
+        &self,
+        scratch: std::fs::File,
+    ) -> io::Result<std::sync::Arc<crate::backend::Fleece>> {
+        self.inner.export_begin(scratch)
+    }
+
+    fn export_end(&self) {
+        self.inner.export_end();
+    }
+
     fn snapshot(&self, to: std::fs::File) -> io::Result<super::SnapshotReport> {
         self.inner.snapshot(to)
     }

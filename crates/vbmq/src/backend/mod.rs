@@ -43,7 +43,7 @@ pub use iovec::IovList;
 pub use memory::MemoryDisk;
 pub use null::NullDisk;
 pub use rbd::{RbdDisk, RbdTarget, cluster_connected, release_clusters};
-pub use snapshot::{COPY_BLOCK, SnapshotDisk, SnapshotMethod, SnapshotReport};
+pub use snapshot::{COPY_BLOCK, Fleece, SnapshotDisk, SnapshotMethod, SnapshotReport};
 pub use thin::{ThinDisk, ThinOptions};
 
 /// One operation handed to an engine. Offsets and lengths are in bytes and already checked
@@ -174,6 +174,19 @@ pub trait Disk: Send + Sync {
             "only path= disks have snapshots",
         ))
     }
+
+    /// Begins a read-only export of the disk as it is at this instant, by fleecing into
+    /// `scratch` (see `snapshot::Fleece`); one at a time, and not beside a snapshot or a resize.
+    /// Wrappers pass it down to the storage's snapshot layer.
+    fn export_begin(&self, scratch: File) -> io::Result<Arc<Fleece>> {
+        drop(scratch);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "only path= disks have exports",
+        ))
+    }
+    /// Ends the running export, if any.
+    fn export_end(&self) {}
 
     /// The disk's changed-block maps (`track-changes=on`), through every layer above them.
     fn changes(&self) -> Option<Arc<ChangeMap>> {

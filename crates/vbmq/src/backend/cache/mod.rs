@@ -209,6 +209,14 @@ impl Disk for CachedDisk {
         self.inner.writer_seat()
     }
 
+    fn export_begin(&self, scratch: std::fs::File) -> io::Result<Arc<crate::backend::Fleece>> {
+        self.inner.export_begin(scratch)
+    }
+
+    fn export_end(&self) {
+        self.inner.export_end();
+    }
+
     fn snapshot(&self, to: std::fs::File) -> io::Result<super::SnapshotReport> {
         self.inner.snapshot(to)
     }

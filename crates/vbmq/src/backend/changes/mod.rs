@@ -169,6 +169,14 @@ impl Disk for TrackedDisk {
         self.inner.writer_seat()
     }
 
+    fn export_begin(&self, scratch: std::fs::File) -> io::Result<Arc<crate::backend::Fleece>> {
+        self.inner.export_begin(scratch)
+    }
+
+    fn export_end(&self) {
+        self.inner.export_end();
+    }
+
     fn snapshot(&self, to: File) -> io::Result<SnapshotReport> {
         self.inner.snapshot(to)
     }

@@ -194,6 +194,15 @@ impl Disk for EncryptedDisk {
         self.inner.writer_seat()
     }
 
+    fn export_begin(&self, scratch: std::fs::File) -> io::Result<Arc<super::Fleece>> {
+        drop(scratch);
+        // The snapshot layer lies below the cipher: its blocks are ciphertext.
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "an encrypted disk has no export yet (it would serve ciphertext)",
+        ))
+    }
+
     fn snapshot(&self, to: std::fs::File) -> io::Result<super::SnapshotReport> {
         self.inner.snapshot(to)
     }

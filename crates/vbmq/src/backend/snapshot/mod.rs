@@ -26,6 +26,7 @@
 //! thin disk's block, through a buffer the queue keeps), and its queue's thread with it.
 
 mod engine;
+mod fleece;
 mod reflink;
 mod session;
 
@@ -33,12 +34,13 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use self::engine::SnapshotHook;
-use self::session::{Session, Source};
+pub use self::fleece::Fleece;
+use self::session::{CopyFirst, Session, Source};
 use super::write_hook::HookedEngine;
 use super::{Disk, Engine, EngineOptions, FileDisk, Geometry, ThinDisk, WriterSeat};
 
@@ -80,9 +82,12 @@ pub struct SnapshotReport {
 
 /// What the queues' engines share with the disk.
 pub(crate) struct Shared {
-    /// Raised at a copy's instant, lowered once it ends: the engines' only look on their path.
+    /// Raised at a copy's or an export's instant, lowered once it ends: the engines' only
+    /// look on their path.
     active: AtomicBool,
-    session: Mutex<Option<Arc<Session>>>,
+    /// Counts the sessions begun, so that an engine keeps the current one without a lock.
+    generation: AtomicU64,
+    session: Mutex<Option<Arc<dyn CopyFirst>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -90,9 +95,22 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Shared {
-    /// The running copy, if any.
-    fn session(&self) -> Option<Arc<Session>> {
+    /// The running copy or export, if any.
+    fn session(&self) -> Option<Arc<dyn CopyFirst>> {
         lock(&self.session).clone()
+    }
+
+    /// From now on (the instant), every write pushed saves its blocks into `session` first.
+    fn begin(&self, session: Arc<dyn CopyFirst>) {
+        *lock(&self.session) = Some(session);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.active.store(true, Ordering::SeqCst);
+    }
+
+    fn end(&self) {
+        self.active.store(false, Ordering::Release);
+        lock(&self.session).take();
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -101,8 +119,10 @@ pub struct SnapshotDisk {
     inner: Arc<dyn Disk>,
     source: Arc<Source>,
     shared: Arc<Shared>,
-    /// A snapshot or a resize is under way: one at a time.
+    /// A snapshot, an export or a resize is under way: one at a time.
     busy: AtomicBool,
+    /// The running export.
+    export: Mutex<Option<Arc<Fleece>>>,
 }
 
 /// Clears `busy` when dropped.
@@ -157,9 +177,11 @@ impl SnapshotDisk {
             source: Arc::new(source),
             shared: Arc::new(Shared {
                 active: AtomicBool::new(false),
+                generation: AtomicU64::new(0),
                 session: Mutex::new(None),
             }),
             busy: AtomicBool::new(false),
+            export: Mutex::new(None),
         }
     }
 
@@ -170,7 +192,7 @@ impl SnapshotDisk {
             .map_err(|_| {
                 io::Error::new(
                     io::ErrorKind::ResourceBusy,
-                    format!("{what}: a snapshot of this disk (or a resize) is under way"),
+                    format!("{what}: a snapshot, an export or a resize of this disk is under way"),
                 )
             })
     }
@@ -193,18 +215,63 @@ impl SnapshotDisk {
         to.set_len(capacity)?;
         let block = self.source.block_size().unwrap_or(COPY_BLOCK);
         let session = Arc::new(Session::new(self.source.clone(), to, block, capacity));
-        *lock(&self.shared.session) = Some(session.clone());
         // The instant: every write pushed from now on copies its blocks first.
-        self.shared.active.store(true, Ordering::SeqCst);
+        self.shared.begin(session.clone());
         let copied = session.copy_all();
-        self.shared.active.store(false, Ordering::Release);
-        lock(&self.shared.session).take();
+        self.shared.end();
         copied?;
         session.finish()
     }
 }
 
+impl SnapshotDisk {
+    /// Begins the export of the disk as it is now, saving into `scratch` (a regular file
+    /// open for reading and writing, not the image), and holds the disk's one place for a
+    /// snapshot, export or resize until [`SnapshotDisk::end_export`].
+    fn begin_export(&self, scratch: File) -> io::Result<Arc<Fleece>> {
+        check_target(&scratch)?;
+        // SAFETY: F_GETFL reads the descriptor's flags.
+        let flags = unsafe { libc::fcntl(scratch.as_raw_fd(), libc::F_GETFL) };
+        if flags < 0 || flags & libc::O_ACCMODE != libc::O_RDWR {
+            return Err(invalid(
+                "the scratch file is not open for reading and writing",
+            ));
+        }
+        self.check_not_image(&scratch)?;
+        let busy = self.take_busy("export")?;
+        let capacity = self.inner.geometry().capacity;
+        scratch.set_len(0)?;
+        scratch.set_len(capacity)?;
+        let block = self.source.block_size().unwrap_or(COPY_BLOCK);
+        let fleece = Arc::new(Fleece::new(self.source.clone(), scratch, block, capacity));
+        *lock(&self.export) = Some(fleece.clone());
+        self.shared.begin(fleece.clone());
+        // Held until the export ends.
+        std::mem::forget(busy);
+        Ok(fleece)
+    }
+
+    /// Ends the running export (none: nothing): writes no longer save, the scratch's
+    /// space is freed, and the disk may be snapshotted, exported or resized again.
+    fn end_export(&self) {
+        let Some(fleece) = lock(&self.export).take() else {
+            return;
+        };
+        self.shared.end();
+        fleece.end();
+        self.busy.store(false, Ordering::Release);
+    }
+}
+
 impl Disk for SnapshotDisk {
+    fn export_begin(&self, scratch: File) -> io::Result<Arc<Fleece>> {
+        self.begin_export(scratch)
+    }
+
+    fn export_end(&self) {
+        self.end_export();
+    }
+
     fn geometry(&self) -> Geometry {
         self.inner.geometry()
     }
@@ -215,6 +282,7 @@ impl Disk for SnapshotDisk {
             SnapshotHook {
                 shared: self.shared.clone(),
                 buffer: Vec::new(),
+                current: None,
             },
         )))
     }
@@ -276,6 +344,7 @@ impl Disk for SnapshotDisk {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host_size;
 
     fn disk(dir: &std::path::Path) -> (SnapshotDisk, std::path::PathBuf) {
         let path = dir.join("a.raw");
@@ -298,6 +367,47 @@ mod tests {
         drop(busy);
         let report = disk.snapshot(to()).unwrap();
         assert_eq!(report.bytes, 3 << 20);
+        assert_eq!(disk.resize(4 << 20, false).unwrap(), 4 << 20);
+    }
+
+    #[test]
+    fn an_export_reads_the_instant_saves_before_writes_and_refuses_what_was_trimmed() {
+        use crate::nbd::Export;
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let (disk, path) = disk(dir.path());
+        let before = std::fs::read(&path).unwrap();
+        let scratch = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(dir.path().join("scratch"))
+            .unwrap();
+        let fleece = disk.begin_export(scratch).unwrap();
+        let e = disk.resize(4 << 20, false).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
+        // A guest write across blocks 1 and 2, as a queue's hook makes it.
+        let session = disk.shared.session().unwrap();
+        let mut buffer = Vec::new();
+        session.before_write(COPY_BLOCK + 100, COPY_BLOCK, &mut buffer);
+        let image = File::options().write(true).open(&path).unwrap();
+        image
+            .write_all_at(&vec![0xEE; 64 << 10], COPY_BLOCK + 100)
+            .unwrap();
+        assert_eq!(fleece.saved_blocks(), 2);
+        let mut read = vec![0; 3 << 20];
+        fleece.read(0, &mut read).unwrap();
+        assert!(read == before, "the export is the disk at its instant");
+        fleece.trim(0, 2 * COPY_BLOCK).unwrap();
+        let mut one = [0; 1];
+        assert_eq!(
+            fleece.read(COPY_BLOCK, &mut one),
+            Err(crate::nbd::wire::errno::EPERM)
+        );
+        fleece.read(2 * COPY_BLOCK, &mut one).unwrap();
+        assert_eq!(one[0], before[host_size(2 * COPY_BLOCK)]);
+        disk.end_export();
+        assert!(disk.shared.session().is_none());
         assert_eq!(disk.resize(4 << 20, false).unwrap(), 4 << 20);
     }
 

@@ -24,11 +24,28 @@ pub(crate) enum Source {
     Thin(ThinReader),
 }
 
+/// What a queue's engine does before a write while a snapshot or an export runs: save what
+/// the write would change.
+pub(crate) trait CopyFirst: Send + Sync {
+    /// Before a guest write, write-zeroes or discard of `[offset, offset + len)`, through the
+    /// queue's `buffer`. Never fails the guest's write.
+    fn before_write(&self, offset: u64, len: u64, buffer: &mut Vec<u8>);
+}
+
 impl Source {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    pub(super) fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         match self {
             Source::File { file, .. } => read_or_zeros(file, buf, offset),
             Source::Thin(reader) => reader.read_at(buf, offset),
+        }
+    }
+
+    /// Whether `[offset, offset + len)` reads as zeros without being stored (a thin disk:
+    /// never said).
+    pub(super) fn is_hole(&self, offset: u64, len: u64) -> bool {
+        match self {
+            Source::File { file, .. } => super::fleece::is_hole(file, offset, len),
+            Source::Thin(_) => false,
         }
     }
 
@@ -165,10 +182,12 @@ impl Session {
         lock(&self.error).get_or_insert(error);
         self.failed.store(true, Ordering::Release);
     }
+}
 
-    /// Before a guest write to `[offset, offset + len)`: copies the blocks it touches, through
-    /// the queue's `buffer`. An error fails the snapshot, never the guest's write.
-    pub(super) fn before_write(&self, offset: u64, len: u64, buffer: &mut Vec<u8>) {
+impl CopyFirst for Session {
+    /// Copies the blocks a write touches first. An error fails the snapshot, never the
+    /// guest's write.
+    fn before_write(&self, offset: u64, len: u64, buffer: &mut Vec<u8>) {
         if len == 0 || offset >= self.capacity || self.failed.load(Ordering::Acquire) {
             return;
         }
@@ -184,7 +203,9 @@ impl Session {
             }
         }
     }
+}
 
+impl Session {
     /// Copies every block not copied yet, in order, up to [`RUN`] blocks at a time.
     pub(super) fn copy_all(&self) -> io::Result<()> {
         let mut buffer = Vec::new();

@@ -1,0 +1,317 @@
+//! A point-in-time export by fleecing (`vbmq ctl export-begin`): nothing is copied ahead.
+//! A guest write to a block the export still needs first saves the block's old contents to a
+//! scratch file, at the block's own offset; the export reads saved blocks from the scratch and
+//! the others from the disk itself. A block the client trims is released: no write saves it
+//! again, and a read of it is refused (Proxmox's fleecing contract: the backup tool discards
+//! what it has read).
+//!
+//! Three bits a block: `settled` (saved or released: the only test a guest write makes once
+//! it is set), `released`, and `claimed` (one thread saves it, or reads it from the disk for
+//! the export, at a time; the other waits for that one block). A read of the disk for the
+//! export holds the claim, so no guest write changes the block under it.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use super::session::{CopyFirst, Source};
+use crate::host_size;
+use crate::nbd::wire::{allocation, errno};
+
+/// A running export's view of the disk at its instant.
+pub struct Fleece {
+    source: Arc<Source>,
+    scratch: File,
+    block: u64,
+    capacity: u64,
+    settled: Vec<AtomicU64>,
+    released: Vec<AtomicU64>,
+    claimed: Vec<AtomicU64>,
+    /// Blocks a guest write saved.
+    saved: AtomicU64,
+    /// A save failed (the scratch is full, say): the view is no longer whole, every read of the
+    /// export fails from then on, and the guest's writes go on unsaved.
+    failed: AtomicBool,
+    /// The export ended: writes no longer save.
+    ended: AtomicBool,
+}
+
+/// A block's word and bit.
+fn bit(block: u64) -> (usize, u64) {
+    (host_size(block / 64), 1 << (block % 64))
+}
+
+fn test(bits: &[AtomicU64], block: u64) -> bool {
+    let (word, bit) = bit(block);
+    bits.get(word)
+        .is_none_or(|w| w.load(Ordering::Acquire) & bit != 0)
+}
+
+fn set(bits: &[AtomicU64], block: u64) {
+    let (word, bit) = bit(block);
+    if let Some(w) = bits.get(word) {
+        w.fetch_or(bit, Ordering::AcqRel);
+    }
+}
+
+/// Holds a block's claim; lets it go when dropped.
+struct Claim<'a> {
+    word: &'a AtomicU64,
+    bit: u64,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.word.fetch_and(!self.bit, Ordering::AcqRel);
+    }
+}
+
+impl Fleece {
+    /// A view of `source` (`capacity` bytes, in blocks of `block`) from now on, saving into
+    /// `scratch`, which the caller has made empty at the capacity (a sparse file).
+    pub(super) fn new(source: Arc<Source>, scratch: File, block: u64, capacity: u64) -> Self {
+        let words = || {
+            (0..capacity.div_ceil(block).div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect()
+        };
+        Fleece {
+            source,
+            scratch,
+            block,
+            capacity,
+            settled: words(),
+            released: words(),
+            claimed: words(),
+            saved: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+        }
+    }
+
+    /// Blocks a guest write saved so far.
+    pub fn saved_blocks(&self) -> u64 {
+        self.saved.load(Ordering::Relaxed)
+    }
+
+    /// Claims `block`, waiting while another thread holds it (one block's read or save).
+    fn claim(&self, block: u64) -> Option<Claim<'_>> {
+        let (word, bit) = bit(block);
+        let word = self.claimed.get(word)?;
+        while word.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+            std::thread::yield_now();
+        }
+        Some(Claim { word, bit })
+    }
+
+    /// The bytes of `block` within the capacity: its offset and length.
+    fn extent(&self, block: u64) -> (u64, u64) {
+        let offset = block * self.block;
+        (offset, self.block.min(self.capacity - offset))
+    }
+
+    /// Saves `block` into the scratch, through `buffer`.
+    fn save(&self, block: u64, buffer: &mut Vec<u8>) -> io::Result<()> {
+        let (offset, len) = self.extent(block);
+        let len = host_size(len);
+        if buffer.len() < len {
+            buffer
+                .try_reserve_exact(len - buffer.len())
+                .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
+            buffer.resize(len, 0);
+        }
+        let bytes = &mut buffer[..len];
+        self.source.read_at(bytes, offset)?;
+        // The scratch is sparse at this size: zeros are there already.
+        if bytes.iter().any(|&b| b != 0) {
+            self.scratch.write_all_at(bytes, offset)?;
+        }
+        Ok(())
+    }
+
+    /// Reads `buf` from `offset` within one block of the view.
+    fn read_in_block(&self, block: u64, offset: u64, buf: &mut [u8]) -> Result<(), u32> {
+        if test(&self.released, block) {
+            return Err(errno::EPERM);
+        }
+        if !test(&self.settled, block) {
+            let claim = self.claim(block).ok_or(errno::EIO)?;
+            if !test(&self.settled, block) {
+                // Not saved: the disk still holds it, and keeps it while the claim is held.
+                let read = self.source.read_at(buf, offset);
+                drop(claim);
+                return read.map_err(|_| errno::EIO);
+            }
+        }
+        if test(&self.released, block) {
+            return Err(errno::EPERM);
+        }
+        self.scratch
+            .read_exact_at(buf, offset)
+            .map_err(|_| errno::EIO)
+    }
+
+    /// Releases the whole blocks of `[offset, offset + len)`: punched out of the scratch.
+    fn release(&self, offset: u64, len: u64) {
+        let first = offset.div_ceil(self.block);
+        let end = if offset + len >= self.capacity {
+            self.capacity.div_ceil(self.block)
+        } else {
+            (offset + len) / self.block
+        };
+        if first >= end {
+            return;
+        }
+        for block in first..end {
+            let _claim = self.claim(block);
+            set(&self.released, block);
+            set(&self.settled, block);
+        }
+        let start = first * self.block;
+        let bytes = (end * self.block).min(self.capacity) - start;
+        if let (Ok(start), Ok(bytes)) = (i64::try_from(start), i64::try_from(bytes)) {
+            // SAFETY: fallocate on a descriptor we own, with a checked range; a file system
+            // that cannot punch keeps the bytes (the space is freed at export-end).
+            unsafe {
+                libc::fallocate(
+                    self.scratch.as_raw_fd(),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    start,
+                    bytes,
+                );
+            }
+        }
+    }
+
+    /// Whether `block` of the view reads as zeros without being stored (a hole of the disk
+    /// while not saved, of the scratch once saved). Unknown: not a hole.
+    fn is_hole(&self, block: u64) -> bool {
+        let (offset, len) = self.extent(block);
+        if test(&self.released, block) || self.failed.load(Ordering::Acquire) {
+            return false;
+        }
+        if test(&self.settled, block) {
+            return is_hole(&self.scratch, offset, len);
+        }
+        let hole = self.source.is_hole(offset, len);
+        // Saved (and then written) meanwhile: the scratch has the instant's contents.
+        if test(&self.settled, block) {
+            return !test(&self.released, block) && is_hole(&self.scratch, offset, len);
+        }
+        hole
+    }
+
+    /// The export is over: no more saves; the scratch's space is freed.
+    pub(super) fn end(&self) {
+        self.ended.store(true, Ordering::Release);
+        let _ = self.scratch.set_len(0);
+    }
+}
+
+/// Whether `[offset, offset + len)` of `file` is a hole (no data at or after `offset` before
+/// its end). Errors: not a hole.
+pub(super) fn is_hole(file: &File, offset: u64, len: u64) -> bool {
+    let Ok(at) = i64::try_from(offset) else {
+        return false;
+    };
+    // SAFETY: lseek on a descriptor we own; it moves a file offset nothing else uses (every
+    // other access is positional).
+    let data = unsafe { libc::lseek(file.as_raw_fd(), at, libc::SEEK_DATA) };
+    if data < 0 {
+        return io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+    }
+    u64::try_from(data).is_ok_and(|data| data >= offset + len)
+}
+
+impl CopyFirst for Fleece {
+    fn before_write(&self, offset: u64, len: u64, buffer: &mut Vec<u8>) {
+        if len == 0 || offset >= self.capacity || self.ended.load(Ordering::Acquire) {
+            return;
+        }
+        let end = offset.saturating_add(len).min(self.capacity);
+        for block in offset / self.block..end.div_ceil(self.block) {
+            // The only cost once the block is saved or released.
+            if test(&self.settled, block) {
+                continue;
+            }
+            if self.failed.load(Ordering::Acquire) {
+                return;
+            }
+            let Some(_claim) = self.claim(block) else {
+                continue;
+            };
+            if test(&self.settled, block) {
+                continue;
+            }
+            match self.save(block, buffer) {
+                Ok(()) => {
+                    set(&self.settled, block);
+                    self.saved.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    crate::limited!(warn, "export: saving a block before a write failed: {e}");
+                    self.failed.store(true, Ordering::Release);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl crate::nbd::Export for Fleece {
+    fn size(&self) -> u64 {
+        self.capacity
+    }
+
+    fn block_size(&self) -> u32 {
+        u32::try_from(self.block).unwrap_or(u32::MAX)
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), u32> {
+        let mut done = 0;
+        while done < buf.len() {
+            if self.failed.load(Ordering::Acquire) {
+                return Err(errno::EIO);
+            }
+            let at = offset + done as u64;
+            let block = at / self.block;
+            let in_block = host_size((block + 1) * self.block - at).min(buf.len() - done);
+            self.read_in_block(block, at, &mut buf[done..done + in_block])?;
+            done += in_block;
+        }
+        Ok(())
+    }
+
+    fn trim(&self, offset: u64, len: u64) -> Result<(), u32> {
+        self.release(offset, len);
+        Ok(())
+    }
+
+    fn allocation(&self, offset: u64, len: u64, max: usize) -> Result<Vec<(u32, u32)>, u32> {
+        let end = offset.saturating_add(len).min(self.capacity);
+        let mut extents: Vec<(u32, u32)> = Vec::new();
+        let mut at = offset;
+        while at < end {
+            let block = at / self.block;
+            let upto = ((block + 1) * self.block).min(end);
+            let flags = if self.is_hole(block) {
+                allocation::HOLE | allocation::ZERO
+            } else {
+                0
+            };
+            // A block is at most 4 GiB - 1 (the export's block size is a u32).
+            let length = u32::try_from(upto - at).unwrap_or(u32::MAX);
+            let count = extents.len();
+            match extents.last_mut() {
+                Some((l, f)) if *f == flags && l.checked_add(length).is_some() => *l += length,
+                _ if count == max => break,
+                _ => extents.push((length, flags)),
+            }
+            at = upto;
+        }
+        Ok(extents)
+    }
+}

@@ -1,0 +1,16 @@
+//! An NBD server (the NetworkBlockDevice project's protocol, fixed newstyle, structured
+//! replies, `base:allocation`), for read-only point-in-time exports of running disks:
+//!
+//! - [`wire`]: the wire format, shared with clients;
+//! - [`server`]: one connection's handshake and transmission against an [`Export`];
+//! - [`listener`]: an export's socket, a thread per client, bounded.
+//!
+//! No maintained crate has the protocol with structured replies and metadata contexts (the
+//! `nbd` crate is a sketch with neither; `tokio-nbd` needs tokio), so it is here, small.
+
+pub mod listener;
+pub mod server;
+pub mod wire;
+
+pub use listener::NbdServer;
+pub use server::Export;
