@@ -26,6 +26,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::held_files::{self, Held};
+
 use self::engine::CryptEngine;
 use self::xts::Xts;
 use super::{Disk, Engine, EngineOptions, Geometry};
@@ -42,6 +44,8 @@ pub struct EncryptedDisk {
     xts: Arc<Xts>,
     /// Discards reach the image (`encrypt-discard=on` and the image takes them).
     pass_discard: bool,
+    /// The key file is in use: no snapshot is written into it (see [`held_files`]).
+    _key_file: Held,
 }
 
 /// Reads exactly [`KEY_LEN`] bytes from `file` (a file or a pipe, read to its end), which is
@@ -129,19 +133,23 @@ impl EncryptedDisk {
     /// Encrypts `inner` with the key read from `key_file`; `pass_discard`: discards reach
     /// `inner` (revealing which ranges are unused) instead of being dropped.
     pub fn open(inner: Arc<dyn Disk>, key_file: &Path, pass_discard: bool) -> io::Result<Self> {
-        Self::with_key(inner, read_key(File::open(key_file)?, None)?, pass_discard)
+        let file = File::open(key_file)?;
+        let held = held_files::hold(&file)?;
+        Self::with_key(inner, read_key(file, None)?, pass_discard, held)
     }
 
     /// As [`Self::open`], with the key read from `key`, an open key file or pipe (passed by
     /// `vbmq ctl add-disk`): exactly [`KEY_LEN`] bytes, then its end, within [`KEY_WAIT`].
     pub fn with_key_from(inner: Arc<dyn Disk>, key: File, pass_discard: bool) -> io::Result<Self> {
-        Self::with_key(inner, read_key(key, Some(KEY_WAIT))?, pass_discard)
+        let held = held_files::hold(&key)?;
+        Self::with_key(inner, read_key(key, Some(KEY_WAIT))?, pass_discard, held)
     }
 
     fn with_key(
         inner: Arc<dyn Disk>,
         mut key: [u8; KEY_LEN],
         pass_discard: bool,
+        key_file: Held,
     ) -> io::Result<Self> {
         let xts = Xts::new(&key);
         key.fill(0);
@@ -152,6 +160,7 @@ impl EncryptedDisk {
             inner,
             xts: Arc::new(xts),
             pass_discard,
+            _key_file: key_file,
         })
     }
 }
