@@ -21,10 +21,12 @@ pub enum Create {
     New(u32),
 }
 
-/// How a file is opened: for writing or not, made or not, and with `O_DIRECT` or not.
+/// How a file is opened: for reading, writing or both, made or not, with `O_DIRECT` or not.
 #[derive(Clone, Copy, Debug)]
 pub struct Access {
-    /// Opened read-write (read-only otherwise).
+    /// Opened for reading.
+    pub read: bool,
+    /// Opened for writing.
     pub write: bool,
     /// Whether it may be made.
     pub create: Create,
@@ -36,9 +38,19 @@ impl Access {
     /// Read-write, made with `create`.
     pub fn read_write(create: Create) -> Self {
         Access {
+            read: true,
             write: true,
             create,
             direct: false,
+        }
+    }
+
+    /// Write-only, made with `create`: a lock file, which a confined vbmq may write but not
+    /// read in a run-time socket's directory (Landlock).
+    pub fn write_only(create: Create) -> Self {
+        Access {
+            read: false,
+            ..Access::read_write(create)
         }
     }
 }
@@ -49,7 +61,7 @@ impl Access {
 /// io_uring honours it on regular files.
 pub fn open(path: &Path, access: Access) -> io::Result<File> {
     let mut options = OpenOptions::new();
-    options.read(true).write(access.write);
+    options.read(access.read).write(access.write);
     match access.create {
         Create::No => {}
         Create::IfMissing(mode) => {
@@ -124,6 +136,7 @@ mod tests {
     use super::*;
 
     const RW: Access = Access {
+        read: true,
         write: true,
         create: Create::No,
         direct: false,

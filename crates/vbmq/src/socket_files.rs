@@ -132,7 +132,7 @@ fn set_group_and_mode(path: &Path, mode: u32, group: Option<u32>) -> io::Result<
 /// FIFO, someone else's file, a hard link to another file). A lock file an older vbmq left
 /// readable by others is made `0600`: whoever can open it can hold its lock.
 pub fn open_lock_file(path: &Path) -> io::Result<File> {
-    let file = own_files::open(path, Access::read_write(Create::IfMissing(0o600)))
+    let file = own_files::open(path, Access::write_only(Create::IfMissing(0o600)))
         .map_err(|e| io::Error::new(e.kind(), format!("not a lock file of vbmq's: {e}")))?;
     if file.metadata()?.mode() & 0o7777 != 0o600 {
         file.set_permissions(Permissions::from_mode(0o600))?;
