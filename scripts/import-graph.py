@@ -20,6 +20,8 @@ import sys
 # Bottom to top; modules in one tuple are one layer. `None`: circles are checked, not the order.
 LAYERS = {
     "crates/vbmq/src": [
+        # Files beside an image: how they are opened, and which ones the process uses.
+        ("own_files", "held_files"),
         # Helpers to the side of everything: log rate limits, clocks, socket files, systemd,
         # the process's confinement.
         ("log_limit", "timer", "socket_files", "systemd", "confine", "passed_fds"),

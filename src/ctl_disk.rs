@@ -14,6 +14,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use vbmq::config::{DiskSpec, Storage};
+use vbmq::own_files::{self, Access, Create};
 
 use crate::control::protocol::Passed;
 
@@ -76,10 +77,11 @@ pub fn remove_created(created: &[PathBuf]) {
 }
 
 fn open_files(spec: &DiskSpec, path: &Path, opened: &mut Opened) -> Result<(), String> {
-    if spec.base.is_some() && create_image(path)? {
-        opened.created.push(path.to_path_buf());
-    }
-    let (image, direct) = open_pair("path", path, spec.readonly, spec.direct)?;
+    let (image, direct) = if spec.base.is_some() {
+        open_own_image(path, spec.direct, &mut opened.created)?
+    } else {
+        open_pair("path", path, spec.readonly, spec.direct)?
+    };
     let empty = metadata("path", &image, path)?.len() == 0;
     opened.pass(image, Passed::Image);
     if let Some(direct) = direct {
@@ -108,41 +110,62 @@ fn open_files(spec: &DiskSpec, path: &Path, opened: &mut Opened) -> Result<(), S
     Ok(())
 }
 
-/// A `base=` disk's image, made empty if it does not exist (as `vbmq serve` does at start);
-/// whether it was made here.
-fn create_image(path: &Path) -> Result<bool, String> {
+/// A `base=` disk's image, made empty (0600) if it does not exist (as `vbmq serve` does at
+/// start), buffered and, with `direct`, with `O_DIRECT` too: a file vbmq makes, so never
+/// through a symbolic link and only a regular file of the caller's with one link.
+fn open_own_image(
+    path: &Path,
+    direct: bool,
+    created: &mut Vec<PathBuf>,
+) -> Result<(File, Option<File>), String> {
     let error = |e: &dyn std::fmt::Display| format!("--disk path: {}: {e}", path.display());
-    match OpenOptions::new().write(true).create_new(true).open(path) {
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let metadata = std::fs::metadata(path).map_err(|e| error(&e))?;
-            if metadata.is_file() {
-                Ok(false)
-            } else {
-                Err(error(&"with base=, DISK must be a regular file"))
-            }
-        }
-        Err(e) => Err(error(&e)),
+    let buffered = open_own(path, Create::New(0o600), created).map_err(|e| error(&e))?;
+    if !direct {
+        return Ok((buffered, None));
     }
+    let access = Access {
+        direct: true,
+        ..Access::read_write(Create::No)
+    };
+    let direct = own_files::open(path, access).map_err(|e| error(&e))?;
+    let (a, b) = (
+        metadata("path", &buffered, path)?,
+        metadata("path", &direct, path)?,
+    );
+    if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
+        return Err(error(&"replaced while opened"));
+    }
+    Ok((buffered, Some(direct)))
 }
 
-/// `DISK.map`, read-write; made empty if missing and DISK is empty (vbmq writes its header).
-/// Its type is vbmq's to check.
+/// The file at `path` (read-write), made with `create` if that is `Create::New` and nothing is
+/// there (recorded in `created`), else opened as it is; see [`own_files::open`].
+fn open_own(path: &Path, create: Create, created: &mut Vec<PathBuf>) -> std::io::Result<File> {
+    if let Create::New(_) = create {
+        match own_files::open(path, Access::read_write(create)) {
+            Ok(file) => {
+                created.push(path.to_path_buf());
+                return Ok(file);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    own_files::open(path, Access::read_write(Create::No))
+}
+
+/// `DISK.map`, read-write; made empty (0600) if missing and DISK is empty (vbmq writes its
+/// header). Never through a symbolic link; only a regular file of the caller's with one link.
 fn open_map(path: &Path, empty: bool, created: &mut Vec<PathBuf>) -> Result<File, String> {
     let map = vbmq::backend::thin::map_path(path);
     let error = |e: &dyn std::fmt::Display| format!("--disk base: {}: {e}", map.display());
-    match OpenOptions::new().read(true).write(true).open(&map) {
+    let create = if empty {
+        Create::New(0o600)
+    } else {
+        Create::No
+    };
+    match open_own(&map, create, created) {
         Ok(file) => Ok(file),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && empty => {
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&map)
-                .map_err(|e| error(&e))?;
-            created.push(map.clone());
-            Ok(file)
-        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(error(
             &"missing, and DISK holds data: not a disk made from a base, or its map is lost",
         )),
@@ -151,34 +174,11 @@ fn open_map(path: &Path, empty: bool, created: &mut Vec<PathBuf>) -> Result<File
 }
 
 /// `DISK.changes` (`track-changes=on`), read-write, made (0600) if missing; never through a
-/// symbolic link, and only a regular file (vbmq checks it again).
+/// symbolic link, and only a regular file of the caller's with one link (vbmq checks it again).
 fn open_changes(path: &Path, created: &mut Vec<PathBuf>) -> Result<File, String> {
     let changes = vbmq::backend::changes::changes_path(path);
-    let error =
-        |e: &dyn std::fmt::Display| format!("--disk track-changes: {}: {e}", changes.display());
-    let open = |create: bool| {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(create)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&changes)
-    };
-    let file = match open(true) {
-        Ok(file) => {
-            created.push(changes.clone());
-            file
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            open(false).map_err(|e| error(&e))?
-        }
-        Err(e) => return Err(error(&e)),
-    };
-    if !metadata("track-changes", &file, &changes)?.is_file() {
-        return Err(error(&"not a regular file"));
-    }
-    Ok(file)
+    open_own(&changes, Create::New(0o600), created)
+        .map_err(|e| format!("--disk track-changes: {}: {e}", changes.display()))
 }
 
 /// `path` opened buffered and, with `direct`, with `O_DIRECT` too: one file (`key` names it in

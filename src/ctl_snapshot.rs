@@ -2,9 +2,10 @@
 //! `--force`) with the operator's rights and passes it to vbmq, which writes the disk's
 //! contents at one instant into it (a confined vbmq cannot make files).
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::File;
 use std::path::PathBuf;
+
+use vbmq::own_files::{self, Access, Create};
 
 /// Where a snapshot goes.
 #[derive(Clone, Debug)]
@@ -23,28 +24,25 @@ pub struct Opened {
     path: PathBuf,
 }
 
-/// Opens (with `--force`) or makes FILE, and refuses anything but a regular file.
+/// Opens (with `--force`) or makes FILE (0600): never through a symbolic link, and only a
+/// regular file of the caller's with one link (see `vbmq::own_files`). Nothing is written
+/// here: vbmq refuses a file it already uses (an image, a map, a key file) before it writes.
 pub fn open(target: &Target) -> Result<Opened, String> {
     let error = |e: &dyn std::fmt::Display| format!("{}: {e}", target.path.display());
-    let mut options = OpenOptions::new();
-    options.read(true).write(true).mode(0o600);
-    if target.force {
-        options.create(true);
-    } else {
-        options.create_new(true);
-    }
-    let existed = target.path.exists();
-    let file = options.open(&target.path).map_err(|e| error(&e))?;
-    let opened = Opened {
-        file,
-        created: !existed,
-        path: target.path.clone(),
+    let made = own_files::open(&target.path, Access::read_write(Create::New(0o600)));
+    let (file, created) = match made {
+        Ok(file) => (file, true),
+        Err(e) if target.force && e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let file = own_files::open(&target.path, Access::read_write(Create::No));
+            (file.map_err(|e| error(&e))?, false)
+        }
+        Err(e) => return Err(error(&e)),
     };
-    match opened.file.metadata() {
-        Ok(m) if m.is_file() => Ok(opened),
-        Ok(_) => Err(error(&"not a regular file")),
-        Err(e) => Err(error(&e)),
-    }
+    Ok(Opened {
+        file,
+        created,
+        path: target.path.clone(),
+    })
 }
 
 impl Opened {

@@ -12,11 +12,12 @@
 //! disk = ["socket=/srv/vm3/disk.sock,path=/var/lib/vm3.raw"]
 //! ```
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use vbmq::own_files::{self, Access, Create};
 
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -27,13 +28,32 @@ struct State {
 
 /// The disks the file lists (none if it does not exist yet).
 pub fn read(path: &Path) -> Result<Vec<String>, String> {
-    match std::fs::read_to_string(path) {
+    match read_text(path) {
         Ok(text) => toml::from_str::<State>(&text)
             .map(|state| state.disk)
             .map_err(|e| format!("{}: {}", path.display(), e.message())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(e) => Err(format!("{}: {e}", path.display())),
     }
+}
+
+/// The file's text, never read through a symbolic link, and only from a regular file with one
+/// link. Its owner is whoever ran `vbmq ctl`, who may not be `vbmq serve`'s user.
+fn read_text(path: &Path) -> std::io::Result<String> {
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    let metadata = file.metadata()?;
+    if !metadata.is_file() || metadata.nlink() != 1 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "not a regular file with one link",
+        ));
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text)?;
+    Ok(text)
 }
 
 /// The socket a `--disk` text names, if it names one.
@@ -68,14 +88,7 @@ pub fn remove(path: &Path, socket: &str) -> Result<(), String> {
 fn update(path: &Path, change: impl FnOnce(&mut Vec<String>)) -> Result<(), String> {
     let error = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     let lock_path = with_suffix(path, ".lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&lock_path)
-        .map_err(|e| error(&e))?;
+    let lock = vbmq::socket_files::open_lock_file(&lock_path).map_err(|e| error(&e))?;
     // SAFETY: flock on a descriptor we own; released when `lock` closes.
     if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
         return Err(error(&std::io::Error::last_os_error()));
@@ -84,12 +97,8 @@ fn update(path: &Path, change: impl FnOnce(&mut Vec<String>)) -> Result<(), Stri
     change(&mut disks);
     let text = toml::to_string(&State { disk: disks }).map_err(|e| error(&e))?;
     let temp = with_suffix(path, &format!(".{}.tmp", std::process::id()));
-    let _ = std::fs::remove_file(&temp);
-    let written = std::fs::OpenOptions::new()
-        .create_new(true)
-        .write(true)
-        .mode(0o600)
-        .open(&temp)
+    let written = own_files::remove_stale(&temp)
+        .and_then(|()| own_files::open(&temp, Access::read_write(Create::New(0o600))))
         .and_then(|mut file| {
             file.write_all(text.as_bytes())?;
             file.sync_all()

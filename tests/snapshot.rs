@@ -207,7 +207,7 @@ fn bad_snapshot_files_are_refused_and_the_disk_keeps_serving() {
             vec![writable.as_raw_fd(), writable.as_raw_fd()],
             "one descriptor",
         ),
-        ("the image", vec![image_rw.as_raw_fd()], "own image"),
+        ("the image", vec![image_rw.as_raw_fd()], "a file vbmq uses"),
     ];
     for (what, fds, reason) in &cases {
         let reply = raw_snapshot(&control, &socket, fds);

@@ -259,8 +259,8 @@ fn bad_bases_maps_and_keys_are_refused_and_the_daemon_goes_on() {
             s(base)
         )
     };
-    // Through `vbmq ctl`: a directory as the base (ctl checks it), a FIFO as DISK.map
-    // (vbmq checks it).
+    // Through `vbmq ctl`: a directory as the base, a FIFO as DISK.map (ctl checks both; vbmq
+    // checks the map again, below).
     refused(
         &ctl(&control, &["add-disk", &thin(dir.path())]),
         "not a regular file or a block device",
@@ -270,7 +270,7 @@ fn bad_bases_maps_and_keys_are_refused_and_the_daemon_goes_on() {
     mkfifo(&map);
     refused(
         &ctl(&control, &["add-disk", &thin(&base)]),
-        "passed map: not a regular file",
+        "map: not a regular file",
     );
     std::fs::remove_file(&map).unwrap();
 

@@ -365,8 +365,8 @@ impl Host {
         Ok(info_of(running))
     }
 
-    /// `snapshot`: writes the disk's contents at one instant into `to` while it serves, and
-    /// returns once `to` is complete and synced (see `crate::backend::SnapshotDisk`). Other
+    /// `snapshot`: writes the disk's contents at one instant into `to` while it serves (never
+    /// into a file the process uses: see [`crate::held_files`]), and returns once `to` is complete and synced (see `crate::backend::SnapshotDisk`). Other
     /// requests are served meanwhile: the disk list is not held. `name`: a changed-block map
     /// begun at the snapshot's instant (`track-changes=on` disks).
     pub fn snapshot(
@@ -375,6 +375,14 @@ impl Host {
         to: File,
         name: Option<&str>,
     ) -> Result<SnapshotReport, HostError> {
+        // Whatever name the client opened: a snapshot truncates its target.
+        let used =
+            crate::held_files::is_held(&to).map_err(|e| HostError::Snapshot(e.to_string()))?;
+        if used {
+            return Err(HostError::Snapshot(
+                "the target is a file vbmq uses (an image, a map or a key file): refused".into(),
+            ));
+        }
         let (disk, device) = {
             let disks = lock(&self.disks);
             let running = disks

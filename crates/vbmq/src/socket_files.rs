@@ -15,6 +15,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
+use crate::own_files::{self, Access, Create};
+
 /// The listen backlog of every socket (as std's `UnixListener::bind`).
 const BACKLOG: libc::c_int = 128;
 
@@ -98,7 +100,7 @@ fn set_group_and_mode(path: &Path, mode: u32, group: Option<u32>) -> io::Result<
         .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
         .open(path)?;
     let metadata = file.metadata()?;
-    if !metadata.file_type().is_socket() || metadata.uid() != effective_uid() {
+    if !metadata.file_type().is_socket() || metadata.uid() != own_files::effective_uid() {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!("{} is not the socket vbmq bound", path.display()),
@@ -130,29 +132,12 @@ fn set_group_and_mode(path: &Path, mode: u32, group: Option<u32>) -> io::Result<
 /// FIFO, someone else's file, a hard link to another file). A lock file an older vbmq left
 /// readable by others is made `0600`: whoever can open it can hold its lock.
 pub fn open_lock_file(path: &Path) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
-    let metadata = file.metadata()?;
-    if !metadata.is_file() || metadata.nlink() != 1 || metadata.uid() != effective_uid() {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            "not a lock file of vbmq's (a regular file of its user, with one link)",
-        ));
-    }
-    if metadata.mode() & 0o7777 != 0o600 {
+    let file = own_files::open(path, Access::write_only(Create::IfMissing(0o600)))
+        .map_err(|e| io::Error::new(e.kind(), format!("not a lock file of vbmq's: {e}")))?;
+    if file.metadata()?.mode() & 0o7777 != 0o600 {
         file.set_permissions(Permissions::from_mode(0o600))?;
     }
     Ok(file)
-}
-
-fn effective_uid() -> u32 {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() }
 }
 
 fn check(ret: libc::c_int) -> io::Result<()> {

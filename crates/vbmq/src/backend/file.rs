@@ -8,6 +8,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::held_files::{self, Held};
+
 use super::direct_align::direct_alignment;
 use super::handover::WriterSeat;
 use super::image_lock::ImageLock;
@@ -38,6 +40,8 @@ pub struct FileDisk {
     /// through the page cache instead.
     direct_align: usize,
     lock: Option<ImageLock>,
+    /// The image is in use: no snapshot is written into it (see [`held_files`]).
+    _held: Held,
     /// SQPOLL and fixed buffers for every queue's ring.
     ring: RingOptions,
     /// No ring of its own: each queue takes a spare ring from the pool (see `ring_pool`), or
@@ -120,12 +124,14 @@ impl FileDisk {
         // A power of two up to 2^31: its exponent fits a byte.
         let physical_block_exp =
             u8::try_from((physical / block_size).max(1).trailing_zeros()).unwrap_or(0);
+        let held = held_files::hold(&file)?;
         Ok(FileDisk {
             readonly,
             buffered: file.into(),
             direct,
             direct_align,
             lock: None,
+            _held: held,
             ring: RingOptions::default(),
             positional: false,
             pooled_queues: AtomicU64::new(0),

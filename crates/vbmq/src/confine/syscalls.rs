@@ -49,6 +49,8 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_munmap,
     libc::SYS_mprotect,
     libc::SYS_madvise,
+    // an encrypted disk added at run time locks its key's page (backend/crypt/key_page.rs)
+    libc::SYS_mlock,
     libc::SYS_brk,
     // paths are confined by Landlock; std opens /proc and /sys files for thread counts
     libc::SYS_openat,

@@ -14,6 +14,7 @@ use crate::backend::{
     SnapshotDisk, ThinDisk, ThinOptions, TrackedDisk,
 };
 use crate::config::{DiskSpec, SpecError, Storage};
+use crate::own_files::{self, Access, Create};
 use crate::vhost_user::DiskServer;
 use crate::virtio_blk::BlkDevice;
 use crate::worker::QueueSettings;
@@ -364,24 +365,35 @@ fn open_thin_disk(
             return Err(error("base", e));
         }
     }
-    let created = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .and_then(|file| file.metadata());
-    match created {
-        Ok(metadata) if metadata.is_file() => {}
-        Ok(_) => {
-            let e = std::io::Error::other("with base=, DISK must be a regular file");
-            return Err(error("path", e));
-        }
-        Err(e) => return Err(error("path", e)),
-    }
-    let data = open_file(spec, path, false, Source::default())?;
+    let image = open_own_image(path, spec.direct).map_err(|e| error("path", e))?;
+    let source = Source {
+        image: Some(image),
+        ..Source::default()
+    };
+    let data = open_file(spec, path, false, source)?;
     // The base is the data's ring's to read: its own ring options do not apply.
     let base = open_file(spec, base, true, Source::default())?;
     ThinDisk::open(data, path, base, None, options).map_err(|e| error("base", e))
+}
+
+/// A `base=` disk's DISK, made empty if missing: a file vbmq makes beside the base, so never
+/// reached through a symbolic link and only a regular file of vbmq's user with one link (see
+/// [`own_files`]); buffered, and with `direct`, with `O_DIRECT` too.
+fn open_own_image(path: &Path, direct: bool) -> std::io::Result<(File, Option<File>)> {
+    let buffered = own_files::open(path, Access::read_write(Create::IfMissing(0o600)))?;
+    if !direct {
+        return Ok((buffered, None));
+    }
+    let access = Access {
+        direct: true,
+        ..Access::read_write(Create::No)
+    };
+    let direct = own_files::open(path, access)?;
+    let (a, b) = (buffered.metadata()?, direct.metadata()?);
+    if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
+        return Err(std::io::Error::other("replaced while it was being opened"));
+    }
+    Ok((buffered, Some(direct)))
 }
 
 /// The server of one disk, the disk (to close at exit) and the files it keeps reading.

@@ -1,12 +1,15 @@
 //! The named maps of one disk: one bitmap each (a bit per block, set by every write), and
 //! their file `DISK.changes` (see [`super::file`] for its format).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::held_files::{self, Held};
+use crate::own_files::{self, Access, Create};
 
 use super::bitmaps::{Generation, Generations, set_range};
 use super::file::{CLEAN, Entry, HEADER, Header, IN_USE, Invalid, MAX_MAPS, checksum, valid_name};
@@ -76,6 +79,8 @@ pub struct ChangeMap {
     bits: Generations,
     names: Mutex<Names>,
     path: PathBuf,
+    /// The map file is in use: no snapshot is written into it.
+    _held: Held,
 }
 
 /// The map file of the disk at `image`: `IMAGE.changes`.
@@ -117,15 +122,8 @@ impl ChangeMap {
     ) -> io::Result<ChangeMap> {
         let path = changes_path(image);
         let image_file = File::open(image)?;
-        // Not through a symbolic link, and only a regular file: vbmq may run as root.
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
+        // Not through a symbolic link, and only a regular file of vbmq's: it may run as root.
+        let file = own_files::open(&path, Access::read_write(Create::IfMissing(0o600)))
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         Self::from_files(file, image_file, path, capacity, block_size, image_mtime)
     }
@@ -159,6 +157,7 @@ impl ChangeMap {
         let block_size = header.block_size;
         let generation = Generation::new(capacity, block_size)?;
         let words = generation.words;
+        let held = held_files::hold(&file)?;
         let map = ChangeMap {
             block_size,
             active: AtomicU32::new(0),
@@ -170,6 +169,7 @@ impl ChangeMap {
                 closed: false,
             }),
             path,
+            _held: held,
         };
         let mut names = map.lock();
         for (k, entry) in header.entries.into_iter().enumerate() {

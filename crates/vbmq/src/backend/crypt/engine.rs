@@ -6,6 +6,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
+use super::key_page::KeyPage;
 use super::xts::{SECTOR, Xts};
 use crate::backend::iovec::IovList;
 use crate::backend::staging::Staging;
@@ -92,7 +93,7 @@ fn crypt_segments(xts: &Xts, iov: &IovList, staging: &mut [u8], first: u64, encr
 /// A queue's engine over an encrypted disk.
 pub struct CryptEngine {
     inner: Box<dyn Engine>,
-    xts: Arc<Xts>,
+    xts: Arc<KeyPage>,
     /// Discards go to the inner disk (`encrypt-discard=on`), else are answered at once.
     pass_discard: bool,
     pending: Vec<Option<Pending>>,
@@ -115,7 +116,7 @@ unsafe impl Send for CryptEngine {}
 const PLAIN: u64 = 1 << 63;
 
 impl CryptEngine {
-    pub fn new(inner: Box<dyn Engine>, xts: Arc<Xts>, pass_discard: bool) -> Self {
+    pub fn new(inner: Box<dyn Engine>, xts: Arc<KeyPage>, pass_discard: bool) -> Self {
         CryptEngine {
             inner,
             xts,

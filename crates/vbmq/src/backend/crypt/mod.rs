@@ -16,6 +16,7 @@
 //! which ranges are unused, and a discarded range reads back as noise. Flush passes through.
 
 mod engine;
+mod key_page;
 mod wide;
 mod xts;
 
@@ -26,8 +27,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::held_files::{self, Held};
+
 use self::engine::CryptEngine;
-use self::xts::Xts;
+use self::key_page::KeyPage;
 use super::{Disk, Engine, EngineOptions, Geometry};
 
 /// Bytes of an `encrypt=aes-xts` key: two AES-256 keys.
@@ -39,20 +42,22 @@ pub const KEY_WAIT: Duration = Duration::from_secs(10);
 /// A disk whose image holds ciphertext only.
 pub struct EncryptedDisk {
     inner: Arc<dyn Disk>,
-    xts: Arc<Xts>,
+    xts: Arc<KeyPage>,
     /// Discards reach the image (`encrypt-discard=on` and the image takes them).
     pass_discard: bool,
+    /// The key file is in use: no snapshot is written into it (see [`held_files`]).
+    _key_file: Held,
 }
 
 /// Reads exactly [`KEY_LEN`] bytes from `file` (a file or a pipe, read to its end), which is
-/// closed then. With `wait`, the file is read without blocking and a pipe must give its key and
-/// its end within that time (a passed descriptor: no client holds the process up).
-fn read_key(mut file: File, wait: Option<Duration>) -> io::Result<[u8; KEY_LEN]> {
+/// closed then, into `key` (the locked page: no copy elsewhere). With `wait`, the file is read
+/// without blocking and a pipe must give its key and its end within that time (a passed
+/// descriptor: no client holds the process up).
+fn read_key(mut file: File, wait: Option<Duration>, key: &mut [u8; KEY_LEN]) -> io::Result<()> {
     let deadline = wait.map(|wait| Instant::now() + wait);
     if deadline.is_some() {
         set_nonblocking(&file)?;
     }
-    let mut key = [0u8; KEY_LEN];
     let mut got = 0;
     while got < KEY_LEN {
         match read_some(&mut file, &mut key[got..], deadline) {
@@ -63,21 +68,17 @@ fn read_key(mut file: File, wait: Option<Duration>) -> io::Result<[u8; KEY_LEN]>
                 ));
             }
             Ok(n) => got += n,
-            Err(e) => {
-                key.fill(0);
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         }
     }
     let mut more = [0u8; 1];
     if read_some(&mut file, &mut more, deadline)? != 0 {
-        key.fill(0);
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("a key file holds exactly {KEY_LEN} bytes: this one holds more"),
         ));
     }
-    Ok(key)
+    Ok(())
 }
 
 fn set_nonblocking(file: &File) -> io::Result<()> {
@@ -129,29 +130,32 @@ impl EncryptedDisk {
     /// Encrypts `inner` with the key read from `key_file`; `pass_discard`: discards reach
     /// `inner` (revealing which ranges are unused) instead of being dropped.
     pub fn open(inner: Arc<dyn Disk>, key_file: &Path, pass_discard: bool) -> io::Result<Self> {
-        Self::with_key(inner, read_key(File::open(key_file)?, None)?, pass_discard)
+        let file = File::open(key_file)?;
+        let held = held_files::hold(&file)?;
+        let key = KeyPage::load(|key| read_key(file, None, key))?;
+        Self::with_key(inner, key, pass_discard, held)
     }
 
     /// As [`Self::open`], with the key read from `key`, an open key file or pipe (passed by
     /// `vbmq ctl add-disk`): exactly [`KEY_LEN`] bytes, then its end, within [`KEY_WAIT`].
     pub fn with_key_from(inner: Arc<dyn Disk>, key: File, pass_discard: bool) -> io::Result<Self> {
-        Self::with_key(inner, read_key(key, Some(KEY_WAIT))?, pass_discard)
+        let held = held_files::hold(&key)?;
+        let key = KeyPage::load(|raw| read_key(key, Some(KEY_WAIT), raw))?;
+        Self::with_key(inner, key, pass_discard, held)
     }
 
     fn with_key(
         inner: Arc<dyn Disk>,
-        mut key: [u8; KEY_LEN],
+        xts: KeyPage,
         pass_discard: bool,
+        key_file: Held,
     ) -> io::Result<Self> {
-        let xts = Xts::new(&key);
-        key.fill(0);
-        let xts =
-            xts.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad key length"))?;
         let pass_discard = pass_discard && inner.supports_discard();
         Ok(EncryptedDisk {
             inner,
             xts: Arc::new(xts),
             pass_discard,
+            _key_file: key_file,
         })
     }
 }

@@ -9,14 +9,16 @@
 //! (`fdatasync`), the bits are written to the map file and the map file is flushed, and only
 //! then are the bits set in memory (where other queues see them) and the writes acknowledged.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::held_files::{self, Held};
 use crate::host_size;
+use crate::own_files::{self, Access, Create};
 
 const MAGIC: &[u8; 8] = b"VBMQTHIN";
 const VERSION: u32 = 1;
@@ -42,6 +44,8 @@ pub struct ThinMap {
     data: File,
     /// The bitmap as written to the map file, under the lock that orders map writes.
     written: Mutex<Vec<u64>>,
+    /// The map file is in use: no snapshot is written into it.
+    _held: Held,
 }
 
 /// The map file of the thin disk at `disk`.
@@ -88,7 +92,8 @@ impl ThinMap {
         block_size: Option<u64>,
     ) -> io::Result<Self> {
         let map_path = map_path(path);
-        let file = match OpenOptions::new().read(true).write(true).open(&map_path) {
+        let opened = own_files::open(&map_path, Access::read_write(Create::No));
+        let file = match opened {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 if data.metadata()?.len() != 0 {
@@ -96,7 +101,12 @@ impl ThinMap {
                 }
                 Self::create(&map_path, block_size.unwrap_or(64 << 10), capacity)?
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("{}: {e}", map_path.display()),
+                ));
+            }
         };
         Self::from_file(file, &map_path, data, capacity, block_size)
     }
@@ -199,22 +209,23 @@ impl ThinMap {
             present: written.iter().map(|w| AtomicU64::new(*w)).collect(),
             busy: (0..words).map(|_| AtomicU64::new(0)).collect(),
             present_count: AtomicU64::new(present_count),
+            _held: held_files::hold(&file)?,
             file,
             data,
             written: Mutex::new(written),
         })
     }
 
-    /// Writes a new, empty map under a temporary name, flushes it and renames it in place.
+    /// Writes a new, empty map under a temporary name, flushes it and renames it in place. The
+    /// temporary is made anew (`O_EXCL`): whatever a crash or someone else left under its
+    /// name, a symbolic link included, is removed first, never followed.
     fn create(map_path: &Path, block_size: u64, capacity: u64) -> io::Result<File> {
         let blocks = capacity.div_ceil(block_size);
         let tmp = map_path.with_extension("map.new");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
+        let in_context = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", tmp.display()));
+        own_files::remove_stale(&tmp).map_err(in_context)?;
+        let file =
+            own_files::open(&tmp, Access::read_write(Create::New(0o600))).map_err(in_context)?;
         file.write_all_at(&header(block_size, capacity), 0)?;
         file.set_len(HEADER + blocks.div_ceil(64) * 8)?;
         file.sync_all()?;
@@ -276,9 +287,13 @@ impl ThinMap {
         self.present_count.load(Ordering::Relaxed)
     }
 
-    /// Bytes of block `block` (the last one may be short).
+    /// Bytes of block `block` (the last one may be short), past the base too: a grown disk's
+    /// blocks end at its capacity, not the base's (0 past the end).
     pub fn block_len(&self, block: u64) -> u64 {
-        (self.capacity - block * self.block_size).min(self.block_size)
+        let start = block.saturating_mul(self.block_size);
+        self.disk_capacity()
+            .saturating_sub(start)
+            .min(self.block_size)
     }
 
     fn bit(block: u64) -> (usize, u64) {
@@ -348,6 +363,8 @@ impl ThinMap {
 
 #[cfg(test)]
 mod tests {
+    use std::fs::OpenOptions;
+
     use super::*;
 
     const BASE: u64 = 1 << 20;
@@ -402,5 +419,54 @@ mod tests {
         // Opened by its path now: the header written in place is a map like any other.
         let (_, data) = files(dir.path());
         assert!(ThinMap::open(&disk, data, base, None).is_ok());
+    }
+
+    #[test]
+    fn blocks_past_the_base_of_a_grown_disk_have_their_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let (disk, data) = files(dir.path());
+        let map = ThinMap::open(&disk, data, BASE, Some(64 << 10)).unwrap();
+        let base_blocks = map.blocks();
+        assert_eq!(map.block_len(base_blocks - 1), 64 << 10);
+        map.grow(3 * BASE + 4096).unwrap();
+        assert_eq!(
+            map.block_len(base_blocks),
+            64 << 10,
+            "the first past the base"
+        );
+        assert_eq!(map.block_len(base_blocks + 1), 64 << 10);
+        let last = (3 * BASE + 4096) / (64 << 10);
+        assert_eq!(
+            map.block_len(last),
+            4096,
+            "the grown disk's short last block"
+        );
+        assert_eq!(map.block_len(last + 1), 0, "past the end");
+    }
+
+    #[test]
+    fn a_link_planted_at_the_map_or_its_temporary_changes_nothing_it_leads_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let (disk, data) = files(dir.path());
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        // At DISK.map.new: removed, not followed; the map is made beside it.
+        let tmp = map_path(&disk).with_extension("map.new");
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        ThinMap::open(&disk, data.try_clone().unwrap(), BASE, None).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert!(
+            std::fs::symlink_metadata(&tmp).is_err(),
+            "the stale link is gone"
+        );
+        // At DISK.map: refused.
+        std::fs::remove_file(map_path(&disk)).unwrap();
+        std::os::unix::fs::symlink(&victim, map_path(&disk)).unwrap();
+        let e = ThinMap::open(&disk, data, BASE, None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
     }
 }
