@@ -17,7 +17,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::session::{CopyFirst, Source};
+use super::session::{CopyFirst, Source, is_hole};
 use crate::host_size;
 use crate::nbd::wire::{allocation, errno};
 
@@ -209,21 +209,6 @@ impl Fleece {
         self.ended.store(true, Ordering::Release);
         let _ = self.scratch.set_len(0);
     }
-}
-
-/// Whether `[offset, offset + len)` of `file` is a hole (no data at or after `offset` before
-/// its end). Errors: not a hole.
-pub(super) fn is_hole(file: &File, offset: u64, len: u64) -> bool {
-    let Ok(at) = i64::try_from(offset) else {
-        return false;
-    };
-    // SAFETY: lseek on a descriptor we own; it moves a file offset nothing else uses (every
-    // other access is positional).
-    let data = unsafe { libc::lseek(file.as_raw_fd(), at, libc::SEEK_DATA) };
-    if data < 0 {
-        return io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
-    }
-    u64::try_from(data).is_ok_and(|data| data >= offset + len)
 }
 
 impl CopyFirst for Fleece {

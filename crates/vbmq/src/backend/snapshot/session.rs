@@ -2,6 +2,7 @@
 
 use std::fs::File;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,7 +45,7 @@ impl Source {
     /// never said).
     pub(super) fn is_hole(&self, offset: u64, len: u64) -> bool {
         match self {
-            Source::File { file, .. } => super::fleece::is_hole(file, offset, len),
+            Source::File { file, .. } => is_hole(file, offset, len),
             Source::Thin(_) => false,
         }
     }
@@ -271,4 +272,19 @@ impl Session {
         self.target.sync_data()?;
         Ok(self.early.load(Ordering::Relaxed))
     }
+}
+
+/// Whether `[offset, offset + len)` of `file` is a hole (no data at or after `offset` before
+/// its end). Errors: not a hole.
+pub(super) fn is_hole(file: &File, offset: u64, len: u64) -> bool {
+    let Ok(at) = i64::try_from(offset) else {
+        return false;
+    };
+    // SAFETY: lseek on a descriptor we own; it moves a file offset nothing else uses (every
+    // other access is positional).
+    let data = unsafe { libc::lseek(file.as_raw_fd(), at, libc::SEEK_DATA) };
+    if data < 0 {
+        return io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+    }
+    u64::try_from(data).is_ok_and(|data| data >= offset + len)
 }
