@@ -9,7 +9,6 @@
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::io;
-use std::os::fd::RawFd;
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +17,7 @@ use super::readahead::Readahead;
 use super::stats::{DiskStats, QueueCounters};
 use super::store::{BlockCache, Filled};
 use crate::backend::iovec::IovList;
+use crate::backend::layer::{Below, Stage};
 use crate::backend::{Engine, IoOp};
 use crate::host_size;
 
@@ -90,7 +90,7 @@ enum Kind {
 }
 
 /// An operation in flight in the file's engine.
-struct Pending {
+pub struct Pending {
     kind: Kind,
     /// The worker's tag (unused for read-ahead).
     tag: u64,
@@ -102,48 +102,36 @@ struct Pending {
     generations: Vec<u64>,
 }
 
-/// A queue's engine over a cached disk.
-pub struct CachedEngine {
-    inner: Box<dyn Engine>,
+// SAFETY: the raw pointers it holds are guest iovecs, valid until their operation is reaped (the
+// `Engine::push` contract), and its own staging buffer; it moves between threads only with its
+// queue's engine and is never shared.
+unsafe impl Send for Pending {}
+
+/// A queue's engine over a cached disk: the layer's part (see [`Stage`]).
+pub struct CacheStage {
     cache: Arc<BlockCache>,
     counters: Arc<QueueCounters>,
     stats: Arc<DiskStats>,
     /// The disk's capacity, which a resize changes under the engine.
     capacity: Arc<AtomicU64>,
-    /// Completions decided at push time (hits), reported at the next reap.
-    ready: Vec<(u64, i32)>,
-    /// In-flight operations, indexed by the tag given to the file's engine.
-    pending: Vec<Option<Pending>>,
-    free_tags: Vec<usize>,
     readahead: Readahead,
     prefetching: u32,
     spare: Vec<Staging>,
     spare_generations: Vec<Vec<u64>>,
 }
 
-// SAFETY: the raw pointers it holds are guest iovecs, valid until their operation is reaped (the
-// `Engine::push` contract), and its own staging buffers; the engine moves between threads only
-// with its worker and is never shared.
-unsafe impl Send for CachedEngine {}
+// SAFETY: its staging buffers are its own, like a `Vec<u8>`; the engine moves between threads
+// only with its worker and is never shared.
+unsafe impl Send for CacheStage {}
 
-impl CachedEngine {
-    pub fn new(
-        inner: Box<dyn Engine>,
-        cache: Arc<BlockCache>,
-        stats: Arc<DiskStats>,
-        capacity: Arc<AtomicU64>,
-        depth: u32,
-    ) -> Self {
-        CachedEngine {
-            inner,
+impl CacheStage {
+    pub fn new(cache: Arc<BlockCache>, stats: Arc<DiskStats>, capacity: Arc<AtomicU64>) -> Self {
+        CacheStage {
             readahead: Readahead::new(cache.budget()),
             cache,
             counters: stats.queue(),
             stats,
             capacity,
-            ready: Vec::with_capacity(depth as usize),
-            pending: Vec::with_capacity(depth as usize),
-            free_tags: Vec::new(),
             prefetching: 0,
             spare: Vec::new(),
             spare_generations: Vec::new(),
@@ -158,28 +146,15 @@ impl CachedEngine {
             .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))
     }
 
-    /// Hands `op` to the file's engine on behalf of `pending`.
-    fn forward(&mut self, op: IoOp, pending: Pending) -> io::Result<()> {
-        let tag = match self.free_tags.pop() {
-            Some(tag) => tag,
-            None => {
-                self.pending.push(None);
-                self.pending.len() - 1
-            }
-        };
-        self.pending[tag] = Some(pending);
-        if let Err(e) = self.inner.push(op, tag as u64) {
-            if let Some(pending) = self.pending[tag].take() {
-                recycle(&mut self.spare, &mut self.spare_generations, pending);
-            }
-            self.free_tags.push(tag);
-            return Err(e);
-        }
-        Ok(())
-    }
-
     /// Reads blocks `[first, first + blocks)` from the file into a staging buffer.
-    fn read_blocks(&mut self, first: u64, blocks: usize, kind: Kind, tag: u64) -> io::Result<()> {
+    fn read_blocks(
+        &mut self,
+        below: &mut Below<Self>,
+        first: u64,
+        blocks: usize,
+        kind: Kind,
+        tag: u64,
+    ) -> io::Result<()> {
         let bs = self.cache.block_size();
         let start = first * bs as u64;
         let capacity = self.capacity.load(Ordering::Relaxed);
@@ -202,27 +177,32 @@ impl CachedEngine {
             read_len,
             generations,
         };
-        self.forward(op, pending)
+        below.forward(op, pending)
     }
 
-    fn read(&mut self, offset: u64, iov: IovList, tag: u64) -> io::Result<()> {
+    fn read(
+        &mut self,
+        below: &mut Below<Self>,
+        offset: u64,
+        iov: IovList,
+        tag: u64,
+    ) -> io::Result<()> {
         let len = iov.len();
         let end = offset.saturating_add(len as u64);
         let Ok(total) = i32::try_from(len) else {
-            self.ready.push((tag, -libc::EINVAL));
+            below.answer(tag, -libc::EINVAL);
             return Ok(());
         };
         let capacity = self.capacity.load(Ordering::Relaxed);
         if len == 0 || end > capacity {
-            self.ready
-                .push((tag, if len == 0 { 0 } else { -libc::EIO }));
+            below.answer(tag, if len == 0 { 0 } else { -libc::EIO });
             return Ok(());
         }
         let prefetch = self.readahead.observe(offset, len as u64, capacity);
         if len > MAX_CACHED_READ {
             self.counters.miss(0, len as u64);
             let op = IoOp::Read { offset, iov };
-            return self.forward(op, pending(Kind::Bypass, tag));
+            return below.forward(op, pending(Kind::Bypass, tag));
         }
         let bs = self.cache.block_size() as u64;
         let (first, end_block) = (offset / bs, end.div_ceil(bs));
@@ -246,7 +226,7 @@ impl CachedEngine {
         }
         if block == end_block {
             self.counters.hit(len as u64);
-            self.ready.push((tag, total));
+            below.answer(tag, total);
         } else {
             self.counters.miss(copied as u64, (len - copied) as u64);
             let kind = Kind::Read {
@@ -256,16 +236,16 @@ impl CachedEngine {
                 copy_len: len - copied,
                 total,
             };
-            self.read_blocks(block, host_size(end_block - block), kind, tag)?;
+            self.read_blocks(below, block, host_size(end_block - block), kind, tag)?;
         }
         if let Some((start, len)) = prefetch {
-            self.prefetch(start, len);
+            self.prefetch(below, start, len);
         }
         Ok(())
     }
 
     /// Starts reading `[start, start + len)` into the cache, skipping blocks already there.
-    fn prefetch(&mut self, start: u64, len: u64) {
+    fn prefetch(&mut self, below: &mut Below<Self>, start: u64, len: u64) {
         if self.prefetching >= MAX_PREFETCH {
             return;
         }
@@ -279,7 +259,7 @@ impl CachedEngine {
             return;
         }
         let blocks = host_size(end_block - first);
-        match self.read_blocks(first, blocks, Kind::Prefetch, 0) {
+        match self.read_blocks(below, first, blocks, Kind::Prefetch, 0) {
             Ok(()) => {
                 self.prefetching += 1;
                 self.counters.read_ahead(blocks as u64 * bs);
@@ -290,10 +270,7 @@ impl CachedEngine {
     }
 
     /// Completes one operation of the file's engine; returns the guest's completion, if any.
-    fn complete(&mut self, inner_tag: u64, result: i32) -> Option<(u64, i32)> {
-        let slot = usize::try_from(inner_tag).ok()?;
-        let pending = self.pending.get_mut(slot)?.take()?;
-        self.free_tags.push(slot);
+    fn finish(&mut self, pending: Pending, result: i32) -> Option<(u64, i32)> {
         let guest = match &pending.kind {
             Kind::Read { .. } | Kind::Prefetch => self.finish_read(&pending, result),
             Kind::Bypass | Kind::Plain => Some((pending.tag, result)),
@@ -363,25 +340,6 @@ impl CachedEngine {
         self.counters.evicted(filled.evicted);
         self.counters.dropped(filled.dropped);
     }
-
-    /// Forgets an operation that completed after its worker went away: its guest memory may
-    /// be gone, so nothing is copied there; a change still invalidates what it touched.
-    fn abandon(&mut self, inner_tag: u64) {
-        let Ok(slot) = usize::try_from(inner_tag) else {
-            return;
-        };
-        let Some(pending) = self.pending.get_mut(slot).and_then(Option::take) else {
-            return;
-        };
-        if let Kind::Change { offset, len } = pending.kind {
-            self.cache.invalidate(offset, len);
-        }
-        self.free_tags.push(slot);
-    }
-
-    fn in_flight(&self) -> bool {
-        self.pending.iter().any(Option::is_some)
-    }
 }
 
 fn pending(kind: Kind, tag: u64) -> Pending {
@@ -409,79 +367,43 @@ fn recycle(spare: &mut Vec<Staging>, generations: &mut Vec<Vec<u64>>, pending: P
     }
 }
 
-impl Engine for CachedEngine {
-    fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()> {
+impl Stage for CacheStage {
+    type Pending = Pending;
+    type Below = Box<dyn Engine>;
+    const NAME: &'static str = "cache";
+
+    fn push(&mut self, below: &mut Below<Self>, op: IoOp, tag: u64) -> io::Result<()> {
         match op {
-            IoOp::Read { offset, iov } => self.read(offset, iov, tag),
+            IoOp::Read { offset, iov } => self.read(below, offset, iov, tag),
             IoOp::Write { offset, iov } => {
                 let len = iov.len() as u64;
-                self.forward(op, pending(Kind::Change { offset, len }, tag))
+                below.forward(op, pending(Kind::Change { offset, len }, tag))
             }
             IoOp::Discard { offset, len } | IoOp::WriteZeroes { offset, len, .. } => {
-                self.forward(op, pending(Kind::Change { offset, len }, tag))
+                below.forward(op, pending(Kind::Change { offset, len }, tag))
             }
-            IoOp::Flush => self.forward(op, pending(Kind::Plain, tag)),
+            IoOp::Flush => below.forward(op, pending(Kind::Plain, tag)),
         }
     }
 
-    fn submit(&mut self) -> io::Result<()> {
-        self.inner.submit()
-    }
-
-    fn wait(&mut self) -> io::Result<()> {
-        if self.ready.is_empty() {
-            self.inner.wait()
-        } else {
-            self.inner.submit()
+    fn complete(&mut self, below: &mut Below<Self>, pending: Pending, result: i32) {
+        if let Some((tag, result)) = self.finish(pending, result) {
+            below.answer(tag, result);
         }
     }
 
-    fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
-        for (tag, result) in self.ready.drain(..) {
-            done(tag, result);
+    /// Read-ahead is not the worker's to drain, and a worker torn down with requests in flight
+    /// leaves them here: nothing is copied to guest memory that may be gone, but a change still
+    /// invalidates what it touched.
+    fn abandon(&mut self, pending: Pending) {
+        if let Kind::Change { offset, len } = pending.kind {
+            self.cache.invalidate(offset, len);
         }
-        let mut finished = std::mem::take(&mut self.ready);
-        self.inner
-            .reap(&mut |tag, result| finished.push((tag, result)));
-        for (inner_tag, result) in finished.drain(..) {
-            if let Some((tag, result)) = self.complete(inner_tag, result) {
-                done(tag, result);
-            }
-        }
-        self.ready = finished;
-    }
-
-    fn completion_fd(&self) -> Option<RawFd> {
-        self.inner.completion_fd()
-    }
-
-    unsafe fn guest_memory(&mut self, regions: &[libc::iovec]) -> io::Result<()> {
-        // SAFETY: the caller's promise, passed on.
-        unsafe { self.inner.guest_memory(regions) }
     }
 }
 
-impl Drop for CachedEngine {
+impl Drop for CacheStage {
     fn drop(&mut self) {
-        // Read-ahead is not the worker's to drain, and a worker torn down with requests in
-        // flight leaves them here: wait for them, the kernel writes into the staging buffers
-        // until then.
-        while self.in_flight() {
-            if let Err(e) = self.inner.wait() {
-                crate::limited!(error, "cache: cannot wait for read-ahead to finish: {e}");
-                // Leak the buffers rather than free memory the kernel may still write to.
-                for pending in self.pending.iter_mut().filter_map(Option::take) {
-                    std::mem::forget(pending);
-                }
-                break;
-            }
-            let mut finished = Vec::new();
-            self.inner
-                .reap(&mut |tag, result| finished.push((tag, result)));
-            for (tag, _) in finished {
-                self.abandon(tag);
-            }
-        }
         self.stats.retire(&self.counters);
     }
 }
