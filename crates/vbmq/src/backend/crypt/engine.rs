@@ -5,7 +5,8 @@
 use std::io;
 use std::sync::Arc;
 
-use super::xts::{SECTOR, Xts};
+use super::sector::SECTOR;
+use super::xts::Xts;
 use crate::backend::IoOp;
 use crate::backend::iovec::IovList;
 use crate::backend::layer::{Below, Stage};

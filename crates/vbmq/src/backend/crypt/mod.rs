@@ -16,6 +16,7 @@
 //! which ranges are unused, and a discarded range reads back as noise. Flush passes through.
 
 mod engine;
+mod sector;
 mod wide;
 mod xts;
 
