@@ -7,9 +7,7 @@
 //! still bring the old bytes in, so every fill carries the generation of each block's shard
 //! taken before its read was issued, and is dropped if an invalidation came in between.
 
-use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::io;
-use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -18,6 +16,7 @@ use super::stats::{DiskStats, QueueCounters};
 use super::store::{BlockCache, Filled};
 use crate::backend::iovec::IovList;
 use crate::backend::layer::{Below, Stage};
+use crate::backend::staging::Staging;
 use crate::backend::{Engine, IoOp};
 use crate::host_size;
 
@@ -29,42 +28,6 @@ pub const MAX_PREFETCH: u32 = 2;
 const SPARE_BUFFERS: usize = 64;
 /// Larger staging buffers (read-ahead, big reads) are freed after use.
 const SPARE_BUFFER_MAX: usize = 128 << 10;
-
-/// A block-aligned buffer for reads from the file, with the iovec that describes it (boxed, so
-/// it stays put while the kernel holds a pointer to it).
-struct Staging {
-    ptr: NonNull<u8>,
-    layout: Layout,
-    iov: Box<libc::iovec>,
-}
-
-impl Staging {
-    fn new(len: usize, align: usize) -> Option<Self> {
-        let layout = Layout::from_size_align(len.max(align), align).ok()?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
-        let iov = Box::new(libc::iovec {
-            iov_base: ptr.as_ptr().cast(),
-            iov_len: layout.size(),
-        });
-        Some(Staging { ptr, layout, iov })
-    }
-
-    /// The iovec for reading `len` bytes (at most the buffer's size) into the buffer.
-    fn iovec(&mut self, len: usize) -> IovList {
-        self.iov.iov_len = len.min(self.layout.size());
-        // SAFETY: one iovec over this buffer, both boxed and kept (with the staging buffer in its
-        // `Pending`) until the read is reaped.
-        unsafe { IovList::new(&*self.iov, 1) }
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
-    }
-}
 
 /// What an operation handed to the file's engine is for.
 enum Kind {
@@ -120,10 +83,6 @@ pub struct CacheStage {
     spare_generations: Vec<Vec<u64>>,
 }
 
-// SAFETY: its staging buffers are its own, like a `Vec<u8>`; the engine moves between threads
-// only with its worker and is never shared.
-unsafe impl Send for CacheStage {}
-
 impl CacheStage {
     pub fn new(cache: Arc<BlockCache>, stats: Arc<DiskStats>, capacity: Arc<AtomicU64>) -> Self {
         CacheStage {
@@ -139,10 +98,10 @@ impl CacheStage {
     }
 
     fn staging(&mut self, len: usize) -> io::Result<Staging> {
-        if let Some(i) = self.spare.iter().position(|s| s.layout.size() >= len) {
+        if let Some(i) = self.spare.iter().position(|s| s.capacity() >= len) {
             return Ok(self.spare.swap_remove(i));
         }
-        Staging::new(len.next_power_of_two(), self.cache.block_size())
+        Staging::aligned(len.next_power_of_two(), self.cache.block_size())
             .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))
     }
 
@@ -166,7 +125,7 @@ impl CacheStage {
         let mut staging = self.staging(blocks * bs)?;
         let op = IoOp::Read {
             offset: start,
-            iov: staging.iovec(read_len),
+            iov: staging.list(read_len),
         };
         let pending = Pending {
             kind,
@@ -298,7 +257,7 @@ impl CacheStage {
             // SAFETY: the buffer holds `blocks * bs >= read_len` bytes.
             unsafe {
                 std::ptr::write_bytes(
-                    staging.ptr.as_ptr().add(pending.read_len),
+                    staging.as_ptr().add(pending.read_len),
                     0,
                     pending.blocks * bs - pending.read_len,
                 )
@@ -308,7 +267,7 @@ impl CacheStage {
                 self.cache.fill(
                     pending.first_block,
                     pending.blocks,
-                    staging.ptr.as_ptr(),
+                    staging.as_ptr(),
                     &pending.generations,
                     matches!(pending.kind, Kind::Prefetch),
                     true,
@@ -332,7 +291,7 @@ impl CacheStage {
         }
         // SAFETY: `skip + copy_len <= read_len` (the staged blocks cover the rest of the
         // guest's read); guest buffers never overlap the staging buffer.
-        unsafe { iov.copy_in(at, staging.ptr.as_ptr().add(skip), copy_len) };
+        unsafe { iov.copy_in(at, staging.as_ptr().add(skip), copy_len) };
         Some((pending.tag, total))
     }
 
@@ -358,7 +317,7 @@ fn pending(kind: Kind, tag: u64) -> Pending {
 fn recycle(spare: &mut Vec<Staging>, generations: &mut Vec<Vec<u64>>, pending: Pending) {
     if let Some(staging) = pending.staging
         && spare.len() < SPARE_BUFFERS
-        && staging.layout.size() <= SPARE_BUFFER_MAX
+        && staging.capacity() <= SPARE_BUFFER_MAX
     {
         spare.push(staging);
     }
