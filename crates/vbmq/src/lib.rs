@@ -10,11 +10,15 @@
 //! - [`guest`]: guest memory (the checked memory table, its fault guard, the dirty log, the
 //!   in-flight record),
 //! - [`limits`]: the I/O limits' token buckets, held by a device and waited out by its queues,
-//! - [`backend`]: the storage engines (io_uring on files and block devices, RBD, memory, null,
-//!   the read cache),
-//! - [`virtio_blk`], [`virtio_fs`]: the device models (a guest request parsed and validated; a
-//!   share's FUSE server),
-//! - [`worker`]: the per-queue I/O threads and the shared per-CPU pollers,
+//! - [`backend`]: a disk's storage (io_uring on files and block devices, thin `base=` disks,
+//!   RBD, memory, null) and the layers stacked on it, each a small type over the disk below
+//!   (`backend/layer`: `Layer` and `Layered` forward what a layer does not change, `Stage` is a
+//!   layer's queue engine): the snapshot layer, changed-block tracking, encryption, the read
+//!   cache, and the test delay,
+//! - [`worker`]: the per-queue I/O threads and the shared per-CPU pollers, which run any
+//!   device's queues through its handler,
+//! - [`virtio_blk`], [`virtio_fs`]: the device models (a guest request parsed and validated, a
+//!   disk's queue handler; a share's FUSE server),
 //! - [`vhost_user`]: the transport (the `VhostUserBackend` glue and the socket servers),
 //! - [`config`]: the `--disk` and `--fs` specs,
 //! - `devices`: building a disk or a share from its spec,

@@ -8,34 +8,28 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use super::{Disk, Engine, EngineOptions, Geometry, IoOp};
+use super::{Disk, Engine, EngineOptions, IoOp, Layer};
 use crate::timer::Timer;
 
-/// A disk whose engines hold chosen completions.
-pub struct DelayedDisk {
-    inner: std::sync::Arc<dyn Disk>,
+/// The layer whose engines hold chosen completions.
+pub struct Delay {
     delay: Duration,
     every: u64,
 }
 
-impl DelayedDisk {
+impl Delay {
     /// Holds every `every`th completion of each queue for `delay`.
-    pub fn new(inner: std::sync::Arc<dyn Disk>, delay: Duration, every: u64) -> Self {
-        DelayedDisk {
-            inner,
+    pub fn new(delay: Duration, every: u64) -> Self {
+        Delay {
             delay,
             every: every.max(1),
         }
     }
 }
 
-impl Disk for DelayedDisk {
-    fn geometry(&self) -> Geometry {
-        self.inner.geometry()
-    }
-
-    fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
-        let inner = self.inner.engine(options)?;
+impl Layer for Delay {
+    fn engine(&self, below: &dyn Disk, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
+        let inner = below.engine(options)?;
         let wake = match inner.completion_fd() {
             Some(fd) => Some(Wake::new(fd)?),
             None => None,
@@ -48,49 +42,6 @@ impl Disk for DelayedDisk {
             held: VecDeque::new(),
             wake,
         }))
-    }
-
-    fn supports_discard(&self) -> bool {
-        self.inner.supports_discard()
-    }
-
-    fn resize(&self, bytes: u64, shrink: bool) -> io::Result<u64> {
-        self.inner.resize(bytes, shrink)
-    }
-
-    fn on_resize(&self, listener: Box<dyn Fn(u64) + Send + Sync>) {
-        self.inner.on_resize(listener);
-    }
-
-    fn stats(&self) -> Vec<(&'static str, u64)> {
-        self.inner.stats()
-    }
-
-    fn close(&self) {
-        self.inner.close();
-    }
-
-    fn export_begin(
-        &self,
-        scratch: std::fs::File,
-    ) -> io::Result<std::sync::Arc<crate::backend::Fleece>> {
-        self.inner.export_begin(scratch)
-    }
-
-    fn export_end(&self) {
-        self.inner.export_end();
-    }
-
-    fn snapshot(&self, to: std::fs::File) -> io::Result<super::SnapshotReport> {
-        self.inner.snapshot(to)
-    }
-
-    fn writer_seat(&self) -> Option<std::sync::Arc<super::WriterSeat>> {
-        self.inner.writer_seat()
-    }
-
-    fn changes(&self) -> Option<std::sync::Arc<super::ChangeMap>> {
-        self.inner.changes()
     }
 }
 

@@ -14,6 +14,9 @@ mod host_memory;
 mod image_lock;
 mod immediate;
 mod iovec;
+mod layer;
+#[cfg(test)]
+mod layer_tests;
 mod memory;
 mod null;
 mod ofd_lock;
@@ -35,11 +38,12 @@ use std::sync::Arc;
 pub use cache::CachedDisk;
 pub use changes::{ChangeMap, TrackedDisk};
 pub use crypt::EncryptedDisk;
-pub use delay::DelayedDisk;
+pub use delay::Delay;
 pub use file::FileDisk;
 pub use handover::WriterSeat;
 pub use image_lock::release_all as release_image_locks;
 pub use iovec::IovList;
+pub use layer::{Layer, Layered};
 pub use memory::MemoryDisk;
 pub use null::NullDisk;
 pub use rbd::{RbdDisk, RbdTarget, cluster_connected, release_clusters};
@@ -159,38 +163,51 @@ pub trait Disk: Send + Sync {
     /// image's exclusive lock, which a killed client holds until the cluster times it out).
     /// No engine may submit afterwards.
     fn close(&self) {}
+    /// The disk this one is a layer over, if any: the verbs below ([`Disk::writer_seat`],
+    /// [`Disk::snapshot`], [`Disk::changes`]) that a layer does not answer itself go there.
+    fn below(&self) -> Option<&dyn Disk> {
+        None
+    }
     /// The disk's hold on its image's write lock, when it is handed over between disks
     /// (`handover=on`).
     fn writer_seat(&self) -> Option<Arc<WriterSeat>> {
-        None
+        self.below()?.writer_seat()
     }
     /// Writes the disk's contents at one instant into `to` (opened writable by the operator)
     /// while the guest keeps writing, and returns once `to` is complete and synced (see
-    /// [`SnapshotDisk`]). Wrappers pass it down to the storage's snapshot layer.
+    /// [`SnapshotDisk`]). Layers pass it down to the storage's snapshot layer.
     fn snapshot(&self, to: File) -> io::Result<SnapshotReport> {
-        drop(to);
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "only path= disks have snapshots",
-        ))
+        match self.below() {
+            Some(below) => below.snapshot(to),
+            None => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "only path= disks have snapshots",
+            )),
+        }
     }
 
     /// Begins a read-only export of the disk as it is at this instant, by fleecing into
     /// `scratch` (see `snapshot::Fleece`); one at a time, and not beside a snapshot or a resize.
-    /// Wrappers pass it down to the storage's snapshot layer.
+    /// Layers pass it down to the storage's snapshot layer.
     fn export_begin(&self, scratch: File) -> io::Result<Arc<Fleece>> {
-        drop(scratch);
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "only path= disks have exports",
-        ))
+        match self.below() {
+            Some(below) => below.export_begin(scratch),
+            None => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "only path= disks have exports",
+            )),
+        }
     }
     /// Ends the running export, if any.
-    fn export_end(&self) {}
+    fn export_end(&self) {
+        if let Some(below) = self.below() {
+            below.export_end();
+        }
+    }
 
     /// The disk's changed-block maps (`track-changes=on`), through every layer above them.
     fn changes(&self) -> Option<Arc<ChangeMap>> {
-        None
+        self.below()?.changes()
     }
 }
 
@@ -220,5 +237,32 @@ pub trait Engine: Send {
     unsafe fn guest_memory(&mut self, regions: &[libc::iovec]) -> io::Result<()> {
         let _ = regions;
         Ok(())
+    }
+}
+
+impl<E: Engine + ?Sized> Engine for Box<E> {
+    fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()> {
+        (**self).push(op, tag)
+    }
+
+    fn submit(&mut self) -> io::Result<()> {
+        (**self).submit()
+    }
+
+    fn wait(&mut self) -> io::Result<()> {
+        (**self).wait()
+    }
+
+    fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
+        (**self).reap(done);
+    }
+
+    fn completion_fd(&self) -> Option<RawFd> {
+        (**self).completion_fd()
+    }
+
+    unsafe fn guest_memory(&mut self, regions: &[libc::iovec]) -> io::Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { (**self).guest_memory(regions) }
     }
 }

@@ -19,7 +19,14 @@ unsafe impl Send for Staging {}
 impl Staging {
     /// A zeroed buffer of at least `len` bytes; `None` if memory is short.
     pub fn new(len: usize) -> Option<Self> {
-        let layout = Layout::from_size_align(len.max(4096), 4096).ok()?;
+        Self::aligned(len, 4096)
+    }
+
+    /// A zeroed buffer of at least `len` bytes aligned to `align` (a power of two, at least
+    /// 4096); `None` if memory is short.
+    pub fn aligned(len: usize, align: usize) -> Option<Self> {
+        let align = align.max(4096);
+        let layout = Layout::from_size_align(len.max(align), align).ok()?;
         // SAFETY: the layout has a non-zero size.
         let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
         let iov = Box::new(libc::iovec {

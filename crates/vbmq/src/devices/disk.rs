@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::backend::cache::ImageId;
 use crate::backend::{
-    CachedDisk, DelayedDisk, Disk, EncryptedDisk, FileDisk, MemoryDisk, NullDisk, RbdDisk,
+    CachedDisk, Delay, Disk, EncryptedDisk, FileDisk, Layered, MemoryDisk, NullDisk, RbdDisk,
     SnapshotDisk, ThinDisk, ThinOptions, TrackedDisk,
 };
 use crate::config::{DiskSpec, SpecError, Storage};
@@ -78,7 +78,7 @@ fn open_disk(spec: &DiskSpec, source: Source) -> Result<(Arc<dyn Disk>, Vec<Path
         return Ok((disk, files));
     }
     let delay = Duration::from_micros(spec.delay_us);
-    let delayed: Arc<dyn Disk> = Arc::new(DelayedDisk::new(disk, delay, spec.delay_every));
+    let delayed: Arc<dyn Disk> = Arc::new(Layered::new(disk, Delay::new(delay, spec.delay_every)));
     Ok((delayed, files))
 }
 

@@ -7,10 +7,7 @@
 //! still bring the old bytes in, so every fill carries the generation of each block's shard
 //! taken before its read was issued, and is dropped if an invalidation came in between.
 
-use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::io;
-use std::os::fd::RawFd;
-use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -18,6 +15,8 @@ use super::readahead::Readahead;
 use super::stats::{DiskStats, QueueCounters};
 use super::store::{BlockCache, Filled};
 use crate::backend::iovec::IovList;
+use crate::backend::layer::{Below, Stage};
+use crate::backend::staging::Staging;
 use crate::backend::{Engine, IoOp};
 use crate::host_size;
 
@@ -29,42 +28,6 @@ pub const MAX_PREFETCH: u32 = 2;
 const SPARE_BUFFERS: usize = 64;
 /// Larger staging buffers (read-ahead, big reads) are freed after use.
 const SPARE_BUFFER_MAX: usize = 128 << 10;
-
-/// A block-aligned buffer for reads from the file, with the iovec that describes it (boxed, so
-/// it stays put while the kernel holds a pointer to it).
-struct Staging {
-    ptr: NonNull<u8>,
-    layout: Layout,
-    iov: Box<libc::iovec>,
-}
-
-impl Staging {
-    fn new(len: usize, align: usize) -> Option<Self> {
-        let layout = Layout::from_size_align(len.max(align), align).ok()?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
-        let iov = Box::new(libc::iovec {
-            iov_base: ptr.as_ptr().cast(),
-            iov_len: layout.size(),
-        });
-        Some(Staging { ptr, layout, iov })
-    }
-
-    /// The iovec for reading `len` bytes (at most the buffer's size) into the buffer.
-    fn iovec(&mut self, len: usize) -> IovList {
-        self.iov.iov_len = len.min(self.layout.size());
-        // SAFETY: one iovec over this buffer, both boxed and kept (with the staging buffer in its
-        // `Pending`) until the read is reaped.
-        unsafe { IovList::new(&*self.iov, 1) }
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
-    }
-}
 
 /// What an operation handed to the file's engine is for.
 enum Kind {
@@ -90,7 +53,7 @@ enum Kind {
 }
 
 /// An operation in flight in the file's engine.
-struct Pending {
+pub struct Pending {
     kind: Kind,
     /// The worker's tag (unused for read-ahead).
     tag: u64,
@@ -102,48 +65,32 @@ struct Pending {
     generations: Vec<u64>,
 }
 
-/// A queue's engine over a cached disk.
-pub struct CachedEngine {
-    inner: Box<dyn Engine>,
+// SAFETY: the raw pointers it holds are guest iovecs, valid until their operation is reaped (the
+// `Engine::push` contract), and its own staging buffer; it moves between threads only with its
+// queue's engine and is never shared.
+unsafe impl Send for Pending {}
+
+/// A queue's engine over a cached disk: the layer's part (see [`Stage`]).
+pub struct CacheStage {
     cache: Arc<BlockCache>,
     counters: Arc<QueueCounters>,
     stats: Arc<DiskStats>,
     /// The disk's capacity, which a resize changes under the engine.
     capacity: Arc<AtomicU64>,
-    /// Completions decided at push time (hits), reported at the next reap.
-    ready: Vec<(u64, i32)>,
-    /// In-flight operations, indexed by the tag given to the file's engine.
-    pending: Vec<Option<Pending>>,
-    free_tags: Vec<usize>,
     readahead: Readahead,
     prefetching: u32,
     spare: Vec<Staging>,
     spare_generations: Vec<Vec<u64>>,
 }
 
-// SAFETY: the raw pointers it holds are guest iovecs, valid until their operation is reaped (the
-// `Engine::push` contract), and its own staging buffers; the engine moves between threads only
-// with its worker and is never shared.
-unsafe impl Send for CachedEngine {}
-
-impl CachedEngine {
-    pub fn new(
-        inner: Box<dyn Engine>,
-        cache: Arc<BlockCache>,
-        stats: Arc<DiskStats>,
-        capacity: Arc<AtomicU64>,
-        depth: u32,
-    ) -> Self {
-        CachedEngine {
-            inner,
+impl CacheStage {
+    pub fn new(cache: Arc<BlockCache>, stats: Arc<DiskStats>, capacity: Arc<AtomicU64>) -> Self {
+        CacheStage {
             readahead: Readahead::new(cache.budget()),
             cache,
             counters: stats.queue(),
             stats,
             capacity,
-            ready: Vec::with_capacity(depth as usize),
-            pending: Vec::with_capacity(depth as usize),
-            free_tags: Vec::new(),
             prefetching: 0,
             spare: Vec::new(),
             spare_generations: Vec::new(),
@@ -151,35 +98,22 @@ impl CachedEngine {
     }
 
     fn staging(&mut self, len: usize) -> io::Result<Staging> {
-        if let Some(i) = self.spare.iter().position(|s| s.layout.size() >= len) {
+        if let Some(i) = self.spare.iter().position(|s| s.capacity() >= len) {
             return Ok(self.spare.swap_remove(i));
         }
-        Staging::new(len.next_power_of_two(), self.cache.block_size())
+        Staging::aligned(len.next_power_of_two(), self.cache.block_size())
             .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))
     }
 
-    /// Hands `op` to the file's engine on behalf of `pending`.
-    fn forward(&mut self, op: IoOp, pending: Pending) -> io::Result<()> {
-        let tag = match self.free_tags.pop() {
-            Some(tag) => tag,
-            None => {
-                self.pending.push(None);
-                self.pending.len() - 1
-            }
-        };
-        self.pending[tag] = Some(pending);
-        if let Err(e) = self.inner.push(op, tag as u64) {
-            if let Some(pending) = self.pending[tag].take() {
-                recycle(&mut self.spare, &mut self.spare_generations, pending);
-            }
-            self.free_tags.push(tag);
-            return Err(e);
-        }
-        Ok(())
-    }
-
     /// Reads blocks `[first, first + blocks)` from the file into a staging buffer.
-    fn read_blocks(&mut self, first: u64, blocks: usize, kind: Kind, tag: u64) -> io::Result<()> {
+    fn read_blocks(
+        &mut self,
+        below: &mut Below<Self>,
+        first: u64,
+        blocks: usize,
+        kind: Kind,
+        tag: u64,
+    ) -> io::Result<()> {
         let bs = self.cache.block_size();
         let start = first * bs as u64;
         let capacity = self.capacity.load(Ordering::Relaxed);
@@ -191,7 +125,7 @@ impl CachedEngine {
         let mut staging = self.staging(blocks * bs)?;
         let op = IoOp::Read {
             offset: start,
-            iov: staging.iovec(read_len),
+            iov: staging.list(read_len),
         };
         let pending = Pending {
             kind,
@@ -202,27 +136,32 @@ impl CachedEngine {
             read_len,
             generations,
         };
-        self.forward(op, pending)
+        below.forward(op, pending)
     }
 
-    fn read(&mut self, offset: u64, iov: IovList, tag: u64) -> io::Result<()> {
+    fn read(
+        &mut self,
+        below: &mut Below<Self>,
+        offset: u64,
+        iov: IovList,
+        tag: u64,
+    ) -> io::Result<()> {
         let len = iov.len();
         let end = offset.saturating_add(len as u64);
         let Ok(total) = i32::try_from(len) else {
-            self.ready.push((tag, -libc::EINVAL));
+            below.answer(tag, -libc::EINVAL);
             return Ok(());
         };
         let capacity = self.capacity.load(Ordering::Relaxed);
         if len == 0 || end > capacity {
-            self.ready
-                .push((tag, if len == 0 { 0 } else { -libc::EIO }));
+            below.answer(tag, if len == 0 { 0 } else { -libc::EIO });
             return Ok(());
         }
         let prefetch = self.readahead.observe(offset, len as u64, capacity);
         if len > MAX_CACHED_READ {
             self.counters.miss(0, len as u64);
             let op = IoOp::Read { offset, iov };
-            return self.forward(op, pending(Kind::Bypass, tag));
+            return below.forward(op, pending(Kind::Bypass, tag));
         }
         let bs = self.cache.block_size() as u64;
         let (first, end_block) = (offset / bs, end.div_ceil(bs));
@@ -246,7 +185,7 @@ impl CachedEngine {
         }
         if block == end_block {
             self.counters.hit(len as u64);
-            self.ready.push((tag, total));
+            below.answer(tag, total);
         } else {
             self.counters.miss(copied as u64, (len - copied) as u64);
             let kind = Kind::Read {
@@ -256,16 +195,16 @@ impl CachedEngine {
                 copy_len: len - copied,
                 total,
             };
-            self.read_blocks(block, host_size(end_block - block), kind, tag)?;
+            self.read_blocks(below, block, host_size(end_block - block), kind, tag)?;
         }
         if let Some((start, len)) = prefetch {
-            self.prefetch(start, len);
+            self.prefetch(below, start, len);
         }
         Ok(())
     }
 
     /// Starts reading `[start, start + len)` into the cache, skipping blocks already there.
-    fn prefetch(&mut self, start: u64, len: u64) {
+    fn prefetch(&mut self, below: &mut Below<Self>, start: u64, len: u64) {
         if self.prefetching >= MAX_PREFETCH {
             return;
         }
@@ -279,7 +218,7 @@ impl CachedEngine {
             return;
         }
         let blocks = host_size(end_block - first);
-        match self.read_blocks(first, blocks, Kind::Prefetch, 0) {
+        match self.read_blocks(below, first, blocks, Kind::Prefetch, 0) {
             Ok(()) => {
                 self.prefetching += 1;
                 self.counters.read_ahead(blocks as u64 * bs);
@@ -290,10 +229,7 @@ impl CachedEngine {
     }
 
     /// Completes one operation of the file's engine; returns the guest's completion, if any.
-    fn complete(&mut self, inner_tag: u64, result: i32) -> Option<(u64, i32)> {
-        let slot = usize::try_from(inner_tag).ok()?;
-        let pending = self.pending.get_mut(slot)?.take()?;
-        self.free_tags.push(slot);
+    fn finish(&mut self, pending: Pending, result: i32) -> Option<(u64, i32)> {
         let guest = match &pending.kind {
             Kind::Read { .. } | Kind::Prefetch => self.finish_read(&pending, result),
             Kind::Bypass | Kind::Plain => Some((pending.tag, result)),
@@ -321,7 +257,7 @@ impl CachedEngine {
             // SAFETY: the buffer holds `blocks * bs >= read_len` bytes.
             unsafe {
                 std::ptr::write_bytes(
-                    staging.ptr.as_ptr().add(pending.read_len),
+                    staging.as_ptr().add(pending.read_len),
                     0,
                     pending.blocks * bs - pending.read_len,
                 )
@@ -331,7 +267,7 @@ impl CachedEngine {
                 self.cache.fill(
                     pending.first_block,
                     pending.blocks,
-                    staging.ptr.as_ptr(),
+                    staging.as_ptr(),
                     &pending.generations,
                     matches!(pending.kind, Kind::Prefetch),
                     true,
@@ -355,32 +291,13 @@ impl CachedEngine {
         }
         // SAFETY: `skip + copy_len <= read_len` (the staged blocks cover the rest of the
         // guest's read); guest buffers never overlap the staging buffer.
-        unsafe { iov.copy_in(at, staging.ptr.as_ptr().add(skip), copy_len) };
+        unsafe { iov.copy_in(at, staging.as_ptr().add(skip), copy_len) };
         Some((pending.tag, total))
     }
 
     fn count(&self, filled: Filled) {
         self.counters.evicted(filled.evicted);
         self.counters.dropped(filled.dropped);
-    }
-
-    /// Forgets an operation that completed after its worker went away: its guest memory may
-    /// be gone, so nothing is copied there; a change still invalidates what it touched.
-    fn abandon(&mut self, inner_tag: u64) {
-        let Ok(slot) = usize::try_from(inner_tag) else {
-            return;
-        };
-        let Some(pending) = self.pending.get_mut(slot).and_then(Option::take) else {
-            return;
-        };
-        if let Kind::Change { offset, len } = pending.kind {
-            self.cache.invalidate(offset, len);
-        }
-        self.free_tags.push(slot);
-    }
-
-    fn in_flight(&self) -> bool {
-        self.pending.iter().any(Option::is_some)
     }
 }
 
@@ -400,7 +317,7 @@ fn pending(kind: Kind, tag: u64) -> Pending {
 fn recycle(spare: &mut Vec<Staging>, generations: &mut Vec<Vec<u64>>, pending: Pending) {
     if let Some(staging) = pending.staging
         && spare.len() < SPARE_BUFFERS
-        && staging.layout.size() <= SPARE_BUFFER_MAX
+        && staging.capacity() <= SPARE_BUFFER_MAX
     {
         spare.push(staging);
     }
@@ -409,79 +326,43 @@ fn recycle(spare: &mut Vec<Staging>, generations: &mut Vec<Vec<u64>>, pending: P
     }
 }
 
-impl Engine for CachedEngine {
-    fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()> {
+impl Stage for CacheStage {
+    type Pending = Pending;
+    type Below = Box<dyn Engine>;
+    const NAME: &'static str = "cache";
+
+    fn push(&mut self, below: &mut Below<Self>, op: IoOp, tag: u64) -> io::Result<()> {
         match op {
-            IoOp::Read { offset, iov } => self.read(offset, iov, tag),
+            IoOp::Read { offset, iov } => self.read(below, offset, iov, tag),
             IoOp::Write { offset, iov } => {
                 let len = iov.len() as u64;
-                self.forward(op, pending(Kind::Change { offset, len }, tag))
+                below.forward(op, pending(Kind::Change { offset, len }, tag))
             }
             IoOp::Discard { offset, len } | IoOp::WriteZeroes { offset, len, .. } => {
-                self.forward(op, pending(Kind::Change { offset, len }, tag))
+                below.forward(op, pending(Kind::Change { offset, len }, tag))
             }
-            IoOp::Flush => self.forward(op, pending(Kind::Plain, tag)),
+            IoOp::Flush => below.forward(op, pending(Kind::Plain, tag)),
         }
     }
 
-    fn submit(&mut self) -> io::Result<()> {
-        self.inner.submit()
-    }
-
-    fn wait(&mut self) -> io::Result<()> {
-        if self.ready.is_empty() {
-            self.inner.wait()
-        } else {
-            self.inner.submit()
+    fn complete(&mut self, below: &mut Below<Self>, pending: Pending, result: i32) {
+        if let Some((tag, result)) = self.finish(pending, result) {
+            below.answer(tag, result);
         }
     }
 
-    fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
-        for (tag, result) in self.ready.drain(..) {
-            done(tag, result);
+    /// Read-ahead is not the worker's to drain, and a worker torn down with requests in flight
+    /// leaves them here: nothing is copied to guest memory that may be gone, but a change still
+    /// invalidates what it touched.
+    fn abandon(&mut self, pending: Pending) {
+        if let Kind::Change { offset, len } = pending.kind {
+            self.cache.invalidate(offset, len);
         }
-        let mut finished = std::mem::take(&mut self.ready);
-        self.inner
-            .reap(&mut |tag, result| finished.push((tag, result)));
-        for (inner_tag, result) in finished.drain(..) {
-            if let Some((tag, result)) = self.complete(inner_tag, result) {
-                done(tag, result);
-            }
-        }
-        self.ready = finished;
-    }
-
-    fn completion_fd(&self) -> Option<RawFd> {
-        self.inner.completion_fd()
-    }
-
-    unsafe fn guest_memory(&mut self, regions: &[libc::iovec]) -> io::Result<()> {
-        // SAFETY: the caller's promise, passed on.
-        unsafe { self.inner.guest_memory(regions) }
     }
 }
 
-impl Drop for CachedEngine {
+impl Drop for CacheStage {
     fn drop(&mut self) {
-        // Read-ahead is not the worker's to drain, and a worker torn down with requests in
-        // flight leaves them here: wait for them, the kernel writes into the staging buffers
-        // until then.
-        while self.in_flight() {
-            if let Err(e) = self.inner.wait() {
-                crate::limited!(error, "cache: cannot wait for read-ahead to finish: {e}");
-                // Leak the buffers rather than free memory the kernel may still write to.
-                for pending in self.pending.iter_mut().filter_map(Option::take) {
-                    std::mem::forget(pending);
-                }
-                break;
-            }
-            let mut finished = Vec::new();
-            self.inner
-                .reap(&mut |tag, result| finished.push((tag, result)));
-            for (tag, _) in finished {
-                self.abandon(tag);
-            }
-        }
         self.stats.retire(&self.counters);
     }
 }

@@ -25,10 +25,11 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tracing::{info, warn};
 
-use self::engine::{CachedEngine, MAX_PREFETCH};
+use self::engine::{CacheStage, MAX_PREFETCH};
 pub use self::stats::{CacheStats, DiskStats, report};
 use self::store::BlockCache;
-use super::{Disk, Engine, EngineOptions, Geometry};
+use super::layer::{Layer, Layered, StagedEngine};
+use super::{Disk, Engine, EngineOptions};
 use crate::host_size;
 
 /// The cache block: the unit of lookup, fill and eviction.
@@ -73,8 +74,10 @@ pub struct Footprint {
 }
 
 /// A disk with a DRAM read cache in front.
-pub struct CachedDisk {
-    inner: Arc<dyn Disk>,
+pub type CachedDisk = Layered<Cache>;
+
+/// The layer that keeps a DRAM read cache of the disk below.
+pub struct Cache {
     cache: Arc<BlockCache>,
     stats: Arc<DiskStats>,
     /// The capacity the engines check reads against, changed by `resize`.
@@ -106,7 +109,7 @@ fn shared_cache(
     Ok(cache)
 }
 
-impl CachedDisk {
+impl Layered<Cache> {
     /// Puts a cache of `size` bytes in front of `inner`, the disk of the file at `path`.
     /// `label` names the disk in statistics.
     pub fn open(inner: Arc<dyn Disk>, path: &Path, size: u64, label: &str) -> io::Result<Self> {
@@ -124,13 +127,12 @@ impl CachedDisk {
         label: &str,
     ) -> io::Result<Self> {
         let block_size = BLOCK_SIZE.max(inner.geometry().block_size as usize);
-        let cache = shared_cache(image, name, size, block_size)?;
-        Ok(CachedDisk {
-            capacity: Arc::new(AtomicU64::new(inner.geometry().capacity)),
-            inner,
-            cache,
+        let cache = Cache {
+            cache: shared_cache(image, name, size, block_size)?,
             stats: DiskStats::register(label),
-        })
+            capacity: Arc::new(AtomicU64::new(inner.geometry().capacity)),
+        };
+        Ok(Layered::new(inner, cache))
     }
 
     /// Reads the file from its start into the cache until the cache is full, so that the
@@ -138,24 +140,22 @@ impl CachedDisk {
     pub fn preload(&self, path: &Path) -> io::Result<u64> {
         const CHUNK: usize = 1 << 20;
         let file = std::fs::File::open(path)?;
-        let bs = self.cache.block_size();
-        let end = self.inner.geometry().capacity;
+        let cache = &self.layer().cache;
+        let bs = cache.block_size();
+        let end = self.below().geometry().capacity;
         let mut buf = vec![0u8; CHUNK];
         let mut offset = 0u64;
-        while offset < end && self.cache.resident() < self.cache.slots() {
+        while offset < end && cache.resident() < cache.slots() {
             let len = host_size((end - offset).min(CHUNK as u64));
             let blocks = len.div_ceil(bs);
             buf[..blocks * bs].fill(0);
             file.read_exact_at(&mut buf[..len], offset)?;
             let first = offset / bs as u64;
             let generations: Vec<u64> = (first..first + blocks as u64)
-                .map(|b| self.cache.generation(b))
+                .map(|b| cache.generation(b))
                 .collect();
             // SAFETY: `buf` holds `CHUNK >= blocks * bs` bytes.
-            unsafe {
-                self.cache
-                    .fill(first, blocks, buf.as_ptr(), &generations, false, false)
-            };
+            unsafe { cache.fill(first, blocks, buf.as_ptr(), &generations, false, false) };
             offset += len as u64;
         }
         Ok(offset)
@@ -163,75 +163,43 @@ impl CachedDisk {
 
     /// This disk's statistics so far.
     pub fn stats(&self) -> CacheStats {
-        self.stats.snapshot()
+        self.layer().stats.snapshot()
     }
 
     /// The cache's size and occupancy.
     pub fn footprint(&self) -> Footprint {
+        let cache = &self.layer().cache;
         Footprint {
-            budget: self.cache.budget(),
-            block_size: self.cache.block_size(),
-            slots: self.cache.slots(),
-            resident: self.cache.resident(),
+            budget: cache.budget(),
+            block_size: cache.block_size(),
+            slots: cache.slots(),
+            resident: cache.resident(),
         }
     }
 
     /// Whether both disks use the same cache.
     pub fn shares_cache_with(&self, other: &CachedDisk) -> bool {
-        Arc::ptr_eq(&self.cache, &other.cache)
+        Arc::ptr_eq(&self.layer().cache, &other.layer().cache)
     }
 }
 
-impl Disk for CachedDisk {
-    fn geometry(&self) -> Geometry {
-        self.inner.geometry()
-    }
-
-    fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
-        let inner = self.inner.engine(EngineOptions {
+impl Layer for Cache {
+    fn engine(&self, below: &dyn Disk, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
+        let inner = below.engine(EngineOptions {
             depth: options.depth + MAX_PREFETCH,
             ..options
         })?;
-        Ok(Box::new(CachedEngine::new(
-            inner,
+        let stage = CacheStage::new(
             self.cache.clone(),
             self.stats.clone(),
             self.capacity.clone(),
-            options.depth,
-        )))
+        );
+        Ok(Box::new(StagedEngine::new(stage, inner)))
     }
 
-    fn supports_discard(&self) -> bool {
-        self.inner.supports_discard()
-    }
-
-    fn writer_seat(&self) -> Option<Arc<crate::backend::WriterSeat>> {
-        self.inner.writer_seat()
-    }
-
-    fn export_begin(&self, scratch: std::fs::File) -> io::Result<Arc<crate::backend::Fleece>> {
-        self.inner.export_begin(scratch)
-    }
-
-    fn export_end(&self) {
-        self.inner.export_end();
-    }
-
-    fn snapshot(&self, to: std::fs::File) -> io::Result<super::SnapshotReport> {
-        self.inner.snapshot(to)
-    }
-
-    fn changes(&self) -> Option<Arc<crate::backend::ChangeMap>> {
-        self.inner.changes()
-    }
-
-    fn close(&self) {
-        self.inner.close();
-    }
-
-    fn on_resize(&self, listener: Box<dyn Fn(u64) + Send + Sync>) {
+    fn on_resize(&self, below: &dyn Disk, listener: Box<dyn Fn(u64) + Send + Sync>) {
         let (capacity, cache) = (self.capacity.clone(), self.cache.clone());
-        self.inner.on_resize(Box::new(move |bytes| {
+        below.on_resize(Box::new(move |bytes| {
             let before = capacity.swap(bytes, Ordering::AcqRel);
             // What lay past a new, smaller end must not come back if the image grows again.
             if bytes < before {
@@ -241,7 +209,7 @@ impl Disk for CachedDisk {
         }));
     }
 
-    fn resize(&self, bytes: u64, _shrink: bool) -> io::Result<u64> {
+    fn resize(&self, below: &dyn Disk, bytes: u64, _shrink: bool) -> io::Result<u64> {
         // Blocks cached past a new, smaller end would come back if the disk grew again.
         if bytes < self.capacity.load(Ordering::Relaxed) {
             return Err(io::Error::new(
@@ -249,12 +217,13 @@ impl Disk for CachedDisk {
                 "a disk with cache= only grows",
             ));
         }
-        let bytes = self.inner.resize(bytes, false)?;
+        let bytes = below.resize(bytes, false)?;
         self.capacity.store(bytes, Ordering::Relaxed);
         Ok(bytes)
     }
 
-    fn stats(&self) -> Vec<(&'static str, u64)> {
+    /// The cache's counters only.
+    fn stats(&self, _below: &dyn Disk) -> Vec<(&'static str, u64)> {
         let s = self.stats.snapshot();
         vec![
             ("cache_hits", s.hits),

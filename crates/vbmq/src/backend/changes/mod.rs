@@ -38,7 +38,7 @@ pub use self::map::{
     ChangeError, ChangeMap, Changes, Checkpoint, changes_path, file_mtime, image_mtime,
 };
 use super::write_hook::HookedEngine;
-use super::{Disk, Engine, EngineOptions, Geometry, SnapshotReport, WriterSeat};
+use super::{Disk, Engine, EngineOptions, Geometry};
 
 /// A disk whose changed blocks are recorded in named maps.
 pub struct TrackedDisk {
@@ -165,20 +165,8 @@ impl Disk for TrackedDisk {
         self.map.close();
     }
 
-    fn writer_seat(&self) -> Option<Arc<WriterSeat>> {
-        self.inner.writer_seat()
-    }
-
-    fn export_begin(&self, scratch: std::fs::File) -> io::Result<Arc<crate::backend::Fleece>> {
-        self.inner.export_begin(scratch)
-    }
-
-    fn export_end(&self) {
-        self.inner.export_end();
-    }
-
-    fn snapshot(&self, to: File) -> io::Result<SnapshotReport> {
-        self.inner.snapshot(to)
+    fn below(&self) -> Option<&dyn Disk> {
+        Some(&*self.inner)
     }
 
     fn changes(&self) -> Option<Arc<ChangeMap>> {

@@ -3,14 +3,15 @@
 //! a piece at a time; discard is dropped unless the disk passes it down.
 
 use std::io;
-use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use super::key_page::KeyPage;
-use super::xts::{SECTOR, Xts};
+use super::sector::SECTOR;
+use super::xts::Xts;
+use crate::backend::IoOp;
 use crate::backend::iovec::IovList;
+use crate::backend::layer::{Below, Stage};
 use crate::backend::staging::Staging;
-use crate::backend::{Engine, IoOp};
 use crate::host_size;
 
 /// Staging buffers kept for reuse.
@@ -27,13 +28,26 @@ enum Kind {
     Zeroes(usize),
 }
 
-/// A read or write in the inner engine.
-struct Pending {
+/// An operation in the inner engine.
+pub enum Pending {
+    /// Passed through as it is (a flush, a discard with `encrypt-discard=on`): the guest's tag.
+    Plain(u64),
+    /// A read or write through a staging buffer.
+    Staged(Staged),
+}
+
+/// A read or write through a staging buffer.
+pub struct Staged {
     tag: u64,
     staging: Staging,
     len: usize,
     kind: Kind,
 }
+
+// SAFETY: the raw pointers it holds are guest iovecs, valid until their operation is reaped (the
+// `Engine::push` contract), and its own staging buffer; it moves between threads only with its
+// queue's engine and is never shared.
+unsafe impl Send for Pending {}
 
 /// A write-zeroes range, written one piece at a time (so a request of 16 ranges of 1 GiB has
 /// 16 operations in flight, as many as its ranges).
@@ -90,44 +104,22 @@ fn crypt_segments(xts: &Xts, iov: &IovList, staging: &mut [u8], first: u64, encr
     }
 }
 
-/// A queue's engine over an encrypted disk.
-pub struct CryptEngine {
-    inner: Box<dyn Engine>,
+/// A queue's engine over an encrypted disk: the layer's part (see [`Stage`]).
+pub struct CryptStage {
     xts: Arc<KeyPage>,
     /// Discards go to the inner disk (`encrypt-discard=on`), else are answered at once.
     pass_discard: bool,
-    pending: Vec<Option<Pending>>,
     zero_jobs: Vec<Option<ZeroJob>>,
-    /// A piece was queued while reaping: submit it.
-    queued: bool,
-    free: Vec<usize>,
-    /// Completions decided at push time.
-    ready: Vec<(u64, i32)>,
     spare: Vec<Staging>,
-    finished: Vec<(u64, i32)>,
 }
 
-// SAFETY: the raw pointers it holds are guest iovecs, valid until their operation is reaped (the
-// `Engine::push` contract), and its own staging buffers; the engine moves between threads only
-// with its worker and is never shared.
-unsafe impl Send for CryptEngine {}
-
-/// Tags of operations passed through as they are (flushes, discards with `encrypt-discard=on`).
-const PLAIN: u64 = 1 << 63;
-
-impl CryptEngine {
-    pub fn new(inner: Box<dyn Engine>, xts: Arc<KeyPage>, pass_discard: bool) -> Self {
-        CryptEngine {
-            inner,
+impl CryptStage {
+    pub fn new(xts: Arc<KeyPage>, pass_discard: bool) -> Self {
+        CryptStage {
             xts,
             pass_discard,
-            pending: Vec::new(),
             zero_jobs: Vec::new(),
-            queued: false,
-            free: Vec::new(),
-            ready: Vec::new(),
             spare: Vec::new(),
-            finished: Vec::new(),
         }
     }
 
@@ -146,10 +138,17 @@ impl CryptEngine {
     }
 
     /// Queues a read or write of `len` bytes at `offset` through a staging buffer.
-    fn stage(&mut self, offset: u64, iov: IovList, tag: u64, write: bool) -> io::Result<()> {
+    fn stage(
+        &mut self,
+        below: &mut Below<Self>,
+        offset: u64,
+        iov: IovList,
+        tag: u64,
+        write: bool,
+    ) -> io::Result<()> {
         let len = iov.len();
         if !offset.is_multiple_of(SECTOR as u64) || !len.is_multiple_of(SECTOR) || len == 0 {
-            self.ready.push((tag, -libc::EINVAL));
+            below.answer(tag, -libc::EINVAL);
             return Ok(());
         }
         let mut staging = self.staging(len)?;
@@ -162,56 +161,25 @@ impl CryptEngine {
         } else {
             Kind::Read(iov, offset)
         };
-        self.queue(tag, staging, len, offset, kind)
-    }
-
-    /// Hands the read or write of `staging`'s first `len` bytes at `offset` to the inner engine.
-    fn queue(
-        &mut self,
-        tag: u64,
-        mut staging: Staging,
-        len: usize,
-        offset: u64,
-        kind: Kind,
-    ) -> io::Result<()> {
-        let iov = staging.list(len);
-        let op = match kind {
-            Kind::Read(..) => IoOp::Read { offset, iov },
-            Kind::Write | Kind::Zeroes(_) => IoOp::Write { offset, iov },
-        };
-        let slot = match self.free.pop() {
-            Some(slot) => slot,
-            None => {
-                self.pending.push(None);
-                self.pending.len() - 1
-            }
-        };
-        self.pending[slot] = Some(Pending {
-            tag,
-            staging,
-            len,
-            kind,
-        });
-        if let Err(e) = self.inner.push(op, slot as u64) {
-            if let Some(p) = self.pending[slot].take() {
-                self.recycle(p.staging);
-            }
-            self.free.push(slot);
-            return Err(e);
-        }
-        Ok(())
+        queue(below, tag, staging, len, offset, kind)
     }
 
     /// Write-zeroes of `len` bytes at `offset`: the ciphertext of zero sectors is written (a
     /// hole or zeros in the image would show which ranges the guest zeroed).
-    fn zeroes(&mut self, offset: u64, len: u64, tag: u64) -> io::Result<()> {
+    fn zeroes(
+        &mut self,
+        below: &mut Below<Self>,
+        offset: u64,
+        len: u64,
+        tag: u64,
+    ) -> io::Result<()> {
         let sector = SECTOR as u64;
         if !offset.is_multiple_of(sector) || !len.is_multiple_of(sector) {
-            self.ready.push((tag, -libc::EINVAL));
+            below.answer(tag, -libc::EINVAL);
             return Ok(());
         }
         if len == 0 {
-            self.ready.push((tag, 0));
+            below.answer(tag, 0);
             return Ok(());
         }
         let job = ZeroJob {
@@ -228,7 +196,7 @@ impl CryptEngine {
             }
         };
         self.zero_jobs[index] = Some(job);
-        let queued = self.next_piece(index);
+        let queued = self.next_piece(below, index);
         if queued.is_err() {
             self.zero_jobs[index] = None;
         }
@@ -236,7 +204,7 @@ impl CryptEngine {
     }
 
     /// Queues the next piece of write-zeroes job `index`.
-    fn next_piece(&mut self, index: usize) -> io::Result<()> {
+    fn next_piece(&mut self, below: &mut Below<Self>, index: usize) -> io::Result<()> {
         let Some(job) = self.zero_jobs.get_mut(index).and_then(Option::as_mut) else {
             return Ok(());
         };
@@ -247,22 +215,25 @@ impl CryptEngine {
         let buf = staging.bytes(len);
         buf.fill(0);
         self.xts.encrypt(buf, offset / SECTOR as u64);
-        self.queue(tag, staging, len, offset, Kind::Zeroes(index))
+        queue(below, tag, staging, len, offset, Kind::Zeroes(index))
     }
 
     /// A piece of write-zeroes job `index` finished with `ok` (or `error`): the guest's
     /// completion once the last one has.
-    fn piece_done(&mut self, index: usize, ok: bool, error: i32) -> Option<(u64, i32)> {
+    fn piece_done(
+        &mut self,
+        below: &mut Below<Self>,
+        index: usize,
+        ok: bool,
+        error: i32,
+    ) -> Option<(u64, i32)> {
         let job = self.zero_jobs.get_mut(index)?.as_mut()?;
         if !ok && job.error == 0 {
             job.error = error;
         }
         if job.error == 0 && job.next < job.end {
-            match self.next_piece(index) {
-                Ok(()) => {
-                    self.queued = true;
-                    return None;
-                }
+            match self.next_piece(below, index) {
+                Ok(()) => return None,
                 Err(e) => {
                     crate::limited!(warn, "encrypted disk: write-zeroes: {e}");
                     if let Some(job) = self.zero_jobs.get_mut(index).and_then(Option::as_mut) {
@@ -275,20 +246,19 @@ impl CryptEngine {
         Some((job.tag, job.error))
     }
 
-    /// The guest's completion of inner operation `slot`.
-    fn complete(&mut self, slot: u64, result: i32) -> Option<(u64, i32)> {
-        if slot & PLAIN != 0 {
-            return Some((slot & !PLAIN, result));
-        }
-        let index = host_size(slot);
-        let mut p = self.pending.get_mut(index)?.take()?;
-        self.free.push(index);
+    /// The guest's completion of staged operation `p`.
+    fn finish(
+        &mut self,
+        below: &mut Below<Self>,
+        mut p: Staged,
+        result: i32,
+    ) -> Option<(u64, i32)> {
         let whole = usize::try_from(result).is_ok_and(|n| n == p.len);
         let error = if result < 0 { result } else { -libc::EIO };
         let result = match (whole, p.kind) {
             (_, Kind::Zeroes(index)) => {
                 self.recycle(p.staging);
-                return self.piece_done(index, whole, error);
+                return self.piece_done(below, index, whole, error);
             }
             (false, _) => error,
             (true, Kind::Read(iov, offset)) => {
@@ -304,90 +274,56 @@ impl CryptEngine {
     }
 }
 
-impl Engine for CryptEngine {
-    fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()> {
-        match op {
-            IoOp::Read { offset, iov } => self.stage(offset, iov, tag, false),
-            IoOp::Write { offset, iov } => self.stage(offset, iov, tag, true),
-            IoOp::WriteZeroes { offset, len, .. } => self.zeroes(offset, len, tag),
-            IoOp::Flush if tag & PLAIN == 0 => self.inner.push(op, tag | PLAIN),
-            IoOp::Discard { .. } if self.pass_discard && tag & PLAIN == 0 => {
-                self.inner.push(op, tag | PLAIN)
-            }
-            // Dropped: the range keeps its old ciphertext (a hole would show it is unused).
-            IoOp::Discard { .. } => {
-                self.ready.push((tag, 0));
-                Ok(())
-            }
-            IoOp::Flush => {
-                self.ready.push((tag, -libc::EINVAL));
-                Ok(())
-            }
-        }
-    }
-
-    fn submit(&mut self) -> io::Result<()> {
-        self.inner.submit()
-    }
-
-    fn wait(&mut self) -> io::Result<()> {
-        if self.ready.is_empty() {
-            self.inner.wait()
-        } else {
-            self.inner.submit()
-        }
-    }
-
-    fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
-        for (tag, result) in self.ready.drain(..) {
-            done(tag, result);
-        }
-        let mut finished = std::mem::take(&mut self.finished);
-        self.inner
-            .reap(&mut |tag, result| finished.push((tag, result)));
-        for (slot, result) in finished.drain(..) {
-            if let Some((tag, result)) = self.complete(slot, result) {
-                done(tag, result);
-            }
-        }
-        self.finished = finished;
-        if std::mem::take(&mut self.queued)
-            && let Err(e) = self.inner.submit()
-        {
-            crate::limited!(debug, "encrypted disk: submit: {e}");
-        }
-    }
-
-    fn completion_fd(&self) -> Option<RawFd> {
-        self.inner.completion_fd()
-    }
-
-    unsafe fn guest_memory(&mut self, regions: &[libc::iovec]) -> io::Result<()> {
-        // SAFETY: the caller's promise, passed on.
-        unsafe { self.inner.guest_memory(regions) }
-    }
+/// Hands the read or write of `staging`'s first `len` bytes at `offset` to the inner engine.
+fn queue(
+    below: &mut Below<CryptStage>,
+    tag: u64,
+    mut staging: Staging,
+    len: usize,
+    offset: u64,
+    kind: Kind,
+) -> io::Result<()> {
+    let iov = staging.list(len);
+    let op = match kind {
+        Kind::Read(..) => IoOp::Read { offset, iov },
+        Kind::Write | Kind::Zeroes(_) => IoOp::Write { offset, iov },
+    };
+    let pending = Pending::Staged(Staged {
+        tag,
+        staging,
+        len,
+        kind,
+    });
+    below.forward(op, pending)
 }
 
-impl Drop for CryptEngine {
-    fn drop(&mut self) {
-        // The kernel writes into staging buffers until their reads complete.
-        while self.pending.iter().any(Option::is_some) {
-            if let Err(e) = self.inner.wait() {
-                crate::limited!(error, "encrypted disk: cannot wait for I/O to finish: {e}");
-                for p in self.pending.iter_mut().filter_map(Option::take) {
-                    std::mem::forget(p.staging);
-                }
-                return;
+impl Stage for CryptStage {
+    type Pending = Pending;
+    type Below = Box<dyn crate::backend::Engine>;
+    const NAME: &'static str = "encrypted disk";
+
+    fn push(&mut self, below: &mut Below<Self>, op: IoOp, tag: u64) -> io::Result<()> {
+        match op {
+            IoOp::Read { offset, iov } => self.stage(below, offset, iov, tag, false),
+            IoOp::Write { offset, iov } => self.stage(below, offset, iov, tag, true),
+            IoOp::WriteZeroes { offset, len, .. } => self.zeroes(below, offset, len, tag),
+            IoOp::Flush => below.forward(op, Pending::Plain(tag)),
+            IoOp::Discard { .. } if self.pass_discard => below.forward(op, Pending::Plain(tag)),
+            // Dropped: the range keeps its old ciphertext (a hole would show it is unused).
+            IoOp::Discard { .. } => {
+                below.answer(tag, 0);
+                Ok(())
             }
-            let mut finished = Vec::new();
-            self.inner
-                .reap(&mut |tag, result| finished.push((tag, result)));
-            for (slot, _) in finished {
-                // Completed: its staging buffer may go; the guest hears nothing.
-                if slot & PLAIN == 0 {
-                    let _ = self.pending.get_mut(host_size(slot)).and_then(Option::take);
-                }
-            }
+        }
+    }
+
+    fn complete(&mut self, below: &mut Below<Self>, pending: Pending, result: i32) {
+        let answer = match pending {
+            Pending::Plain(tag) => Some((tag, result)),
+            Pending::Staged(p) => self.finish(below, p, result),
+        };
+        if let Some((tag, result)) = answer {
+            below.answer(tag, result);
         }
     }
 }

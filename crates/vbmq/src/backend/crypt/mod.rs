@@ -17,6 +17,7 @@
 
 mod engine;
 mod key_page;
+mod sector;
 mod wide;
 mod xts;
 
@@ -29,9 +30,10 @@ use std::time::{Duration, Instant};
 
 use crate::held_files::{self, Held};
 
-use self::engine::CryptEngine;
+use self::engine::CryptStage;
 use self::key_page::KeyPage;
-use super::{Disk, Engine, EngineOptions, Geometry};
+use super::layer::{Layer, Layered, StagedEngine};
+use super::{Disk, Engine, EngineOptions, Fleece};
 
 /// Bytes of an `encrypt=aes-xts` key: two AES-256 keys.
 pub const KEY_LEN: usize = 64;
@@ -40,8 +42,10 @@ pub const KEY_LEN: usize = 64;
 pub const KEY_WAIT: Duration = Duration::from_secs(10);
 
 /// A disk whose image holds ciphertext only.
-pub struct EncryptedDisk {
-    inner: Arc<dyn Disk>,
+pub type EncryptedDisk = Layered<Crypt>;
+
+/// The layer that encrypts what it writes below and decrypts what it reads.
+pub struct Crypt {
     xts: Arc<KeyPage>,
     /// Discards reach the image (`encrypt-discard=on` and the image takes them).
     pass_discard: bool,
@@ -126,7 +130,7 @@ fn read_some(file: &mut File, buf: &mut [u8], deadline: Option<Instant>) -> io::
     }
 }
 
-impl EncryptedDisk {
+impl Layered<Crypt> {
     /// Encrypts `inner` with the key read from `key_file`; `pass_discard`: discards reach
     /// `inner` (revealing which ranges are unused) instead of being dropped.
     pub fn open(inner: Arc<dyn Disk>, key_file: &Path, pass_discard: bool) -> io::Result<Self> {
@@ -151,67 +155,32 @@ impl EncryptedDisk {
         key_file: Held,
     ) -> io::Result<Self> {
         let pass_discard = pass_discard && inner.supports_discard();
-        Ok(EncryptedDisk {
-            inner,
+        let crypt = Crypt {
             xts: Arc::new(xts),
             pass_discard,
             _key_file: key_file,
-        })
+        };
+        Ok(Layered::new(inner, crypt))
     }
 }
 
-impl Disk for EncryptedDisk {
-    fn geometry(&self) -> Geometry {
-        self.inner.geometry()
-    }
-
-    fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
-        Ok(Box::new(CryptEngine::new(
-            self.inner.engine(options)?,
-            self.xts.clone(),
-            self.pass_discard,
-        )))
+impl Layer for Crypt {
+    fn engine(&self, below: &dyn Disk, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
+        let stage = CryptStage::new(self.xts.clone(), self.pass_discard);
+        Ok(Box::new(StagedEngine::new(stage, below.engine(options)?)))
     }
 
     /// Write-zeroes is written as ciphertext; discard is dropped or passed down.
-    fn supports_discard(&self) -> bool {
+    fn supports_discard(&self, _below: &dyn Disk) -> bool {
         true
     }
 
-    fn stats(&self) -> Vec<(&'static str, u64)> {
-        self.inner.stats()
-    }
-
-    fn resize(&self, bytes: u64, shrink: bool) -> io::Result<u64> {
-        self.inner.resize(bytes, shrink)
-    }
-
-    fn on_resize(&self, listener: Box<dyn Fn(u64) + Send + Sync>) {
-        self.inner.on_resize(listener);
-    }
-
-    fn close(&self) {
-        self.inner.close();
-    }
-
-    fn writer_seat(&self) -> Option<Arc<super::WriterSeat>> {
-        self.inner.writer_seat()
-    }
-
-    fn export_begin(&self, scratch: std::fs::File) -> io::Result<Arc<super::Fleece>> {
+    fn export_begin(&self, _below: &dyn Disk, scratch: File) -> io::Result<Arc<Fleece>> {
         drop(scratch);
         // The snapshot layer lies below the cipher: its blocks are ciphertext.
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
             "an encrypted disk has no export yet (it would serve ciphertext)",
         ))
-    }
-
-    fn snapshot(&self, to: std::fs::File) -> io::Result<super::SnapshotReport> {
-        self.inner.snapshot(to)
-    }
-
-    fn changes(&self) -> Option<Arc<super::ChangeMap>> {
-        self.inner.changes()
     }
 }

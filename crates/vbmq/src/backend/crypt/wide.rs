@@ -2,7 +2,7 @@
 
 use aes::Block;
 
-use super::xts::{BLOCKS, CHUNK, next};
+use super::sector::{BLOCKS, CHUNK, next};
 
 /// Whether the CPU has what [`mask`] needs.
 pub fn available() -> bool {

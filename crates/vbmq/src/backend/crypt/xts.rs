@@ -10,14 +10,8 @@
 use aes::cipher::{BlockCipherDecrypt, BlockCipherEncrypt, KeyInit};
 use aes::{Aes256, Block};
 
+use super::sector::{BLOCKS, CHUNK, SECTOR, next};
 use super::wide;
-
-/// Bytes of a sector: the unit with its own tweak.
-pub const SECTOR: usize = 512;
-/// AES blocks in a sector.
-pub(super) const BLOCKS: usize = SECTOR / 16;
-/// Sectors encrypted in one call of the `aes` crate.
-pub(super) const CHUNK: usize = 8;
 
 /// The two AES-256 keys of XTS.
 pub struct Xts {
@@ -25,11 +19,6 @@ pub struct Xts {
     tweak: Aes256,
     /// The CPU has AVX-512 F and BW: masks are applied 4 blocks at a time.
     wide: bool,
-}
-
-/// The mask of the next block: the current one times alpha in GF(2^128).
-pub(super) fn next(t: u128) -> u128 {
-    (t << 1) ^ if t >> 127 != 0 { 0x87 } else { 0 }
 }
 
 impl Xts {

@@ -42,7 +42,7 @@ use self::engine::SnapshotHook;
 pub use self::fleece::Fleece;
 use self::session::{CopyFirst, Session, Source};
 use super::write_hook::HookedEngine;
-use super::{Disk, Engine, EngineOptions, FileDisk, Geometry, ThinDisk, WriterSeat};
+use super::{Disk, Engine, EngineOptions, FileDisk, Geometry, ThinDisk};
 
 /// Bytes copied at a time from a file image: the unit of copy-before-write (a guest write
 /// waits for the copy of the 64 KiB around it; the background copy takes 16 at a time).
@@ -308,8 +308,8 @@ impl Disk for SnapshotDisk {
         self.inner.close();
     }
 
-    fn writer_seat(&self) -> Option<Arc<WriterSeat>> {
-        self.inner.writer_seat()
+    fn below(&self) -> Option<&dyn Disk> {
+        Some(&*self.inner)
     }
 
     fn snapshot(&self, to: File) -> io::Result<SnapshotReport> {

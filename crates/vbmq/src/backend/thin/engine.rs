@@ -9,12 +9,12 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::map::ThinMap;
 use crate::backend::iovec::IovList;
+use crate::backend::layer::{Below, Slab, Stage};
 use crate::backend::staging::Staging;
 use crate::backend::uring::UringEngine;
 use crate::backend::{Engine, IoOp};
@@ -43,7 +43,7 @@ struct Job {
 }
 
 /// What an operation in the ring is for.
-enum Op {
+pub enum Op {
     /// The guest's request as it came: its result is the guest's.
     Whole(u64),
     /// A part of a split request, with its own iovecs and the bytes it must move.
@@ -61,46 +61,14 @@ enum Op {
     Zeroed { parent: usize, blocks: Vec<u64> },
 }
 
-/// Slab of values addressed by index.
-struct Slab<T>(Vec<Option<T>>, Vec<usize>);
+// SAFETY: the raw pointers it holds are guest iovecs, valid until their operation is reaped (the
+// `Engine::push` contract); it moves between threads only with its queue's engine.
+unsafe impl Send for Op {}
 
-impl<T> Slab<T> {
-    fn new() -> Self {
-        Slab(Vec::new(), Vec::new())
-    }
-    fn insert(&mut self, value: T) -> usize {
-        match self.1.pop() {
-            Some(i) => {
-                self.0[i] = Some(value);
-                i
-            }
-            None => {
-                self.0.push(Some(value));
-                self.0.len() - 1
-            }
-        }
-    }
-    fn take(&mut self, i: usize) -> Option<T> {
-        let value = self.0.get_mut(i)?.take()?;
-        self.1.push(i);
-        Some(value)
-    }
-    fn get_mut(&mut self, i: usize) -> Option<&mut T> {
-        self.0.get_mut(i)?.as_mut()
-    }
-    fn is_empty(&self) -> bool {
-        self.0.iter().all(Option::is_none)
-    }
-}
-
-/// A queue's engine over a thin disk.
-pub struct ThinEngine {
-    ring: UringEngine,
+/// A queue's engine over a thin disk: the disk's part (see [`Stage`]) over its ring.
+pub struct ThinStage {
     map: Arc<ThinMap>,
     copy_on_read: bool,
-    /// Completions decided at push time.
-    ready: Vec<(u64, i32)>,
-    ops: Slab<Op>,
     parents: Slab<Parent>,
     jobs: Slab<Job>,
     /// Jobs whose block is written, to commit at the end of the pass.
@@ -109,17 +77,13 @@ pub struct ThinEngine {
     zeroed: Vec<(usize, Vec<u64>)>,
     /// Writes waiting for a block another job holds.
     deferred: VecDeque<(IoOp, u64)>,
-    /// Operations in the ring.
-    in_ring: usize,
     spare: Vec<Staging>,
-    /// The ring's completions of one reap, kept for the next.
-    finished: Vec<(u64, i32)>,
 }
 
 // SAFETY: the raw pointers it holds are guest iovecs, valid until their operation is reaped (the
 // `Engine::push` contract), and its own staging buffers; the engine moves between threads only
 // with its worker and is never shared.
-unsafe impl Send for ThinEngine {}
+unsafe impl Send for ThinStage {}
 
 /// The iovecs of bytes `[at, at + len)` of `list`.
 fn slice(list: IovList, mut at: usize, mut len: usize) -> Vec<libc::iovec> {
@@ -149,41 +113,27 @@ fn errno(e: &io::Error) -> i32 {
     -e.raw_os_error().unwrap_or(libc::EIO)
 }
 
-impl ThinEngine {
-    pub fn new(ring: UringEngine, map: Arc<ThinMap>, copy_on_read: bool) -> Self {
-        ThinEngine {
-            ring,
+impl ThinStage {
+    pub fn new(map: Arc<ThinMap>, copy_on_read: bool) -> Self {
+        ThinStage {
             map,
             copy_on_read,
-            ready: Vec::new(),
-            ops: Slab::new(),
             parents: Slab::new(),
             jobs: Slab::new(),
             written: Vec::new(),
             zeroed: Vec::new(),
             deferred: VecDeque::new(),
-            in_ring: 0,
             spare: Vec::new(),
-            finished: Vec::new(),
         }
     }
 
     /// Queues `op` on DISK (`base`: a read of BASE) for `what`.
-    fn forward(&mut self, io: IoOp, base: bool, what: Op) -> io::Result<()> {
-        let tag = self.ops.insert(what) as u64;
-        let pushed = match io {
-            IoOp::Read { offset, iov } if base => self.ring.push_base_read(offset, iov, tag),
-            _ => self.ring.push(io, tag),
-        };
-        match pushed {
-            Ok(()) => {
-                self.in_ring += 1;
-                Ok(())
+    fn forward(below: &mut Below<Self>, io: IoOp, base: bool, what: Op) -> io::Result<()> {
+        match io {
+            IoOp::Read { offset, iov } if base => {
+                below.forward_with(what, |ring, tag| ring.push_base_read(offset, iov, tag))
             }
-            Err(e) => {
-                self.ops.take(host_size(tag));
-                Err(e)
-            }
+            _ => below.forward(io, what),
         }
     }
 
@@ -193,24 +143,36 @@ impl ThinEngine {
         (offset / bs, (offset + len as u64).div_ceil(bs))
     }
 
-    fn push_read(&mut self, offset: u64, iov: IovList, tag: u64) -> io::Result<()> {
+    fn push_read(
+        &mut self,
+        below: &mut Below<Self>,
+        offset: u64,
+        iov: IovList,
+        tag: u64,
+    ) -> io::Result<()> {
         let len = iov.len();
         let (first, end) = self.blocks(offset, len);
         let present = (first..end).filter(|b| self.map.is_present(*b)).count() as u64;
         if len == 0 || present == end - first {
-            return self.forward(IoOp::Read { offset, iov }, false, Op::Whole(tag));
+            return Self::forward(below, IoOp::Read { offset, iov }, false, Op::Whole(tag));
         }
         if present == 0 && !self.copy_on_read {
-            return self.forward(IoOp::Read { offset, iov }, true, Op::Whole(tag));
+            return Self::forward(below, IoOp::Read { offset, iov }, true, Op::Whole(tag));
         }
-        self.split(offset, iov, tag, false)
+        self.split(below, offset, iov, tag, false)
     }
 
-    fn push_write(&mut self, offset: u64, iov: IovList, tag: u64) -> io::Result<()> {
+    fn push_write(
+        &mut self,
+        below: &mut Below<Self>,
+        offset: u64,
+        iov: IovList,
+        tag: u64,
+    ) -> io::Result<()> {
         let len = iov.len();
         let (first, end) = self.blocks(offset, len);
         if (first..end).all(|b| self.map.is_present(b)) {
-            return self.forward(IoOp::Write { offset, iov }, false, Op::Whole(tag));
+            return Self::forward(below, IoOp::Write { offset, iov }, false, Op::Whole(tag));
         }
         // Claim every block DISK lacks, or none.
         let mut claimed = Vec::new();
@@ -229,16 +191,23 @@ impl ThinEngine {
         for block in claimed {
             self.release_if_present(block);
         }
-        self.split(offset, iov, tag, true)
+        self.split(below, offset, iov, tag, true)
     }
 
     /// Serves a request block by block: runs of blocks DISK holds go to DISK, blocks it lacks
     /// to BASE (reads) or to a copy job (writes, claimed by the caller; reads with copy on
     /// read, claimed here when free).
-    fn split(&mut self, offset: u64, iov: IovList, tag: u64, write: bool) -> io::Result<()> {
+    fn split(
+        &mut self,
+        below: &mut Below<Self>,
+        offset: u64,
+        iov: IovList,
+        tag: u64,
+        write: bool,
+    ) -> io::Result<()> {
         let len = iov.len();
         let Ok(total) = i32::try_from(len) else {
-            self.ready.push((tag, -libc::EINVAL));
+            below.answer(tag, -libc::EINVAL);
             return Ok(());
         };
         let bs = self.map.block_size();
@@ -273,6 +242,7 @@ impl ThinEngine {
             let (at, n) = (host_size(from - offset), host_size(to - from));
             let result = if claimed {
                 self.start_job(
+                    below,
                     block,
                     iov,
                     at,
@@ -298,7 +268,8 @@ impl ThinEngine {
                         iov: list,
                     }
                 };
-                self.forward(
+                Self::forward(
+                    below,
                     io,
                     !present,
                     Op::Part {
@@ -332,19 +303,26 @@ impl ThinEngine {
             }
             block = run_end;
         }
-        self.part_done(parent, 0);
+        self.part_done(below, parent, 0);
         Ok(())
     }
 
     /// Write-zeroes: blocks it covers whole are zeroed on DISK in one operation and recorded
     /// (those DISK lacked); a block it covers in part is zeroed on DISK if DISK holds it, else
     /// copied from the base with the part zeroed, as a write.
-    fn push_zeroes(&mut self, offset: u64, len: u64, unmap: bool, tag: u64) -> io::Result<()> {
+    fn push_zeroes(
+        &mut self,
+        below: &mut Below<Self>,
+        offset: u64,
+        len: u64,
+        unmap: bool,
+        tag: u64,
+    ) -> io::Result<()> {
         let bs = self.map.block_size();
         let stop = offset.saturating_add(len);
         let (first, end) = (offset / bs, stop.div_ceil(bs));
         if first >= end {
-            self.ready.push((tag, 0));
+            below.answer(tag, 0);
             return Ok(());
         }
         let mut claimed = Vec::new();
@@ -384,7 +362,8 @@ impl ThinEngine {
             let n = host_size(to - from);
             result = if let Some(i) = partial.iter().position(|b| *b == block) {
                 partial.swap_remove(i);
-                let started = self.start_zero_job(block, host_size(from - block * bs), n, parent);
+                let started =
+                    self.start_zero_job(below, block, host_size(from - block * bs), n, parent);
                 if started.is_err() {
                     self.map.release(block);
                 }
@@ -400,7 +379,7 @@ impl ThinEngine {
                     _iovs: Vec::new(),
                     expect: 0,
                 };
-                self.forward(op, false, part)
+                Self::forward(below, op, false, part)
             };
             if result.is_err() {
                 break;
@@ -418,7 +397,7 @@ impl ThinEngine {
                 unmap,
             };
             let blocks = std::mem::take(&mut lacking);
-            let forwarded = self.forward(op, false, Op::Zeroed { parent, blocks });
+            let forwarded = Self::forward(below, op, false, Op::Zeroed { parent, blocks });
             match forwarded {
                 Ok(()) => {
                     if let Some(p) = self.parents.get_mut(parent) {
@@ -439,13 +418,14 @@ impl ThinEngine {
         if let Err(e) = result {
             self.fail(parent, errno(&e));
         }
-        self.part_done(parent, 0);
+        self.part_done(below, parent, 0);
         Ok(())
     }
 
     /// Copies `block` from the base with `n` bytes from `within` zeroed (claimed by the caller).
     fn start_zero_job(
         &mut self,
+        below: &mut Below<Self>,
         block: u64,
         within: usize,
         n: usize,
@@ -466,7 +446,7 @@ impl ThinEngine {
             zero: Some((within, n)),
             parent,
         });
-        let result = self.read_block(job);
+        let result = self.read_block(below, job);
         if result.is_err()
             && let Some(job) = self.jobs.take(job)
         {
@@ -487,6 +467,7 @@ impl ThinEngine {
     #[allow(clippy::too_many_arguments)]
     fn start_job(
         &mut self,
+        below: &mut Below<Self>,
         block: u64,
         iov: IovList,
         at: usize,
@@ -512,9 +493,9 @@ impl ThinEngine {
             parent,
         });
         let result = if write && within == 0 && n == len {
-            self.write_block(job)
+            self.write_block(below, job)
         } else {
-            self.read_block(job)
+            self.read_block(below, job)
         };
         if result.is_err()
             && let Some(job) = self.jobs.take(job)
@@ -524,17 +505,22 @@ impl ThinEngine {
         result
     }
 
-    fn read_block(&mut self, job: usize) -> io::Result<()> {
+    fn read_block(&mut self, below: &mut Below<Self>, job: usize) -> io::Result<()> {
         let bs = self.map.block_size();
         let Some(j) = self.jobs.get_mut(job) else {
             return Err(io::Error::other("no such job"));
         };
         let (offset, list) = (j.block * bs, j.staging.list(j.len));
-        self.forward(IoOp::Read { offset, iov: list }, true, Op::BaseRead(job))
+        Self::forward(
+            below,
+            IoOp::Read { offset, iov: list },
+            true,
+            Op::BaseRead(job),
+        )
     }
 
     /// Lays the guest's bytes over the staged block and writes the block to DISK.
-    fn write_block(&mut self, job: usize) -> io::Result<()> {
+    fn write_block(&mut self, below: &mut Below<Self>, job: usize) -> io::Result<()> {
         let bs = self.map.block_size();
         let Some(j) = self.jobs.get_mut(job) else {
             return Err(io::Error::other("no such job"));
@@ -548,7 +534,12 @@ impl ThinEngine {
             j.staging.bytes(j.len)[within..within + n].fill(0);
         }
         let (offset, list) = (j.block * bs, j.staging.list(j.len));
-        self.forward(IoOp::Write { offset, iov: list }, false, Op::DataWrite(job))
+        Self::forward(
+            below,
+            IoOp::Write { offset, iov: list },
+            false,
+            Op::DataWrite(job),
+        )
     }
 
     fn fail(&mut self, parent: usize, error: i32) {
@@ -560,7 +551,7 @@ impl ThinEngine {
     }
 
     /// One part of `parent` finished with `error` (0: fine).
-    fn part_done(&mut self, parent: usize, error: i32) {
+    fn part_done(&mut self, below: &mut Below<Self>, parent: usize, error: i32) {
         if error != 0 {
             self.fail(parent, error);
         }
@@ -572,12 +563,12 @@ impl ThinEngine {
             && let Some(p) = self.parents.take(parent)
         {
             let result = if p.error != 0 { p.error } else { p.total };
-            self.ready.push((p.tag, result));
+            below.answer(p.tag, result);
         }
     }
 
     /// Ends a job: its block is given back, its parent hears `error`.
-    fn end_job(&mut self, job: usize, error: i32) {
+    fn end_job(&mut self, below: &mut Below<Self>, job: usize, error: i32) {
         let Some(j) = self.jobs.take(job) else {
             return;
         };
@@ -588,16 +579,12 @@ impl ThinEngine {
             unsafe { iov.copy_in(at, j.staging.as_ptr().add(within), n) };
         }
         self.map.release(j.block);
-        self.part_done(j.parent, error);
+        self.part_done(below, j.parent, error);
         self.spare.push(j.staging);
     }
 
     /// Handles one completion of the ring.
-    fn complete(&mut self, tag: u64, result: i32) {
-        let Some(op) = self.ops.take(host_size(tag)) else {
-            return;
-        };
-        self.in_ring -= 1;
+    fn finish(&mut self, below: &mut Below<Self>, op: Op, result: i32) {
         let short = |expect: usize| {
             if result < 0 {
                 result
@@ -608,18 +595,18 @@ impl ThinEngine {
             }
         };
         match op {
-            Op::Whole(tag) => self.ready.push((tag, result)),
-            Op::Part { parent, expect, .. } => self.part_done(parent, short(expect)),
+            Op::Whole(tag) => below.answer(tag, result),
+            Op::Part { parent, expect, .. } => self.part_done(below, parent, short(expect)),
             Op::BaseRead(job) => {
                 let len = self.jobs.get_mut(job).map_or(0, |j| j.len);
                 let error = short(len);
                 let error = if error == 0 {
-                    self.write_block(job).err().map_or(0, |e| errno(&e))
+                    self.write_block(below, job).err().map_or(0, |e| errno(&e))
                 } else {
                     error
                 };
                 if error != 0 {
-                    self.end_job(job, error);
+                    self.end_job(below, job, error);
                 }
             }
             Op::Zeroed { parent, blocks } => match short(0) {
@@ -628,21 +615,21 @@ impl ThinEngine {
                     for block in blocks {
                         self.map.release(block);
                     }
-                    self.part_done(parent, error);
+                    self.part_done(below, parent, error);
                 }
             },
             Op::DataWrite(job) => {
                 let len = self.jobs.get_mut(job).map_or(0, |j| j.len);
                 match short(len) {
                     0 => self.written.push(job),
-                    error => self.end_job(job, error),
+                    error => self.end_job(below, job, error),
                 }
             }
         }
     }
 
     /// Records the blocks written this pass, then acknowledges their requests.
-    fn commit(&mut self) {
+    fn commit(&mut self, below: &mut Below<Self>) {
         if self.written.is_empty() && self.zeroed.is_empty() {
             return;
         }
@@ -650,7 +637,7 @@ impl ThinEngine {
         let zeroed = std::mem::take(&mut self.zeroed);
         let mut blocks: Vec<u64> = jobs
             .iter()
-            .filter_map(|j| self.jobs.0.get(*j)?.as_ref().map(|j| j.block))
+            .filter_map(|j| self.jobs.get(*j).map(|j| j.block))
             .collect();
         blocks.extend(zeroed.iter().flat_map(|(_, blocks)| blocks.iter().copied()));
         let error = match self.map.commit(&blocks) {
@@ -661,127 +648,99 @@ impl ThinEngine {
             }
         };
         for job in jobs {
-            self.end_job(job, error);
+            self.end_job(below, job, error);
         }
         for (parent, blocks) in zeroed {
             for block in blocks {
                 self.map.release(block);
             }
-            self.part_done(parent, error);
+            self.part_done(below, parent, error);
         }
     }
 
     /// Tries the writes that waited for a block again.
-    fn retry_deferred(&mut self) {
+    fn retry_deferred(&mut self, below: &mut Below<Self>) {
         for _ in 0..self.deferred.len() {
             let Some((op, tag)) = self.deferred.pop_front() else {
                 break;
             };
-            if let Err(e) = self.push(op, tag) {
-                self.ready.push((tag, errno(&e)));
+            if let Err(e) = self.push(below, op, tag) {
+                below.answer(tag, errno(&e));
             }
         }
     }
 }
 
-impl Engine for ThinEngine {
-    fn push(&mut self, op: IoOp, tag: u64) -> io::Result<()> {
+impl Stage for ThinStage {
+    type Pending = Op;
+    type Below = UringEngine;
+    const NAME: &'static str = "thin disk";
+
+    fn push(&mut self, below: &mut Below<Self>, op: IoOp, tag: u64) -> io::Result<()> {
         match op {
-            IoOp::Read { offset, iov } => self.push_read(offset, iov, tag),
-            IoOp::Write { offset, iov } => self.push_write(offset, iov, tag),
-            IoOp::Flush => self.forward(op, false, Op::Whole(tag)),
+            IoOp::Read { offset, iov } => self.push_read(below, offset, iov, tag),
+            IoOp::Write { offset, iov } => self.push_write(below, offset, iov, tag),
+            IoOp::Flush => Self::forward(below, op, false, Op::Whole(tag)),
             // Advisory: blocks DISK lacks keep reading the base.
-            IoOp::Discard { .. } => self.forward(op, false, Op::Whole(tag)),
-            IoOp::WriteZeroes { offset, len, unmap } => self.push_zeroes(offset, len, unmap, tag),
+            IoOp::Discard { .. } => Self::forward(below, op, false, Op::Whole(tag)),
+            IoOp::WriteZeroes { offset, len, unmap } => {
+                self.push_zeroes(below, offset, len, unmap, tag)
+            }
         }
     }
 
-    fn submit(&mut self) -> io::Result<()> {
-        self.ring.submit()
+    fn complete(&mut self, below: &mut Below<Self>, op: Op, result: i32) {
+        self.finish(below, op, result);
     }
 
-    fn wait(&mut self) -> io::Result<()> {
-        if !self.ready.is_empty() || !self.written.is_empty() || !self.zeroed.is_empty() {
-            return self.ring.submit();
+    fn end_pass(&mut self, below: &mut Below<Self>) {
+        self.commit(below);
+        if !self.deferred.is_empty() {
+            self.retry_deferred(below);
+            if below.in_flight() == 0 && !self.deferred.is_empty() {
+                // Waiting for another queue's job, which will not wake this queue: come back.
+                std::thread::sleep(Duration::from_micros(20));
+                wake(below.engine());
+            }
         }
-        if self.in_ring == 0 {
+        if let Err(e) = below.submit() {
+            crate::limited!(debug, "thin disk: submit: {e}");
+        }
+    }
+
+    fn wait(&mut self, below: &mut Below<Self>) -> io::Result<()> {
+        if !self.written.is_empty() || !self.zeroed.is_empty() {
+            return below.submit();
+        }
+        if below.in_flight() == 0 && !below.has_answers() {
             // Only writes waiting for another queue's block: let it finish.
             std::thread::sleep(Duration::from_micros(50));
             return Ok(());
         }
-        self.ring.wait()
+        below.wait()
     }
 
-    fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
-        let mut finished = std::mem::take(&mut self.finished);
-        self.ring
-            .reap(&mut |tag, result| finished.push((tag, result)));
-        for (tag, result) in finished.drain(..) {
-            self.complete(tag, result);
-        }
-        self.finished = finished;
-        self.commit();
-        if !self.deferred.is_empty() {
-            self.retry_deferred();
-            if self.in_ring == 0 && !self.deferred.is_empty() {
-                // Waiting for another queue's job, which will not wake this queue: come back.
-                std::thread::sleep(Duration::from_micros(20));
-                self.wake();
-            }
-        }
-        if let Err(e) = self.ring.submit() {
-            crate::limited!(debug, "thin disk: submit: {e}");
-        }
-        for (tag, result) in self.ready.drain(..) {
-            done(tag, result);
-        }
-    }
-
-    fn completion_fd(&self) -> Option<RawFd> {
-        self.ring.completion_fd()
-    }
-
-    unsafe fn guest_memory(&mut self, regions: &[libc::iovec]) -> io::Result<()> {
-        // SAFETY: the caller's promise, passed on.
-        unsafe { self.ring.guest_memory(regions) }
-    }
-}
-
-impl ThinEngine {
-    /// Makes the completion eventfd readable, so that a sleeping worker reaps again.
-    fn wake(&self) {
-        if let Some(fd) = self.ring.completion_fd() {
-            let one = 1u64;
-            // SAFETY: writes 8 bytes from a u64 to an eventfd the ring owns.
-            let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+    fn leak(&mut self) {
+        for job in self.jobs.drain() {
+            std::mem::forget(job.staging);
         }
     }
 }
 
-impl Drop for ThinEngine {
+/// Makes the ring's completion eventfd readable, so that a sleeping worker reaps again.
+fn wake(ring: &UringEngine) {
+    if let Some(fd) = ring.completion_fd() {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a u64 to an eventfd the ring owns.
+        let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+    }
+}
+
+impl Drop for ThinStage {
     fn drop(&mut self) {
-        // The kernel writes into staging buffers until their operations complete.
-        while self.in_ring > 0 {
-            if let Err(e) = self.ring.wait() {
-                crate::limited!(error, "thin disk: cannot wait for copies to finish: {e}");
-                for job in self.jobs.0.iter_mut().filter_map(Option::take) {
-                    std::mem::forget(job.staging);
-                }
-                return;
-            }
-            let mut finished = Vec::new();
-            self.ring
-                .reap(&mut |tag, result| finished.push((tag, result)));
-            for (tag, _) in finished {
-                if self.ops.take(host_size(tag)).is_some() {
-                    self.in_ring -= 1;
-                }
-            }
-        }
         // Copies never recorded are given back, unacknowledged.
-        for job in self.jobs.0.iter().flatten() {
+        for job in self.jobs.values() {
             self.map.release(job.block);
         }
-        debug_assert!(self.ops.is_empty());
     }
 }

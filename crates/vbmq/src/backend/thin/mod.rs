@@ -27,10 +27,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use self::engine::ThinEngine;
+use self::engine::ThinStage;
 use self::map::ThinMap;
 pub use self::map::map_path;
 pub use self::read::{ThinReader, read_or_zeros};
+use super::layer::StagedEngine;
 use super::{Disk, Engine, EngineOptions, FileDisk, Geometry};
 
 /// What a thin disk does besides serving.
@@ -130,6 +131,15 @@ impl ThinDisk {
         ))
     }
 
+    /// Whether the background fill is still the disk's (not stopped by [`Disk::close`]).
+    #[cfg(test)]
+    pub(crate) fn filling(&self) -> bool {
+        self.filler
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
     fn stop_filling(&self) {
         self.stop_fill.store(true, Ordering::Relaxed);
         let filler = self.filler.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -176,11 +186,8 @@ impl Disk for ThinDisk {
         } else {
             self.data.uring_engine(ring_options, base)?
         };
-        Ok(Box::new(ThinEngine::new(
-            ring,
-            self.map.clone(),
-            self.copy_on_read,
-        )))
+        let stage = ThinStage::new(self.map.clone(), self.copy_on_read);
+        Ok(Box::new(StagedEngine::new(stage, ring)))
     }
 
     fn supports_discard(&self) -> bool {

@@ -1,0 +1,123 @@
+//! The layers of a disk: each is a small type over the disk below it that overrides only what
+//! it changes (as QEMU's block filters do); [`Layered`] passes everything else down. A layer
+//! cannot forget to pass a call on: what it adds to [`Layer::close`] runs after the disk below
+//! has closed, every other method's default is the disk below's, and the verbs of the layers
+//! that have them (a snapshot, the changed-block maps, the writer seat) reach them through
+//! [`Disk::below`].
+//!
+//! Per queue, a layer that keeps state for each operation builds its engine from a [`Stage`]
+//! (see `stage`): the tag slab, the answers decided without the engine below, the reaping pass
+//! and the wait at drop are written there once.
+
+mod slab;
+mod stage;
+
+use std::fs::File;
+use std::io;
+use std::sync::Arc;
+
+pub use self::slab::Slab;
+pub use self::stage::{Below, Stage, StagedEngine};
+use super::{Disk, Engine, EngineOptions, Fleece, Geometry};
+
+/// One layer of a disk: what it changes of the disk below (`below` in every method).
+pub trait Layer: Send + Sync {
+    /// A new engine for one queue, over the disk below's.
+    fn engine(&self, below: &dyn Disk, options: EngineOptions) -> io::Result<Box<dyn Engine>>;
+
+    /// Size and block size.
+    fn geometry(&self, below: &dyn Disk) -> Geometry {
+        below.geometry()
+    }
+
+    /// Whether discard and write-zeroes are supported.
+    fn supports_discard(&self, below: &dyn Disk) -> bool {
+        below.supports_discard()
+    }
+
+    /// Counters worth logging (see [`Disk::stats`]).
+    fn stats(&self, below: &dyn Disk) -> Vec<(&'static str, u64)> {
+        below.stats()
+    }
+
+    /// Changes the capacity (see [`Disk::resize`]).
+    fn resize(&self, below: &dyn Disk, bytes: u64, shrink: bool) -> io::Result<u64> {
+        below.resize(bytes, shrink)
+    }
+
+    /// Hears of the storage's own size changes (see [`Disk::on_resize`]).
+    fn on_resize(&self, below: &dyn Disk, listener: Box<dyn Fn(u64) + Send + Sync>) {
+        below.on_resize(listener);
+    }
+
+    /// Begins an export of the disk below's view at this instant (see [`Disk::export_begin`]):
+    /// a layer that changes what the guest sees (a cipher) refuses.
+    fn export_begin(&self, below: &dyn Disk, scratch: File) -> io::Result<Arc<Fleece>> {
+        below.export_begin(scratch)
+    }
+
+    /// Releases what the layer holds past exit; the disk below is closed already.
+    fn close(&self) {}
+}
+
+/// A disk: layer `L` over the disk below.
+pub struct Layered<L> {
+    below: Arc<dyn Disk>,
+    layer: L,
+}
+
+impl<L: Layer> Layered<L> {
+    /// `layer` over `below`.
+    pub fn new(below: Arc<dyn Disk>, layer: L) -> Self {
+        Layered { below, layer }
+    }
+
+    /// The layer.
+    pub fn layer(&self) -> &L {
+        &self.layer
+    }
+
+    /// The disk below.
+    pub fn below(&self) -> &dyn Disk {
+        &*self.below
+    }
+}
+
+impl<L: Layer> Disk for Layered<L> {
+    fn geometry(&self) -> Geometry {
+        self.layer.geometry(&*self.below)
+    }
+
+    fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
+        self.layer.engine(&*self.below, options)
+    }
+
+    fn supports_discard(&self) -> bool {
+        self.layer.supports_discard(&*self.below)
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        self.layer.stats(&*self.below)
+    }
+
+    fn resize(&self, bytes: u64, shrink: bool) -> io::Result<u64> {
+        self.layer.resize(&*self.below, bytes, shrink)
+    }
+
+    fn on_resize(&self, listener: Box<dyn Fn(u64) + Send + Sync>) {
+        self.layer.on_resize(&*self.below, listener);
+    }
+
+    fn close(&self) {
+        self.below.close();
+        self.layer.close();
+    }
+
+    fn export_begin(&self, scratch: File) -> io::Result<Arc<Fleece>> {
+        self.layer.export_begin(&*self.below, scratch)
+    }
+
+    fn below(&self) -> Option<&dyn Disk> {
+        Some(&*self.below)
+    }
+}
