@@ -190,6 +190,9 @@ pub trait Disk: Send + Sync {
     /// `scratch` (see `snapshot::Fleece`); one at a time, and not beside a snapshot or a resize.
     /// Layers pass it down to the storage's snapshot layer.
     fn export_begin(&self, scratch: File) -> io::Result<Arc<Fleece>> {
+        if let Some(why) = self.export_refused() {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, why));
+        }
         match self.below() {
             Some(below) => below.export_begin(scratch),
             None => Err(io::Error::new(
@@ -197,6 +200,11 @@ pub trait Disk: Send + Sync {
                 "only path= disks have exports",
             )),
         }
+    }
+    /// Why an export of the disk below would not serve this disk's contents, if it would not
+    /// (a cipher's would serve ciphertext).
+    fn export_refused(&self) -> Option<&'static str> {
+        None
     }
     /// Ends the running export, if any.
     fn export_end(&self) {

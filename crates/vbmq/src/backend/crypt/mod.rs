@@ -33,7 +33,7 @@ use crate::held_files::{self, Held};
 use self::engine::CryptStage;
 use self::key_page::KeyPage;
 use super::layer::{Layer, Layered, StagedEngine};
-use super::{Disk, Engine, EngineOptions, Fleece};
+use super::{Disk, Engine, EngineOptions};
 
 /// Bytes of an `encrypt=aes-xts` key: two AES-256 keys.
 pub const KEY_LEN: usize = 64;
@@ -175,12 +175,8 @@ impl Layer for Crypt {
         true
     }
 
-    fn export_begin(&self, _below: &dyn Disk, scratch: File) -> io::Result<Arc<Fleece>> {
-        drop(scratch);
-        // The snapshot layer lies below the cipher: its blocks are ciphertext.
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "an encrypted disk has no export yet (it would serve ciphertext)",
-        ))
+    /// The snapshot layer lies below the cipher: its blocks are ciphertext.
+    fn export_refused(&self) -> Option<&'static str> {
+        Some("an encrypted disk has no export yet (it would serve ciphertext)")
     }
 }

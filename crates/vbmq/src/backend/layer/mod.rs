@@ -12,13 +12,12 @@
 mod slab;
 mod stage;
 
-use std::fs::File;
 use std::io;
 use std::sync::Arc;
 
 pub use self::slab::Slab;
 pub use self::stage::{Below, Stage, StagedEngine};
-use super::{Disk, Engine, EngineOptions, Fleece, Geometry};
+use super::{Disk, Engine, EngineOptions, Geometry};
 
 /// One layer of a disk: what it changes of the disk below (`below` in every method).
 pub trait Layer: Send + Sync {
@@ -50,10 +49,10 @@ pub trait Layer: Send + Sync {
         below.on_resize(listener);
     }
 
-    /// Begins an export of the disk below's view at this instant (see [`Disk::export_begin`]):
-    /// a layer that changes what the guest sees (a cipher) refuses.
-    fn export_begin(&self, below: &dyn Disk, scratch: File) -> io::Result<Arc<Fleece>> {
-        below.export_begin(scratch)
+    /// Why an export of the disk below would not serve what the guest sees (a cipher's would
+    /// serve ciphertext), if it would not (see [`Disk::export_refused`]).
+    fn export_refused(&self) -> Option<&'static str> {
+        None
     }
 
     /// Releases what the layer holds past exit; the disk below is closed already.
@@ -113,8 +112,8 @@ impl<L: Layer> Disk for Layered<L> {
         self.layer.close();
     }
 
-    fn export_begin(&self, scratch: File) -> io::Result<Arc<Fleece>> {
-        self.layer.export_begin(&*self.below, scratch)
+    fn export_refused(&self) -> Option<&'static str> {
+        self.layer.export_refused()
     }
 
     fn below(&self) -> Option<&dyn Disk> {
