@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use common::ctl::ok;
+use common::ctl::{ok, wait_for_requests_in_flight};
 use common::{ctl_state, s};
 use guest::{TestDir, Vbmq, Vm, script, wait_for_console};
 
@@ -84,11 +84,12 @@ fn a_disk_added_at_run_time_survives_an_upgrade_and_a_crash_under_io() {
     vm.reconnect_ms = Some(500);
     vm.console = Some(console.clone());
     vm.timeout = Duration::from_secs(300);
+    let (control, socket) = (starter.control.clone(), starter.socket.clone());
     let stopper = std::thread::spawn(move || {
         let mut vbmq = vbmq;
         wait_for_console(&console, "KILLS-BEGIN", Duration::from_secs(120));
         for upgrade in [true, false] {
-            std::thread::sleep(Duration::from_millis(2500));
+            wait_for_requests_in_flight(&control, &socket, Duration::from_secs(240));
             if upgrade {
                 let status = vbmq.terminate();
                 assert!(status.is_some_and(|s| s.success()), "SIGTERM: {status:?}");

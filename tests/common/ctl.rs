@@ -2,6 +2,7 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -74,6 +75,29 @@ pub fn engine_stat(control: &Path, socket: &Path, name: &str) -> u64 {
     stats[0]["engine"][name]
         .as_u64()
         .unwrap_or_else(|| panic!("no {name} in {stats}"))
+}
+
+/// Waits until the disk on `socket` has requests in flight (`vbmq ctl stats`: the guest's I/O is
+/// under way), so that a stop right after finds some to resubmit. A fixed pause is the wrong
+/// thing to wait for: a guest on a loaded machine may not have begun its I/O by then.
+pub fn wait_for_requests_in_flight(control: &Path, socket: &Path, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let stats = ctl_json(control, &["stats", s(socket)]);
+        let in_flight: u64 = stats[0]["queues"]
+            .as_array()
+            .map(|queues| queues.iter().filter_map(|q| q["in_flight"].as_u64()).sum())
+            .unwrap_or(0);
+        if in_flight > 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no request in flight on {} within {timeout:?}: {stats}",
+            socket.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Each reply refused with its expected reason, and the daemon still alive after it.
