@@ -6,5 +6,6 @@ mod common;
 
 mod shares {
     pub mod fs_escape;
+    pub mod fs_moving;
     pub mod fs_share;
 }

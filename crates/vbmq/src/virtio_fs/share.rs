@@ -85,7 +85,9 @@ impl FsDevice {
         request_queues: u32,
         features: &ShareFeatures,
     ) -> Result<Self, ShareError> {
-        let root = open_dir(dir).map_err(|e| ShareError::Dir(dir.to_path_buf(), e))?;
+        let (root, wall) = super::root_mount::open_share_root(dir)
+            .map_err(|e| ShareError::Dir(dir.to_path_buf(), e))?;
+        tracing::info!("share {tag}: {}: {}", dir.display(), wall.describe());
         Self::from_descriptor(root, dir, tag, request_queues, features)
     }
 
@@ -272,15 +274,6 @@ fn passthrough(
     PassthroughFs::<()>::new(config)
         .map(Arc::new)
         .map_err(PassthroughError::Io)
-}
-
-/// The directory `dir`, opened `O_PATH`.
-fn open_dir(dir: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
-        .open(dir)
 }
 
 /// The path of the file `file` is open on, read from `/proc/self/fd` (`readlinkat`, which a

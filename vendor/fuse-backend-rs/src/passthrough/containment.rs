@@ -25,6 +25,14 @@
 //! its result is walked again, so no request climbs above the root even while the host moves
 //! directories. Reads and writes on open handles are not checked: they were opened inside.
 //!
+//! When the root is a detached mount of the directory (`open_tree(OPEN_TREE_CLONE)`, made by the
+//! embedder; found at import by its `..` being itself), the kernel keeps `..` inside: `follow_dotdot`
+//! stays at the mount's root, and `..` from a directory that left the mount's tree fails with
+//! `ENOENT` (`path_connected`), in the same system call. A directory's check is then that one
+//! call (`fstatat(dir, "..")`), `..` is the kernel's, and a file's current path is relative to the
+//! mount (`/` once it left). The kernel does not stop lookups of children beneath a directory
+//! that left, nor changes through a held file that left: the check still runs for those.
+//!
 //! Most inodes are inside, so a fast test comes first, four system calls whatever the depth: the
 //! inode's current path (`/proc/self/fd/N`) less the root's (as opened; read again only if the
 //! host moved the root) is opened beneath the root with
@@ -74,6 +82,22 @@ fn open_parent(dir: &impl AsRawFd) -> io::Result<File> {
         libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
         0,
     )
+}
+
+/// Whether `root` (a directory, `st` its status) is the root of a mount of its own that keeps
+/// `..` inside: a detached mount's root (or the process's `/`), whose `..` is itself.
+pub(super) fn is_own_mount(root: &impl AsRawFd, st: &libc::stat64) -> bool {
+    open_parent(root)
+        .and_then(|parent| stat_fd(&parent, None))
+        .is_ok_and(|up| DevIno::of(&up) == DevIno::of(st))
+}
+
+/// On the root's own mount: whether directory `dir` is still in the mount's tree. The kernel
+/// answers `..` with `ENOENT` once it left (or was removed); the root's `..` is the root.
+pub(super) fn dir_is_connected(dir: &impl AsRawFd) -> io::Result<()> {
+    // Safe because this is a constant, NUL-terminated string.
+    let dotdot = unsafe { CStr::from_bytes_with_nul_unchecked(b"..\0") };
+    stat_fd(dir, Some(dotdot)).map(drop).map_err(|_| left_root())
 }
 
 /// Whether directory `dir` lies at or below `root`: its `..` chain is walked up to it.
@@ -185,26 +209,47 @@ fn found_beneath(
         && relative(&path, &root_path).is_some_and(|rel| opens_beneath_as(rel, id, root_file))
 }
 
-/// Whether the inode `id` behind `file` (any type; `mode` its type) lies inside `root`, open
-/// as `root_file`.
+/// The root an inode is checked against.
+pub(super) struct Root<'a, F: AsRawFd> {
+    /// The root, open.
+    pub(super) file: &'a F,
+    /// Its identity.
+    pub(super) id: DevIno,
+    /// Its path as it was opened (`/` for a mount of its own).
+    pub(super) hint: &'a [u8],
+    /// Whether it is a mount of its own (see [`is_own_mount`]).
+    pub(super) is_mount: bool,
+}
+
+/// Whether the inode `id` behind `file` (any type; `mode` its type) lies inside `root`.
 pub(super) fn is_inside(
     file: &impl AsRawFd,
     id: DevIno,
     mode: u32,
     proc_self_fd: &File,
-    root_file: &impl AsRawFd,
-    root_hint: &[u8],
-    root: DevIno,
+    root: &Root<'_, impl AsRawFd>,
 ) -> io::Result<()> {
-    if found_beneath(file, id, root_file, root_hint, proc_self_fd) {
+    let is_dir = mode & libc::S_IFMT == libc::S_IFDIR;
+    if root.is_mount && is_dir {
+        return dir_is_connected(file);
+    }
+    if found_beneath(file, id, root.file, root.hint, proc_self_fd) {
         return Ok(());
     }
-    if mode & libc::S_IFMT == libc::S_IFDIR {
-        return dir_is_inside(file, root);
+    if is_dir {
+        return dir_is_inside(file, root.id);
     }
     let st = stat_fd(file, None)?;
     if st.st_nlink == 0 {
         return Ok(());
+    }
+    if root.is_mount {
+        // The path is relative to the mount, `/` once the file left it; one more try, for a
+        // rename inside the root between reading the path and opening it.
+        return match found_beneath(file, id, root.file, root.hint, proc_self_fd) {
+            true => Ok(()),
+            false => Err(left_root()),
+        };
     }
     let path = fd_path(file, proc_self_fd)?;
     // "/dir/name"; anything else ("(unreachable)/...", "name (deleted)" races) has left.
@@ -223,7 +268,7 @@ pub(super) fn is_inside(
     .map_err(|_| left_root())?;
     // The path is only a hint: the directory found must hold this very inode.
     match stat_fd(&dir, Some(&name)) {
-        Ok(there) if DevIno::of(&there) == DevIno::of(&st) => dir_is_inside(&dir, root),
+        Ok(there) if DevIno::of(&there) == DevIno::of(&st) => dir_is_inside(&dir, root.id),
         _ => Err(left_root()),
     }
 }

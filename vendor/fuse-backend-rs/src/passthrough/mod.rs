@@ -381,6 +381,11 @@ pub struct PassthroughFs<S: BitmapSlice + Send + Sync = ()> {
     // so whoever renames a component of `root_dir` cannot change what is served.
     held_root: Mutex<Option<File>>,
 
+    // Whether the kernel keeps `..` inside the root: the root is a detached mount of the
+    // directory (`open_tree(OPEN_TREE_CLONE)`), whose `..` is itself, so `..` from a directory
+    // the host moved out of it fails with `ENOENT` (see the `containment` module).
+    root_is_mount: AtomicBool,
+
     // Whether writeback caching is enabled for this directory. This will only be true when
     // `cfg.writeback` is true and `init` was called with `FsOptions::WRITEBACK_CACHE`.
     writeback: AtomicBool,
@@ -463,6 +468,7 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
             mount_fds,
             proc_self_fd,
             held_root: Mutex::new(None),
+            root_is_mount: AtomicBool::new(false),
 
             writeback: AtomicBool::new(false),
             no_open: AtomicBool::new(false),
@@ -527,6 +533,10 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
         } else {
             None
         };
+        self.root_is_mount.store(
+            containment::is_own_mount(&root, &st.st),
+            Ordering::Relaxed,
+        );
         self.import_root(root, handle_opt, st)
     }
 
@@ -713,8 +723,12 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
         let dir = self.inode_map.get(parent)?;
         let dir_file = dir.get_file()?;
         let (path_fd, handle_opt, st) = Self::open_file_and_handle(self, &dir_file, name)?;
-        if self.cfg.stay_in_root && name.to_bytes_with_nul() == PARENT_DIR_CSTR {
-            // The kernel's `..`, taken only if it is still inside the root.
+        if self.cfg.stay_in_root
+            && name.to_bytes_with_nul() == PARENT_DIR_CSTR
+            && !self.root_is_mount.load(Ordering::Relaxed)
+        {
+            // The kernel's `..`, taken only if it is still inside the root (on the root's own
+            // mount, the kernel refused it already, in the same call).
             containment::dir_is_inside(&path_fd, self.root_dev_ino()?)?;
         }
         let id = InodeId::from_stat(&st);
@@ -838,6 +852,11 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
         if !self.cfg.stay_in_root || data.inode == fuse::ROOT_ID {
             return Ok(());
         }
+        let is_mount = self.root_is_mount.load(Ordering::Relaxed);
+        if is_mount && is_dir(data.mode) {
+            // One system call, the kernel's answer.
+            return containment::dir_is_connected(file);
+        }
         let root = self.inode_map.get(fuse::ROOT_ID)?;
         let root_id = containment::DevIno {
             dev: root.id.dev,
@@ -848,15 +867,18 @@ impl<S: BitmapSlice + Send + Sync> PassthroughFs<S> {
             dev: data.id.dev,
             ino: data.id.ino,
         };
-        containment::is_inside(
-            file,
-            id,
-            data.mode,
-            &self.proc_self_fd,
-            &root_file,
-            self.cfg.root_dir.as_bytes(),
-            root_id,
-        )
+        let root = containment::Root {
+            file: &root_file,
+            id: root_id,
+            // Paths beneath a mount of its own read from it: `/...`.
+            hint: if is_mount {
+                b"/"
+            } else {
+                self.cfg.root_dir.as_bytes()
+            },
+            is_mount,
+        };
+        containment::is_inside(file, id, data.mode, &self.proc_self_fd, &root)
     }
 
     /// The inode `inode` and its `O_PATH` file, once it is known to be inside the root.
