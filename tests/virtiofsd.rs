@@ -39,7 +39,11 @@ impl Daemon {
     /// `vbmq virtiofsd --socket-path DIR/fs.sock --shared-dir DIR/share ARGS`, once it printed
     /// virtiofsd's readiness line.
     fn start(name: &str, args: &[&str]) -> Self {
-        let dir = test_dir(name);
+        Self::start_in(test_dir(name), args)
+    }
+
+    /// As [`Self::start`], over `dir` as the caller prepared it.
+    fn start_in(dir: PathBuf, args: &[&str]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_vbmq"));
         command
             .arg("virtiofsd")
@@ -307,7 +311,8 @@ fn started_as_virtiofsd_it_prints_its_capabilities_and_refuses_the_unknown() {
 
 /// A directory that is another mount on the host carries FUSE_ATTR_SUBMOUNT (virtiofsd's
 /// default `--announce-submounts`), so that the guest mounts it apart; not with
-/// `--no-announce-submounts`, and never on a plain directory.
+/// `--no-announce-submounts`, and never on a plain directory. Mounted before the start: a share
+/// served from a mount of its own (root) sees the host's mounts beneath it as they were then.
 #[test]
 #[cfg_attr(
     not(feature = "root-tests"),
@@ -315,15 +320,16 @@ fn started_as_virtiofsd_it_prints_its_capabilities_and_refuses_the_unknown() {
 )]
 fn host_mount_points_are_announced_as_submounts() {
     for (args, announced) in [(&[][..], true), (&["--no-announce-submounts"][..], false)] {
-        let daemon = Daemon::start("submount", args);
-        let mount = daemon.dir.join("share/mnt");
+        let dir = test_dir("submount");
+        let mount = dir.join("share/mnt");
         std::fs::create_dir(&mount).unwrap();
-        std::fs::create_dir(daemon.dir.join("share/plain")).unwrap();
+        std::fs::create_dir(dir.join("share/plain")).unwrap();
         let status = Command::new("mount")
             .args(["-t", "tmpfs", "vbmq-test", mount.to_str().unwrap()])
             .status()
             .unwrap();
         assert!(status.success());
+        let daemon = Daemon::start_in(dir, args);
         let mut client = FsClient::connect(&daemon.socket()).unwrap();
         let flags = client.lookup(ROOT_ID, "mnt").map(|e| e.attr.flags);
         let plain = client.lookup(ROOT_ID, "plain").unwrap().attr.flags;

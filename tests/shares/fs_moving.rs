@@ -232,15 +232,28 @@ fn change_through(client: &mut FsClient, node: u64) {
     errno(client, Opcode::Rmdir, node, &[], &[b"made-dir"]);
 }
 
+/// What a climb from a held directory met.
+#[derive(PartialEq)]
+enum Climb {
+    /// Its first `..` got `ENOENT`: the directory was out.
+    MetOutside,
+    /// It found the canary (and tried to change it): an escape.
+    ReachedCanary,
+    /// Neither (it was inside).
+    Inside,
+}
+
 /// Climbs `..` from `node` (at most four levels) and, from every directory reached, looks for
 /// the canary and tries to change it: LOOKUP `..` answers `ENOENT` from a directory that left.
-/// Returns whether the first `..` met a directory outside.
-fn climb_to_canary(client: &mut FsClient, node: u64) -> bool {
+fn climb_to_canary(client: &mut FsClient, node: u64) -> Climb {
     let mut here = node;
     for level in 0..4 {
         let up = match client.lookup(here, "..") {
             Ok(up) => up.nodeid,
-            Err(e) => return level == 0 && e.raw_os_error() == Some(libc::ENOENT),
+            Err(e) if level == 0 && e.raw_os_error() == Some(libc::ENOENT) => {
+                return Climb::MetOutside;
+            }
+            Err(_) => return Climb::Inside,
         };
         if let Ok(canary) = client.lookup(up, "canary") {
             change_through(client, canary.nodeid);
@@ -248,17 +261,24 @@ fn climb_to_canary(client: &mut FsClient, node: u64) -> bool {
                 change_through(client, sub.nodeid);
             }
             errno(client, Opcode::Unlink, canary.nodeid, &[], &[b"file"]);
+            return Climb::ReachedCanary;
         }
         if up == here {
             break;
         }
         here = up;
     }
-    false
+    Climb::Inside
 }
 
-/// The client's rounds, racing the host's moves: returns how many `..` met a directory outside.
-fn hammer(layout: &Layout) -> usize {
+/// How the client's rounds went.
+struct Rounds {
+    met_outside: usize,
+    reached_canary: bool,
+}
+
+/// The client's rounds, racing the host's moves; they end at the first escape.
+fn hammer(layout: &Layout) -> Rounds {
     let mut client = FsClient::connect(&layout.path("fs.sock")).unwrap();
     let mut met_outside = 0;
     let started = Instant::now();
@@ -277,8 +297,15 @@ fn hammer(layout: &Layout) -> usize {
         }
         for (i, &node) in held.iter().enumerate() {
             change_through(&mut client, node);
-            if climb_to_canary(&mut client, node) {
-                met_outside += 1;
+            match climb_to_canary(&mut client, node) {
+                Climb::MetOutside => met_outside += 1,
+                Climb::ReachedCanary => {
+                    return Rounds {
+                        met_outside,
+                        reached_canary: true,
+                    };
+                }
+                Climb::Inside => {}
             }
             // RENAME between two held directories, either of which may be out by now.
             let other = held[(i + 1) % held.len()];
@@ -299,7 +326,10 @@ fn hammer(layout: &Layout) -> usize {
             );
         }
     }
-    met_outside
+    Rounds {
+        met_outside,
+        reached_canary: false,
+    }
 }
 
 fn case(name: &str, wall: Wall) {
@@ -318,7 +348,7 @@ fn case(name: &str, wall: Wall) {
     );
     let stop = Arc::new(AtomicBool::new(false));
     let host = mover(&layout, stop.clone());
-    let met_outside = hammer(&layout);
+    let rounds = hammer(&layout);
     stop.store(true, Ordering::Relaxed);
     let moves = host.join().unwrap();
     assert!(daemon.alive(), "{}", log());
@@ -327,6 +357,8 @@ fn case(name: &str, wall: Wall) {
         before,
         "the canary tree changed ({moves} host moves)"
     );
+    assert!(!rounds.reached_canary, "LOOKUP reached the canary");
+    let met_outside = rounds.met_outside;
     assert!(
         met_outside >= MET_OUTSIDE,
         "only {met_outside} requests met a directory the host had moved out ({moves} moves): \
