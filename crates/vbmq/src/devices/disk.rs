@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::handles::Handles;
 use crate::backend::cache::ImageId;
 use crate::backend::{
     CachedDisk, Delay, Disk, EncryptedDisk, FileDisk, Layered, MemoryDisk, NullDisk, RbdDisk,
@@ -71,9 +72,14 @@ pub(crate) struct PassedThin {
     pub map: File,
 }
 
-/// An open disk and the files it keeps reading (a Ceph configuration and keyring).
-fn open_disk(spec: &DiskSpec, source: Source) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
-    let (disk, files) = open_storage(spec, source)?;
+/// An open disk and the files it keeps reading (a Ceph configuration and keyring); the verbs
+/// its layers answer go to `handles`.
+fn open_disk(
+    spec: &DiskSpec,
+    source: Source,
+    handles: &mut Handles,
+) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
+    let (disk, files) = open_storage(spec, source, handles)?;
     if spec.delay_us == 0 {
         return Ok((disk, files));
     }
@@ -85,6 +91,7 @@ fn open_disk(spec: &DiskSpec, source: Source) -> Result<(Arc<dyn Disk>, Vec<Path
 fn open_storage(
     spec: &DiskSpec,
     source: Source,
+    handles: &mut Handles,
 ) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
     if let Storage::Rbd(target) = &spec.storage {
         let opened = if source.confined {
@@ -97,6 +104,8 @@ fn open_storage(
             reason: format!("{}/{}: {e}", target.pool, target.image),
         })?;
         let files = disk.files().to_vec();
+        handles.snapshots_elsewhere =
+            Some("an RBD disk has Ceph's own snapshots: rbd snap create POOL/IMAGE@NAME");
         let disk: Arc<dyn Disk> = Arc::new(disk);
         if spec.cache == 0 {
             return Ok((disk, files));
@@ -111,7 +120,7 @@ fn open_storage(
             })?;
         return Ok((Arc::new(cached), files));
     }
-    open_local_disk(spec, source).map(|disk| (disk, Vec::new()))
+    open_local_disk(spec, source, handles).map(|disk| (disk, Vec::new()))
 }
 
 /// The passed image (`source`), or the one at `path`.
@@ -132,7 +141,11 @@ fn open_image(
     })
 }
 
-fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, SpecError> {
+fn open_local_disk(
+    spec: &DiskSpec,
+    source: Source,
+    handles: &mut Handles,
+) -> Result<Arc<dyn Disk>, SpecError> {
     match &spec.storage {
         Storage::File(path) => {
             let id = match &source.image {
@@ -159,17 +172,23 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
                 ..Source::default()
             };
             // Directly above the storage: a snapshot holds what the image holds.
-            let disk: Arc<dyn Disk> = match &spec.base {
+            let snapshots = match &spec.base {
                 Some(base) => {
                     SnapshotDisk::over_thin(open_thin_disk(spec, path, base, image, thin)?)
                 }
-                None => SnapshotDisk::over_file(open_file(spec, path, spec.readonly, image)?),
+                None => {
+                    let file = open_file(spec, path, spec.readonly, image)?;
+                    handles.writer_seat = file.writer_seat();
+                    SnapshotDisk::over_file(file)
+                }
             }
             .map(Arc::new)
             .map_err(|e| SpecError {
                 key: "path".into(),
                 reason: format!("{}: {e}", path.display()),
             })?;
+            handles.snapshots = Some(Arc::clone(&snapshots));
+            let disk: Arc<dyn Disk> = snapshots;
             // Above the snapshot layer: what reaches the storage is what changed.
             let disk: Arc<dyn Disk> = if spec.track_changes {
                 let tracked = match tracked_files {
@@ -183,10 +202,12 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
                     ),
                     None => TrackedDisk::open(disk, path, spec.track_block, mtime),
                 };
-                Arc::new(tracked.map_err(|e| SpecError {
+                let tracked = tracked.map_err(|e| SpecError {
                     key: "track-changes".into(),
                     reason: format!("{}: {e}", path.display()),
-                })?)
+                })?;
+                handles.changes = Some(tracked.map());
+                Arc::new(tracked)
             } else {
                 disk
             };
@@ -198,10 +219,12 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
                         Some(file) => EncryptedDisk::with_key_from(disk, file, discard),
                         None => EncryptedDisk::open(disk, path, discard),
                     };
-                    Arc::new(opened.map_err(|e| SpecError {
+                    let encrypted: Arc<dyn Disk> = Arc::new(opened.map_err(|e| SpecError {
                         key: "key-file".into(),
                         reason: format!("{}: {e}", path.display()),
-                    })?)
+                    })?);
+                    handles.export_refused = encrypted.export_refused();
+                    encrypted
                 }
                 (None, _) => disk,
             };
@@ -396,8 +419,17 @@ fn open_own_image(path: &Path, direct: bool) -> std::io::Result<(File, Option<Fi
     Ok((buffered, Some(direct)))
 }
 
-/// The server of one disk, the disk (to close at exit) and the files it keeps reading.
-pub(crate) type Built = (DiskServer, Arc<dyn Disk>, Vec<PathBuf>);
+/// A disk opened and bound.
+pub(crate) struct Built {
+    /// The server of its socket.
+    pub server: DiskServer,
+    /// The disk, to close at exit.
+    pub disk: Arc<dyn Disk>,
+    /// The verbs its layers answer.
+    pub handles: Handles,
+    /// The files it keeps reading (a Ceph configuration and keyring).
+    pub files: Vec<PathBuf>,
+}
 
 /// The cache's name for a passed image: the file, as [`ImageId::of_file`] names it.
 fn image_id(file: &File) -> std::io::Result<ImageId> {
@@ -416,7 +448,8 @@ pub(crate) fn build_disk(
     source: Source,
     listener: Option<UnixListener>,
 ) -> Result<Built, SpecError> {
-    let (disk, files) = open_disk(spec, source)?;
+    let mut handles = Handles::default();
+    let (disk, files) = open_disk(spec, source, &mut handles)?;
     let kept = Arc::clone(&disk);
     let serial = spec.serial.clone().unwrap_or_else(|| default_serial(spec));
     let device = Arc::new(BlkDevice::new(
@@ -426,7 +459,7 @@ pub(crate) fn build_disk(
         &serial,
     ));
     device.limits.set(spec.limits);
-    device.set_writer_seat(disk.writer_seat());
+    device.set_writer_seat(handles.writer_seat.clone());
     let settings = (0..spec.queues)
         .map(|i| QueueSettings {
             mode: spec.mode,
@@ -441,7 +474,12 @@ pub(crate) fn build_disk(
         Some(listener) => DiskServer::with_listener(&spec.socket, listener, device, disk, settings),
         None => DiskServer::bind(&spec.socket, mode, group, device, disk, settings),
     }
-    .map(|server| (server.track_inflight(spec.inflight), kept, files))
+    .map(|server| Built {
+        server: server.track_inflight(spec.inflight),
+        disk: kept,
+        handles,
+        files,
+    })
     .map_err(|e| SpecError {
         key: "socket".into(),
         reason: e.to_string(),

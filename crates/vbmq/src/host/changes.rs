@@ -17,8 +17,9 @@ impl Host {
             .find(|r| r.spec.socket == socket)
             .ok_or_else(|| HostError::NoSuchDisk(socket.to_path_buf()))?;
         running
-            .disk
-            .changes()
+            .handles
+            .changes
+            .clone()
             .ok_or_else(|| HostError::NotTracked(socket.to_path_buf()))
     }
 
