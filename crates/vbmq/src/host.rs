@@ -404,8 +404,7 @@ impl Host {
         let map = match name {
             Some(name) => {
                 let map = handles
-                    .changes
-                    .clone()
+                    .changes()
                     .ok_or_else(|| HostError::NotTracked(socket.to_path_buf()))?;
                 map.begin(name)?;
                 if !device.writes.wait_for_older(SHRINK_WAIT) {
@@ -687,6 +686,6 @@ fn info_of(r: &Running) -> DiskInfo {
         queues: r.spec.queues,
         connected: lock(&r.current).is_some(),
         limits: r.device.limits.limits(),
-        checkpoints: changes::checkpoints_of(r.handles.changes.clone()),
+        checkpoints: changes::checkpoints_of(r.handles.changes()),
     }
 }

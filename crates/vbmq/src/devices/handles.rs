@@ -4,7 +4,7 @@
 
 use std::fs::File;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::backend::{ChangeMap, Fleece, SnapshotDisk, SnapshotReport, WriterSeat};
 
@@ -17,8 +17,9 @@ pub(crate) struct Handles {
     pub snapshots: Option<Arc<SnapshotDisk>>,
     /// Why the disk has no snapshot layer, when its storage has snapshots of its own (RBD).
     pub snapshots_elsewhere: Option<&'static str>,
-    /// The changed-block maps (`track-changes=on`).
-    pub changes: Option<Arc<ChangeMap>>,
+    /// The changed-block maps (`track-changes=on`). Weak: a disk dropped unserved closes its
+    /// maps cleanly only when nothing else holds them (see `TrackedDisk`'s `Drop`).
+    pub changes: Option<Weak<ChangeMap>>,
     /// Why an export of the snapshot layer would not serve what the guest sees (a cipher above
     /// it would serve ciphertext), if it would not.
     pub export_refused: Option<&'static str>,
@@ -52,6 +53,11 @@ impl Handles {
         if let Some(snapshots) = self.snapshots() {
             snapshots.end_export();
         }
+    }
+
+    /// The changed-block maps, while the disk is open.
+    pub fn changes(&self) -> Option<Arc<ChangeMap>> {
+        self.changes.as_ref()?.upgrade()
     }
 
     fn snapshots(&self) -> Option<&SnapshotDisk> {

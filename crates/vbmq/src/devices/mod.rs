@@ -4,6 +4,7 @@
 
 mod disk;
 mod handles;
+mod layers;
 mod share;
 
 pub(crate) use disk::{Built, PassedThin, Source, build_disk};

@@ -18,8 +18,7 @@ impl Host {
             .ok_or_else(|| HostError::NoSuchDisk(socket.to_path_buf()))?;
         running
             .handles
-            .changes
-            .clone()
+            .changes()
             .ok_or_else(|| HostError::NotTracked(socket.to_path_buf()))
     }
 
