@@ -14,7 +14,7 @@
 //!   RBD, memory, null) and the layers stacked on it, each a small type over the disk below
 //!   (`backend/layer`: `Layer` and `Layered` forward what a layer does not change, `Stage` is a
 //!   layer's queue engine): the snapshot layer, changed-block tracking, encryption, the read
-//!   cache, and the test delay,
+//!   cache, `discard=off`, and the test delay,
 //! - [`worker`]: the per-queue I/O threads and the shared per-CPU pollers, which run any
 //!   device's queues through its handler,
 //! - [`virtio_blk`], [`virtio_fs`]: the device models (a guest request parsed and validated, a

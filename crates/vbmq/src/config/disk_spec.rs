@@ -62,6 +62,8 @@ pub struct DiskSpec {
     pub limits: Limits,
     /// Offer in-flight tracking (`VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD`, `inflight=`).
     pub inflight: bool,
+    /// Offer discard and write-zeroes when the storage has them (`discard=`).
+    pub discard: bool,
     /// Fault injection: hold chosen completions this long (`delay-us=`; 0: none).
     pub delay_us: u64,
     /// Fault injection: which requests are held (every Nth of a queue, `delay-every=`).
@@ -356,6 +358,7 @@ impl DiskSpec {
             track_block: None,
             limits: Limits::default(),
             inflight: true,
+            discard: true,
             delay_us: 0,
             delay_every: 16,
         }
@@ -391,6 +394,7 @@ impl DiskSpec {
             }
             "key-file" => self.key_file = Some(PathBuf::from(value)),
             "encrypt-discard" => self.encrypt_discard = on_off(key, value)?,
+            "discard" => self.discard = on_off(key, value)?,
             "delay-us" => {
                 let us = value.parse::<u64>().ok().filter(|us| *us <= 60_000_000);
                 self.delay_us = us.ok_or_else(|| bad(key, "must be 0..=60000000"))?;

@@ -72,6 +72,8 @@ pub enum LayerSpec {
         /// `cache-preload=on`.
         preload: bool,
     },
+    /// `discard=off`: neither discard nor write-zeroes offered.
+    DiscardOff,
     /// `delay-us=` (tests): every Nth completion held.
     Delay {
         /// How long.
@@ -162,7 +164,7 @@ impl StackSpec {
                 LayerSpec::Encrypt { key_file, .. } => {
                     files.push(NeededFile::Key(key_file.clone()));
                 }
-                LayerSpec::Cache { .. } | LayerSpec::Delay { .. } => {}
+                LayerSpec::Cache { .. } | LayerSpec::DiscardOff | LayerSpec::Delay { .. } => {}
             }
         }
         files
@@ -212,6 +214,9 @@ impl DiskSpec {
                 preload: self.cache_preload,
             });
         }
+        if !self.discard {
+            layers.push(LayerSpec::DiscardOff);
+        }
         if self.delay_us > 0 {
             layers.push(LayerSpec::Delay {
                 delay: Duration::from_micros(self.delay_us),
@@ -234,7 +239,8 @@ mod tests {
 
     #[test]
     fn layers_stack_in_one_order_whatever_the_keys_order() {
-        let text = "cache=1M,delay-us=5,key-file=/k,encrypt=aes-xts,track-changes=on,path=/d";
+        let text = "cache=1M,delay-us=5,discard=off,key-file=/k,encrypt=aes-xts,track-changes=on,\
+                    path=/d";
         let kinds: Vec<&str> = stack(text)
             .layers
             .iter()
@@ -242,10 +248,11 @@ mod tests {
                 LayerSpec::TrackChanges { .. } => "track",
                 LayerSpec::Encrypt { .. } => "encrypt",
                 LayerSpec::Cache { .. } => "cache",
+                LayerSpec::DiscardOff => "discard-off",
                 LayerSpec::Delay { .. } => "delay",
             })
             .collect();
-        assert_eq!(kinds, ["track", "encrypt", "cache", "delay"]);
+        assert_eq!(kinds, ["track", "encrypt", "cache", "discard-off", "delay"]);
     }
 
     #[test]

@@ -452,5 +452,6 @@ mod tests {
                 .0
         };
         assert!(open("mem=1M").supports_discard());
+        assert!(!open("mem=1M,discard=off").supports_discard());
     }
 }

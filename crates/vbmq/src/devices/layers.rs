@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::handles::Handles;
 use crate::backend::cache::ImageId;
-use crate::backend::{CachedDisk, Delay, Disk, EncryptedDisk, Layered, TrackedDisk};
+use crate::backend::{CachedDisk, Delay, DiscardOff, Disk, EncryptedDisk, Layered, TrackedDisk};
 use crate::config::{LayerSpec, SpecError, StackSpec, StorageSpec};
 
 /// What the layers take from outside their spec: each is taken by the one layer it is for.
@@ -60,6 +60,7 @@ pub(super) fn open_layer(
                 &inputs.label,
             )?)
         }
+        LayerSpec::DiscardOff => Arc::new(Layered::new(below, DiscardOff)),
         LayerSpec::Delay { delay, every } => {
             Arc::new(Layered::new(below, Delay::new(*delay, *every)))
         }
