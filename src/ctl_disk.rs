@@ -13,7 +13,7 @@ use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt}
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
-use vbmq::config::{DiskSpec, Storage};
+use vbmq::config::{DiskSpec, NeededFile, StorageSpec};
 use vbmq::own_files::{self, Access, Create};
 
 use crate::control::protocol::Passed;
@@ -48,9 +48,7 @@ pub fn open(text: &str) -> Result<Opened, String> {
         return Ok(Opened::default());
     };
     let mut opened = Opened::default();
-    if let Storage::File(path) = &spec.storage
-        && let Err(e) = open_files(&spec, path, &mut opened)
-    {
+    if let Err(e) = open_files(&spec, &mut opened) {
         remove_created(&opened.created);
         return Err(e);
     }
@@ -76,36 +74,48 @@ pub fn remove_created(created: &[PathBuf]) {
     }
 }
 
-fn open_files(spec: &DiskSpec, path: &Path, opened: &mut Opened) -> Result<(), String> {
-    let (image, direct) = if spec.base.is_some() {
-        open_own_image(path, spec.direct, &mut opened.created)?
-    } else {
-        open_pair("path", path, spec.readonly, spec.direct)?
-    };
-    let empty = metadata("path", &image, path)?.len() == 0;
-    opened.pass(image, Passed::Image);
-    if let Some(direct) = direct {
-        opened.pass(direct, Passed::ImageDirect);
-    }
-    if let Some(base) = &spec.base {
-        let (base, direct) = open_pair("base", base, true, spec.direct)?;
-        opened.pass(base, Passed::Base);
-        if let Some(direct) = direct {
-            opened.pass(direct, Passed::BaseDirect);
+/// Opens each file the disk's stack needs (`StackSpec::needed_files`), as vbmq would.
+fn open_files(spec: &DiskSpec, opened: &mut Opened) -> Result<(), String> {
+    let stack = spec.stack();
+    let thin = matches!(stack.storage, StorageSpec::Thin { .. });
+    let mut empty = false;
+    for needed in stack.needed_files() {
+        match needed {
+            NeededFile::Image(path) => {
+                let (image, direct) = if thin {
+                    open_own_image(&path, spec.direct, &mut opened.created)?
+                } else {
+                    open_pair("path", &path, spec.readonly, spec.direct)?
+                };
+                empty = metadata("path", &image, &path)?.len() == 0;
+                opened.pass(image, Passed::Image);
+                if let Some(direct) = direct {
+                    opened.pass(direct, Passed::ImageDirect);
+                }
+            }
+            NeededFile::Base(base) => {
+                let (base, direct) = open_pair("base", &base, true, spec.direct)?;
+                opened.pass(base, Passed::Base);
+                if let Some(direct) = direct {
+                    opened.pass(direct, Passed::BaseDirect);
+                }
+            }
+            NeededFile::ThinMap(map) => {
+                let map = open_map(&map, empty, &mut opened.created)?;
+                opened.pass(map, Passed::Map);
+            }
+            NeededFile::Changes(changes) => {
+                let changes = open_changes(&changes, &mut opened.created)?;
+                opened.pass(changes, Passed::Changes);
+            }
+            NeededFile::Key(key) => {
+                // A pipe: waits here, with the operator's process, for its writer.
+                let file = File::open(&key)
+                    .map_err(|e| format!("--disk key-file: {}: {e}", key.display()))?;
+                opened.key_is_pipe = metadata("key-file", &file, &key)?.file_type().is_fifo();
+                opened.pass(file, Passed::Key);
+            }
         }
-        let map = open_map(path, empty, &mut opened.created)?;
-        opened.pass(map, Passed::Map);
-    }
-    if spec.track_changes {
-        let changes = open_changes(path, &mut opened.created)?;
-        opened.pass(changes, Passed::Changes);
-    }
-    if let Some(key) = &spec.key_file {
-        // A pipe: waits here, with the operator's process, for its writer.
-        let file =
-            File::open(key).map_err(|e| format!("--disk key-file: {}: {e}", key.display()))?;
-        opened.key_is_pipe = metadata("key-file", &file, key)?.file_type().is_fifo();
-        opened.pass(file, Passed::Key);
     }
     Ok(())
 }
@@ -154,17 +164,17 @@ fn open_own(path: &Path, create: Create, created: &mut Vec<PathBuf>) -> std::io:
     own_files::open(path, Access::read_write(Create::No))
 }
 
-/// `DISK.map`, read-write; made empty (0600) if missing and DISK is empty (vbmq writes its
-/// header). Never through a symbolic link; only a regular file of the caller's with one link.
-fn open_map(path: &Path, empty: bool, created: &mut Vec<PathBuf>) -> Result<File, String> {
-    let map = vbmq::backend::thin::map_path(path);
+/// `DISK.map` (at `map`), read-write; made empty (0600) if missing and DISK is empty (vbmq
+/// writes its header). Never through a symbolic link; only a regular file of the caller's with
+/// one link.
+fn open_map(map: &Path, empty: bool, created: &mut Vec<PathBuf>) -> Result<File, String> {
     let error = |e: &dyn std::fmt::Display| format!("--disk base: {}: {e}", map.display());
     let create = if empty {
         Create::New(0o600)
     } else {
         Create::No
     };
-    match open_own(&map, create, created) {
+    match open_own(map, create, created) {
         Ok(file) => Ok(file),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(error(
             &"missing, and DISK holds data: not a disk made from a base, or its map is lost",
@@ -173,11 +183,11 @@ fn open_map(path: &Path, empty: bool, created: &mut Vec<PathBuf>) -> Result<File
     }
 }
 
-/// `DISK.changes` (`track-changes=on`), read-write, made (0600) if missing; never through a
-/// symbolic link, and only a regular file of the caller's with one link (vbmq checks it again).
-fn open_changes(path: &Path, created: &mut Vec<PathBuf>) -> Result<File, String> {
-    let changes = vbmq::backend::changes::changes_path(path);
-    open_own(&changes, Create::New(0o600), created)
+/// `DISK.changes` (`track-changes=on`, at `changes`), read-write, made (0600) if missing; never
+/// through a symbolic link, and only a regular file of the caller's with one link (vbmq checks
+/// it again).
+fn open_changes(changes: &Path, created: &mut Vec<PathBuf>) -> Result<File, String> {
+    open_own(changes, Create::New(0o600), created)
         .map_err(|e| format!("--disk track-changes: {}: {e}", changes.display()))
 }
 

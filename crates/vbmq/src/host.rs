@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::backend::{Disk, SnapshotReport};
 use crate::config::check_sockets;
 use crate::config::{DiskSpec, SpecError};
-use crate::devices::{Built, Source, build_disk};
+use crate::devices::{Built, Handles, Source, build_disk};
 use crate::limits::Limits;
 use crate::passed_fds::PassedDisk;
 use crate::vhost_user::{Stopper, VhostUserBlk};
@@ -138,6 +138,8 @@ struct Running {
     spec: DiskSpec,
     text: String,
     disk: Arc<dyn Disk>,
+    /// The verbs the disk's layers answer (snapshots, exports, changed-block maps).
+    handles: Handles,
     device: Arc<BlkDevice>,
     current: Arc<Mutex<Option<Arc<VhostUserBlk>>>>,
     stats: Vec<Arc<QueueStats>>,
@@ -268,7 +270,12 @@ impl Host {
             built,
             image,
         } = prepared;
-        let (server, disk, _files): Built = built;
+        let Built {
+            server,
+            disk,
+            handles,
+            ..
+        } = built;
         let mut disks = lock(&self.disks);
         // Checked again under the lock: two adds of one socket cannot both pass.
         Self::check_sockets(&disks, &spec, &self.other_sockets)?;
@@ -284,6 +291,7 @@ impl Host {
             text,
             spec,
             disk,
+            handles,
             stopper,
             thread: None,
         };
@@ -383,19 +391,19 @@ impl Host {
                 "the target is a file vbmq uses (an image, a map or a key file): refused".into(),
             ));
         }
-        let (disk, device) = {
+        let (handles, device) = {
             let disks = lock(&self.disks);
             let running = disks
                 .iter()
                 .find(|r| r.spec.socket == socket)
                 .ok_or_else(|| HostError::NoSuchDisk(socket.to_path_buf()))?;
-            (Arc::clone(&running.disk), Arc::clone(&running.device))
+            (running.handles.clone(), Arc::clone(&running.device))
         };
         // A named snapshot begins a changed-block map first, then lets every write pushed
         // before it complete: each later write is in the map, each earlier one in the snapshot.
         let map = match name {
             Some(name) => {
-                let map = disk
+                let map = handles
                     .changes()
                     .ok_or_else(|| HostError::NotTracked(socket.to_path_buf()))?;
                 map.begin(name)?;
@@ -410,7 +418,7 @@ impl Host {
             }
             None => None,
         };
-        let report = disk.snapshot(to).map_err(|e| {
+        let report = handles.snapshot(to).map_err(|e| {
             if let Some((map, name)) = map {
                 let _ = map.forget(name);
             }
@@ -630,7 +638,7 @@ pub struct Prepared {
 impl Prepared {
     /// The files the disk keeps reading (a Ceph configuration and keyring).
     pub fn files(&self) -> &[PathBuf] {
-        &self.built.2
+        &self.built.files
     }
 
     /// The parsed spec.
@@ -678,6 +686,6 @@ fn info_of(r: &Running) -> DiskInfo {
         queues: r.spec.queues,
         connected: lock(&r.current).is_some(),
         limits: r.device.limits.limits(),
-        checkpoints: changes::checkpoints_of(r.disk.changes()),
+        checkpoints: changes::checkpoints_of(r.handles.changes()),
     }
 }

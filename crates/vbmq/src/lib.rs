@@ -14,14 +14,16 @@
 //!   RBD, memory, null) and the layers stacked on it, each a small type over the disk below
 //!   (`backend/layer`: `Layer` and `Layered` forward what a layer does not change, `Stage` is a
 //!   layer's queue engine): the snapshot layer, changed-block tracking, encryption, the read
-//!   cache, and the test delay,
+//!   cache, `discard=off`, and the test delay,
 //! - [`worker`]: the per-queue I/O threads and the shared per-CPU pollers, which run any
 //!   device's queues through its handler,
 //! - [`virtio_blk`], [`virtio_fs`]: the device models (a guest request parsed and validated, a
 //!   disk's queue handler; a share's FUSE server),
 //! - [`vhost_user`]: the transport (the `VhostUserBackend` glue and the socket servers),
-//! - [`config`]: the `--disk` and `--fs` specs,
-//! - `devices`: building a disk or a share from its spec,
+//! - [`config`]: the `--disk` and `--fs` specs, and a disk's stack as data (`StackSpec`: its
+//!   storage and ordered layers, and the files they need),
+//! - `devices`: building a disk (its stack, in one loop, with handles on the verbs only one
+//!   layer answers) or a share from its spec,
 //! - [`host`]: the running disks and shares, which the control plane adds, removes, resizes
 //!   and measures,
 //! - [`serve`]: the `vbmq serve` command,

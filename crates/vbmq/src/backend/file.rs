@@ -308,10 +308,6 @@ impl Disk for FileDisk {
         }
     }
 
-    fn writer_seat(&self) -> Option<Arc<WriterSeat>> {
-        FileDisk::writer_seat(self)
-    }
-
     fn resize(&self, bytes: u64, shrink: bool) -> io::Result<u64> {
         let block = u64::from(self.geometry.block_size);
         let current = self.capacity.load(Ordering::Relaxed);

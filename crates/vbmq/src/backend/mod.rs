@@ -8,6 +8,7 @@ pub mod changes;
 mod crypt;
 mod delay;
 mod direct_align;
+mod discard_off;
 mod file;
 mod handover;
 mod host_memory;
@@ -30,15 +31,14 @@ pub mod thin;
 mod uring;
 mod write_hook;
 
-use std::fs::File;
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::Arc;
 
 pub use cache::CachedDisk;
 pub use changes::{ChangeMap, TrackedDisk};
 pub use crypt::EncryptedDisk;
 pub use delay::Delay;
+pub use discard_off::DiscardOff;
 pub use file::FileDisk;
 pub use handover::WriterSeat;
 pub use image_lock::release_all as release_image_locks;
@@ -163,59 +163,11 @@ pub trait Disk: Send + Sync {
     /// image's exclusive lock, which a killed client holds until the cluster times it out).
     /// No engine may submit afterwards.
     fn close(&self) {}
-    /// The disk this one is a layer over, if any: the verbs below ([`Disk::writer_seat`],
-    /// [`Disk::snapshot`], [`Disk::changes`]) that a layer does not answer itself go there.
-    fn below(&self) -> Option<&dyn Disk> {
-        None
-    }
-    /// The disk's hold on its image's write lock, when it is handed over between disks
-    /// (`handover=on`).
-    fn writer_seat(&self) -> Option<Arc<WriterSeat>> {
-        self.below()?.writer_seat()
-    }
-    /// Writes the disk's contents at one instant into `to` (opened writable by the operator)
-    /// while the guest keeps writing, and returns once `to` is complete and synced (see
-    /// [`SnapshotDisk`]). Layers pass it down to the storage's snapshot layer.
-    fn snapshot(&self, to: File) -> io::Result<SnapshotReport> {
-        match self.below() {
-            Some(below) => below.snapshot(to),
-            None => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "only path= disks have snapshots",
-            )),
-        }
-    }
-
-    /// Begins a read-only export of the disk as it is at this instant, by fleecing into
-    /// `scratch` (see `snapshot::Fleece`); one at a time, and not beside a snapshot or a resize.
-    /// Layers pass it down to the storage's snapshot layer.
-    fn export_begin(&self, scratch: File) -> io::Result<Arc<Fleece>> {
-        if let Some(why) = self.export_refused() {
-            return Err(io::Error::new(io::ErrorKind::Unsupported, why));
-        }
-        match self.below() {
-            Some(below) => below.export_begin(scratch),
-            None => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "only path= disks have exports",
-            )),
-        }
-    }
     /// Why an export of the disk below would not serve this disk's contents, if it would not
-    /// (a cipher's would serve ciphertext).
+    /// (a cipher's would serve ciphertext): the builder asks each layer above the snapshot
+    /// layer.
     fn export_refused(&self) -> Option<&'static str> {
         None
-    }
-    /// Ends the running export, if any.
-    fn export_end(&self) {
-        if let Some(below) = self.below() {
-            below.export_end();
-        }
-    }
-
-    /// The disk's changed-block maps (`track-changes=on`), through every layer above them.
-    fn changes(&self) -> Option<Arc<ChangeMap>> {
-        self.below()?.changes()
     }
 }
 

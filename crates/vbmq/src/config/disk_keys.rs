@@ -252,6 +252,12 @@ pub const DISK_KEYS: &[DiskKey] = &[
         "fault injection for tests: hold chosen requests' completions N microseconds",
     ),
     key(
+        "discard",
+        "on|off",
+        Some("on"),
+        "off: offer the guest neither discard nor write-zeroes, so no request punches a hole in the image (a preallocated image stays allocated)",
+    ),
+    key(
         "delay-every",
         "N",
         Some("16"),

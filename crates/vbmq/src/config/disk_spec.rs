@@ -62,6 +62,8 @@ pub struct DiskSpec {
     pub limits: Limits,
     /// Offer in-flight tracking (`VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD`, `inflight=`).
     pub inflight: bool,
+    /// Offer discard and write-zeroes when the storage has them (`discard=`).
+    pub discard: bool,
     /// Fault injection: hold chosen completions this long (`delay-us=`; 0: none).
     pub delay_us: u64,
     /// Fault injection: which requests are held (every Nth of a queue, `delay-every=`).
@@ -209,6 +211,78 @@ pub(super) fn socket_mode(key: &str, value: &str) -> Result<u32, SpecError> {
         .ok_or_else(|| bad(key, "must be octal permission bits such as 0660"))
 }
 
+/// What `--disk` gives that is checked against other keys once all are read.
+#[derive(Default)]
+struct Given {
+    socket: Option<PathBuf>,
+    storage: Option<Storage>,
+    image: Option<PathBuf>,
+    encrypt: bool,
+    ceph_conf: Option<PathBuf>,
+    ceph_user: Option<String>,
+    ceph_timeout: Option<u64>,
+}
+
+impl Given {
+    /// The socket, the storage and its own keys: whether `key` is one of them.
+    fn set(&mut self, key: &str, value: &str) -> Result<bool, SpecError> {
+        match key {
+            "socket" => self.socket = Some(PathBuf::from(value)),
+            "path" | "null" | "mem" | "rbd" if self.storage.is_some() => {
+                return Err(bad(key, "give only one of path=, null=, mem= and rbd="));
+            }
+            "path" => self.storage = Some(Storage::File(PathBuf::from(value))),
+            "null" => {
+                let size = parse_size(value).filter(|size| *size > 0 && size % 512 == 0);
+                let size = size.ok_or_else(|| {
+                    bad(key, format!("{value:?} is not a size such as 8G or 512M"))
+                })?;
+                self.storage = Some(Storage::Null(size));
+            }
+            "mem" => {
+                let size = parse_size(value).filter(|size| *size > 0 && size % 512 == 0);
+                let size = size.ok_or_else(|| {
+                    bad(key, format!("{value:?} is not a size such as 4G or 512M"))
+                })?;
+                self.storage = Some(Storage::Memory { size, image: None });
+            }
+            "rbd" => {
+                let (pool, namespace, image) = RbdTarget::parse_name(value)
+                    .ok_or_else(|| bad(key, "expected POOL/IMAGE or POOL/NAMESPACE/IMAGE"))?;
+                self.storage = Some(Storage::Rbd(RbdTarget {
+                    pool,
+                    namespace,
+                    image,
+                    conf: PathBuf::from("/etc/ceph/ceph.conf"),
+                    user: "admin".into(),
+                    timeout: Duration::from_secs(30),
+                }));
+            }
+            "ceph-conf" => self.ceph_conf = Some(PathBuf::from(value)),
+            "ceph-user" => {
+                if value.is_empty() || value.contains('\0') {
+                    return Err(bad(key, "a Ceph user name such as admin"));
+                }
+                self.ceph_user = Some(value.to_string());
+            }
+            "ceph-timeout" => {
+                let secs = value.parse::<u64>().ok().filter(|s| (1..=3600).contains(s));
+                self.ceph_timeout = Some(secs.ok_or_else(|| bad(key, "must be 1..=3600 seconds"))?);
+            }
+            "image" => self.image = Some(PathBuf::from(value)),
+            "encrypt" => {
+                self.encrypt = match value {
+                    "aes-xts" => true,
+                    "off" => false,
+                    _ => return Err(bad(key, "aes-xts or off")),
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
 impl DiskSpec {
     /// Parses one `--disk` value. `online_cpus` are the CPUs this process may run on.
     ///
@@ -226,9 +300,33 @@ impl DiskSpec {
     /// # Ok::<(), vbmq::config::SpecError>(())
     /// ```
     pub fn parse(text: &str, online_cpus: &[usize]) -> Result<Self, SpecError> {
-        let mut socket = None;
-        let mut storage = None;
-        let mut spec = DiskSpec {
+        let mut spec = DiskSpec::defaults();
+        let mut given = Given::default();
+        for (key, value) in Self::pairs(text)? {
+            let value = value.as_str();
+            if disk_key(key).is_none() {
+                return Err(bad(key, "unknown key (vbmq serve --help lists them)"));
+            }
+            if !given.set(key, value)?
+                && !spec.set_layer_key(key, value)?
+                && !spec.set_device_key(key, value, online_cpus)?
+            {
+                return Err(bad(key, "listed but not parsed: a defect"));
+            }
+        }
+        let encrypt = given.encrypt;
+        spec.take_given(given)?;
+        spec.check_storage_keys()?;
+        spec.check_base()?;
+        spec.check_track_changes()?;
+        spec.check_encrypt(encrypt)?;
+        check_cpus(&spec.cpus, spec.queues, spec.mode)?;
+        Ok(spec)
+    }
+
+    /// Every key's default.
+    fn defaults() -> Self {
+        DiskSpec {
             socket: PathBuf::new(),
             storage: Storage::Null(0),
             queues: 1,
@@ -260,188 +358,156 @@ impl DiskSpec {
             track_block: None,
             limits: Limits::default(),
             inflight: true,
+            discard: true,
             delay_us: 0,
             delay_every: 16,
-        };
-        let mut image = None;
-        let mut encrypt = false;
-        let mut ceph_conf = None;
-        let mut ceph_user = None;
-        let mut ceph_timeout = None;
-        for (key, value) in Self::pairs(text)? {
-            let value = value.as_str();
-            if disk_key(key).is_none() {
-                return Err(bad(key, "unknown key (vbmq serve --help lists them)"));
-            }
-            match key {
-                "socket" => socket = Some(PathBuf::from(value)),
-                "path" | "null" | "mem" | "rbd" if storage.is_some() => {
-                    return Err(bad(key, "give only one of path=, null=, mem= and rbd="));
-                }
-                "path" => storage = Some(Storage::File(PathBuf::from(value))),
-                "null" => {
-                    let size = parse_size(value).filter(|size| *size > 0 && size % 512 == 0);
-                    let size = size.ok_or_else(|| {
-                        bad(key, format!("{value:?} is not a size such as 8G or 512M"))
-                    })?;
-                    storage = Some(Storage::Null(size));
-                }
-                "mem" => {
-                    let size = parse_size(value).filter(|size| *size > 0 && size % 512 == 0);
-                    let size = size.ok_or_else(|| {
-                        bad(key, format!("{value:?} is not a size such as 4G or 512M"))
-                    })?;
-                    storage = Some(Storage::Memory { size, image: None });
-                }
-                "rbd" => {
-                    let (pool, namespace, image) = RbdTarget::parse_name(value)
-                        .ok_or_else(|| bad(key, "expected POOL/IMAGE or POOL/NAMESPACE/IMAGE"))?;
-                    storage = Some(Storage::Rbd(RbdTarget {
-                        pool,
-                        namespace,
-                        image,
-                        conf: PathBuf::from("/etc/ceph/ceph.conf"),
-                        user: "admin".into(),
-                        timeout: Duration::from_secs(30),
-                    }));
-                }
-                "ceph-conf" => ceph_conf = Some(PathBuf::from(value)),
-                "ceph-user" => {
-                    if value.is_empty() || value.contains('\0') {
-                        return Err(bad(key, "a Ceph user name such as admin"));
-                    }
-                    ceph_user = Some(value.to_string());
-                }
-                "ceph-timeout" => {
-                    let secs = value.parse::<u64>().ok().filter(|s| (1..=3600).contains(s));
-                    ceph_timeout = Some(secs.ok_or_else(|| bad(key, "must be 1..=3600 seconds"))?);
-                }
-                "image" => image = Some(PathBuf::from(value)),
-                "cache" => {
-                    spec.cache = parse_size(value).filter(|size| *size > 0).ok_or_else(|| {
-                        bad(key, format!("{value:?} is not a size such as 2G or 512M"))
-                    })?;
-                }
-                "cache-preload" => spec.cache_preload = on_off(key, value)?,
-                "base" => spec.base = Some(PathBuf::from(value)),
-                "base-block" => {
-                    let size = parse_size(value)
-                        .filter(|s| s.is_power_of_two() && (4096..=16 << 20).contains(s));
-                    spec.base_block =
-                        Some(size.ok_or_else(|| {
-                            bad(key, "a power of two from 4K to 16M, such as 64K")
-                        })?);
-                }
-                "base-copy-on-read" => spec.base_copy_on_read = on_off(key, value)?,
-                "base-fill" => spec.base_fill = on_off(key, value)?,
-                "track-changes" => spec.track_changes = on_off(key, value)?,
-                "track-block" => {
-                    let size = parse_size(value)
-                        .filter(|s| s.is_power_of_two() && (4096..=16 << 20).contains(s));
-                    spec.track_block =
-                        Some(size.ok_or_else(|| {
-                            bad(key, "a power of two from 4K to 16M, such as 64K")
-                        })?);
-                }
-                "encrypt" => {
-                    encrypt = match value {
-                        "aes-xts" => true,
-                        "off" => false,
-                        _ => return Err(bad(key, "aes-xts or off")),
-                    }
-                }
-                "key-file" => spec.key_file = Some(PathBuf::from(value)),
-                "encrypt-discard" => spec.encrypt_discard = on_off(key, value)?,
-                "inflight" => spec.inflight = on_off(key, value)?,
-                "delay-us" => {
-                    let us = value.parse::<u64>().ok().filter(|us| *us <= 60_000_000);
-                    spec.delay_us = us.ok_or_else(|| bad(key, "must be 0..=60000000"))?;
-                }
-                "delay-every" => {
-                    let n = value
-                        .parse::<u64>()
-                        .ok()
-                        .filter(|n| (1..=1 << 20).contains(n));
-                    spec.delay_every = n.ok_or_else(|| bad(key, "must be 1..=1048576"))?;
-                }
-                "queues" => spec.queues = queues(key, value)?,
-                "queue-size" => spec.queue_size = queue_size(key, value)?,
-                "mode" => spec.mode = wait_mode(key, value)?,
-                "poll-us" => spec.poll_us = poll_us(key, value)?,
-                "cpus" => spec.cpus = cpus(key, value, online_cpus)?,
-                "readonly" => spec.readonly = on_off(key, value)?,
-                "direct" => spec.direct = on_off(key, value)?,
-                "lock" => spec.lock = on_off(key, value)?,
-                "handover" => spec.handover = on_off(key, value)?,
-                "batch" => spec.batch = on_off(key, value)?,
-                "io" => {
-                    spec.ring_only = match value {
-                        "auto" => false,
-                        "ring" => true,
-                        _ => return Err(bad(key, "must be auto or ring")),
-                    }
-                }
-                "sqpoll" => {
-                    spec.sqpoll = match value {
-                        "off" => None,
-                        cpu => match cpus(key, cpu, online_cpus)?.as_slice() {
-                            &[cpu] => Some(cpu),
-                            _ => return Err(bad(key, "off or one CPU")),
-                        },
-                    }
-                }
-                "fixed-buffers" => spec.fixed_buffers = on_off(key, value)?,
-                "serial" => {
-                    if value.len() > 20 {
-                        return Err(bad(key, "at most 20 bytes"));
-                    }
-                    spec.serial = Some(value.to_string());
-                }
-                "socket-group" => spec.socket_group = Some(socket_group(key, value)?),
-                "socket-mode" => spec.socket_mode = socket_mode(key, value)?,
-                "socket-fd" => {
-                    let number = value.parse::<i32>();
-                    let name_ok = !value.is_empty()
-                        && value.len() <= 255
-                        && value.bytes().all(|b| b.is_ascii_graphic() && b != b':');
-                    if !matches!(number, Ok(3..)) && (number.is_ok() || !name_ok) {
-                        return Err(bad(key, "a descriptor number from 3, or a socket name"));
-                    }
-                    spec.socket_fd = Some(value.to_string());
-                }
-                _ if set_limit(&mut spec.limits, key, value)? => {}
-                _ => return Err(bad(key, "listed but not parsed: a defect")),
-            }
         }
-        spec.socket = socket.ok_or_else(|| bad("socket", "required"))?;
-        spec.storage =
-            storage.ok_or_else(|| bad("path", "one of path=, null=, mem= or rbd= is required"))?;
-        match &mut spec.storage {
+    }
+
+    /// A key of a layer (`cache=`, `base=`, `track-changes=`, `key-file=`, `delay-us=`...):
+    /// whether it is one.
+    fn set_layer_key(&mut self, key: &str, value: &str) -> Result<bool, SpecError> {
+        match key {
+            "cache" => {
+                self.cache = parse_size(value).filter(|size| *size > 0).ok_or_else(|| {
+                    bad(key, format!("{value:?} is not a size such as 2G or 512M"))
+                })?;
+            }
+            "cache-preload" => self.cache_preload = on_off(key, value)?,
+            "base" => self.base = Some(PathBuf::from(value)),
+            "base-block" => {
+                let size = parse_size(value)
+                    .filter(|s| s.is_power_of_two() && (4096..=16 << 20).contains(s));
+                self.base_block = Some(
+                    size.ok_or_else(|| bad(key, "a power of two from 4K to 16M, such as 64K"))?,
+                );
+            }
+            "base-copy-on-read" => self.base_copy_on_read = on_off(key, value)?,
+            "base-fill" => self.base_fill = on_off(key, value)?,
+            "track-changes" => self.track_changes = on_off(key, value)?,
+            "track-block" => {
+                let size = parse_size(value)
+                    .filter(|s| s.is_power_of_two() && (4096..=16 << 20).contains(s));
+                self.track_block = Some(
+                    size.ok_or_else(|| bad(key, "a power of two from 4K to 16M, such as 64K"))?,
+                );
+            }
+            "key-file" => self.key_file = Some(PathBuf::from(value)),
+            "encrypt-discard" => self.encrypt_discard = on_off(key, value)?,
+            "discard" => self.discard = on_off(key, value)?,
+            "delay-us" => {
+                let us = value.parse::<u64>().ok().filter(|us| *us <= 60_000_000);
+                self.delay_us = us.ok_or_else(|| bad(key, "must be 0..=60000000"))?;
+            }
+            "delay-every" => {
+                let n = value
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| (1..=1 << 20).contains(n));
+                self.delay_every = n.ok_or_else(|| bad(key, "must be 1..=1048576"))?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// A key of the device, its queues, its socket or its storage's options: whether it is
+    /// one.
+    fn set_device_key(
+        &mut self,
+        key: &str,
+        value: &str,
+        online_cpus: &[usize],
+    ) -> Result<bool, SpecError> {
+        match key {
+            "inflight" => self.inflight = on_off(key, value)?,
+            "queues" => self.queues = queues(key, value)?,
+            "queue-size" => self.queue_size = queue_size(key, value)?,
+            "mode" => self.mode = wait_mode(key, value)?,
+            "poll-us" => self.poll_us = poll_us(key, value)?,
+            "cpus" => self.cpus = cpus(key, value, online_cpus)?,
+            "readonly" => self.readonly = on_off(key, value)?,
+            "direct" => self.direct = on_off(key, value)?,
+            "lock" => self.lock = on_off(key, value)?,
+            "handover" => self.handover = on_off(key, value)?,
+            "batch" => self.batch = on_off(key, value)?,
+            "io" => {
+                self.ring_only = match value {
+                    "auto" => false,
+                    "ring" => true,
+                    _ => return Err(bad(key, "must be auto or ring")),
+                }
+            }
+            "sqpoll" => {
+                self.sqpoll = match value {
+                    "off" => None,
+                    cpu => match cpus(key, cpu, online_cpus)?.as_slice() {
+                        &[cpu] => Some(cpu),
+                        _ => return Err(bad(key, "off or one CPU")),
+                    },
+                }
+            }
+            "fixed-buffers" => self.fixed_buffers = on_off(key, value)?,
+            "serial" => {
+                if value.len() > 20 {
+                    return Err(bad(key, "at most 20 bytes"));
+                }
+                self.serial = Some(value.to_string());
+            }
+            "socket-group" => self.socket_group = Some(socket_group(key, value)?),
+            "socket-mode" => self.socket_mode = socket_mode(key, value)?,
+            "socket-fd" => {
+                let number = value.parse::<i32>();
+                let name_ok = !value.is_empty()
+                    && value.len() <= 255
+                    && value.bytes().all(|b| b.is_ascii_graphic() && b != b':');
+                if !matches!(number, Ok(3..)) && (number.is_ok() || !name_ok) {
+                    return Err(bad(key, "a descriptor number from 3, or a socket name"));
+                }
+                self.socket_fd = Some(value.to_string());
+            }
+            _ => return set_limit(&mut self.limits, key, value),
+        }
+        Ok(true)
+    }
+
+    /// The socket and the storage, with the storage's own keys.
+    fn take_given(&mut self, given: Given) -> Result<(), SpecError> {
+        self.socket = given.socket.ok_or_else(|| bad("socket", "required"))?;
+        self.storage = given
+            .storage
+            .ok_or_else(|| bad("path", "one of path=, null=, mem= or rbd= is required"))?;
+        match &mut self.storage {
             Storage::Rbd(target) => {
-                if let Some(conf) = ceph_conf {
+                if let Some(conf) = given.ceph_conf {
                     target.conf = conf;
                 }
-                if let Some(user) = ceph_user {
+                if let Some(user) = given.ceph_user {
                     target.user = user;
                 }
-                if let Some(secs) = ceph_timeout {
+                if let Some(secs) = given.ceph_timeout {
                     target.timeout = Duration::from_secs(secs);
                 }
             }
-            _ if ceph_conf.is_some() => return Err(bad("ceph-conf", "only with rbd=")),
-            _ if ceph_user.is_some() => return Err(bad("ceph-user", "only with rbd=")),
-            _ if ceph_timeout.is_some() => return Err(bad("ceph-timeout", "only with rbd=")),
+            _ if given.ceph_conf.is_some() => return Err(bad("ceph-conf", "only with rbd=")),
+            _ if given.ceph_user.is_some() => return Err(bad("ceph-user", "only with rbd=")),
+            _ if given.ceph_timeout.is_some() => return Err(bad("ceph-timeout", "only with rbd=")),
             _ => {}
         }
-        match (&mut spec.storage, image) {
+        match (&mut self.storage, given.image) {
             (Storage::Memory { image: slot, .. }, image) => *slot = image,
             (_, Some(_)) => return Err(bad("image", "only with mem=")),
             (_, None) => {}
         }
-        if spec.cache > 0 && !matches!(spec.storage, Storage::File(_) | Storage::Rbd(_)) {
+        Ok(())
+    }
+
+    /// The keys that only some storages take.
+    fn check_storage_keys(&self) -> Result<(), SpecError> {
+        if self.cache > 0 && !matches!(self.storage, Storage::File(_) | Storage::Rbd(_)) {
             return Err(bad("cache", "only with path= or rbd="));
         }
-        if spec.cache > 0 && spec.handover {
+        if self.cache > 0 && self.handover {
             // The disk that takes the image over may be another process's: what it writes
             // would never reach this cache, which would serve the old blocks again.
             return Err(bad(
@@ -449,30 +515,33 @@ impl DiskSpec {
                 "not with handover=on: another process writing the image would leave it stale",
             ));
         }
-        if spec.cache_preload && spec.cache == 0 {
+        if self.cache_preload && self.cache == 0 {
             return Err(bad("cache-preload", "only with cache="));
         }
-        if spec.cache_preload && !matches!(spec.storage, Storage::File(_)) {
+        if self.cache_preload && !matches!(self.storage, Storage::File(_)) {
             return Err(bad("cache-preload", "only with path="));
         }
-        if spec.sqpoll.is_some() && !matches!(spec.storage, Storage::File(_)) {
+        if self.sqpoll.is_some() && !matches!(self.storage, Storage::File(_)) {
             return Err(bad("sqpoll", "only with path="));
         }
-        if spec.fixed_buffers && !matches!(spec.storage, Storage::File(_)) {
+        if self.fixed_buffers && !matches!(self.storage, Storage::File(_)) {
             return Err(bad("fixed-buffers", "only with path="));
         }
-        spec.check_base()?;
-        spec.check_track_changes()?;
-        match (encrypt, &spec.key_file) {
+        Ok(())
+    }
+
+    /// `encrypt=`, `key-file=` and `encrypt-discard=` go together, on a `path=` disk.
+    fn check_encrypt(&self, encrypt: bool) -> Result<(), SpecError> {
+        match (encrypt, &self.key_file) {
             (true, None) => return Err(bad("encrypt", "needs key-file=")),
             (false, Some(_)) => return Err(bad("key-file", "only with encrypt=aes-xts")),
-            (false, None) if spec.encrypt_discard => {
+            (false, None) if self.encrypt_discard => {
                 return Err(bad("encrypt-discard", "only with encrypt=aes-xts"));
             }
-            (true, Some(_)) if !matches!(spec.storage, Storage::File(_)) => {
+            (true, Some(_)) if !matches!(self.storage, Storage::File(_)) => {
                 return Err(bad("encrypt", "only with path="));
             }
-            (true, Some(_)) if spec.cache_preload => {
+            (true, Some(_)) if self.cache_preload => {
                 return Err(bad(
                     "encrypt",
                     "not with cache-preload=on: it would load ciphertext",
@@ -480,8 +549,7 @@ impl DiskSpec {
             }
             _ => {}
         }
-        check_cpus(&spec.cpus, spec.queues, spec.mode)?;
-        Ok(spec)
+        Ok(())
     }
 
     /// `base=` and its options: only on a writable `path=` disk, and not with what it cannot

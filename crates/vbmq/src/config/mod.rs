@@ -9,6 +9,7 @@ mod limit_keys;
 mod size;
 mod sockets;
 mod spec_error;
+mod stack_spec;
 mod virtiofsd_args;
 
 pub use blk_program_args::{
@@ -23,6 +24,7 @@ pub use limit_keys::{LIMIT_KEYS, parse_limits};
 pub use size::parse_size;
 pub use sockets::{check_disks, check_sockets};
 pub use spec_error::SpecError;
+pub use stack_spec::{BaseSpec, LayerSpec, NeededFile, StackSpec, StorageSpec};
 pub use virtiofsd_args::{
     VIRTIOFSD_CAPABILITIES, VIRTIOFSD_HELP, VirtiofsdArgs, VirtiofsdCommand, parse_virtiofsd_args,
 };

@@ -8,12 +8,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::handles::Handles;
+use super::layers::{LayerInputs, TrackedFiles, open_layer};
 use crate::backend::cache::ImageId;
 use crate::backend::{
-    CachedDisk, Delay, Disk, EncryptedDisk, FileDisk, Layered, MemoryDisk, NullDisk, RbdDisk,
-    SnapshotDisk, ThinDisk, ThinOptions, TrackedDisk,
+    Disk, FileDisk, MemoryDisk, NullDisk, RbdDisk, RbdTarget, SnapshotDisk, ThinDisk, ThinOptions,
 };
-use crate::config::{DiskSpec, SpecError, Storage};
+use crate::config::{BaseSpec, DiskSpec, LayerSpec, SpecError, StackSpec, Storage, StorageSpec};
 use crate::own_files::{self, Access, Create};
 use crate::vhost_user::DiskServer;
 use crate::virtio_blk::BlkDevice;
@@ -71,47 +72,132 @@ pub(crate) struct PassedThin {
     pub map: File,
 }
 
-/// An open disk and the files it keeps reading (a Ceph configuration and keyring).
-fn open_disk(spec: &DiskSpec, source: Source) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
-    let (disk, files) = open_storage(spec, source)?;
-    if spec.delay_us == 0 {
-        return Ok((disk, files));
-    }
-    let delay = Duration::from_micros(spec.delay_us);
-    let delayed: Arc<dyn Disk> = Arc::new(Layered::new(disk, Delay::new(delay, spec.delay_every)));
-    Ok((delayed, files))
-}
-
-fn open_storage(
+/// An open disk and the files it keeps reading (a Ceph configuration and keyring): its
+/// storage, then each layer of its stack over the one below; the verbs its layers answer go
+/// to `handles`.
+fn open_disk(
     spec: &DiskSpec,
     source: Source,
+    handles: &mut Handles,
 ) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
-    if let Storage::Rbd(target) = &spec.storage {
-        let opened = if source.confined {
-            RbdDisk::open_connected(target, spec.readonly)
-        } else {
-            RbdDisk::open(target, spec.readonly)
-        };
-        let disk = opened.map_err(|e| SpecError {
-            key: "rbd".into(),
-            reason: format!("{}/{}: {e}", target.pool, target.image),
-        })?;
-        let files = disk.files().to_vec();
-        let disk: Arc<dyn Disk> = Arc::new(disk);
-        if spec.cache == 0 {
-            return Ok((disk, files));
-        }
-        let name = format!("{}/{}/{}", target.pool, target.namespace, target.image);
-        let id = ImageId::Rbd(format!("{}:{name}", target.conf.display()));
-        let label = spec.socket.display().to_string();
-        let cached =
-            CachedDisk::open_image(disk, id, &name, spec.cache, &label).map_err(|e| SpecError {
-                key: "cache".into(),
-                reason: e.to_string(),
+    let stack = spec.stack();
+    let Source {
+        image,
+        thin,
+        key,
+        changes,
+        confined,
+    } = source;
+    let mut inputs = LayerInputs {
+        key,
+        label: spec.socket.display().to_string(),
+        ..LayerInputs::default()
+    };
+    if let Some(path) = stack.image() {
+        // Before the image is opened: opening it moves its modification time. A passed
+        // image is asked through its descriptor, before vbmq writes or probes it.
+        let passed_image = image.as_ref().map(|(image, _)| image);
+        inputs.tracked = tracked_files(&stack, path, passed_image, changes)?;
+        inputs.cache_id = passed_image
+            .map(image_id)
+            .transpose()
+            .map_err(|e| SpecError {
+                key: "path".into(),
+                reason: format!("{}: {e}", path.display()),
             })?;
-        return Ok((Arc::new(cached), files));
     }
-    open_local_disk(spec, source).map(|disk| (disk, Vec::new()))
+    let source = Source {
+        image,
+        thin,
+        confined,
+        ..Source::default()
+    };
+    let (mut disk, files) = open_storage(spec, &stack.storage, source, handles)?;
+    for layer in &stack.layers {
+        disk = open_layer(&stack, layer, disk, &mut inputs, handles)?;
+    }
+    Ok((disk, files))
+}
+
+/// The storage, with the snapshot layer over a `path=` disk's (it reads the image beneath the
+/// engines, so it is built with the storage, not over any disk).
+fn open_storage(
+    spec: &DiskSpec,
+    storage: &StorageSpec,
+    source: Source,
+    handles: &mut Handles,
+) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
+    let snapshots = match storage {
+        StorageSpec::File { path } => {
+            let file = open_file(spec, path, spec.readonly, source)?;
+            handles.writer_seat = file.writer_seat();
+            SnapshotDisk::over_file(file)
+        }
+        StorageSpec::Thin {
+            path,
+            base: BaseSpec::File(base),
+            options,
+        } => SnapshotDisk::over_thin(open_thin_disk(spec, path, base, *options, source)?),
+        StorageSpec::Rbd(target) => {
+            return open_rbd(target, spec.readonly, source.confined, handles);
+        }
+        StorageSpec::Memory { size, image } => return open_memory(*size, image.as_deref()),
+        StorageSpec::Null(size) => return Ok((Arc::new(NullDisk::new(*size)), Vec::new())),
+    };
+    let path = match storage {
+        StorageSpec::File { path } | StorageSpec::Thin { path, .. } => path.as_path(),
+        _ => Path::new(""),
+    };
+    let snapshots = Arc::new(snapshots.map_err(|e| SpecError {
+        key: "path".into(),
+        reason: format!("{}: {e}", path.display()),
+    })?);
+    handles.snapshots = Some(Arc::clone(&snapshots));
+    Ok((snapshots, Vec::new()))
+}
+
+/// An RBD image, and the files its cluster connection keeps reading.
+fn open_rbd(
+    target: &RbdTarget,
+    readonly: bool,
+    confined: bool,
+    handles: &mut Handles,
+) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
+    let opened = if confined {
+        RbdDisk::open_connected(target, readonly)
+    } else {
+        RbdDisk::open(target, readonly)
+    };
+    let disk = opened.map_err(|e| SpecError {
+        key: "rbd".into(),
+        reason: format!("{}/{}: {e}", target.pool, target.image),
+    })?;
+    handles.snapshots_elsewhere =
+        Some("an RBD disk has Ceph's own snapshots: rbd snap create POOL/IMAGE@NAME");
+    let files = disk.files().to_vec();
+    Ok((Arc::new(disk), files))
+}
+
+/// A disk in host memory, loaded from `image` if given.
+fn open_memory(
+    size: u64,
+    image: Option<&Path>,
+) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
+    let disk = match image {
+        Some(image) => MemoryDisk::load(size, image),
+        None => MemoryDisk::new(size),
+    };
+    let disk = disk.map_err(|e| match image {
+        Some(image) => SpecError {
+            key: "image".into(),
+            reason: format!("{}: {e}", image.display()),
+        },
+        None => SpecError {
+            key: "mem".into(),
+            reason: e.to_string(),
+        },
+    })?;
+    Ok((Arc::new(disk), Vec::new()))
 }
 
 /// The passed image (`source`), or the one at `path`.
@@ -132,148 +218,29 @@ fn open_image(
     })
 }
 
-fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, SpecError> {
-    match &spec.storage {
-        Storage::File(path) => {
-            let id = match &source.image {
-                Some((image, _)) => Some(image_id(image).map_err(|e| SpecError {
-                    key: "path".into(),
-                    reason: format!("{}: {e}", path.display()),
-                })?),
-                None => None,
-            };
-            // Before the image is opened: opening it moves its modification time. A passed
-            // image is asked through its descriptor, before vbmq writes or probes it.
-            let Source {
-                image,
-                thin,
-                key,
-                changes,
-                confined,
-            } = source;
-            let passed_image = image.as_ref().map(|(image, _)| image);
-            let (mtime, tracked_files) = tracked_files(spec, path, passed_image, changes)?;
-            let image = Source {
-                image,
-                confined,
-                ..Source::default()
-            };
-            // Directly above the storage: a snapshot holds what the image holds.
-            let disk: Arc<dyn Disk> = match &spec.base {
-                Some(base) => {
-                    SnapshotDisk::over_thin(open_thin_disk(spec, path, base, image, thin)?)
-                }
-                None => SnapshotDisk::over_file(open_file(spec, path, spec.readonly, image)?),
-            }
-            .map(Arc::new)
-            .map_err(|e| SpecError {
-                key: "path".into(),
-                reason: format!("{}: {e}", path.display()),
-            })?;
-            // Above the snapshot layer: what reaches the storage is what changed.
-            let disk: Arc<dyn Disk> = if spec.track_changes {
-                let tracked = match tracked_files {
-                    Some((image, changes)) => TrackedDisk::open_passed(
-                        disk,
-                        path,
-                        image,
-                        changes,
-                        spec.track_block,
-                        mtime,
-                    ),
-                    None => TrackedDisk::open(disk, path, spec.track_block, mtime),
-                };
-                Arc::new(tracked.map_err(|e| SpecError {
-                    key: "track-changes".into(),
-                    reason: format!("{}: {e}", path.display()),
-                })?)
-            } else {
-                disk
-            };
-            // Under the cache: the cache holds plaintext, in vbmq's memory only.
-            let disk: Arc<dyn Disk> = match (&spec.key_file, key) {
-                (Some(path), passed) => {
-                    let discard = spec.encrypt_discard;
-                    let opened = match passed {
-                        Some(file) => EncryptedDisk::with_key_from(disk, file, discard),
-                        None => EncryptedDisk::open(disk, path, discard),
-                    };
-                    Arc::new(opened.map_err(|e| SpecError {
-                        key: "key-file".into(),
-                        reason: format!("{}: {e}", path.display()),
-                    })?)
-                }
-                (None, _) => disk,
-            };
-            if spec.cache == 0 {
-                return Ok(disk);
-            }
-            let label = spec.socket.display().to_string();
-            let cached = match id {
-                Some(id) => {
-                    let name = path.display().to_string();
-                    CachedDisk::open_image(disk, id, &name, spec.cache, &label)
-                }
-                None => CachedDisk::open(disk, path, spec.cache, &label),
-            }
-            .map_err(|e| SpecError {
-                key: "cache".into(),
-                reason: e.to_string(),
-            })?;
-            if spec.cache_preload {
-                cached.preload(path).map_err(|e| SpecError {
-                    key: "cache-preload".into(),
-                    reason: format!("{}: {e}", path.display()),
-                })?;
-            }
-            Ok(Arc::new(cached))
-        }
-        Storage::Null(size) => Ok(Arc::new(NullDisk::new(*size))),
-        Storage::Memory { size, image } => {
-            let disk = match image {
-                Some(image) => MemoryDisk::load(*size, image),
-                None => MemoryDisk::new(*size),
-            };
-            disk.map(|disk| Arc::new(disk) as Arc<dyn Disk>)
-                .map_err(|e| match image {
-                    Some(image) => SpecError {
-                        key: "image".into(),
-                        reason: format!("{}: {e}", image.display()),
-                    },
-                    None => SpecError {
-                        key: "mem".into(),
-                        reason: e.to_string(),
-                    },
-                })
-        }
-        Storage::Rbd(_) => Err(SpecError {
-            key: "rbd".into(),
-            reason: "opened by open_disk: a defect".into(),
-        }),
-    }
-}
-
-/// A tracked disk's image time, taken before it is opened, and for a passed image, a copy of
-/// its descriptor and the map file passed with it (which it needs: a passed image is never
-/// tracked from a map file opened here).
-type TrackedFiles = (Option<(i64, i64)>, Option<(File, File)>);
-
+/// A tracked disk's image time, taken before the image is opened, and for a passed image, a
+/// copy of its descriptor and the map file passed with it; `None` when the disk is not
+/// tracked.
 fn tracked_files(
-    spec: &DiskSpec,
+    stack: &StackSpec,
     path: &Path,
     image: Option<&File>,
     changes: Option<File>,
-) -> Result<TrackedFiles, SpecError> {
+) -> Result<Option<TrackedFiles>, SpecError> {
+    let tracked = stack
+        .layers
+        .iter()
+        .any(|layer| matches!(layer, LayerSpec::TrackChanges { .. }));
+    if !tracked {
+        return Ok(None);
+    }
     let error = |e: std::io::Error| SpecError {
         key: "track-changes".into(),
         reason: format!("{}: {e}", path.display()),
     };
     let Some(image) = image else {
-        return Ok((crate::backend::changes::image_mtime(path), None));
+        return Ok(Some((crate::backend::changes::image_mtime(path), None)));
     };
-    if !spec.track_changes {
-        return Ok((None, None));
-    }
     let mtime = crate::backend::changes::file_mtime(image);
     let Some(changes) = changes else {
         let e =
@@ -281,7 +248,7 @@ fn tracked_files(
         return Err(error(e));
     };
     let image = image.try_clone().map_err(error)?;
-    Ok((mtime, Some((image, changes))))
+    Ok(Some((mtime, Some((image, changes)))))
 }
 
 /// A raw image file or block device (passed, or at `path`), set up as `spec` says.
@@ -334,18 +301,14 @@ fn open_thin_disk(
     spec: &DiskSpec,
     path: &Path,
     base: &Path,
-    source: Source,
-    thin: Option<PassedThin>,
+    options: ThinOptions,
+    mut source: Source,
 ) -> Result<ThinDisk, SpecError> {
     let error = |key: &str, e: std::io::Error| SpecError {
         key: key.into(),
         reason: format!("{}: {e}", path.display()),
     };
-    let options = ThinOptions {
-        block_size: spec.base_block,
-        copy_on_read: spec.base_copy_on_read,
-        fill: spec.base_fill,
-    };
+    let thin = source.thin.take();
     match (source.image.is_some(), thin) {
         (true, Some(thin)) => {
             let confined = source.confined;
@@ -396,8 +359,17 @@ fn open_own_image(path: &Path, direct: bool) -> std::io::Result<(File, Option<Fi
     Ok((buffered, Some(direct)))
 }
 
-/// The server of one disk, the disk (to close at exit) and the files it keeps reading.
-pub(crate) type Built = (DiskServer, Arc<dyn Disk>, Vec<PathBuf>);
+/// A disk opened and bound.
+pub(crate) struct Built {
+    /// The server of its socket.
+    pub server: DiskServer,
+    /// The disk, to close at exit.
+    pub disk: Arc<dyn Disk>,
+    /// The verbs its layers answer.
+    pub handles: Handles,
+    /// The files it keeps reading (a Ceph configuration and keyring).
+    pub files: Vec<PathBuf>,
+}
 
 /// The cache's name for a passed image: the file, as [`ImageId::of_file`] names it.
 fn image_id(file: &File) -> std::io::Result<ImageId> {
@@ -416,7 +388,8 @@ pub(crate) fn build_disk(
     source: Source,
     listener: Option<UnixListener>,
 ) -> Result<Built, SpecError> {
-    let (disk, files) = open_disk(spec, source)?;
+    let mut handles = Handles::default();
+    let (disk, files) = open_disk(spec, source, &mut handles)?;
     let kept = Arc::clone(&disk);
     let serial = spec.serial.clone().unwrap_or_else(|| default_serial(spec));
     let device = Arc::new(BlkDevice::new(
@@ -426,7 +399,7 @@ pub(crate) fn build_disk(
         &serial,
     ));
     device.limits.set(spec.limits);
-    device.set_writer_seat(disk.writer_seat());
+    device.set_writer_seat(handles.writer_seat.clone());
     let settings = (0..spec.queues)
         .map(|i| QueueSettings {
             mode: spec.mode,
@@ -441,7 +414,12 @@ pub(crate) fn build_disk(
         Some(listener) => DiskServer::with_listener(&spec.socket, listener, device, disk, settings),
         None => DiskServer::bind(&spec.socket, mode, group, device, disk, settings),
     }
-    .map(|server| (server.track_inflight(spec.inflight), kept, files))
+    .map(|server| Built {
+        server: server.track_inflight(spec.inflight),
+        disk: kept,
+        handles,
+        files,
+    })
     .map_err(|e| SpecError {
         key: "socket".into(),
         reason: e.to_string(),
@@ -463,5 +441,17 @@ mod tests {
         // Never a cut through a character.
         let serial = default_serial(&spec("/images/ééééééééééééééé.raw"));
         assert!(serial.len() <= 20 && serial.ends_with(".raw"), "{serial}");
+    }
+
+    #[test]
+    fn a_layer_of_the_spec_is_in_the_disk_built() {
+        let open = |text: &str| {
+            let spec = DiskSpec::parse(&format!("socket=/s,{text}"), &[0]).unwrap();
+            open_disk(&spec, Source::default(), &mut Handles::default())
+                .unwrap()
+                .0
+        };
+        assert!(open("mem=1M").supports_discard());
+        assert!(!open("mem=1M,discard=off").supports_discard());
     }
 }

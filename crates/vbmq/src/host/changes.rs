@@ -17,7 +17,7 @@ impl Host {
             .find(|r| r.spec.socket == socket)
             .ok_or_else(|| HostError::NoSuchDisk(socket.to_path_buf()))?;
         running
-            .disk
+            .handles
             .changes()
             .ok_or_else(|| HostError::NotTracked(socket.to_path_buf()))
     }

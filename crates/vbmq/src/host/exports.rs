@@ -5,10 +5,9 @@
 use std::fs::File;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use super::{Host, HostError, lock};
-use crate::backend::Disk;
+use crate::devices::Handles;
 use crate::nbd::NbdServer;
 
 /// An export being served.
@@ -17,7 +16,8 @@ pub(super) struct RunningExport {
     socket: PathBuf,
     /// Where it is served, as the operator named it (`unix:PATH`).
     address: String,
-    disk: Arc<dyn Disk>,
+    /// The verbs of the disk's layers: its export ends there.
+    handles: Handles,
     server: NbdServer,
 }
 
@@ -25,7 +25,7 @@ impl RunningExport {
     /// Stops serving (every client disconnected), then ends the disk's export.
     fn end(self) {
         self.server.stop();
-        self.disk.export_end();
+        self.handles.export_end();
     }
 }
 
@@ -48,19 +48,19 @@ impl Host {
         listener: UnixListener,
         scratch: File,
     ) -> Result<ExportInfo, HostError> {
-        let disk = {
+        let handles = {
             let disks = lock(&self.disks);
             let running = disks
                 .iter()
                 .find(|r| r.spec.socket == socket)
                 .ok_or_else(|| HostError::NoSuchDisk(socket.to_path_buf()))?;
-            Arc::clone(&running.disk)
+            running.handles.clone()
         };
         let mut exports = lock(&self.exports);
         if exports.iter().any(|e| e.address == address) {
             return Err(HostError::Export(format!("{address} is served already")));
         }
-        let fleece = disk
+        let fleece = handles
             .export_begin(scratch)
             .map_err(|e| HostError::Export(e.to_string()))?;
         let info = ExportInfo {
@@ -71,14 +71,14 @@ impl Host {
         let server = match NbdServer::start(listener, fleece, name) {
             Ok(server) => server,
             Err(e) => {
-                disk.export_end();
+                handles.export_end();
                 return Err(HostError::Export(e.to_string()));
             }
         };
         exports.push(RunningExport {
             socket: socket.to_path_buf(),
             address: address.to_owned(),
-            disk,
+            handles,
             server,
         });
         crate::limited!(

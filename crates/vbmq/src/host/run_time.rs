@@ -6,10 +6,8 @@ use std::fs::File;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 
-use super::{DiskInfo, Host, HostError, lock, spec_error};
-use crate::backend::changes::changes_path;
-use crate::backend::thin::map_path;
-use crate::config::{DiskSpec, Storage};
+use super::{DiskInfo, Host, HostError, RunTimePolicy, lock, spec_error};
+use crate::config::{DiskSpec, NeededFile, Storage};
 use crate::devices::{PassedThin, Source};
 use crate::passed_fds::{
     PassedDisk, base_files, changes_file, image_files, key_file, listening_unix_socket, map_file,
@@ -86,178 +84,197 @@ impl Host {
         passed: &PassedDisk,
     ) -> Result<bool, HostError> {
         let policy = lock(&self.policy).clone();
-        if spec.socket_fd.is_some() {
-            return Err(spec_error(
-                "socket-fd",
-                "an inherited socket is for start: `vbmq ctl add-disk` passes the socket itself"
-                    .into(),
-            ));
-        }
-        let is_file = matches!(spec.storage, Storage::File(_));
-        if passed.image.is_some() && !is_file {
-            return Err(spec_error(
-                "path",
-                "an image was passed for a disk without path=".into(),
-            ));
-        }
-        let thin_passed = passed.base.is_some() || passed.map.is_some();
-        if thin_passed || passed.base_direct.is_some() {
-            if spec.base.is_none() {
-                return Err(spec_error(
-                    "base",
-                    "a base or a map was passed for a disk without base=".into(),
-                ));
-            }
-            if passed.image.is_none() || passed.base.is_none() || passed.map.is_none() {
-                return Err(spec_error(
-                    "base",
-                    "a base= disk's image, base and map are passed together".into(),
-                ));
-            }
-            if spec.direct != passed.base_direct.is_some() {
-                let why = if spec.direct {
-                    "direct=on needs the base passed with O_DIRECT too"
-                } else {
-                    "an O_DIRECT base was passed for a direct=off disk"
-                };
-                return Err(spec_error("direct", why.into()));
-            }
-        }
-        if passed.key.is_some() && spec.key_file.is_none() {
-            return Err(spec_error(
-                "key-file",
-                "a key was passed for a disk without key-file=".into(),
-            ));
-        }
-        if passed.image.is_some() || passed.image_direct.is_some() {
-            if passed.image.is_none() {
-                return Err(spec_error(
-                    "path",
-                    "an O_DIRECT image was passed alone".into(),
-                ));
-            }
-            if spec.direct != passed.image_direct.is_some() {
-                let why = if spec.direct {
-                    "direct=on needs the image passed with O_DIRECT too"
-                } else {
-                    "an O_DIRECT image was passed for a direct=off disk"
-                };
-                return Err(spec_error("direct", why.into()));
-            }
-            if spec.cache_preload {
-                return Err(spec_error(
-                    "cache-preload",
-                    "opens the image by its path: not for a passed image".into(),
-                ));
-            }
-        }
-        if passed.changes.is_some() && !spec.track_changes {
-            return Err(spec_error(
-                "track-changes",
-                "a changes file was passed for a disk without track-changes=on".into(),
-            ));
-        }
-        if spec.track_changes && passed.image.is_some() != passed.changes.is_some() {
-            return Err(spec_error(
-                "track-changes",
-                "a tracked disk's image and its map file DISK.changes are passed together \
-                 (`vbmq ctl add-disk` opens both: docs/control.md)"
-                    .into(),
-            ));
-        }
+        check_passed(spec, passed)?;
         if !policy.confined {
             return Ok(false);
         }
-        if spec.base.is_some() && passed.image.is_some() && passed.map.is_none() {
-            return Err(spec_error(
-                "base",
-                "a confined vbmq opens no base or map at run time: `vbmq ctl add-disk` opens \
-                 them and passes them (docs/control.md)"
-                    .into(),
-            ));
-        }
-        // A queue's ring holds twice its requests, each split by block in up to four parts.
-        let pooled = crate::backend::ring_pool::POOLED_DEPTH;
-        if spec.base.is_some() && u32::from(spec.queue_size) * 8 > pooled {
-            return Err(spec_error(
-                "queue-size",
-                format!(
-                    "a base= disk added at run time takes at most queue-size={}",
-                    pooled / 8
-                ),
-            ));
-        }
-        // Its queues read the base through the disk's ring: no positional fallback.
-        if spec.base.is_some() && crate::backend::ring_pool::available() == 0 {
-            return Err(spec_error(
-                "base",
-                "no spare io_uring ring left: a base= disk added at run time needs one per \
-                 queue (raise --run-time-rings)"
-                    .into(),
-            ));
-        }
-        if spec.key_file.is_some() && passed.key.is_none() {
-            return Err(spec_error(
-                "key-file",
-                "a confined vbmq reads no key file at run time: `vbmq ctl add-disk` opens it \
-                 and passes it (docs/control.md)"
-                    .into(),
-            ));
-        }
-        match &spec.storage {
-            Storage::Null(_) | Storage::Memory { image: None, .. } => {}
-            Storage::File(_) if passed.image.is_some() => {}
-            Storage::File(_) => {
-                return Err(spec_error(
-                    "path",
-                    "a confined vbmq opens no image at run time: `vbmq ctl add-disk` opens it \
-                     and passes it (docs/control.md)"
-                        .into(),
-                ));
-            }
-            // Through the connection an `rbd=` disk of the same cluster made at start.
-            Storage::Rbd(target) if crate::backend::cluster_connected(target) => {}
-            Storage::Rbd(_) => {
-                return Err(spec_error(
-                    "rbd",
-                    "a confined vbmq adds an RBD disk at run time only on a cluster an rbd= disk \
-                     connected to at start (same ceph-conf=, ceph-user=, ceph-timeout=; \
-                     docs/operate.md)"
-                        .into(),
-                ));
-            }
-            Storage::Memory { image: Some(_), .. } => {
-                return Err(spec_error(
-                    "image",
-                    "a confined vbmq opens no file at run time (see SECURITY.md)".into(),
-                ));
-            }
-        }
-        if passed.socket.is_some() {
-            return Ok(true);
-        }
-        let dir = match spec.socket.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent,
-            _ => Path::new("."),
-        };
-        if !policy.socket_dirs.iter().any(|d| d == dir) {
-            let dirs: Vec<String> = policy
-                .socket_dirs
-                .iter()
-                .map(|d| d.display().to_string())
-                .collect();
-            return Err(spec_error(
-                "socket",
-                format!(
-                    "{}: a confined vbmq binds run-time sockets only in {}",
-                    spec.socket.display(),
-                    dirs.join(", ")
-                ),
-            ));
+        check_confined(spec, passed)?;
+        if passed.socket.is_none() {
+            check_socket_dir(spec, &policy)?;
         }
         Ok(true)
     }
+}
 
+/// What was passed must be what the spec needs, each file with what it is passed beside.
+fn check_passed(spec: &DiskSpec, passed: &PassedDisk) -> Result<(), HostError> {
+    if spec.socket_fd.is_some() {
+        return Err(spec_error(
+            "socket-fd",
+            "an inherited socket is for start: `vbmq ctl add-disk` passes the socket itself".into(),
+        ));
+    }
+    let needed = spec.stack().needed_files();
+    let needs = |kind: fn(&NeededFile) -> bool| needed.iter().any(kind);
+    if passed.image.is_some() && !needs(|f| matches!(f, NeededFile::Image(_))) {
+        return Err(spec_error(
+            "path",
+            "an image was passed for a disk without path=".into(),
+        ));
+    }
+    let thin_passed = passed.base.is_some() || passed.map.is_some();
+    if thin_passed || passed.base_direct.is_some() {
+        if !needs(|f| matches!(f, NeededFile::Base(_))) {
+            return Err(spec_error(
+                "base",
+                "a base or a map was passed for a disk without base=".into(),
+            ));
+        }
+        if passed.image.is_none() || passed.base.is_none() || passed.map.is_none() {
+            return Err(spec_error(
+                "base",
+                "a base= disk's image, base and map are passed together".into(),
+            ));
+        }
+        if spec.direct != passed.base_direct.is_some() {
+            let why = if spec.direct {
+                "direct=on needs the base passed with O_DIRECT too"
+            } else {
+                "an O_DIRECT base was passed for a direct=off disk"
+            };
+            return Err(spec_error("direct", why.into()));
+        }
+    }
+    if passed.key.is_some() && !needs(|f| matches!(f, NeededFile::Key(_))) {
+        return Err(spec_error(
+            "key-file",
+            "a key was passed for a disk without key-file=".into(),
+        ));
+    }
+    if passed.image.is_some() || passed.image_direct.is_some() {
+        if passed.image.is_none() {
+            return Err(spec_error(
+                "path",
+                "an O_DIRECT image was passed alone".into(),
+            ));
+        }
+        if spec.direct != passed.image_direct.is_some() {
+            let why = if spec.direct {
+                "direct=on needs the image passed with O_DIRECT too"
+            } else {
+                "an O_DIRECT image was passed for a direct=off disk"
+            };
+            return Err(spec_error("direct", why.into()));
+        }
+        if spec.cache_preload {
+            return Err(spec_error(
+                "cache-preload",
+                "opens the image by its path: not for a passed image".into(),
+            ));
+        }
+    }
+    if passed.changes.is_some() && !needs(|f| matches!(f, NeededFile::Changes(_))) {
+        return Err(spec_error(
+            "track-changes",
+            "a changes file was passed for a disk without track-changes=on".into(),
+        ));
+    }
+    if spec.track_changes && passed.image.is_some() != passed.changes.is_some() {
+        return Err(spec_error(
+            "track-changes",
+            "a tracked disk's image and its map file DISK.changes are passed together \
+                 (`vbmq ctl add-disk` opens both: docs/control.md)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// What a confined process cannot open or make at run time, refused with the reason.
+fn check_confined(spec: &DiskSpec, passed: &PassedDisk) -> Result<(), HostError> {
+    if spec.base.is_some() && passed.image.is_some() && passed.map.is_none() {
+        return Err(spec_error(
+            "base",
+            "a confined vbmq opens no base or map at run time: `vbmq ctl add-disk` opens \
+                 them and passes them (docs/control.md)"
+                .into(),
+        ));
+    }
+    // A queue's ring holds twice its requests, each split by block in up to four parts.
+    let pooled = crate::backend::ring_pool::POOLED_DEPTH;
+    if spec.base.is_some() && u32::from(spec.queue_size) * 8 > pooled {
+        return Err(spec_error(
+            "queue-size",
+            format!(
+                "a base= disk added at run time takes at most queue-size={}",
+                pooled / 8
+            ),
+        ));
+    }
+    // Its queues read the base through the disk's ring: no positional fallback.
+    if spec.base.is_some() && crate::backend::ring_pool::available() == 0 {
+        return Err(spec_error(
+            "base",
+            "no spare io_uring ring left: a base= disk added at run time needs one per \
+                 queue (raise --run-time-rings)"
+                .into(),
+        ));
+    }
+    if spec.key_file.is_some() && passed.key.is_none() {
+        return Err(spec_error(
+            "key-file",
+            "a confined vbmq reads no key file at run time: `vbmq ctl add-disk` opens it \
+                 and passes it (docs/control.md)"
+                .into(),
+        ));
+    }
+    match &spec.storage {
+        Storage::Null(_) | Storage::Memory { image: None, .. } => {}
+        Storage::File(_) if passed.image.is_some() => {}
+        Storage::File(_) => {
+            return Err(spec_error(
+                "path",
+                "a confined vbmq opens no image at run time: `vbmq ctl add-disk` opens it \
+                     and passes it (docs/control.md)"
+                    .into(),
+            ));
+        }
+        // Through the connection an `rbd=` disk of the same cluster made at start.
+        Storage::Rbd(target) if crate::backend::cluster_connected(target) => {}
+        Storage::Rbd(_) => {
+            return Err(spec_error(
+                "rbd",
+                "a confined vbmq adds an RBD disk at run time only on a cluster an rbd= disk \
+                     connected to at start (same ceph-conf=, ceph-user=, ceph-timeout=; \
+                     docs/operate.md)"
+                    .into(),
+            ));
+        }
+        Storage::Memory { image: Some(_), .. } => {
+            return Err(spec_error(
+                "image",
+                "a confined vbmq opens no file at run time (see SECURITY.md)".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A confined process binds a socket it was not passed only in the directories it may.
+fn check_socket_dir(spec: &DiskSpec, policy: &RunTimePolicy) -> Result<(), HostError> {
+    let dir = match spec.socket.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    if !policy.socket_dirs.iter().any(|d| d == dir) {
+        let dirs: Vec<String> = policy
+            .socket_dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect();
+        return Err(spec_error(
+            "socket",
+            format!(
+                "{}: a confined vbmq binds run-time sockets only in {}",
+                spec.socket.display(),
+                dirs.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Host {
     /// What the running disk `current` passes to itself to be served again as `new`: copies of
     /// its files' descriptors (image, a `base=` disk's base and map, a tracked disk's
     /// `DISK.changes` if `new` is tracked) when `new` is the same image over the same base,
@@ -321,9 +338,6 @@ impl KeptFiles {
     /// The files of the file disk `spec` opened again by their paths (while the process may
     /// still open them: once the disk is built, so a `base=` disk's map exists).
     pub(super) fn reopen(spec: &DiskSpec) -> Option<Self> {
-        let Storage::File(path) = &spec.storage else {
-            return None;
-        };
         let open = |path: &Path, write: bool, direct: bool| {
             let mut options = std::fs::OpenOptions::new();
             options.read(true).write(write);
@@ -341,19 +355,20 @@ impl KeptFiles {
             };
             Some((buffered, direct))
         };
-        let image = pair(path, !spec.readonly)?;
-        let thin = match &spec.base {
-            Some(base) => Some((pair(base, false)?, open(&map_path(path), true, false)?)),
-            None => None,
-        };
-        let changes = if spec.track_changes {
-            Some(open(&changes_path(path), true, false)?)
-        } else {
-            None
-        };
+        let (mut image, mut base, mut map, mut changes) = (None, None, None, None);
+        for needed in spec.stack().needed_files() {
+            match needed {
+                NeededFile::Image(path) => image = Some(pair(&path, !spec.readonly)?),
+                NeededFile::Base(path) => base = Some(pair(&path, false)?),
+                NeededFile::ThinMap(path) => map = Some(open(&path, true, false)?),
+                NeededFile::Changes(path) => changes = Some(open(&path, true, false)?),
+                // A key is never kept: an encrypted disk is not served again confined.
+                NeededFile::Key(_) => {}
+            }
+        }
         Some(KeptFiles {
-            image,
-            thin,
+            image: image?,
+            thin: base.zip(map),
             changes,
         })
     }

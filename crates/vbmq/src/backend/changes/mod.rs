@@ -96,6 +96,11 @@ impl TrackedDisk {
             map: Arc::new(map),
         })
     }
+
+    /// The changed-block maps, for the disk's handles.
+    pub fn map(&self) -> Arc<ChangeMap> {
+        self.map.clone()
+    }
 }
 
 impl Drop for TrackedDisk {
@@ -163,13 +168,5 @@ impl Disk for TrackedDisk {
     fn close(&self) {
         self.inner.close();
         self.map.close();
-    }
-
-    fn below(&self) -> Option<&dyn Disk> {
-        Some(&*self.inner)
-    }
-
-    fn changes(&self) -> Option<Arc<ChangeMap>> {
-        Some(self.map.clone())
     }
 }

@@ -1,9 +1,9 @@
 //! The layers of a disk: each is a small type over the disk below it that overrides only what
 //! it changes (as QEMU's block filters do); [`Layered`] passes everything else down. A layer
 //! cannot forget to pass a call on: what it adds to [`Layer::close`] runs after the disk below
-//! has closed, every other method's default is the disk below's, and the verbs of the layers
-//! that have them (a snapshot, the changed-block maps, the writer seat) reach them through
-//! [`Disk::below`].
+//! has closed, and every other method's default is the disk below's. The verbs only one layer
+//! answers (a snapshot, the changed-block maps, the writer seat) are not on [`Disk`]: the
+//! builder keeps a handle on that layer beside the disk (`devices/handles.rs`).
 //!
 //! Per queue, a layer that keeps state for each operation builds its engine from a [`Stage`]
 //! (see `stage`): the tag slab, the answers decided without the engine below, the reaping pass
@@ -114,9 +114,5 @@ impl<L: Layer> Disk for Layered<L> {
 
     fn export_refused(&self) -> Option<&'static str> {
         self.layer.export_refused()
-    }
-
-    fn below(&self) -> Option<&dyn Disk> {
-        Some(&*self.below)
     }
 }

@@ -491,14 +491,6 @@ impl Disk for RbdDisk {
         self.image.close();
     }
 
-    fn snapshot(&self, to: std::fs::File) -> io::Result<super::SnapshotReport> {
-        drop(to);
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "an RBD disk has Ceph's own snapshots: rbd snap create POOL/IMAGE@NAME",
-        ))
-    }
-
     fn stats(&self) -> Vec<(&'static str, u64)> {
         vec![(
             "rbd_header_updates",

@@ -228,7 +228,7 @@ impl SnapshotDisk {
     /// Begins the export of the disk as it is now, saving into `scratch` (a regular file
     /// open for reading and writing, not the image), and holds the disk's one place for a
     /// snapshot, export or resize until [`SnapshotDisk::end_export`].
-    fn begin_export(&self, scratch: File) -> io::Result<Arc<Fleece>> {
+    pub fn begin_export(&self, scratch: File) -> io::Result<Arc<Fleece>> {
         check_target(&scratch)?;
         // SAFETY: F_GETFL reads the descriptor's flags.
         let flags = unsafe { libc::fcntl(scratch.as_raw_fd(), libc::F_GETFL) };
@@ -253,7 +253,7 @@ impl SnapshotDisk {
 
     /// Ends the running export (none: nothing): writes no longer save, the scratch's
     /// space is freed, and the disk may be snapshotted, exported or resized again.
-    fn end_export(&self) {
+    pub fn end_export(&self) {
         let Some(fleece) = lock(&self.export).take() else {
             return;
         };
@@ -264,14 +264,6 @@ impl SnapshotDisk {
 }
 
 impl Disk for SnapshotDisk {
-    fn export_begin(&self, scratch: File) -> io::Result<Arc<Fleece>> {
-        self.begin_export(scratch)
-    }
-
-    fn export_end(&self) {
-        self.end_export();
-    }
-
     fn geometry(&self) -> Geometry {
         self.inner.geometry()
     }
@@ -307,12 +299,12 @@ impl Disk for SnapshotDisk {
     fn close(&self) {
         self.inner.close();
     }
+}
 
-    fn below(&self) -> Option<&dyn Disk> {
-        Some(&*self.inner)
-    }
-
-    fn snapshot(&self, to: File) -> io::Result<SnapshotReport> {
+impl SnapshotDisk {
+    /// Writes the disk's contents at one instant into `to` (opened writable by the operator)
+    /// while the guest keeps writing, and returns once `to` is complete and synced.
+    pub fn snapshot(&self, to: File) -> io::Result<SnapshotReport> {
         let start = Instant::now();
         check_target(&to)?;
         self.check_not_image(&to)?;

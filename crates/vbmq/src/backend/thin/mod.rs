@@ -204,10 +204,6 @@ impl Disk for ThinDisk {
         stats
     }
 
-    fn writer_seat(&self) -> Option<Arc<super::WriterSeat>> {
-        None
-    }
-
     fn close(&self) {
         self.stop_filling();
     }
