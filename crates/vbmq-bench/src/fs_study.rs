@@ -302,14 +302,32 @@ fn measure(
         }
         results[systems.len()].push(measure_host(&shared.0, cpus, settings)?);
     }
+    let names: Vec<String> = systems
+        .iter()
+        .map(|(name, _)| name.clone())
+        .chain(["host pread/fstatat".to_string()])
+        .collect();
+    Ok(report(&names, &results, missing, cpus, settings))
+}
+
+/// The table of `results` (a row per system in `names`, the host's last) and the goals' ratios:
+/// vbmq's better mode against virtiofsd's better pool and the host.
+fn report(
+    names: &[String],
+    results: &[Vec<Figures>],
+    missing: Option<&str>,
+    cpus: &CpuPlan,
+    settings: Settings,
+) -> String {
     let median = |i: usize, f: fn(&Figures) -> f64| {
         Stat::of(&results[i].iter().map(f).collect::<Vec<_>>()).map(|s| s.median)
     };
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "backend CPU {backend_cpu}, client CPU {}; one request queue; a {} MiB file and {SMALL_FILES} \
+        "backend CPU {}, client CPU {}; one request queue; a {} MiB file and {SMALL_FILES} \
          small files on tmpfs; medians of {} interleaved runs of {} s",
+        cpus.backend[0],
         cpus.client[0],
         FILE_BYTES >> 20,
         settings.runs,
@@ -323,11 +341,6 @@ fn measure(
         "{:<22} {:>16} {:>16} {:>22}",
         "system", "4K QD32 IOPS", "4K QD1 p50 us", "LOOKUP+GETATTR pairs/s"
     );
-    let names: Vec<String> = systems
-        .iter()
-        .map(|(name, _)| name.clone())
-        .chain(["host pread/fstatat".to_string()])
-        .collect();
     let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
     for (i, name) in names.iter().enumerate() {
         let _ = writeln!(
@@ -338,14 +351,14 @@ fn measure(
             show(median(i, |f| f.metadata_ops))
         );
     }
-    // The goals: vbmq's better mode against virtiofsd's better pool and the host.
     let best = |rows: std::ops::Range<usize>, f: fn(&Figures) -> f64, lower: bool| {
         rows.filter_map(|i| median(i, f))
             .reduce(|a, b| if lower { a.min(b) } else { a.max(b) })
     };
+    let host_row = names.len() - 1;
     let ours = 0..2;
-    let theirs = 2..systems.len();
-    let host = systems.len()..systems.len() + 1;
+    let theirs = 2..host_row;
+    let host = host_row..names.len();
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
         _ => "-".into(),
@@ -362,5 +375,5 @@ fn measure(
         ratio(qd1(ours.clone()), qd1(theirs.clone())),
         ratio(meta(ours), meta(theirs)),
     );
-    Ok(out)
+    out
 }
