@@ -4,7 +4,7 @@
 
 mod guest;
 
-use guest::{TestDir, Vbmq, Vm, script, tagged};
+use guest::{TestDir, Vbmq, Vm, disk_spec, script, tagged};
 use std::path::Path;
 use std::process::Command;
 
@@ -169,11 +169,7 @@ fn the_same_file_workload_on_a_share_and_on_ext4_over_a_disk() {
     let fs_socket = dir.join("fs.sock");
     let disk_socket = dir.join("disk.sock");
     let vbmq = Vbmq::serve_with(
-        &[format!(
-            "socket={},path={},queues=1",
-            disk_socket.display(),
-            image.display()
-        )],
+        &[disk_spec(&disk_socket, &image, ",queues=1")],
         &[share_spec(&fs_socket, &shared, "")],
         dir.join("vbmq.log"),
     );

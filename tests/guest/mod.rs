@@ -32,6 +32,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// The hint every missing-prerequisite failure carries: these tests must fail, not skip.
 pub const INSTALL_HINT: &str = "install the guest test prerequisites with scripts/deps/guest.sh";
 
+/// A `--disk` spec serving `image` on `socket`, with `extra` (",queues=2", …) appended.
+pub fn disk_spec(socket: &Path, image: &Path, extra: &str) -> String {
+    format!(
+        "socket={},path={}{extra}",
+        socket.display(),
+        image.display()
+    )
+}
+
 /// A scratch directory under /tmp (short paths: Unix socket paths are limited to 108 bytes),
 /// removed on drop.
 pub struct TestDir {
