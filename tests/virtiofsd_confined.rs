@@ -14,7 +14,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use vbmq_driver::FsClient;
-use vbmq_driver::fuse::{self, CreateIn, EntryOut, MkdirIn, Opcode, ROOT_ID, SetattrIn};
+use vbmq_driver::fuse::{
+    self, CreateIn, EntryOut, FATTR_GID, FATTR_MODE, FATTR_UID, MkdirIn, Opcode, ROOT_ID, SetattrIn,
+};
 
 const READY: &str = "Waiting for vhost-user socket connection...";
 /// The map of every test here: the guest's 0..65536 are the host's 100000..165536.
@@ -24,9 +26,6 @@ const BASE: u32 = 100_000;
 const OVERFLOW: u32 = 65534;
 /// An ID the guest may name that the map does not cover.
 const UNMAPPED: u32 = 70_000;
-const FATTR_MODE: u32 = 0x1;
-const FATTR_UID: u32 = 0x2;
-const FATTR_GID: u32 = 0x4;
 
 struct Daemon {
     child: Child,
