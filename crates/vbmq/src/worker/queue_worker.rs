@@ -42,6 +42,18 @@ pub struct QueueSettings {
 }
 
 impl QueueSettings {
+    /// A queue in `mode` on no particular CPU, batched, with rings of up to `max_size`: the
+    /// workers of tests, benchmarks and fuzz targets.
+    pub fn unpinned(mode: WaitMode, max_size: u16) -> Self {
+        QueueSettings {
+            mode,
+            poll: Duration::ZERO,
+            cpu: None,
+            batch: true,
+            max_size,
+        }
+    }
+
     /// What this queue asks of its engine.
     pub fn engine_options(&self) -> EngineOptions {
         EngineOptions {

@@ -16,10 +16,42 @@ use crate::worker::ServedQueue as _;
 use crate::worker::{QueueSettings, WaitMode};
 use vbmq_driver::{Buffer, SplitRing, blk_header};
 
-const SIZE: u16 = 16;
-const DESC: u64 = 0x1000;
-const AVAIL: u64 = 0x2000;
-const USED: u64 = 0x3000;
+pub(super) const SIZE: u16 = 16;
+pub(super) const DESC: u64 = 0x1000;
+pub(super) const AVAIL: u64 = 0x2000;
+pub(super) const USED: u64 = 0x3000;
+
+/// An event-mode worker for queue 0 of `device` over `disk`, reading guest memory `atomic`.
+pub(super) fn event_worker(
+    device: Arc<BlkDevice>,
+    disk: Arc<dyn Disk>,
+    atomic: &GuestMemoryAtomic<GuestMemory>,
+) -> BlkQueueWorker {
+    let settings = QueueSettings::unpinned(WaitMode::Event, SIZE);
+    BlkQueue::worker(
+        0,
+        settings,
+        device,
+        disk,
+        atomic.clone(),
+        Default::default(),
+    )
+}
+
+/// The ring at `DESC`, `AVAIL` and `USED` in `atomic`, started and enabled, with `worker` set up
+/// on it.
+pub(super) fn started_vring(
+    atomic: &GuestMemoryAtomic<GuestMemory>,
+    worker: &mut BlkQueueWorker,
+) -> Vring {
+    let vring = Vring::new(atomic.clone(), SIZE).unwrap();
+    vring.set_queue_size(SIZE);
+    vring.set_queue_info(DESC, AVAIL, USED).unwrap();
+    vring.set_queue_ready(true);
+    vring.set_enabled(true);
+    worker.set_up(&vring, true);
+    vring
+}
 
 fn guest_memory() -> GuestMemory {
     GuestMemory::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap()
@@ -43,13 +75,7 @@ fn offer_read(mem: &GuestMemory) {
 fn worker(mode: WaitMode, atomic: &GuestMemoryAtomic<GuestMemory>) -> BlkQueueWorker {
     let disk: Arc<dyn Disk> = Arc::new(NullDisk::new(1 << 20));
     let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, ""));
-    let settings = QueueSettings {
-        mode,
-        poll: Duration::ZERO,
-        cpu: None,
-        batch: true,
-        max_size: SIZE,
-    };
+    let settings = QueueSettings::unpinned(mode, SIZE);
     BlkQueue::worker(
         0,
         settings,
@@ -129,12 +155,7 @@ fn avail_index_past_the_ring_does_not_spin() {
             .unwrap();
         let atomic = GuestMemoryAtomic::new(mem);
         let mut worker = worker(mode, &atomic);
-        let vring = Vring::new(atomic.clone(), SIZE).unwrap();
-        vring.set_queue_size(SIZE);
-        vring.set_queue_info(DESC, AVAIL, USED).unwrap();
-        vring.set_queue_ready(true);
-        vring.set_enabled(true);
-        worker.set_up(&vring, true);
+        let vring = started_vring(&atomic, &mut worker);
         // A detached thread: if the worker spins, the test fails instead of hanging.
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -175,27 +196,8 @@ fn get_id_split_across_buffers_gets_the_whole_serial() {
     let disk: Arc<dyn Disk> = Arc::new(NullDisk::new(1 << 20));
     let serial = "serial-of-twenty-chr";
     let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, serial));
-    let settings = QueueSettings {
-        mode: WaitMode::Event,
-        poll: Duration::ZERO,
-        cpu: None,
-        batch: true,
-        max_size: SIZE,
-    };
-    let mut worker = BlkQueue::worker(
-        0,
-        settings,
-        device,
-        disk,
-        atomic.clone(),
-        Default::default(),
-    );
-    let vring = Vring::new(atomic.clone(), SIZE).unwrap();
-    vring.set_queue_size(SIZE);
-    vring.set_queue_info(DESC, AVAIL, USED).unwrap();
-    vring.set_queue_ready(true);
-    vring.set_enabled(true);
-    worker.set_up(&vring, true);
+    let mut worker = event_worker(device, disk, &atomic);
+    let vring = started_vring(&atomic, &mut worker);
     worker.run(&vring, &AtomicBool::new(false));
     let mem = atomic.memory();
     let mut id = [0u8; 20];
@@ -312,12 +314,7 @@ fn a_drain_that_gives_up_frees_neither_memory_nor_engine() {
         pending: 0,
         dropped_with_pending: dropped_with_pending.clone(),
     })));
-    let vring = Vring::new(atomic.clone(), SIZE).unwrap();
-    vring.set_queue_size(SIZE);
-    vring.set_queue_info(DESC, AVAIL, USED).unwrap();
-    vring.set_queue_ready(true);
-    vring.set_enabled(true);
-    worker.set_up(&vring, true);
+    let vring = started_vring(&atomic, &mut worker);
     worker.run(&vring, &AtomicBool::new(false));
     assert_eq!(worker.in_flight(), 1);
     // A new memory table: the worker must keep the old one while the read may land in it.
@@ -443,27 +440,8 @@ fn a_shrinking_resize_waits_for_writes_in_flight() {
     let head = ring.write_chain(&mem, 0, &buffers);
     ring.publish(&mem, &[head]);
     let atomic = GuestMemoryAtomic::new(mem);
-    let settings = QueueSettings {
-        mode: WaitMode::Event,
-        poll: Duration::ZERO,
-        cpu: None,
-        batch: true,
-        max_size: SIZE,
-    };
-    let mut worker = BlkQueue::worker(
-        0,
-        settings,
-        device.clone(),
-        disk.clone(),
-        atomic.clone(),
-        Default::default(),
-    );
-    let vring = Vring::new(atomic.clone(), SIZE).unwrap();
-    vring.set_queue_size(SIZE);
-    vring.set_queue_info(DESC, AVAIL, USED).unwrap();
-    vring.set_queue_ready(true);
-    vring.set_enabled(true);
-    worker.set_up(&vring, true);
+    let mut worker = event_worker(device.clone(), disk.clone(), &atomic);
+    let vring = started_vring(&atomic, &mut worker);
     let stop = AtomicBool::new(false);
     worker.run(&vring, &stop);
     assert_eq!(worker.in_flight(), 1, "the write is held in flight");
