@@ -85,11 +85,15 @@ fn random_reads(
     let blocks = FILE_BYTES / BLOCK;
     let mut submitted_at = vec![Instant::now(); usize::from(depth)];
     let mut latencies = Vec::new();
-    for slot in 0..depth {
+    let mut submit = |client: &mut FsClient, slot: u16| -> Result<()> {
         let request = client.read_request(node, fh, rng.below(blocks) * BLOCK, BLOCK as u32);
         client
             .submit(slot, &request, 16 + BLOCK as u32)
             .map_err(client_error)?;
+        Ok(())
+    };
+    for slot in 0..depth {
+        submit(client, slot)?;
         submitted_at[usize::from(slot)] = Instant::now();
     }
     client.kick().map_err(client_error)?;
@@ -120,10 +124,7 @@ fn random_reads(
                 latencies.push(submitted_at[usize::from(slot)].elapsed().as_secs_f64() * 1e6);
             }
             completed += 1;
-            let request = client.read_request(node, fh, rng.below(blocks) * BLOCK, BLOCK as u32);
-            client
-                .submit(slot, &request, 16 + BLOCK as u32)
-                .map_err(client_error)?;
+            submit(client, slot)?;
             submitted_at[usize::from(slot)] = Instant::now();
         }
         client.kick().map_err(client_error)?;
