@@ -65,41 +65,22 @@ fn victim(dir: &Path, name: &str, contents: &[u8]) -> PathBuf {
     path
 }
 
-/// A `base=` disk whose DISK is a link to an empty file.
-struct LinkAtDisk {
-    socket: PathBuf,
-    disk: PathBuf,
-    spec: String,
-    /// The empty file the link leads to.
-    empty: PathBuf,
-}
-
-impl LinkAtDisk {
-    fn plant(dir: &Path) -> Self {
-        let base = image(dir, "base.raw", SIZE, 1);
-        let socket = dir.join("d.sock");
-        let disk = dir.join("d.raw");
-        let spec = format!("socket={},path={},base={}", s(&socket), s(&disk), s(&base));
-        let empty = victim(dir, "empty.raw", b"");
-        std::os::unix::fs::symlink(&empty, &disk).unwrap();
-        LinkAtDisk {
-            socket,
-            disk,
-            spec,
-            empty,
-        }
-    }
+/// A `base=` disk whose DISK is a link to an empty file: its socket, DISK, spec and the empty
+/// file.
+fn plant_link_at_disk(dir: &Path) -> (PathBuf, PathBuf, String, PathBuf) {
+    let base = image(dir, "base.raw", SIZE, 1);
+    let socket = dir.join("d.sock");
+    let disk = dir.join("d.raw");
+    let spec = format!("socket={},path={},base={}", s(&socket), s(&disk), s(&base));
+    let empty = victim(dir, "empty.raw", b"");
+    std::os::unix::fs::symlink(&empty, &disk).unwrap();
+    (socket, disk, spec, empty)
 }
 
 #[test]
 fn links_planted_beside_a_base_disk_at_start_change_nothing_they_lead_to() {
     let dir = tempfile::tempdir().unwrap();
-    let LinkAtDisk {
-        socket,
-        disk,
-        spec,
-        empty,
-    } = LinkAtDisk::plant(dir.path());
+    let (socket, disk, spec, empty) = plant_link_at_disk(dir.path());
     let precious = b"another tenant's file".to_vec();
 
     // At DISK: refused; the empty file it leads to is neither grown nor given a map.
@@ -137,12 +118,7 @@ fn links_planted_beside_a_base_disk_at_start_change_nothing_they_lead_to() {
 fn links_planted_beside_a_base_disk_added_at_run_time_change_nothing_they_lead_to() {
     let dir = tempfile::tempdir().unwrap();
     let (mut daemon, control) = serve(dir.path(), &[]);
-    let LinkAtDisk {
-        socket,
-        disk,
-        spec,
-        empty,
-    } = LinkAtDisk::plant(dir.path());
+    let (socket, disk, spec, empty) = plant_link_at_disk(dir.path());
     let precious = b"another tenant's file".to_vec();
 
     // At DISK: refused; the empty file it leads to is neither grown nor given a map.

@@ -51,6 +51,12 @@ impl Daemon {
     pub fn alive(&mut self) -> bool {
         self.child.try_wait().expect("wait").is_none()
     }
+
+    /// Checks that vbmq is still running, then that SIGTERM ends it with success.
+    pub fn terminate_alive(mut self) {
+        assert!(self.alive());
+        assert!(self.terminate().success());
+    }
 }
 
 impl Drop for Daemon {
