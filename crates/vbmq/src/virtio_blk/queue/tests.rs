@@ -9,6 +9,7 @@ use vhost_user_backend::VringT;
 use virtio_bindings::virtio_blk::VIRTIO_BLK_T_IN;
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 
+use super::requests::Requests;
 use super::{BlkQueue, BlkQueueWorker};
 use crate::backend::{Disk, NullDisk};
 use crate::virtio_blk::BlkDevice;
@@ -51,6 +52,19 @@ pub(super) fn started_vring(
     vring.set_enabled(true);
     worker.set_up(&vring, true);
     vring
+}
+
+/// A queue's requests over `device` with `inflight`, no engine, no record.
+fn without_engine(device: BlkDevice, inflight: super::inflight::InFlight) -> Requests {
+    Requests {
+        engine: None,
+        device: Arc::new(device),
+        inflight,
+        stats: Arc::default(),
+        record: None,
+        dirty_logging: Arc::default(),
+        clock: 0,
+    }
 }
 
 fn guest_memory() -> GuestMemory {
@@ -213,7 +227,6 @@ fn get_id_split_across_buffers_gets_the_whole_serial() {
 #[test]
 fn finished_requests_the_used_ring_cannot_take_yet_are_kept() {
     use super::inflight::InFlight;
-    use super::requests::Requests;
     use virtio_queue::{Queue, QueueT};
 
     const END: u64 = 0x4000;
@@ -232,15 +245,7 @@ fn finished_requests_the_used_ring_cannot_take_yet_are_kept() {
     queue.set_next_used(13);
     inflight.finished.extend([(1, 10), (2, 20), (3, 30)]);
     let mem = Arc::new(mem);
-    let mut requests = Requests {
-        engine: None,
-        device: Arc::new(device),
-        inflight,
-        stats: Arc::default(),
-        record: None,
-        dirty_logging: Arc::default(),
-        clock: 0,
-    };
+    let mut requests = without_engine(device, inflight);
     let mut ctx = requests.ctx(0, &mem);
     assert_eq!(ctx.publish_finished(&mut queue), 1);
     assert_eq!(
@@ -475,7 +480,6 @@ fn a_shrinking_resize_waits_for_writes_in_flight() {
 #[test]
 fn finished_requests_whose_used_index_cannot_be_written_are_kept() {
     use super::inflight::InFlight;
-    use super::requests::Requests;
     use virtio_queue::{Queue, QueueT};
 
     let mem =
@@ -491,15 +495,7 @@ fn finished_requests_whose_used_index_cannot_be_written_are_kept() {
     queue.set_ready(true);
     inflight.finished.extend([(1, 10), (2, 20)]);
     let mem = Arc::new(mem);
-    let mut requests = Requests {
-        engine: None,
-        device: Arc::new(device),
-        inflight,
-        stats: Arc::default(),
-        record: None,
-        dirty_logging: Arc::default(),
-        clock: 0,
-    };
+    let mut requests = without_engine(device, inflight);
     let mut ctx = requests.ctx(0, &mem);
     assert_eq!(ctx.publish_finished(&mut queue), 0);
     assert_eq!(
