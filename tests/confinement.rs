@@ -147,7 +147,7 @@ fn forbidden_syscall_ends_the_process_and_is_named() {
 
 #[test]
 fn forbidden_syscall_from_a_thread_started_before_confinement_is_refused() {
-    let (out, stderr) = ended_by_seccomp("thread", "forbidden-in-old-thread");
+    let (_, stderr) = ended_by_seccomp("thread", "forbidden-in-old-thread");
     assert!(
         stderr.contains(&format!("forbidden system call {}", libc::SYS_ptrace)),
         "{stderr}"

@@ -315,6 +315,17 @@ pub fn speed(
     (iops, cpu)
 }
 
+/// A speed measurement's settings from the environment: `VBMQ_{name}_SECS` a case (default
+/// `default_secs`) and `VBMQ_{name}_CPU`, the CPU of vbmq's queue (default 1).
+pub fn speed_settings(name: &str, default_secs: f64) -> (f64, String) {
+    let secs = std::env::var(format!("VBMQ_{name}_SECS"))
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default_secs);
+    let cpu = std::env::var(format!("VBMQ_{name}_CPU")).unwrap_or_else(|_| "1".into());
+    (secs, cpu)
+}
+
 /// For speed cases: an image of `len` bytes, `pattern(seed)`'s first 4 MiB over and over.
 pub fn large_image(path: &Path, len: usize, seed: u64) {
     use std::io::Write;
