@@ -113,6 +113,16 @@ fn filesystem_outside_disks_and_sockets_is_refused() {
     assert!(!sandbox.dir.join("created-by-child").exists());
 }
 
+/// Runs the child `case` in a new sandbox `name`, checks that seccomp ended it with vbmq's exit
+/// status, and returns its output and stderr.
+fn ended_by_seccomp(name: &str, case: &str) -> (std::process::Output, String) {
+    let sandbox = Sandbox::new(name);
+    let out = sandbox.run(case);
+    assert_eq!(out.status.code(), Some(SECCOMP_EXIT_STATUS), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, stderr)
+}
+
 #[test]
 fn starting_a_process_is_refused() {
     let sandbox = Sandbox::new("fork");
@@ -129,10 +139,7 @@ fn starting_a_process_is_refused() {
 
 #[test]
 fn forbidden_syscall_ends_the_process_and_is_named() {
-    let sandbox = Sandbox::new("exec");
-    let out = sandbox.run("forbidden-exec");
-    assert_eq!(out.status.code(), Some(SECCOMP_EXIT_STATUS), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (out, stderr) = ended_by_seccomp("exec", "forbidden-exec");
     let expected = format!("vbmq: seccomp: forbidden system call {}", libc::SYS_execve);
     assert!(stderr.contains(&expected), "stderr: {stderr}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("exec returned"));
@@ -140,10 +147,7 @@ fn forbidden_syscall_ends_the_process_and_is_named() {
 
 #[test]
 fn forbidden_syscall_from_a_thread_started_before_confinement_is_refused() {
-    let sandbox = Sandbox::new("thread");
-    let out = sandbox.run("forbidden-in-old-thread");
-    assert_eq!(out.status.code(), Some(SECCOMP_EXIT_STATUS), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (_, stderr) = ended_by_seccomp("thread", "forbidden-in-old-thread");
     assert!(
         stderr.contains(&format!("forbidden system call {}", libc::SYS_ptrace)),
         "{stderr}"

@@ -360,11 +360,7 @@ fn the_image_is_aes_xts_plain64_of_what_was_written() {
 #[ignore]
 fn crypt_speed_against_the_plain_disk() {
     const BENCH_SIZE: usize = 256 << 20;
-    let secs: f64 = std::env::var("VBMQ_CRYPT_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2.0);
-    let cpu = std::env::var("VBMQ_CRYPT_CPU").unwrap_or_else(|_| "1".into());
+    let (secs, cpu) = common::speed_settings("CRYPT", 2.0);
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let image = dir.path().join("disk.raw");
     common::large_image(&image, BENCH_SIZE, 11);

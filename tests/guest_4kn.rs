@@ -6,7 +6,7 @@ mod common;
 mod guest;
 
 use common::loop_device::FourKn;
-use guest::{TestDir, Vbmq, Vm, script, tagged};
+use guest::{TestDir, Vbmq, Vm, disk_spec, script, tagged};
 
 #[test]
 #[cfg_attr(
@@ -22,11 +22,7 @@ fn fio_verify_passes_on_an_image_on_a_4096_byte_sector_file_system() {
         .set_len(48 << 20)
         .unwrap();
     let socket = dir.join("4kn.sock");
-    let disk = format!(
-        "socket={},path={},queues=2",
-        socket.display(),
-        image.display()
-    );
+    let disk = disk_spec(&socket, &image, ",queues=2");
     let vbmq = Vbmq::serve(&[disk], dir.join("vbmq.log"));
     let run = Vm::new(2).disk(&socket, 2).run(&script(
         "cat /sys/block/vda/queue/physical_block_size

@@ -2,7 +2,7 @@
 
 mod guest;
 
-use guest::{TestDir, Vbmq, Vm, script, tagged, tagged_one};
+use guest::{TestDir, Vbmq, Vm, disk_spec, script, tagged, tagged_one};
 use std::os::unix::fs::MetadataExt;
 
 const DISK_MIB: u64 = 128;
@@ -21,11 +21,7 @@ fn ext4_survives_fsck_remount_and_a_second_vm() {
     let image = dir.disk("ext4.img", DISK_MIB);
     let socket = dir.join("ext4.sock");
     let vbmq = Vbmq::serve(
-        &[format!(
-            "socket={},path={},queues=2",
-            socket.display(),
-            image.display()
-        )],
+        &[disk_spec(&socket, &image, ",queues=2")],
         dir.join("vbmq.log"),
     );
     let first = Vm::new(2).disk(&socket, 2).run(&script(
@@ -82,14 +78,7 @@ fn discard_and_fstrim_read_back_zeros() {
     let dir = TestDir::new("discard");
     let image = dir.disk("discard.img", DISCARD_MIB);
     let socket = dir.join("discard.sock");
-    let vbmq = Vbmq::serve(
-        &[format!(
-            "socket={},path={}",
-            socket.display(),
-            image.display()
-        )],
-        dir.join("vbmq.log"),
-    );
+    let vbmq = Vbmq::serve(&[disk_spec(&socket, &image, "")], dir.join("vbmq.log"));
     let run = Vm::new(2).disk(&socket, 1).run(&script(
         "echo \"DISCARD-MAX $(cat /sys/block/vda/queue/discard_max_bytes)\"
          echo \"ZEROES-MAX $(cat /sys/block/vda/queue/write_zeroes_max_bytes)\"

@@ -4,7 +4,7 @@
 
 mod guest;
 
-use guest::{TestDir, Vbmq, Vm, script, tagged};
+use guest::{TestDir, Vbmq, Vm, disk_spec, script, tagged};
 use std::path::Path;
 use std::process::Command;
 
@@ -13,6 +13,15 @@ fn share_spec(socket: &Path, dir: &Path, extra: &str) -> String {
         "socket={},dir={},tag=share,queues=2{extra}",
         socket.display(),
         dir.display()
+    )
+}
+
+/// vbmq serving the one share `shared` on `socket`, with `extra` options, logging in `dir`.
+fn serve_share(dir: &TestDir, socket: &Path, shared: &Path, extra: &str) -> Vbmq {
+    Vbmq::serve_with(
+        &[],
+        &[share_spec(socket, shared, extra)],
+        dir.join("vbmq.log"),
     )
 }
 
@@ -43,11 +52,7 @@ fn a_guest_works_on_a_share_and_a_second_vm_sees_it() {
     std::fs::create_dir(&shared).unwrap();
     std::fs::write(shared.join("from-host"), "written by the host\n").unwrap();
     let socket = dir.join("fs.sock");
-    let vbmq = Vbmq::serve_with(
-        &[],
-        &[share_spec(&socket, &shared, ",mode=adaptive")],
-        dir.join("vbmq.log"),
-    );
+    let vbmq = serve_share(&dir, &socket, &shared, ",mode=adaptive");
     let first = Vm::new(2).share(&socket, "share", 2).run(&script(
         "mount -t virtiofs share /mnt
          cat /mnt/from-host
@@ -117,11 +122,7 @@ fn a_read_only_share_refuses_every_change() {
     std::fs::create_dir_all(shared.join("d")).unwrap();
     std::fs::write(shared.join("f"), "unchanged\n").unwrap();
     let socket = dir.join("fs.sock");
-    let vbmq = Vbmq::serve_with(
-        &[],
-        &[share_spec(&socket, &shared, ",readonly=on,mode=event")],
-        dir.join("vbmq.log"),
-    );
+    let vbmq = serve_share(&dir, &socket, &shared, ",readonly=on,mode=event");
     let run = Vm::new(1).share(&socket, "share", 2).run(&script(
         "mount -t virtiofs share /mnt
          cat /mnt/f
@@ -169,11 +170,7 @@ fn the_same_file_workload_on_a_share_and_on_ext4_over_a_disk() {
     let fs_socket = dir.join("fs.sock");
     let disk_socket = dir.join("disk.sock");
     let vbmq = Vbmq::serve_with(
-        &[format!(
-            "socket={},path={},queues=1",
-            disk_socket.display(),
-            image.display()
-        )],
+        &[disk_spec(&disk_socket, &image, ",queues=1")],
         &[share_spec(&fs_socket, &shared, "")],
         dir.join("vbmq.log"),
     );

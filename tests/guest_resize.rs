@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::ctl::ok;
 use common::{ctl, s};
-use guest::{TestDir, Vbmq, Vm, script, tagged, wait_for_console};
+use guest::{TestDir, Vbmq, Vm, disk_spec, script, tagged, wait_for_console};
 
 #[test]
 #[cfg_attr(
@@ -23,14 +23,9 @@ fn a_running_guest_sees_the_disk_grow_and_uses_the_tail() {
     let control = dir.join("ctl.sock");
     let image = dir.disk("disk.img", 64);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
-    cmd.args(["serve", "--control"]).arg(&control).args([
-        "--disk",
-        &format!(
-            "socket={},path={},queues=2",
-            socket.display(),
-            image.display()
-        ),
-    ]);
+    cmd.args(["serve", "--control"])
+        .arg(&control)
+        .args(["--disk", &disk_spec(&socket, &image, ",queues=2")]);
     let vbmq = Vbmq::spawn(
         cmd,
         vec![socket.clone(), control.clone()],

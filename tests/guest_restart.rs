@@ -9,14 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use guest::{GuestRun, TestDir, Vbmq, Vm, script, tagged, wait_for_console};
-
-/// Held completions: long enough that a kill always finds some, short enough for TCG.
-const DELAY: &str = "delay-us=300000,delay-every=8";
-/// The fio job, run in the guest under the kills and on the host afterwards to check the image.
-const JOB: &str = "--name=restart --ioengine=libaio --iodepth=16 --direct=1 --rw=randwrite --bs=4k \
-    --size=12M --numjobs=2 --offset_increment=12M --verify=crc32c --verify_fatal=1 \
-    --verify_state_save=0 --group_reporting --rate_iops=150";
+use guest::{
+    GuestRun, RESTART_DELAY as DELAY, RESTART_JOB as JOB, TestDir, Vbmq, Vm, script, tagged,
+    wait_for_console,
+};
 
 /// One vbmq command line, started again after each kill, each run logging to its own file.
 struct Restarter {

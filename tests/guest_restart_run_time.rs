@@ -13,12 +13,9 @@ use std::time::Duration;
 
 use common::ctl::{ok, wait_for_requests_in_flight};
 use common::{ctl_state, s};
-use guest::{TestDir, Vbmq, Vm, script, wait_for_console};
-
-const DELAY: &str = "delay-us=300000,delay-every=8";
-const JOB: &str = "--name=restart --ioengine=libaio --iodepth=16 --direct=1 --rw=randwrite --bs=4k \
-    --size=12M --numjobs=2 --offset_increment=12M --verify=crc32c --verify_fatal=1 \
-    --verify_state_save=0 --group_reporting --rate_iops=150";
+use guest::{
+    RESTART_DELAY as DELAY, RESTART_JOB as JOB, TestDir, Vbmq, Vm, script, wait_for_console,
+};
 
 struct Starter {
     control: PathBuf,

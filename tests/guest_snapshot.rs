@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::ctl::ok;
 use common::{ctl, s};
-use guest::{TestDir, Vbmq, Vm, build_c, result_of, script, tagged, wait_for_console};
+use guest::{TestDir, Vbmq, Vm, build_c, disk_spec, result_of, script, tagged, wait_for_console};
 use stamps::{check_one_instant, stamped_image};
 
 /// Blocks the guest writes: the whole disk (8 MiB).
@@ -43,10 +43,9 @@ fn a_snapshot_under_a_guests_writes_holds_the_rounds_done_before_it() {
     let socket = dir.join("disk.sock");
     let control = dir.join("ctl.sock");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
-    cmd.args(["serve", "--control"]).arg(&control).args([
-        "--disk",
-        &format!("socket={},path={}", socket.display(), image.display()),
-    ]);
+    cmd.args(["serve", "--control"])
+        .arg(&control)
+        .args(["--disk", &disk_spec(&socket, &image, "")]);
     let vbmq = Vbmq::spawn(
         cmd,
         vec![socket.clone(), control.clone()],

@@ -5,7 +5,7 @@ mod common;
 mod guest;
 
 use common::sha256;
-use guest::{TestDir, Vbmq, Vm, script, tagged};
+use guest::{TestDir, Vbmq, Vm, disk_spec, script, tagged};
 use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 
@@ -43,11 +43,10 @@ fn a_guest_writes_on_a_disk_made_from_a_base_image() {
     let disk = dir.join("vm.raw");
     let socket = dir.join("thin.sock");
     let vbmq = Vbmq::serve(
-        &[format!(
-            "socket={},path={},base={},queues=2",
-            socket.display(),
-            disk.display(),
-            base.display()
+        &[disk_spec(
+            &socket,
+            &disk,
+            &format!(",base={},queues=2", base.display()),
         )],
         dir.join("vbmq.log"),
     );

@@ -2,7 +2,7 @@
 
 mod guest;
 
-use guest::{TestDir, Vbmq, Vm, script, tagged_one};
+use guest::{TestDir, Vbmq, Vm, disk_spec, script, tagged_one};
 
 /// One vbmq process serves a 1-queue disk (with a `serial=`) and a 4-queue disk to a 2-vCPU guest and then, after that
 /// guest powered off, to a 4-vCPU guest. The guest's virtio-blk driver makes one blk-mq hardware
@@ -18,16 +18,8 @@ fn guest_sees_size_and_hardware_queues() {
     let four = dir.join("four.sock");
     let vbmq = Vbmq::serve(
         &[
-            format!(
-                "socket={},path={},queues=1,serial=vbmq-one",
-                one.display(),
-                dir.disk("one.img", 64).display()
-            ),
-            format!(
-                "socket={},path={},queues=4",
-                four.display(),
-                dir.disk("four.img", 96).display()
-            ),
+            disk_spec(&one, &dir.disk("one.img", 64), ",queues=1,serial=vbmq-one"),
+            disk_spec(&four, &dir.disk("four.img", 96), ",queues=4"),
         ],
         dir.join("vbmq.log"),
     );
@@ -75,11 +67,7 @@ fn readonly_disk_refuses_guest_writes() {
     std::fs::write(&image, &pattern).unwrap();
     let socket = dir.join("ro.sock");
     let vbmq = Vbmq::serve(
-        &[format!(
-            "socket={},path={},readonly=on",
-            socket.display(),
-            image.display()
-        )],
+        &[disk_spec(&socket, &image, ",readonly=on")],
         dir.join("vbmq.log"),
     );
     let run = Vm::new(1).disk(&socket, 1).run(&script(

@@ -11,6 +11,21 @@ use common::{Client, Daemon, image, pattern};
 
 const SIZE: usize = 1 << 20;
 
+/// `target` cannot write while `source` holds the image, and can once `source` is gone.
+fn handed_over(source: Client, mut target: Client, byte: u8) {
+    assert_ne!(
+        target.write(0, 8192, &[byte; 4096]),
+        0,
+        "two writers at once"
+    );
+    drop(source);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while target.write(0, 8192, &[byte; 4096]) != 0 {
+        assert!(Instant::now() < deadline, "the image was not handed over");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn socket_spec(dir: &std::path::Path, name: &str, path: &std::path::Path, extra: &str) -> String {
     format!(
         "socket={},path={}{extra}",
@@ -188,20 +203,9 @@ fn two_writers_in_one_process_need_handover_and_take_turns() {
         socket_spec(dir.path(), "d.sock", &path, h),
     ]);
     let mut source = Client::connect(&dir.path().join("c.sock"), 1, false).unwrap();
-    let mut target = Client::connect(&dir.path().join("d.sock"), 1, false).unwrap();
+    let target = Client::connect(&dir.path().join("d.sock"), 1, false).unwrap();
     assert_eq!(source.write(0, 0, &[1u8; 4096]), 0);
-    assert_ne!(
-        target.write(0, 8192, &[2u8; 4096]),
-        0,
-        "two writers at once"
-    );
-    drop(source);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while target.write(0, 8192, &[2u8; 4096]) != 0 {
-        assert!(Instant::now() < deadline, "the image was not handed over");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    drop(target);
+    handed_over(source, target, 2);
     assert!(daemon.terminate().success());
 
     // The same between two processes (two hosts on shared storage, or an old and a new vbmq):
@@ -213,19 +217,8 @@ fn two_writers_in_one_process_need_handover_and_take_turns() {
     assert_eq!(source.write(0, 0, &[3u8; 4096]), 0);
     let (code, stderr) = refused_start(&socket_spec(dir.path(), "g.sock", &path, ""));
     assert_eq!(code, Some(2), "{stderr}");
-    let mut target = Client::connect(&dir.path().join("f.sock"), 1, false).unwrap();
-    assert_ne!(
-        target.write(0, 8192, &[4u8; 4096]),
-        0,
-        "two writers at once"
-    );
-    drop(source);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while target.write(0, 8192, &[4u8; 4096]) != 0 {
-        assert!(Instant::now() < deadline, "the image was not handed over");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    drop(target);
+    let target = Client::connect(&dir.path().join("f.sock"), 1, false).unwrap();
+    handed_over(source, target, 4);
     assert!(second.terminate().success());
     assert!(first.terminate().success());
 }

@@ -301,7 +301,7 @@ fn an_rbd_disk_added_at_run_time_reuses_the_connection_made_at_start() {
     cluster.create_image("boot", SIZE);
     cluster.create_image("added", SIZE);
     let (spec, _socket) = disk(dir.path(), "boot", &cluster.disk("boot"));
-    let (mut daemon, control) = common::serve_with_control(dir.path(), &[spec]);
+    let (daemon, control) = common::serve_with_control(dir.path(), &[spec]);
     let (added, socket) = disk(
         dir.path(),
         "added",
@@ -328,6 +328,5 @@ fn an_rbd_disk_added_at_run_time_reuses_the_connection_made_at_start() {
     let out = common::ctl(&control, &["add-disk", &other]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("only on a cluster"));
-    assert!(daemon.alive());
-    assert!(daemon.terminate().success());
+    daemon.terminate_alive();
 }

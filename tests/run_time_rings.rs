@@ -137,7 +137,7 @@ fn complete_all(client: &mut Client, q: usize) {
 fn a_run_time_disk_is_served_on_pooled_rings_which_come_back_when_it_goes() {
     let dir = tempfile::tempdir().unwrap();
     // Exactly the disk's queues.
-    let (mut daemon, control) = serve(dir.path(), 2);
+    let (daemon, control) = serve(dir.path(), 2);
     let pid = daemon.child.id();
     let file = image(dir.path(), "vm.raw", 8 << 20, 3);
     let socket = dir.path().join("elsewhere/vm.sock");
@@ -162,14 +162,13 @@ fn a_run_time_disk_is_served_on_pooled_rings_which_come_back_when_it_goes() {
     // What the rings wrote last (round 1, queue 1) is in the file.
     let on_disk = std::fs::read(&file).unwrap();
     assert!(on_disk[..BLOCK] == pattern(11, BLOCK)[..]);
-    assert!(daemon.alive());
-    assert!(daemon.terminate().success());
+    daemon.terminate_alive();
 }
 
 #[test]
 fn with_the_pool_exhausted_a_queue_falls_back_and_still_serves() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut daemon, control) = serve(dir.path(), 1);
+    let (daemon, control) = serve(dir.path(), 1);
     let file = image(dir.path(), "vm.raw", 8 << 20, 4);
     let socket = dir.path().join("elsewhere/vm.sock");
     add(&control, &socket, &file, 2);
@@ -187,14 +186,13 @@ fn with_the_pool_exhausted_a_queue_falls_back_and_still_serves() {
 
     let out = ctl(&control, &["remove-disk", s(&socket)]);
     assert!(out.status.success(), "{out:?}");
-    assert!(daemon.alive());
-    assert!(daemon.terminate().success());
+    daemon.terminate_alive();
 }
 
 #[test]
 fn with_no_pool_a_run_time_disk_goes_without_io_uring() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut daemon, control) = serve(dir.path(), 0);
+    let (daemon, control) = serve(dir.path(), 0);
     let pid = daemon.child.id();
     let file = image(dir.path(), "vm.raw", 8 << 20, 5);
     let socket = dir.path().join("elsewhere/vm.sock");
@@ -204,8 +202,7 @@ fn with_no_pool_a_run_time_disk_goes_without_io_uring() {
     write_and_verify_at_depth(&mut client, 0, 30);
     assert_eq!(ring_completions(pid), 0, "a ring in a vbmq without a pool");
     drop(client);
-    assert!(daemon.alive());
-    assert!(daemon.terminate().success());
+    daemon.terminate_alive();
 }
 
 /// 4 KiB random reads at QD32 on one queue for `secs`: completions per second.

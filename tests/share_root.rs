@@ -11,6 +11,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use common::fs::names;
 use common::{Daemon, ctl, wait_for};
 use vbmq_driver::FsClient;
 use vbmq_driver::fuse::{self, CreateIn, EntryOut, MkdirIn, Opcode, ROOT_ID, ReadIn, RenameIn};
@@ -114,16 +115,6 @@ fn destroy_and_init(client: &mut FsClient) {
         .expect("destroy");
     assert_eq!(out.error, 0, "DESTROY");
     client.init().expect("INIT after DESTROY");
-}
-
-/// The file names in `dir`, sorted.
-fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 /// Checks that `client` serves `served` (the passed directory, wherever it is now) at `step`:

@@ -65,18 +65,25 @@ fn victim(dir: &Path, name: &str, contents: &[u8]) -> PathBuf {
     path
 }
 
+/// A `base=` disk whose DISK is a link to an empty file: its socket, DISK, spec and the empty
+/// file.
+fn plant_link_at_disk(dir: &Path) -> (PathBuf, PathBuf, String, PathBuf) {
+    let base = image(dir, "base.raw", SIZE, 1);
+    let socket = dir.join("d.sock");
+    let disk = dir.join("d.raw");
+    let spec = format!("socket={},path={},base={}", s(&socket), s(&disk), s(&base));
+    let empty = victim(dir, "empty.raw", b"");
+    std::os::unix::fs::symlink(&empty, &disk).unwrap();
+    (socket, disk, spec, empty)
+}
+
 #[test]
 fn links_planted_beside_a_base_disk_at_start_change_nothing_they_lead_to() {
     let dir = tempfile::tempdir().unwrap();
-    let base = image(dir.path(), "base.raw", SIZE, 1);
-    let socket = dir.path().join("d.sock");
-    let disk = dir.path().join("d.raw");
-    let spec = format!("socket={},path={},base={}", s(&socket), s(&disk), s(&base));
+    let (socket, disk, spec, empty) = plant_link_at_disk(dir.path());
     let precious = b"another tenant's file".to_vec();
 
     // At DISK: refused; the empty file it leads to is neither grown nor given a map.
-    let empty = victim(dir.path(), "empty.raw", b"");
-    std::os::unix::fs::symlink(&empty, &disk).unwrap();
     let (code, log) = serve_once(&spec, &socket).expect("served through a link at DISK");
     assert_ne!(code, 0, "{log}");
     assert!(log.contains("symbolic link"), "{log}");
@@ -111,15 +118,10 @@ fn links_planted_beside_a_base_disk_at_start_change_nothing_they_lead_to() {
 fn links_planted_beside_a_base_disk_added_at_run_time_change_nothing_they_lead_to() {
     let dir = tempfile::tempdir().unwrap();
     let (mut daemon, control) = serve(dir.path(), &[]);
-    let base = image(dir.path(), "base.raw", SIZE, 1);
-    let socket = dir.path().join("d.sock");
-    let disk = dir.path().join("d.raw");
-    let spec = format!("socket={},path={},base={}", s(&socket), s(&disk), s(&base));
+    let (socket, disk, spec, empty) = plant_link_at_disk(dir.path());
     let precious = b"another tenant's file".to_vec();
 
     // At DISK: refused; the empty file it leads to is neither grown nor given a map.
-    let empty = victim(dir.path(), "empty.raw", b"");
-    std::os::unix::fs::symlink(&empty, &disk).unwrap();
     refused(&ctl(&control, &["add-disk", &spec]), "symbolic link");
     assert_eq!(std::fs::metadata(&empty).unwrap().len(), 0);
     assert!(

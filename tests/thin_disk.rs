@@ -504,11 +504,7 @@ fn two_queues_writing_one_new_block_keep_both_writes() {
 #[ignore]
 fn thin_speed_against_the_plain_disk() {
     const BENCH_SIZE: usize = 256 << 20;
-    let secs: f64 = std::env::var("VBMQ_THIN_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
-    let cpu = std::env::var("VBMQ_THIN_CPU").unwrap_or_else(|_| "1".into());
+    let (secs, cpu) = common::speed_settings("THIN", 3.0);
     let place = std::env::var("VBMQ_THIN_DIR").unwrap_or_else(|_| "/dev/shm".into());
     let dir = tempfile::tempdir_in(place).unwrap();
     let base = dir.path().join("golden.raw");

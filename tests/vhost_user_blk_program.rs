@@ -20,6 +20,17 @@ fn vbmq() -> Command {
     cmd
 }
 
+/// `vbmq vhost-user-blk --socket-path=SOCKET` with the arguments `args` adds, once it listens.
+fn serve_on(socket: &Path, args: impl FnOnce(&mut Command)) -> Daemon {
+    let mut command = vbmq();
+    command.arg(format!("--socket-path={}", socket.display()));
+    args(&mut command);
+    let child = command.spawn().unwrap();
+    let daemon = Daemon { child };
+    wait_for(socket);
+    daemon
+}
+
 /// Writes a pattern at 1 MiB, reads it back, and checks it reached the image file.
 fn write_and_verify(socket: &Path, file: &Path) {
     let mut client = Client::connect(socket, 1, false).expect("connect");
@@ -40,15 +51,9 @@ fn socket_path_and_blk_file_serve_io_until_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let file = image(dir.path(), "vm1.raw", SIZE, 1);
     let socket = dir.path().join("vm1.sock");
-    let child = vbmq()
-        .arg(format!("--socket-path={}", socket.display()))
-        .arg("--blk-file")
-        .arg(&file)
-        .args(["--queues", "2"])
-        .spawn()
-        .unwrap();
-    let daemon = Daemon { child };
-    wait_for(&socket);
+    let daemon = serve_on(&socket, |cmd| {
+        cmd.arg("--blk-file").arg(&file).args(["--queues", "2"]);
+    });
     write_and_verify(&socket, &file);
     assert!(daemon.terminate().success());
     assert!(!socket.exists(), "vbmq removes the socket it bound");
@@ -100,14 +105,10 @@ fn read_only_refuses_writes_and_keeps_the_image() {
     let dir = tempfile::tempdir().unwrap();
     let file = image(dir.path(), "vm1.raw", SIZE, 3);
     let socket = dir.path().join("vm1.sock");
-    let child = vbmq()
-        .arg(format!("--socket-path={}", socket.display()))
-        .arg(format!("--blk-file={}", file.display()))
-        .arg("--read-only")
-        .spawn()
-        .unwrap();
-    let daemon = Daemon { child };
-    wait_for(&socket);
+    let daemon = serve_on(&socket, |cmd| {
+        cmd.arg(format!("--blk-file={}", file.display()))
+            .arg("--read-only");
+    });
     // The device offers VIRTIO_BLK_F_RO: libblkio refuses to open it writable.
     let e = Client::connect(&socket, 1, false)
         .err()

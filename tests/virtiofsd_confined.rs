@@ -14,7 +14,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use vbmq_driver::FsClient;
-use vbmq_driver::fuse::{self, CreateIn, EntryOut, MkdirIn, Opcode, ROOT_ID, SetattrIn};
+use vbmq_driver::fuse::{
+    self, CreateIn, EntryOut, FATTR_GID, FATTR_MODE, FATTR_UID, MkdirIn, Opcode, OutHeader,
+    ROOT_ID, SetattrIn,
+};
 
 const READY: &str = "Waiting for vhost-user socket connection...";
 /// The map of every test here: the guest's 0..65536 are the host's 100000..165536.
@@ -24,9 +27,6 @@ const BASE: u32 = 100_000;
 const OVERFLOW: u32 = 65534;
 /// An ID the guest may name that the map does not cover.
 const UNMAPPED: u32 = 70_000;
-const FATTR_MODE: u32 = 0x1;
-const FATTR_UID: u32 = 0x2;
-const FATTR_GID: u32 = 0x4;
 
 struct Daemon {
     child: Child,
@@ -138,22 +138,26 @@ fn setattr(client: &mut FsClient, node: u64, attr: SetattrIn) -> i32 {
     -out.error
 }
 
+/// `opcode` with `args` on `name` in the share's root, sent by the guest's `ids`.
+fn call_in_root(
+    client: &mut FsClient,
+    ids: (u32, u32),
+    opcode: Opcode,
+    args: &[u8],
+    name: &str,
+) -> (OutHeader, Vec<u8>) {
+    client
+        .call_as(ids, opcode, ROOT_ID, args, &[name.as_bytes()], 4096)
+        .unwrap()
+}
+
 /// MKDIR of `name` in the share's root by the guest's `ids`: the errno, and the entry made.
 fn mkdir_as(client: &mut FsClient, ids: (u32, u32), name: &str) -> (i32, Option<EntryOut>) {
     let args = MkdirIn {
         mode: 0o755,
         umask: 0,
     };
-    let (out, body) = client
-        .call_as(
-            ids,
-            Opcode::Mkdir,
-            ROOT_ID,
-            fuse::args(&args),
-            &[name.as_bytes()],
-            4096,
-        )
-        .unwrap();
+    let (out, body) = call_in_root(client, ids, Opcode::Mkdir, fuse::args(&args), name);
     let entry = body
         .get(..size_of::<EntryOut>())
         .and_then(vm_memory::ByteValued::from_slice)
@@ -169,16 +173,7 @@ fn create_as(client: &mut FsClient, ids: (u32, u32), name: &str) -> i32 {
         umask: 0,
         fuse_flags: 0,
     };
-    let (out, _) = client
-        .call_as(
-            ids,
-            Opcode::Create,
-            ROOT_ID,
-            fuse::args(&args),
-            &[name.as_bytes()],
-            4096,
-        )
-        .unwrap();
+    let (out, _) = call_in_root(client, ids, Opcode::Create, fuse::args(&args), name);
     -out.error
 }
 

@@ -115,6 +115,17 @@ fn join_command(control: &Path) -> Command {
     command
 }
 
+/// `vbmq virtiofsd --join` serving `shared` on `socket`, with virtiofsd's own options.
+fn join_share(control: &Path, socket: &Path, shared: &Path) -> Command {
+    let mut command = join_command(control);
+    command
+        .arg("--socket-path")
+        .arg(socket)
+        .arg("--shared-dir")
+        .arg(shared);
+    command
+}
+
 /// Reads `file` through the share on `socket` and writes "guest" over its start.
 fn read_and_write(socket: &Path) {
     let mut client = FsClient::connect(socket).expect("connect to the joined share");
@@ -141,13 +152,8 @@ fn a_joined_share_is_served_by_the_running_vbmq_until_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let (mut daemon, control) = serve(dir.path());
     let socket = dir.path().join("sockets/vm1-fs.sock");
-    let mut command = join_command(&control);
-    command
-        .arg("--socket-path")
-        .arg(&socket)
-        .arg("--shared-dir")
-        .arg(dir.path().join("roots/share"))
-        .args(["--cache", "never", "--sandbox", "none"]);
+    let mut command = join_share(&control, &socket, &dir.path().join("roots/share"));
+    command.args(["--cache", "never", "--sandbox", "none"]);
     let mut launcher = Launcher::spawn(dir.path(), "join", command);
     launcher.ready();
     read_and_write(&socket);
@@ -198,12 +204,7 @@ fn a_refused_join_exits_1_with_the_daemons_reason() {
     let outside = dir.path().join("outside");
     std::fs::create_dir_all(&outside).unwrap();
     let socket = dir.path().join("refused.sock");
-    let mut command = join_command(&control);
-    command
-        .arg("--socket-path")
-        .arg(&socket)
-        .arg("--shared-dir")
-        .arg(&outside);
+    let command = join_share(&control, &socket, &outside);
     let mut launcher = Launcher::spawn(dir.path(), "refused", command);
     assert_eq!(launcher.exit().code(), Some(1));
     let log = launcher.log();
@@ -221,12 +222,7 @@ fn a_share_removed_elsewhere_ends_the_launcher() {
     let (_daemon, control) = serve(dir.path());
     let socket = dir.path().join("gone.sock");
     let shared = dir.path().join("roots/share");
-    let mut command = join_command(&control);
-    command
-        .arg("--socket-path")
-        .arg(&socket)
-        .arg("--shared-dir")
-        .arg(&shared);
+    let command = join_share(&control, &socket, &shared);
     let mut launcher = Launcher::spawn(dir.path(), "gone", command);
     launcher.ready();
     let out = ctl(&control, &["remove-fs", socket.to_str().unwrap()]);
@@ -236,13 +232,8 @@ fn a_share_removed_elsewhere_ends_the_launcher() {
     assert!(log.contains("no longer served by the vbmq at"), "{log}");
     assert_eq!(log.lines().filter(|l| *l != READY).count(), 1, "{log}");
 
-    let mut command = join_command(&control);
-    command
-        .arg("--socket-path")
-        .arg(&socket)
-        .arg("--shared-dir")
-        .arg(&shared)
-        .arg("--uid-map=:0:0:65536:");
+    let mut command = join_share(&control, &socket, &shared);
+    command.arg("--uid-map=:0:0:65536:");
     let mut refused = Launcher::spawn(dir.path(), "map", command);
     assert_eq!(refused.exit().code(), Some(1));
     assert!(

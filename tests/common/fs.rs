@@ -1,5 +1,7 @@
 //! Requests a test sends through the user-space virtio-fs client, and what it reads back.
 
+use std::path::Path;
+
 use vbmq_driver::FsClient;
 use vbmq_driver::fuse::{self, CreateIn, Opcode, OutHeader, ROOT_ID};
 use vm_memory::{Bytes, GuestAddress};
@@ -33,4 +35,14 @@ pub fn reply_data(client: &FsClient) -> Vec<u8> {
     let at = GuestAddress(reply_at + 16);
     client.memory().read_slice(&mut data, at).unwrap();
     data
+}
+
+/// The file names in `dir`, sorted.
+pub fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }

@@ -51,6 +51,12 @@ impl Daemon {
     pub fn alive(&mut self) -> bool {
         self.child.try_wait().expect("wait").is_none()
     }
+
+    /// Checks that vbmq is still running, then that SIGTERM ends it with success.
+    pub fn terminate_alive(mut self) {
+        assert!(self.alive());
+        assert!(self.terminate().success());
+    }
 }
 
 impl Drop for Daemon {
@@ -307,6 +313,17 @@ pub fn speed(
     drop(client);
     assert!(daemon.terminate().success());
     (iops, cpu)
+}
+
+/// A speed measurement's settings from the environment: `VBMQ_{name}_SECS` a case (default
+/// `default_secs`) and `VBMQ_{name}_CPU`, the CPU of vbmq's queue (default 1).
+pub fn speed_settings(name: &str, default_secs: f64) -> (f64, String) {
+    let secs = std::env::var(format!("VBMQ_{name}_SECS"))
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default_secs);
+    let cpu = std::env::var(format!("VBMQ_{name}_CPU")).unwrap_or_else(|_| "1".into());
+    (secs, cpu)
 }
 
 /// For speed cases: an image of `len` bytes, `pattern(seed)`'s first 4 MiB over and over.

@@ -186,7 +186,7 @@ fn a_share_is_listed_counted_and_measured_beside_a_disk() {
 #[test]
 fn a_share_added_at_run_time_serves_files_on_a_confined_vbmq_until_removed() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut daemon, control) = serve_with_fs_root(dir.path());
+    let (daemon, control) = serve_with_fs_root(dir.path());
     let shared = dir.path().join("roots/vm1");
     std::fs::create_dir_all(shared.join("sub")).unwrap();
     std::fs::write(shared.join("sub/hello"), b"hello from the host").unwrap();
@@ -252,8 +252,7 @@ fn a_share_added_at_run_time_serves_files_on_a_confined_vbmq_until_removed() {
             format!("vbmq: no share on {}\n", s(&socket))
         );
     }
-    assert!(daemon.alive());
-    assert!(daemon.terminate().success());
+    daemon.terminate_alive();
 }
 
 /// Sends an `add-fs` request for `spec` with `fds` attached, as a client other than `vbmq ctl`
@@ -269,7 +268,7 @@ fn raw_add_fs(control: &Path, spec: &str, fds: &[std::os::fd::RawFd]) -> Value {
 fn add_fs_refuses_what_it_cannot_serve_with_a_clear_message() {
     use std::os::fd::AsRawFd;
     let dir = tempfile::tempdir().unwrap();
-    let (mut daemon, control) = serve_with_fs_root(dir.path());
+    let (daemon, control) = serve_with_fs_root(dir.path());
     let shared = dir.path().join("roots/vm1");
     std::fs::create_dir_all(&shared).unwrap();
     let file = dir.path().join("roots/file");
@@ -385,8 +384,7 @@ fn add_fs_refuses_what_it_cannot_serve_with_a_clear_message() {
     let mut client = FsClient::connect(&socket).expect("connect");
     assert!(client.lookup(ROOT_ID, "nothing").is_err());
     drop(client);
-    assert!(daemon.alive());
-    assert!(daemon.terminate().success());
+    daemon.terminate_alive();
     // Outside the directories the confinement lets vbmq remove files in, the socket stays at
     // exit, served by no one (the next bind replaces it).
     assert!(std::os::unix::net::UnixStream::connect(&socket).is_err());

@@ -32,6 +32,24 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// The hint every missing-prerequisite failure carries: these tests must fail, not skip.
 pub const INSTALL_HINT: &str = "install the guest test prerequisites with scripts/deps/guest.sh";
 
+/// The restart tests' delay layer: held completions, long enough that a kill always finds some,
+/// short enough for TCG.
+pub const RESTART_DELAY: &str = "delay-us=300000,delay-every=8";
+/// The restart tests' fio job, run in the guest under the kills and on the host afterwards to
+/// check the image.
+pub const RESTART_JOB: &str = "--name=restart --ioengine=libaio --iodepth=16 --direct=1 \
+    --rw=randwrite --bs=4k --size=12M --numjobs=2 --offset_increment=12M --verify=crc32c \
+    --verify_fatal=1 --verify_state_save=0 --group_reporting --rate_iops=150";
+
+/// A `--disk` spec serving `image` on `socket`, with `extra` (",queues=2", …) appended.
+pub fn disk_spec(socket: &Path, image: &Path, extra: &str) -> String {
+    format!(
+        "socket={},path={}{extra}",
+        socket.display(),
+        image.display()
+    )
+}
+
 /// A scratch directory under /tmp (short paths: Unix socket paths are limited to 108 bytes),
 /// removed on drop.
 pub struct TestDir {

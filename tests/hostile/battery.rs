@@ -133,21 +133,7 @@ impl Battery {
                 served.model = file;
             }
         }
-        if let Some(status) = self.daemon.exited() {
-            self.failures.push(format!(
-                "{}: vbmq died ({status}); log:\n{}",
-                case.name,
-                self.daemon.log()
-            ));
-            *self = Battery {
-                failures: std::mem::take(&mut self.failures),
-                ran: self.ran,
-                ..Battery::start_with(
-                    &format!("{}-restart{}", self.name, self.ran),
-                    &self.target_opts,
-                )
-            };
-        }
+        self.restart_if_died(&case.name);
     }
 
     fn run_checked(&mut self, case: &Case) -> Result<(), String> {
@@ -404,10 +390,15 @@ impl Battery {
             self.failures.push(format!("{}: {why}", case.name));
             self.target.guest = None;
         }
+        self.restart_if_died(&case.name);
+    }
+
+    /// When vbmq died during case `name`: a failure with its log, and a new vbmq for the next
+    /// cases.
+    fn restart_if_died(&mut self, name: &str) {
         if let Some(status) = self.daemon.exited() {
             self.failures.push(format!(
-                "{}: vbmq died ({status}); log:\n{}",
-                case.name,
+                "{name}: vbmq died ({status}); log:\n{}",
                 self.daemon.log()
             ));
             *self = Battery {

@@ -122,15 +122,12 @@ pub fn read_while_logging(socket: &std::path::Path) -> Result<(ReadMarks, Vec<u6
 /// mapping (`mmap` cannot tell): marking it faults, the guard gives it zero pages, and the read
 /// completes.
 pub fn cases(v: &mut Vec<super::vhost::VhostCase>) {
-    use super::vhost::{Must, acked, refused, running, vcase};
+    use super::vhost::{Must, mapped, refused, running, vcase};
     v.push(vcase(
         "SET_LOG_BASE with a log smaller than guest memory",
         Must::BeRefused,
         |s| {
-            let g = acked(s)?;
-            g.frontend
-                .set_mem_table(&g.ram.regions())
-                .map_err(|e| e.to_string())?;
+            let g = mapped(s)?;
             let file = memfd(c"vhost-log", 4096);
             let region = VhostUserDirtyLogRegion {
                 mmap_size: 8,

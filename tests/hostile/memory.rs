@@ -26,6 +26,18 @@ pub struct GuestRam {
     pub mem: Mem,
 }
 
+/// A memory table entry: `size` bytes of guest memory at `gpa`, mapped by the frontend at `va`,
+/// at `offset` in the file `fd`.
+pub fn region(gpa: u64, size: u64, va: u64, offset: u64, fd: i32) -> VhostUserMemoryRegionInfo {
+    VhostUserMemoryRegionInfo {
+        guest_phys_addr: gpa,
+        memory_size: size,
+        userspace_addr: va,
+        mmap_offset: offset,
+        mmap_handle: fd,
+    }
+}
+
 pub fn memfd(name: &std::ffi::CStr, size: u64) -> File {
     // SAFETY: a NUL-terminated name and valid flags; the returned fd is owned by the File.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };

@@ -8,7 +8,6 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::time::{Duration, Instant};
 
 use vhost::VhostBackend;
-use vhost::VhostUserMemoryRegionInfo;
 use vhost::vhost_user::VhostUserFrontend;
 use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_T_IN};
 
@@ -16,22 +15,12 @@ use super::battery::good_request;
 use super::chain::{Ctx, Seg};
 use super::daemon::{Daemon, QUEUE_SIZE, VICTIM_SIZE, pattern};
 use super::frontend::Guest;
-use super::memory::{GuestRam, REGION1_GPA, memfd};
+use super::memory::{GuestRam, REGION1_GPA, memfd, region};
 use super::shrinking_memory::{Cut, truncate_under_a_request};
 use super::victim::Victim;
 
 /// A frontend address no test mapping uses (vbmq only translates ring addresses with it).
 const FAR_VA: u64 = 0x6000_0000_0000;
-
-fn region(gpa: u64, size: u64, va: u64, offset: u64, fd: i32) -> VhostUserMemoryRegionInfo {
-    VhostUserMemoryRegionInfo {
-        guest_phys_addr: gpa,
-        memory_size: size,
-        userspace_addr: va,
-        mmap_offset: offset,
-        mmap_handle: fd,
-    }
-}
 
 /// A good request on a fresh frontend of `sock`, whose disk file is `img`.
 fn fresh_frontend_served(daemon: &Daemon, sock: &str, img: &str, what: &str) {

@@ -50,6 +50,16 @@ pub fn acked(socket: &Path) -> Result<Guest, String> {
     Ok(guest)
 }
 
+/// As [`acked`], with the guest's memory table sent.
+pub fn mapped(socket: &Path) -> Result<Guest, String> {
+    let guest = acked(socket)?;
+    guest
+        .frontend
+        .set_mem_table(&guest.ram.regions())
+        .map_err(|e| e.to_string())?;
+    Ok(guest)
+}
+
 /// A frontend with memory and queue 0 set up, acknowledgements on.
 pub fn running(socket: &Path) -> Result<Guest, String> {
     let guest = Guest::connect(socket, QUEUE_SIZE).map_err(|e| format!("connect: {e}"))?;
@@ -97,10 +107,7 @@ fn vring_index(v: &mut Vec<VhostCase>) {
             format!("SET_VRING_ADDR on vring {index}"),
             Must::BeRefused,
             move |s| {
-                let mut g = acked(s)?;
-                g.frontend
-                    .set_mem_table(&g.ram.regions())
-                    .map_err(|e| e.to_string())?;
+                let mut g = mapped(s)?;
                 let config = g.vring_config(64);
                 refused(g.frontend.set_vring_addr(index, &config))
             },

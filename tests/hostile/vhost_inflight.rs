@@ -2,12 +2,14 @@
 //! cannot hold, files a frontend could shrink or that are too short, and a region full of
 //! garbage: each refused, or survived.
 
+use std::fs::File;
 use std::os::fd::AsRawFd;
 
 use vhost::vhost_user::VhostUserFrontend;
 use vhost::vhost_user::message::VhostUserInflight;
 
 use super::daemon::{QUEUE_SIZE, TARGET_QUEUES};
+use super::frontend::Guest;
 use super::vhost::{Must, VhostCase, acked, refused, running, vcase};
 
 fn ask(num_queues: u16, queue_size: u16) -> VhostUserInflight {
@@ -17,6 +19,17 @@ fn ask(num_queues: u16, queue_size: u16) -> VhostUserInflight {
         num_queues,
         queue_size,
     }
+}
+
+/// The in-flight region vbmq makes for `queues` queues of `size` entries, and its file.
+fn inflight_region(
+    g: &mut Guest,
+    queues: u16,
+    size: u16,
+) -> Result<(VhostUserInflight, File), String> {
+    g.frontend
+        .get_inflight_fd(&ask(queues, size))
+        .map_err(|e| e.to_string())
 }
 
 pub fn cases(v: &mut Vec<VhostCase>) {
@@ -59,10 +72,7 @@ pub fn cases(v: &mut Vec<VhostCase>) {
             Must::BeRefused,
             move |s| {
                 let mut g = acked(s)?;
-                let (mut region, file) = g
-                    .frontend
-                    .get_inflight_fd(&ask(1, QUEUE_SIZE))
-                    .map_err(|e| e.to_string())?;
+                let (mut region, file) = inflight_region(&mut g, 1, QUEUE_SIZE)?;
                 match change {
                     0 => region.mmap_size /= 2,
                     1 => region.mmap_offset = region.mmap_size.next_multiple_of(4096),
@@ -78,10 +88,7 @@ pub fn cases(v: &mut Vec<VhostCase>) {
         Must::Survive,
         |s| {
             let mut g = acked(s)?;
-            let (region, file) = g
-                .frontend
-                .get_inflight_fd(&ask(TARGET_QUEUES, QUEUE_SIZE))
-                .map_err(|e| e.to_string())?;
+            let (region, file) = inflight_region(&mut g, TARGET_QUEUES, QUEUE_SIZE)?;
             // Garbage everywhere, but a version the backend reads: every head "in flight",
             // counters and batch links pointing anywhere.
             let mut bytes = vec![0xffu8; usize::try_from(region.mmap_size).unwrap()];
@@ -109,10 +116,7 @@ pub fn cases(v: &mut Vec<VhostCase>) {
         Must::Survive,
         |s| {
             let mut g = acked(s)?;
-            let (region, file) = g
-                .frontend
-                .get_inflight_fd(&ask(TARGET_QUEUES, QUEUE_SIZE))
-                .map_err(|e| e.to_string())?;
+            let (region, file) = inflight_region(&mut g, TARGET_QUEUES, QUEUE_SIZE)?;
             let accepted = g
                 .frontend
                 .set_inflight_fd(&region, file.as_raw_fd())

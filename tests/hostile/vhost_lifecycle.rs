@@ -9,12 +9,26 @@ use virtio_bindings::virtio_blk::VIRTIO_BLK_T_IN;
 use vmm_sys_util::eventfd::EventFd;
 
 use super::chain::{Ctx, Seg};
+use super::frontend::Guest;
 use super::raw::Raw;
-use super::vhost::{Must, VhostCase, acked, refused, running, vcase};
+use super::vhost::{Must, VhostCase, mapped, refused, running, vcase};
 
 pub fn cases(v: &mut Vec<VhostCase>) {
     lifecycle(v);
     racing(v);
+}
+
+/// Publishes 64 reads of `len` bytes each, 8 KiB apart.
+fn reads_in_flight(g: &mut Guest, len: u32) {
+    let mut ctx = Ctx::new(g);
+    let mut heads = Vec::new();
+    for i in 0..64u64 {
+        let hdr = ctx.header(VIRTIO_BLK_T_IN, i * 16);
+        let buf = ctx.buffer(u64::from(len), None);
+        let st = ctx.status();
+        heads.push(ctx.direct(&[Seg::r(hdr, 16), Seg::w(buf, len), Seg::w(st, 1)]));
+    }
+    g.publish(&heads);
 }
 
 fn lifecycle(v: &mut Vec<VhostCase>) {
@@ -26,15 +40,7 @@ fn lifecycle(v: &mut Vec<VhostCase>) {
         Must::Survive,
         |s| {
             let mut g = running(s)?;
-            let mut ctx = Ctx::new(&mut g);
-            let mut heads = Vec::new();
-            for i in 0..64u64 {
-                let hdr = ctx.header(VIRTIO_BLK_T_IN, i * 16);
-                let buf = ctx.buffer(32 << 10, None);
-                let st = ctx.status();
-                heads.push(ctx.direct(&[Seg::r(hdr, 16), Seg::w(buf, 32 << 10), Seg::w(st, 1)]));
-            }
-            g.publish(&heads);
+            reads_in_flight(&mut g, 32 << 10);
             let base = g.frontend.get_vring_base(0).map_err(|e| e.to_string())?;
             let used = g.used_idx();
             if u32::from(used) != base {
@@ -56,10 +62,7 @@ fn lifecycle(v: &mut Vec<VhostCase>) {
         },
     ));
     v.push(vcase("hang up after SET_MEM_TABLE", Must::Survive, |s| {
-        let g = acked(s)?;
-        g.frontend
-            .set_mem_table(&g.ram.regions())
-            .map_err(|e| e.to_string())?;
+        mapped(s)?;
         Ok(true)
     }));
     v.push(vcase(
@@ -67,15 +70,7 @@ fn lifecycle(v: &mut Vec<VhostCase>) {
         Must::Survive,
         |s| {
             let mut g = running(s)?;
-            let mut ctx = Ctx::new(&mut g);
-            let mut heads = Vec::new();
-            for i in 0..64u64 {
-                let hdr = ctx.header(VIRTIO_BLK_T_IN, i * 16);
-                let buf = ctx.buffer(8 << 10, None);
-                let st = ctx.status();
-                heads.push(ctx.direct(&[Seg::r(hdr, 16), Seg::w(buf, 8 << 10), Seg::w(st, 1)]));
-            }
-            g.publish(&heads);
+            reads_in_flight(&mut g, 8 << 10);
             Ok(true)
         },
     ));
@@ -110,10 +105,7 @@ fn lifecycle(v: &mut Vec<VhostCase>) {
         "vring addresses outside guest memory",
         Must::BeRefused,
         |s| {
-            let mut g = acked(s)?;
-            g.frontend
-                .set_mem_table(&g.ram.regions())
-                .map_err(|e| e.to_string())?;
+            let mut g = mapped(s)?;
             g.frontend.set_vring_num(0, 64).map_err(|e| e.to_string())?;
             let mut config: VringConfigData = g.vring_config(64);
             config.used_ring_addr = 0x1000;
@@ -124,10 +116,7 @@ fn lifecycle(v: &mut Vec<VhostCase>) {
         "vring that straddles the end of guest memory",
         Must::Survive,
         |s| {
-            let mut g = acked(s)?;
-            g.frontend
-                .set_mem_table(&g.ram.regions())
-                .map_err(|e| e.to_string())?;
+            let mut g = mapped(s)?;
             g.frontend
                 .set_vring_num(0, 256)
                 .map_err(|e| e.to_string())?;

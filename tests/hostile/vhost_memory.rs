@@ -11,21 +11,11 @@ use vmm_sys_util::eventfd::EventFd;
 
 use super::chain::{Ctx, Seg};
 use super::daemon::QUEUE_SIZE;
-use super::memory::{GuestRam, memfd};
+use super::memory::{GuestRam, memfd, region};
 use super::vhost::{Must, VhostCase, acked, refused, running, vcase};
 
 pub fn cases(v: &mut Vec<VhostCase>) {
     memory(v);
-}
-
-fn region(gpa: u64, size: u64, va: u64, offset: u64, fd: i32) -> VhostUserMemoryRegionInfo {
-    VhostUserMemoryRegionInfo {
-        guest_phys_addr: gpa,
-        memory_size: size,
-        userspace_addr: va,
-        mmap_offset: offset,
-        mmap_handle: fd,
-    }
 }
 
 fn memory(v: &mut Vec<VhostCase>) {

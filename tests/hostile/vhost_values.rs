@@ -10,7 +10,7 @@ use super::daemon::QUEUE_SIZE;
 use super::frontend::wanted_features;
 use super::memory::MEMORY_END;
 use super::raw::{Answer, NEED_REPLY, Raw, VERSION};
-use super::vhost::{Must, VhostCase, acked, refused, vcase};
+use super::vhost::{Must, VhostCase, acked, mapped, refused, vcase};
 
 const GET_FEATURES: u32 = 1;
 const SET_VRING_BASE: u32 = 10;
@@ -47,10 +47,7 @@ pub fn cases(v: &mut Vec<VhostCase>) {
             format!("SET_VRING_ADDR with the {ring} running past guest memory"),
             Must::BeRefused,
             move |s| {
-                let mut g = acked(s)?;
-                g.frontend
-                    .set_mem_table(&g.ram.regions())
-                    .map_err(|e| e.to_string())?;
+                let mut g = mapped(s)?;
                 g.frontend
                     .set_vring_num(0, QUEUE_SIZE)
                     .map_err(|e| e.to_string())?;

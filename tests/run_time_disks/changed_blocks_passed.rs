@@ -135,7 +135,7 @@ fn a_tracked_disk_added_at_run_time_keeps_exact_maps_through_remove_add_and_rest
 #[test]
 fn a_tracked_encrypted_base_disk_added_at_run_time_passes_eight_descriptors() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut daemon, control) = serve_with_control(dir.path(), &[]);
+    let (daemon, control) = serve_with_control(dir.path(), &[]);
     let base = image(dir.path(), "golden.raw", SIZE, 3);
     let key = dir.path().join("k");
     std::fs::write(&key, pattern(9, 64)).unwrap();
@@ -165,8 +165,7 @@ fn a_tracked_encrypted_base_disk_added_at_run_time_passes_eight_descriptors() {
     assert_eq!(ret, 0);
     assert!(back == data, "what was written reads back");
     drop(client);
-    assert!(daemon.alive());
-    assert!(daemon.terminate().success());
+    daemon.terminate_alive();
 }
 
 #[test]
@@ -251,7 +250,7 @@ fn a_confined_reload_replaces_a_tracked_disk_with_its_maps() {
     };
     let conf = dir.path().join("vbmq.toml");
     write_config(&conf, &control, &[line("")]);
-    let mut daemon = Serve::config(&conf, &[&control, &socket]).start();
+    let daemon = Serve::config(&conf, &[&control, &socket]).start();
     checkpoint(&control, &socket, "a");
     let mut client = Client::connect(&socket, 1, false).expect("connect");
     assert_eq!(client.write(0, 7 * BLOCK, &[1; 4096]), 0);
@@ -269,14 +268,13 @@ fn a_confined_reload_replaces_a_tracked_disk_with_its_maps() {
         extents(&control, &socket, "a"),
         vec![(7 * BLOCK, BLOCK), (9 * BLOCK, BLOCK)]
     );
-    assert!(daemon.alive());
-    assert!(daemon.terminate().success());
+    daemon.terminate_alive();
 }
 
 #[test]
 fn a_tracked_disk_grows_and_its_grown_blocks_count_as_changed() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut daemon, control) = serve_with_control(dir.path(), &[]);
+    let (daemon, control) = serve_with_control(dir.path(), &[]);
     let disk = image(dir.path(), "vm.raw", SIZE, 1);
     let socket = dir.path().join("vm/vm.sock");
     let spec = format!("socket={},path={},track-changes=on", s(&socket), s(&disk));
@@ -307,6 +305,5 @@ fn a_tracked_disk_grows_and_its_grown_blocks_count_as_changed() {
     ok(&ctl(&control, &["add-disk", &spec]));
     assert_eq!(extents(&control, &socket, "a"), grown);
     assert_eq!(extents(&control, &socket, "b"), b);
-    assert!(daemon.alive());
-    assert!(daemon.terminate().success());
+    daemon.terminate_alive();
 }

@@ -27,7 +27,7 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 #[test]
 fn a_base_disk_added_at_run_time_reads_the_base_writes_disk_and_keeps_its_map() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut daemon, control) = serve(dir.path(), &[]);
+    let (daemon, control) = serve(dir.path(), &[]);
     let base = image(dir.path(), "golden.raw", SIZE, 1);
     let before = sha256(&base);
     // Neither DISK nor its map exists: `vbmq ctl` makes both.
@@ -139,14 +139,13 @@ fn a_base_disk_added_at_run_time_reads_the_base_writes_disk_and_keeps_its_map() 
     fill_and_copy_on_read(&control, &fsock, &rsock, &pattern(1, SIZE), BLOCK);
     assert!(std::fs::read(&filled).unwrap() == pattern(1, SIZE));
     assert_eq!(sha256(&base), before, "the base changed");
-    assert!(daemon.alive());
-    assert!(daemon.terminate().success());
+    daemon.terminate_alive();
 }
 
 #[test]
 fn an_encrypted_disk_added_at_run_time_takes_its_key_from_a_pipe() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut daemon, control) = serve(dir.path(), &[]);
+    let (daemon, control) = serve(dir.path(), &[]);
     let image = sparse_image(dir.path(), "secret.raw", SIZE as u64);
     let fifo = dir.path().join("key.fifo");
     mkfifo(&fifo);
@@ -240,8 +239,7 @@ fn an_encrypted_disk_added_at_run_time_takes_its_key_from_a_pipe() {
     ok(&ctl(&control, &["remove-disk", s(&socket)]));
     let raw = std::fs::read(&thin).unwrap();
     assert!(!contains(&raw, b"PLAINTEXT-MARKER"), "plaintext in DISK");
-    assert!(daemon.alive());
-    assert!(daemon.terminate().success());
+    daemon.terminate_alive();
 }
 
 #[test]
@@ -463,7 +461,7 @@ fn a_base_disk_added_at_run_time_comes_back_from_the_state_file_with_its_map() {
 fn without_a_spare_ring_a_base_disk_is_refused_at_run_time() {
     let dir = tempfile::tempdir().unwrap();
     let control = dir.path().join("run/ctl.sock");
-    let mut daemon = Serve::new()
+    let daemon = Serve::new()
         .control(&control)
         .opt("--run-time-rings", "0")
         .start();
@@ -481,8 +479,7 @@ fn without_a_spare_ring_a_base_disk_is_refused_at_run_time() {
         "the image made for a refused disk is left behind"
     );
     assert!(!PathBuf::from(format!("{}.map", s(&disk))).exists());
-    assert!(daemon.alive());
-    assert!(daemon.terminate().success());
+    daemon.terminate_alive();
 }
 
 #[test]
@@ -514,7 +511,7 @@ fn a_confined_reload_replaces_a_base_disk_with_its_map_and_refuses_to_reread_a_k
     };
     let conf = dir.path().join("vbmq.toml");
     write_config(&conf, &control, &[thin(""), encrypted("")]);
-    let mut daemon = Serve::config(&conf, &[&control, &t, &e]).start();
+    let daemon = Serve::config(&conf, &[&control, &t, &e]).start();
     let data = pattern(13, 8192);
     let mut client = Client::connect(&t, 1, false).expect("connect");
     assert_eq!(client.write(0, 7 * BLOCK as u64, &data), 0);
@@ -555,6 +552,5 @@ fn a_confined_reload_replaces_a_base_disk_with_its_map_and_refuses_to_reread_a_k
     let mut client = Client::connect(&e, 1, false).expect("the encrypted disk still serves");
     assert_eq!(client.read(0, 0, 4096).0, 0);
     drop(client);
-    assert!(daemon.alive());
-    assert!(daemon.terminate().success());
+    daemon.terminate_alive();
 }

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 #[test]
 fn a_passed_image_and_socket_serve_io_that_reads_back_and_lands_in_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut daemon, control) = serve(dir.path(), &[]);
+    let (daemon, control) = serve(dir.path(), &[]);
     let file = image(dir.path(), "vm3.raw", 8 << 20, 7);
     // Outside the control socket's directory (DIR/run), which the daemon may not bind in.
     let socket = dir.path().join("elsewhere/vm3.sock");
@@ -55,8 +55,7 @@ fn a_passed_image_and_socket_serve_io_that_reads_back_and_lands_in_the_file() {
     let out = ctl(&control, &["remove-disk", s(&socket)]);
     assert!(out.status.success(), "{out:?}");
     assert!(!socket.exists(), "the passed socket's file is left behind");
-    assert!(daemon.alive());
-    assert!(daemon.terminate().success());
+    daemon.terminate_alive();
 }
 
 #[test]

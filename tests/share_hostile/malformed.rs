@@ -11,7 +11,7 @@ use vbmq_driver::fuse::{
 use vbmq_driver::{Buffer, FsClient};
 use vm_memory::{Bytes, GuestAddress};
 
-use super::requests::{errno, raw_call};
+use super::requests::{errno, put, raw_call};
 use super::share::Share;
 
 /// Sends `request` as it is and waits for the chain to come back; the reply is not checked
@@ -227,10 +227,7 @@ fn lies(readonly: bool) {
     let (req_at, reply_at) = FsClient::slot_addrs(0);
     let unique = client.next_unique();
     let lookup = fuse::request(Opcode::Lookup, unique, ROOT_ID, &[], &[b"file"]);
-    client
-        .memory()
-        .write_slice(&lookup, GuestAddress(req_at))
-        .unwrap();
+    put(&client, &lookup, req_at);
     let buffers = [
         Buffer::readable(req_at, lookup.len() as u32),
         Buffer::readable(32 << 20, 2 << 20),

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use vbmq_driver::fuse::{self, Opcode, ROOT_ID, WriteIn};
 use vbmq_driver::{Buffer, FsClient};
-use vm_memory::{Bytes, GuestAddress};
 
+use super::requests::put;
 use super::share::Share;
 
 /// Publishes `buffers` in slot 0 without a kick, cuts the memory at `cut`, then kicks; this
@@ -29,10 +29,7 @@ fn memory_cut_under_a_request_leaves_vbmq_serving() {
         // The request's page goes.
         let client = share.client();
         let lookup = fuse::request(Opcode::Lookup, 99, ROOT_ID, &[], &[b"file"]);
-        client
-            .memory()
-            .write_slice(&lookup, GuestAddress(req_at))
-            .unwrap();
+        put(&client, &lookup, req_at);
         let buffers = [
             Buffer::readable(req_at, lookup.len() as u32),
             Buffer::writable(reply_at, 4096),
@@ -42,10 +39,7 @@ fn memory_cut_under_a_request_leaves_vbmq_serving() {
 
         // The reply's page goes.
         let client = share.client();
-        client
-            .memory()
-            .write_slice(&lookup, GuestAddress(req_at))
-            .unwrap();
+        put(&client, &lookup, req_at);
         cut_under(client, &buffers, reply_at);
         share.check_anew("the reply's page cut");
 
@@ -70,10 +64,7 @@ fn memory_cut_under_a_request_leaves_vbmq_serving() {
         whole.resize(head.len() + 4096, 0x5a);
         let len = whole.len() as u32;
         whole[0..4].copy_from_slice(&len.to_le_bytes());
-        client
-            .memory()
-            .write_slice(&whole, GuestAddress(head_at))
-            .unwrap();
+        put(&client, &whole, head_at);
         let buffers = [
             Buffer::readable(head_at, whole.len() as u32),
             Buffer::writable(reply_at + 8192, 4096),

@@ -10,14 +10,14 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use vbmq_driver::FsClient;
-use vbmq_driver::fuse::{self, InHeader, Opcode, OpenIn, OpenOut, ROOT_ID, SetattrIn};
+use vbmq_driver::fuse::{
+    self, FATTR_MODE, FATTR_SIZE, InHeader, Opcode, OpenIn, OpenOut, ROOT_ID, SetattrIn,
+};
 use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryBackend};
 
 use super::share::{FILE_LEN, Share};
 
 const RACE_FOR: Duration = Duration::from_secs(3);
-const FATTR_MODE: u32 = 0x1;
-const FATTR_SIZE: u32 = 0x8;
 
 /// Serves `request` from slot 0 again and again while another thread stores `values` one
 /// after the other, as fast as it can, into the request's 32-bit field at `offset`; after each

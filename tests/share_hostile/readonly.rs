@@ -3,20 +3,14 @@
 //! a kernel without Landlock, so that vbmq's own refusals are what is tested.
 
 use vbmq_driver::fuse::{
-    AccessIn, CopyFileRangeIn, CreateIn, FallocateIn, LinkIn, MkdirIn, MknodIn, Opcode, ROOT_ID,
+    AccessIn, CopyFileRangeIn, CreateIn, FATTR_ATIME, FATTR_GID, FATTR_MODE, FATTR_MTIME,
+    FATTR_MTIME_NOW, FATTR_SIZE, FATTR_UID, FallocateIn, LinkIn, MkdirIn, MknodIn, Opcode, ROOT_ID,
     Rename2In, RenameIn, SetattrIn, SetupmappingIn, SetxattrIn, WriteIn, args,
 };
 
 use super::requests::{errno, raw_call};
 use super::share::Share;
 
-const FATTR_MODE: u32 = 0x1;
-const FATTR_UID: u32 = 0x2;
-const FATTR_GID: u32 = 0x4;
-const FATTR_SIZE: u32 = 0x8;
-const FATTR_ATIME: u32 = 0x10;
-const FATTR_MTIME: u32 = 0x20;
-const FATTR_MTIME_NOW: u32 = 0x100;
 /// Opcodes of newer kernels than fuse-backend-rs knows: SYNCFS, TMPFILE (makes a file),
 /// STATX.
 const NEWER_OPCODES: [u32; 3] = [50, 51, 52];

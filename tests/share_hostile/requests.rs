@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use vbmq_driver::FsClient;
 use vbmq_driver::fuse::{self, Opcode, OutHeader};
+use vm_memory::{Bytes, GuestAddress};
 
 /// Sends a request with any opcode number and returns its reply header (`None`: the request
 /// was returned with no reply, as FORGET is).
@@ -36,4 +37,12 @@ pub fn raw_call(
 /// The errno of a reply (0: success).
 pub fn errno(header: &OutHeader) -> i32 {
     -header.error
+}
+
+/// Writes `bytes` into the client's guest memory at `at`.
+pub fn put(client: &FsClient, bytes: &[u8], at: u64) {
+    client
+        .memory()
+        .write_slice(bytes, GuestAddress(at))
+        .unwrap();
 }

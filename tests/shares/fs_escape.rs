@@ -6,27 +6,24 @@
 //! serves a known file.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use crate::common::Daemon;
+use crate::common::fs::names;
 use crate::common::serve::serve_share;
 use crate::common::xattr::{get_xattr, set_xattr, xattr_names};
 
 use vbmq_driver::fuse::{
-    self, AttrOut, CreateIn, EntryOut, GetxattrIn, MkdirIn, MknodIn, Opcode, OpenIn, OpenOut,
-    OutHeader, ROOT_ID, ReadIn, SetattrIn, SetxattrIn,
+    self, AttrOut, CreateIn, EntryOut, FATTR_ATIME, FATTR_GID, FATTR_MODE, FATTR_MTIME, FATTR_UID,
+    GetxattrIn, MkdirIn, MknodIn, Opcode, OpenIn, OpenOut, OutHeader, ROOT_ID, ReadIn, SetattrIn,
+    SetxattrIn,
 };
 use vbmq_driver::{Buffer, FsClient};
 use vm_memory::{ByteValued, Bytes, GuestAddress};
 
 const KNOWN: &[u8] = b"the share's own bytes\n";
-const FATTR_MODE: u32 = 0x1;
-const FATTR_UID: u32 = 0x2;
-const FATTR_GID: u32 = 0x4;
-const FATTR_ATIME: u32 = 0x10;
-const FATTR_MTIME: u32 = 0x20;
 
 struct Share {
     daemon: Daemon,
@@ -103,15 +100,6 @@ struct Outside {
     bytes: Vec<u8>,
     names: Vec<String>,
     parent_names: Vec<String>,
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 fn outside(share: &Share) -> Outside {

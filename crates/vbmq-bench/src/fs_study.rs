@@ -90,11 +90,15 @@ fn random_reads(
     let blocks = FILE_BYTES / BLOCK;
     let mut submitted_at = vec![Instant::now(); usize::from(depth)];
     let mut latencies = Vec::new();
-    for slot in 0..depth {
+    let mut submit = |client: &mut FsClient, slot: u16| -> Result<()> {
         let request = client.read_request(node, fh, rng.below(blocks) * BLOCK, BLOCK as u32);
         client
             .submit(slot, &request, 16 + BLOCK as u32)
             .map_err(client_error)?;
+        Ok(())
+    };
+    for slot in 0..depth {
+        submit(client, slot)?;
         submitted_at[usize::from(slot)] = Instant::now();
     }
     client.kick().map_err(client_error)?;
@@ -125,10 +129,7 @@ fn random_reads(
                 latencies.push(submitted_at[usize::from(slot)].elapsed().as_secs_f64() * 1e6);
             }
             completed += 1;
-            let request = client.read_request(node, fh, rng.below(blocks) * BLOCK, BLOCK as u32);
-            client
-                .submit(slot, &request, 16 + BLOCK as u32)
-                .map_err(client_error)?;
+            submit(client, slot)?;
             submitted_at[usize::from(slot)] = Instant::now();
         }
         client.kick().map_err(client_error)?;
@@ -330,14 +331,34 @@ fn measure(
         }
         results[systems.len()].push(measure_host(&shared.0, cpus, settings)?);
     }
+    let names: Vec<String> = systems
+        .iter()
+        .map(|(name, _)| name.clone())
+        .chain(["host pread/fstatat".to_string()])
+        .collect();
+    Ok(report(&names, &results, missing, cpus, settings, ours, theirs_from))
+}
+
+/// The table of `results` (a row per system in `names`, the host's last) and the goals' ratios:
+/// vbmq's better mode against virtiofsd's better pool and the host.
+fn report(
+    names: &[String],
+    results: &[Vec<Figures>],
+    missing: Option<&str>,
+    cpus: &CpuPlan,
+    settings: Settings,
+    ours: std::ops::Range<usize>,
+    theirs_from: usize,
+) -> String {
     let median = |i: usize, f: fn(&Figures) -> f64| {
         Stat::of(&results[i].iter().map(f).collect::<Vec<_>>()).map(|s| s.median)
     };
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "backend CPU {backend_cpu}, client CPU {}; one request queue; a {} MiB file and {SMALL_FILES} \
+        "backend CPU {}, client CPU {}; one request queue; a {} MiB file and {SMALL_FILES} \
          small files on tmpfs; medians of {} interleaved runs of {} s",
+        cpus.backend[0],
         cpus.client[0],
         FILE_BYTES >> 20,
         settings.runs,
@@ -351,11 +372,6 @@ fn measure(
         "{:<26} {:>16} {:>16} {:>22}",
         "system", "4K QD32 IOPS", "4K QD1 p50 us", "LOOKUP+GETATTR pairs/s"
     );
-    let names: Vec<String> = systems
-        .iter()
-        .map(|(name, _)| name.clone())
-        .chain(["host pread/fstatat".to_string()])
-        .collect();
     let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
     for (i, name) in names.iter().enumerate() {
         let _ = writeln!(
@@ -366,13 +382,13 @@ fn measure(
             show(median(i, |f| f.metadata_ops))
         );
     }
-    // The goals: vbmq's better mode against virtiofsd's better pool and the host.
     let best = |rows: std::ops::Range<usize>, f: fn(&Figures) -> f64, lower: bool| {
         rows.filter_map(|i| median(i, f))
             .reduce(|a, b| if lower { a.min(b) } else { a.max(b) })
     };
-    let theirs = theirs_from..systems.len();
-    let host = systems.len()..systems.len() + 1;
+    let host_row = names.len() - 1;
+    let theirs = theirs_from..host_row;
+    let host = host_row..names.len();
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
         _ => "-".into(),
@@ -389,7 +405,7 @@ fn measure(
         ratio(qd1(ours.clone()), qd1(theirs.clone())),
         ratio(meta(ours), meta(theirs)),
     );
-    Ok(out)
+    out
 }
 
 /// `linux/capability.h` (libc names no capability).

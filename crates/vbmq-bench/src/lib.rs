@@ -74,27 +74,9 @@ pub fn run(opts: &Options) -> i32 {
 fn bench(opts: &Options) -> Result<bool> {
     let cpus = CpuPlan::detect()?;
     let settings = Settings::new(opts.quick);
-    let mut plan = workloads::plan(opts.quick, cpus.total());
-    if let Some(text) = &opts.only {
-        plan = workloads::filter(plan, text);
-        if plan.is_empty()
-            && !cache_study::selects(opts.quick, text)
-            && !shared_cpu_study::selects(text)
-            && !rbd_study::selects(text)
-            && !fs_study::selects(text)
-        {
-            return Err(BenchError::Usage(format!(
-                "--only {text}: no case or system matches"
-            )));
-        }
-    }
+    let plan = selected_plan(opts, &cpus)?;
     let (date, stamp) = report::utc_now();
-    let out = opts
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("vbmq-bench-{stamp}")));
-    fs::create_dir_all(&out)
-        .map_err(|e| BenchError::io(format!("creating {}", out.display()), e))?;
+    let out = out_dir(opts, &stamp)?;
 
     let command = command_line(opts);
     println!("{command}: {cpus}");
@@ -127,19 +109,7 @@ fn bench(opts: &Options) -> Result<bool> {
     let total_runs = plan.iter().map(|c| c.systems.len()).sum::<usize>() * settings.runs;
     let mut runner = Runner::new(&launcher, &cpus, settings, &STOP, total_runs);
     if qsd.is_none() {
-        println!(
-            "qemu-storage-daemon not found: skipping Baseline, VBDP, null-co and \
-             qsd cache.direct=off \
-             (scripts/deps/bench.sh installs it)"
-        );
-        for s in [
-            System::QsdBaseline,
-            System::QsdVbdp,
-            System::QsdNull,
-            System::QsdPageCache,
-        ] {
-            runner.skip(s, "qemu-storage-daemon is not installed".into());
-        }
+        skip_qsd(&mut runner);
     }
     println!(
         "{} cases, {} runs of {} s each (+{} s warm-up); medians of {}\n",
@@ -150,13 +120,7 @@ fn bench(opts: &Options) -> Result<bool> {
         settings.runs
     );
 
-    let load_before = report::load_average();
-    if let Some(load) = load_before.filter(|&l| l > cpus.total() as f64) {
-        println!(
-            "note: load average {load:.1} on {} CPUs: other work is running, figures will be noisy",
-            cpus.total()
-        );
-    }
+    let load_before = load_average_noted(&cpus);
     let mut cases = runner.run_cases(&plan, &mut show);
     let complete = !runner.stopped();
     let skipped = runner.skipped();
@@ -175,84 +139,13 @@ fn bench(opts: &Options) -> Result<bool> {
     } else {
         cache_study::StudyResult::default()
     };
-    let mut studies_measured = false;
-    let run_shared = opts.only.as_deref().is_none_or(shared_cpu_study::selects);
-    if complete && run_shared && !STOP.load(Ordering::Relaxed) {
-        println!(
-            "== Many disks on one CPU: {} one-queue disks, mode=poll, one backend CPU",
-            4
-        );
-        let shared = shared_cpu_study::run(
-            &launcher.vbmq,
-            &launcher.run_dir,
-            &launcher.disk,
-            &cpus,
-            settings,
-            &STOP,
-        );
-        let text = shared.text();
-        studies_measured = shared.error.is_none();
-        println!("{text}");
-        let path = out.join("shared-cpu.txt");
-        fs::write(&path, &text)
-            .map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
-    }
-    let run_snapshot = opts.only.as_deref().is_none_or(snapshot_study::selects);
-    if complete && run_snapshot && !STOP.load(Ordering::Relaxed) {
-        println!("== Snapshot of a quiet disk against the host's cp --sparse=always");
-        let text = snapshot_study::run(&launcher, &cpus, settings, &STOP);
-        launcher.remove_thin_disks();
-        println!("{text}");
-        studies_measured |= !text.starts_with("not measured");
-        let path = out.join("snapshot.txt");
-        fs::write(&path, &text)
-            .map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
-    }
-    // Ceph's daemons are started only for a full run or when asked for: not in --quick.
-    let run_rbd = match opts.only.as_deref() {
-        Some(text) => rbd_study::selects(text),
-        None => !opts.quick,
-    };
-    if complete && run_rbd && !STOP.load(Ordering::Relaxed) {
-        println!(
-            "== Disks on Ceph RBD: vbmq rbd= beside qemu-storage-daemon's rbd driver and rbd bench"
-        );
-        let text = rbd_study::run(&launcher.vbmq, &launcher.run_dir, &cpus, settings, &STOP);
-        println!("{text}");
-        studies_measured |= !text.starts_with("not measured");
-        let path = out.join("rbd.txt");
-        fs::write(&path, &text)
-            .map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
-    }
-    let run_fs = opts.only.as_deref().is_none_or(fs_study::selects);
-    if complete && run_fs && !STOP.load(Ordering::Relaxed) {
-        println!(
-            "== Files (virtio-fs): vbmq --fs beside virtiofsd and the host's pread, one user-space \
-             client"
-        );
-        let text = fs_study::run(&launcher.vbmq, &launcher.run_dir, &cpus, settings, &STOP);
-        println!("{text}");
-        studies_measured |= !text.starts_with("not measured");
-        let path = out.join("fs.txt");
-        fs::write(&path, &text)
-            .map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
-    }
+    let studies_measured = complete && run_studies(opts, &launcher, &cpus, settings, &out)?;
     let complete = complete && !STOP.load(Ordering::Relaxed);
     cases.extend(study.cases);
     let mut skipped = skipped;
     skipped.extend(study.skipped);
     let cache_hit_ratios = study.hit_ratios;
-    for h in &cache_hit_ratios {
-        match h.ratio {
-            Some(r) => println!(
-                "cache hit ratio, {} in {}: {:.1}%",
-                h.system,
-                h.case,
-                r * 100.0
-            ),
-            None => println!("cache hit ratio, {} in {}: not measured", h.system, h.case),
-        }
-    }
+    print_hit_ratios(&cache_hit_ratios);
     // Floors are minima: measure again now and keep the lower of each, since other work on
     // the machine can only have slowed a hand-over down.
     let handover = match (handover, measure_handover(&cpus, &settings)) {
@@ -292,6 +185,145 @@ fn bench(opts: &Options) -> Result<bool> {
         ));
     }
     Ok(complete)
+}
+
+/// The cases to measure: all of the plan, or those `--only` selects (refused when it selects
+/// neither a case nor a study).
+fn selected_plan(opts: &Options, cpus: &CpuPlan) -> Result<Vec<workloads::Case>> {
+    let plan = workloads::plan(opts.quick, cpus.total());
+    let Some(text) = &opts.only else {
+        return Ok(plan);
+    };
+    let plan = workloads::filter(plan, text);
+    if plan.is_empty()
+        && !cache_study::selects(opts.quick, text)
+        && !shared_cpu_study::selects(text)
+        && !rbd_study::selects(text)
+        && !fs_study::selects(text)
+    {
+        return Err(BenchError::Usage(format!(
+            "--only {text}: no case or system matches"
+        )));
+    }
+    Ok(plan)
+}
+
+/// Runs the studies `--only` selects after the cases (Ceph's only in a full run or when asked
+/// for), each printing its text and writing it to `out`; returns whether any measured anything.
+fn run_studies(
+    opts: &Options,
+    launcher: &Launcher,
+    cpus: &CpuPlan,
+    settings: Settings,
+    out: &Path,
+) -> Result<bool> {
+    let only = opts.only.as_deref();
+    let going = || !STOP.load(Ordering::Relaxed);
+    let mut measured = false;
+    if only.is_none_or(shared_cpu_study::selects) && going() {
+        println!(
+            "== Many disks on one CPU: {} one-queue disks, mode=poll, one backend CPU",
+            4
+        );
+        let shared = shared_cpu_study::run(
+            &launcher.vbmq,
+            &launcher.run_dir,
+            &launcher.disk,
+            cpus,
+            settings,
+            &STOP,
+        );
+        measured = shared.error.is_none();
+        save_study(out, "shared-cpu.txt", &shared.text())?;
+    }
+    if only.is_none_or(snapshot_study::selects) && going() {
+        println!("== Snapshot of a quiet disk against the host's cp --sparse=always");
+        let text = snapshot_study::run(launcher, cpus, settings, &STOP);
+        launcher.remove_thin_disks();
+        measured |= save_study(out, "snapshot.txt", &text)?;
+    }
+    // Ceph's daemons are started only for a full run or when asked for: not in --quick.
+    let run_rbd = only.map_or(!opts.quick, rbd_study::selects);
+    if run_rbd && going() {
+        println!(
+            "== Disks on Ceph RBD: vbmq rbd= beside qemu-storage-daemon's rbd driver and rbd bench"
+        );
+        let text = rbd_study::run(&launcher.vbmq, &launcher.run_dir, cpus, settings, &STOP);
+        measured |= save_study(out, "rbd.txt", &text)?;
+    }
+    if only.is_none_or(fs_study::selects) && going() {
+        println!(
+            "== Files (virtio-fs): vbmq --fs beside virtiofsd and the host's pread, one user-space \
+             client"
+        );
+        let text = fs_study::run(&launcher.vbmq, &launcher.run_dir, cpus, settings, &STOP);
+        measured |= save_study(out, "fs.txt", &text)?;
+    }
+    Ok(measured)
+}
+
+/// Prints a study's text and writes it to `name` in `out`; returns whether it measured
+/// anything.
+fn save_study(out: &Path, name: &str, text: &str) -> Result<bool> {
+    println!("{text}");
+    let path = out.join(name);
+    fs::write(&path, text).map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
+    Ok(!text.starts_with("not measured"))
+}
+
+/// The load average now, with a note when other work is running.
+fn load_average_noted(cpus: &CpuPlan) -> Option<f64> {
+    let load = report::load_average();
+    if let Some(load) = load.filter(|&l| l > cpus.total() as f64) {
+        println!(
+            "note: load average {load:.1} on {} CPUs: other work is running, figures will be noisy",
+            cpus.total()
+        );
+    }
+    load
+}
+
+/// The report's directory, made: `--out`, or `vbmq-bench-STAMP`.
+fn out_dir(opts: &Options, stamp: &str) -> Result<PathBuf> {
+    let out = opts
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("vbmq-bench-{stamp}")));
+    fs::create_dir_all(&out)
+        .map_err(|e| BenchError::io(format!("creating {}", out.display()), e))?;
+    Ok(out)
+}
+
+/// Skips the systems qemu-storage-daemon runs, and says so.
+fn skip_qsd(runner: &mut Runner) {
+    println!(
+        "qemu-storage-daemon not found: skipping Baseline, VBDP, null-co and \
+         qsd cache.direct=off \
+         (scripts/deps/bench.sh installs it)"
+    );
+    for s in [
+        System::QsdBaseline,
+        System::QsdVbdp,
+        System::QsdNull,
+        System::QsdPageCache,
+    ] {
+        runner.skip(s, "qemu-storage-daemon is not installed".into());
+    }
+}
+
+/// Prints the cache study's hit ratios.
+fn print_hit_ratios(ratios: &[cache_study::HitRatio]) {
+    for h in ratios {
+        match h.ratio {
+            Some(r) => println!(
+                "cache hit ratio, {} in {}: {:.1}%",
+                h.system,
+                h.case,
+                r * 100.0
+            ),
+            None => println!("cache hit ratio, {} in {}: not measured", h.system, h.case),
+        }
+    }
 }
 
 /// The machine's floors, printed; `None` (and a line saying why) if they cannot be measured.

@@ -100,16 +100,10 @@ pub fn run(
     }
 }
 
-fn measure(
-    cluster: &Cluster,
-    vbmq: &Path,
-    dir: &Path,
-    cpus: &CpuPlan,
-    settings: Settings,
-    stop: &AtomicBool,
-) -> Result<String> {
+/// Makes the 256 MiB image `rbd/bench`, written once all through: reads of objects never
+/// written would not reach the OSD.
+fn create_filled_image(cluster: &Cluster) {
     cluster.create_image("bench", 256 << 20);
-    // Written once all through: reads of objects never written would not reach the OSD.
     cluster.rbd(&[
         "bench",
         "--io-type",
@@ -122,6 +116,41 @@ fn measure(
         "256M",
         "rbd/bench",
     ]);
+}
+
+/// Writes a case's row: the medians of vbmq's, qsd's and `rbd bench`'s runs, their ratios and
+/// vbmq's and qsd's CPU use.
+fn write_row(out: &mut String, name: &str, figures: [&[f64]; 3], cpu: [&[f64]; 2]) {
+    let median = |v: &[f64]| Stat::of(v).map(|s| s.median);
+    let [a, b, c] = figures.map(median);
+    let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.0}%", v * 100.0));
+    let ratio = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) if y > 0.0 => format!("{:.2}x", x / y),
+        _ => "-".into(),
+    };
+    let _ = writeln!(
+        out,
+        "{name:<24} {:>10} {:>10} {:>10}  {:>8}  {:>14}  {:>8} {:>8}",
+        show(a),
+        show(b),
+        show(c),
+        ratio(a, b),
+        ratio(a, c),
+        pct(median(cpu[0])),
+        pct(median(cpu[1]))
+    );
+}
+
+fn measure(
+    cluster: &Cluster,
+    vbmq: &Path,
+    dir: &Path,
+    cpus: &CpuPlan,
+    settings: Settings,
+    stop: &AtomicBool,
+) -> Result<String> {
+    create_filled_image(cluster);
     let conf = cluster.conf().display().to_string();
     let qsd = find_in_path("qemu-storage-daemon");
     let vbmq_socket = dir.join("rbd-vbmq.sock");
@@ -212,24 +241,11 @@ fn measure(
                 ceiling.push(rbd_bench(cluster, write, workload.iodepth));
             }
         }
-        let median = |v: &[f64]| Stat::of(v).map(|s| s.median);
-        let (a, b, c) = (median(&ours), median(&theirs), median(&ceiling));
-        let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
-        let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.0}%", v * 100.0));
-        let ratio = |x: Option<f64>, y: Option<f64>| match (x, y) {
-            (Some(x), Some(y)) if y > 0.0 => format!("{:.2}x", x / y),
-            _ => "-".into(),
-        };
-        let _ = writeln!(
-            out,
-            "{name:<24} {:>10} {:>10} {:>10}  {:>8}  {:>14}  {:>8} {:>8}",
-            show(a),
-            show(b),
-            show(c),
-            ratio(a, b),
-            ratio(a, c),
-            pct(median(&our_cpu)),
-            pct(median(&their_cpu))
+        write_row(
+            &mut out,
+            name,
+            [&ours, &theirs, &ceiling],
+            [&our_cpu, &their_cpu],
         );
     }
     let _ = writeln!(

@@ -140,6 +140,19 @@ pub enum Experiment {
 }
 
 impl Experiment {
+    /// Every experiment, in the order they run and are reported.
+    pub const ALL: [Experiment; 9] = [
+        Experiment::Matrix,
+        Experiment::InterruptClient,
+        Experiment::Queues,
+        Experiment::Jobs,
+        Experiment::Batching,
+        Experiment::Null,
+        Experiment::Cache,
+        Experiment::CacheSpill,
+        Experiment::CloudDisks,
+    ];
+
     /// A one-line title for tables and charts.
     pub fn title(self) -> &'static str {
         match self {
@@ -269,6 +282,14 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
         ));
     }
 
+    cases.push(batching_case(quick));
+    cases.extend(null_cases(quick));
+    cases.extend(cloud_disk_cases());
+    cases
+}
+
+/// The ablation of batched submissions, with every request through io_uring.
+fn batching_case(quick: bool) -> Case {
     // On the tmpfs file vbmq reads inline, one system call per request either way: the
     // ablation runs with every request through io_uring (`io=ring`).
     let ring = |mode| System::Vbmq {
@@ -277,7 +298,7 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
         storage: DiskSetup::FileRing,
     };
     let (poll_ring, event_ring) = (ring(WaitMode::Poll), ring(WaitMode::Event));
-    let batching: Vec<System> = if quick {
+    let systems: Vec<System> = if quick {
         vec![poll_ring, poll_ring.unbatched()]
     } else {
         vec![
@@ -287,35 +308,40 @@ pub fn plan(quick: bool, ncpu: usize) -> Vec<Case> {
             event_ring.unbatched(),
         ]
     };
-    let w = Workload::randread(32);
-    cases.push(case(
-        Experiment::Batching,
-        w,
-        ClientMode::Polling,
-        1,
-        &batching,
-    ));
+    Case {
+        experiment: Experiment::Batching,
+        workload: Workload::randread(32),
+        client: ClientMode::Polling,
+        jobs: 1,
+        systems,
+    }
+}
 
+/// The null devices: the request path alone, with no storage beneath.
+fn null_cases(quick: bool) -> Vec<Case> {
     let null: &[Workload] = if quick {
         &[Workload::randread(32)]
     } else {
         &[Workload::randread(1), Workload::randread(32)]
     };
-    for &w in null {
-        let systems: &[System] = if quick {
-            &[System::vbmq_null(WaitMode::Poll), System::QsdNull]
-        } else {
-            &[
-                System::vbmq_null(WaitMode::Poll),
-                System::vbmq_null(WaitMode::Adaptive),
-                System::QsdNull,
-            ]
-        };
-        cases.push(case(Experiment::Null, w, ClientMode::Polling, 1, systems));
-    }
-
-    cases.extend(cloud_disk_cases());
-    cases
+    let systems: &[System] = if quick {
+        &[System::vbmq_null(WaitMode::Poll), System::QsdNull]
+    } else {
+        &[
+            System::vbmq_null(WaitMode::Poll),
+            System::vbmq_null(WaitMode::Adaptive),
+            System::QsdNull,
+        ]
+    };
+    null.iter()
+        .map(|&workload| Case {
+            experiment: Experiment::Null,
+            workload,
+            client: ClientMode::Polling,
+            jobs: 1,
+            systems: systems.to_vec(),
+        })
+        .collect()
 }
 
 /// Issue 27's disks against the plain disk on the same file, 4 KiB QD32, polling client,
@@ -402,15 +428,11 @@ mod tests {
         let full = plan(false, 2);
         let points = |c: &[Case]| c.iter().map(|c| c.systems.len()).sum::<usize>();
         assert!(points(&quick) < points(&full));
-        for e in [
-            Experiment::Matrix,
-            Experiment::InterruptClient,
-            Experiment::Queues,
-            Experiment::Jobs,
-            Experiment::Batching,
-            Experiment::Null,
-            Experiment::CloudDisks,
-        ] {
+        // The cache study runs the cache experiments, outside the plan.
+        let planned = Experiment::ALL
+            .into_iter()
+            .filter(|e| !matches!(e, Experiment::Cache | Experiment::CacheSpill));
+        for e in planned {
             assert!(quick.iter().any(|c| c.experiment == e), "{e:?}");
         }
     }

@@ -10,6 +10,21 @@ pub use fuse_backend_rs::abi::fuse_abi::{
 pub use fuse_backend_rs::abi::virtio_fs::SetupmappingIn;
 use vm_memory::ByteValued;
 
+/// The bits of `SetattrIn::valid` (`FATTR_*` in `<linux/fuse.h>`): what a SETATTR changes.
+pub const FATTR_MODE: u32 = 0x1;
+/// Changes the owner.
+pub const FATTR_UID: u32 = 0x2;
+/// Changes the group.
+pub const FATTR_GID: u32 = 0x4;
+/// Changes the size.
+pub const FATTR_SIZE: u32 = 0x8;
+/// Sets the access time to `atime`.
+pub const FATTR_ATIME: u32 = 0x10;
+/// Sets the modification time to `mtime`.
+pub const FATTR_MTIME: u32 = 0x20;
+/// Sets the modification time to now.
+pub const FATTR_MTIME_NOW: u32 = 0x100;
+
 /// The whole request: header (its `len` set), `args`, then `names`.
 pub fn request(opcode: Opcode, unique: u64, node: u64, args: &[u8], names: &[&[u8]]) -> Vec<u8> {
     request_as((0, 0), opcode, unique, node, args, names)

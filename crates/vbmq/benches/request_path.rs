@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use vbmq::backend::{Disk, FileDisk, NullDisk};
@@ -104,13 +103,7 @@ fn file_disk() -> (tempfile::NamedTempFile, Arc<dyn Disk>) {
 
 fn queue_worker(guest: &Guest, disk: Arc<dyn Disk>) -> BlkQueueWorker {
     let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, ""));
-    let settings = QueueSettings {
-        mode: WaitMode::Event,
-        poll: Duration::ZERO,
-        cpu: None,
-        batch: true,
-        max_size: QUEUE_SIZE,
-    };
+    let settings = QueueSettings::unpinned(WaitMode::Event, QUEUE_SIZE);
     let stats = Default::default();
     let mut worker = BlkQueue::worker(0, settings, device, disk, guest.mem.clone(), stats);
     worker.set_up(&guest.vring, true);

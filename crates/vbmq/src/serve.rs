@@ -9,7 +9,8 @@ use crate::config::{DiskSpec, Storage, check_sockets};
 use crate::confine::{CephAccess, ConfineOptions, DiskAccess, confine};
 use crate::devices::build_share;
 use crate::host::raise_descriptor_limit;
-use crate::host::{Host, RunTimePolicy, ShareRoot};
+use crate::host::{Host, Prepared, RunTimePolicy, ShareRoot};
+use crate::vhost_user::ShareServer;
 
 /// What `vbmq serve` was asked to do.
 #[derive(Clone, Debug)]
@@ -136,66 +137,34 @@ fn block_stop_signals() -> libc::sigset_t {
 
 /// Runs `vbmq serve`; returns the exit status. `control` starts the control server.
 pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
+    match serve_until_stopped(options, control) {
+        Ok(()) => 0,
+        Err(status) => status,
+    }
+}
+
+/// [`run`], with the exit status of a failure as the error (its cause already printed).
+fn serve_until_stopped(options: &ServeOptions, control: Option<ControlStart>) -> Result<(), i32> {
     let specs = &options.disks;
     if let Err(e) = check_sockets(specs, &options.shares, &[]) {
         eprintln!("vbmq: {e}");
-        return 2;
+        return Err(2);
     }
     let signals = block_stop_signals();
     let host = Arc::new(Host::new());
-    let mut prepared = Vec::new();
-    let mut ceph_files = Vec::new();
-    for (i, spec) in specs.iter().enumerate() {
-        let text = options.texts.get(i).cloned().unwrap_or_default();
-        match host.prepare(&text, spec.clone()) {
-            Ok(disk) => {
-                ceph_files.extend(disk.files().iter().cloned());
-                prepared.push(disk);
-            }
-            Err(e) => {
-                eprintln!("vbmq: {e}");
-                return 2;
-            }
-        }
-    }
-    if !options.shares.is_empty() || !options.fs_roots.is_empty() {
-        raise_descriptor_limit();
-    }
-    let mut roots = Vec::new();
-    for root in &options.fs_roots {
-        match ShareRoot::open(root) {
-            Ok(root) => roots.push(root),
-            Err(e) => {
-                eprintln!("vbmq: --fs-root {}: {e}", root.display());
-                return 2;
-            }
-        }
-    }
-    host.set_share_roots(roots);
-    for share in &options.shares {
-        host.reserve_socket(crate::host::SHARE, share.socket.clone());
-    }
-    let mut share_servers = Vec::new();
-    for share in &options.shares {
-        match build_share(share) {
-            Ok(server) => share_servers.push(server),
-            Err(e) => {
-                eprintln!("vbmq: {e}");
-                return 2;
-            }
-        }
-    }
+    let (prepared, ceph_files) = prepare_disks(&host, options)?;
+    let share_servers = open_shares(&host, options)?;
     // Every file is open and every socket bound as the operator's user; no thread runs yet.
     if let Some(namespace) = &options.user_namespace
         && let Err(e) = namespace.enter()
     {
         eprintln!("vbmq: cannot enter the user namespace of --uid-map/--gid-map: {e}");
-        return 1;
+        return Err(1);
     }
     // Before any frontend can send a memory table.
     if let Err(e) = crate::guest::memory_faults::install_handler() {
         eprintln!("vbmq: cannot install the SIGBUS handler: {e}");
-        return 1;
+        return Err(1);
     }
     if options.control_dir.is_some()
         && options.run_time_rings > 0
@@ -209,10 +178,99 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
     }
     // Every disk's socket listens (bound in `prepare`): frontends may connect from now on.
     crate::systemd::notify_ready();
+    confine_process(specs, ceph_files, options)?;
+    if let Some(line) = &options.ready_line {
+        eprintln!("{line}");
+    }
+    host.set_policy(RunTimePolicy {
+        confined: true,
+        socket_dirs: options.control_dir.iter().cloned().collect(),
+    });
+    start_all(&host, prepared, share_servers, options)?;
+    if let Some(control) = control {
+        control(Arc::clone(&host));
+    }
+    info!(
+        "serving {} disk(s) and {} share(s)",
+        specs.len(),
+        options.shares.len()
+    );
+    wait_for_stop(&host, &signals);
+    let report = host.report();
+    host.stop_all();
+    crate::backend::release_clusters();
+    crate::backend::release_image_locks();
+    for line in report {
+        info!("statistics {line}");
+    }
+    Ok(())
+}
+
+/// Opens every start-up disk and binds its socket; returns them with the Ceph files they read.
+fn prepare_disks(
+    host: &Host,
+    options: &ServeOptions,
+) -> Result<(Vec<Prepared>, Vec<PathBuf>), i32> {
+    let mut prepared = Vec::new();
+    let mut ceph_files = Vec::new();
+    for (i, spec) in options.disks.iter().enumerate() {
+        let text = options.texts.get(i).cloned().unwrap_or_default();
+        match host.prepare(&text, spec.clone()) {
+            Ok(disk) => {
+                ceph_files.extend(disk.files().iter().cloned());
+                prepared.push(disk);
+            }
+            Err(e) => {
+                eprintln!("vbmq: {e}");
+                return Err(2);
+            }
+        }
+    }
+    Ok((prepared, ceph_files))
+}
+
+/// Opens the `--fs-root` directories and every start-up share, binding its socket.
+fn open_shares(host: &Host, options: &ServeOptions) -> Result<Vec<ShareServer>, i32> {
+    if !options.shares.is_empty() || !options.fs_roots.is_empty() {
+        raise_descriptor_limit();
+    }
+    let mut roots = Vec::new();
+    for root in &options.fs_roots {
+        match ShareRoot::open(root) {
+            Ok(root) => roots.push(root),
+            Err(e) => {
+                eprintln!("vbmq: --fs-root {}: {e}", root.display());
+                return Err(2);
+            }
+        }
+    }
+    host.set_share_roots(roots);
+    for share in &options.shares {
+        host.reserve_socket(crate::host::SHARE, share.socket.clone());
+    }
+    let mut share_servers = Vec::new();
+    for share in &options.shares {
+        match build_share(share) {
+            Ok(server) => share_servers.push(server),
+            Err(e) => {
+                eprintln!("vbmq: {e}");
+                return Err(2);
+            }
+        }
+    }
+    Ok(share_servers)
+}
+
+/// Confines the process; refuses to go on without Landlock where an option asked for it.
+fn confine_process(
+    specs: &[DiskSpec],
+    ceph_files: Vec<PathBuf>,
+    options: &ServeOptions,
+) -> Result<(), i32> {
     match confine(&confine_options(specs, ceph_files, options)) {
         Err(e) => {
             eprintln!("vbmq: cannot confine the process: {e}");
-            return 1;
+            Err(1)
         }
         Ok(done) => {
             if let Some(option) = &options.landlock_required
@@ -222,22 +280,25 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
                     "vbmq: {option}: this kernel has no Landlock, the wall vbmq puts around a \
                      share (vbmq neither chroots nor pivots); --sandbox none serves without it"
                 );
-                return 1;
+                return Err(1);
             }
+            Ok(())
         }
     }
-    if let Some(line) = &options.ready_line {
-        eprintln!("{line}");
-    }
-    host.set_policy(RunTimePolicy {
-        confined: true,
-        socket_dirs: options.control_dir.iter().cloned().collect(),
-    });
+}
+
+/// Starts serving the prepared disks and the shares; on a failure stops all and returns 1.
+fn start_all(
+    host: &Host,
+    prepared: Vec<Prepared>,
+    share_servers: Vec<ShareServer>,
+    options: &ServeOptions,
+) -> Result<(), i32> {
     for disk in prepared {
         if let Err(e) = host.start(disk) {
             eprintln!("vbmq: {e}");
             host.stop_all();
-            return 1;
+            return Err(1);
         }
     }
     for (i, (server, spec)) in share_servers.into_iter().zip(&options.shares).enumerate() {
@@ -245,21 +306,18 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
         if let Err(e) = host.start_share(server, spec.clone(), text) {
             eprintln!("vbmq: {e}");
             host.stop_all();
-            return 1;
+            return Err(1);
         }
     }
-    if let Some(control) = control {
-        control(Arc::clone(&host));
-    }
-    info!(
-        "serving {} disk(s) and {} share(s)",
-        specs.len(),
-        options.shares.len()
-    );
+    Ok(())
+}
+
+/// Serves until SIGTERM or SIGINT: SIGHUP reloads the configuration, SIGUSR1 prints statistics.
+fn wait_for_stop(host: &Host, signals: &libc::sigset_t) {
     loop {
         let mut signal = 0;
         // SAFETY: waits for one of the blocked signals in `signals`.
-        if unsafe { libc::sigwait(&signals, &mut signal) } != 0 {
+        if unsafe { libc::sigwait(signals, &mut signal) } != 0 {
             continue;
         }
         if signal == libc::SIGHUP {
@@ -279,12 +337,4 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
             eprintln!("vbmq: statistics {line}");
         }
     }
-    let report = host.report();
-    host.stop_all();
-    crate::backend::release_clusters();
-    crate::backend::release_image_locks();
-    for line in report {
-        info!("statistics {line}");
-    }
-    0
 }

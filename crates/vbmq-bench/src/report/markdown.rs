@@ -10,18 +10,6 @@ use super::Report;
 use super::figures::Figure;
 use super::table::{case_markdown, case_title, goals_markdown};
 
-const EXPERIMENTS: [Experiment; 9] = [
-    Experiment::Matrix,
-    Experiment::InterruptClient,
-    Experiment::Queues,
-    Experiment::Jobs,
-    Experiment::Batching,
-    Experiment::Null,
-    Experiment::Cache,
-    Experiment::CacheSpill,
-    Experiment::CloudDisks,
-];
-
 /// The whole report.md.
 pub fn render(report: &Report, figures: &[Figure]) -> String {
     let mut md = String::new();
@@ -44,7 +32,7 @@ pub fn render(report: &Report, figures: &[Figure]) -> String {
         "\nEach ratio is vbmq's median over the reference's median, both measured in this run \
          with the same client, file and CPUs.\n",
     );
-    for e in EXPERIMENTS {
+    for e in Experiment::ALL {
         let cases: Vec<_> = report
             .cases
             .iter()

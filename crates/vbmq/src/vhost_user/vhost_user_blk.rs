@@ -351,7 +351,6 @@ impl ConnectionBackend for VhostUserBlk {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
-    use std::time::Duration;
 
     use vhost_user_backend::VhostUserBackend;
 
@@ -366,13 +365,7 @@ mod tests {
     fn a_ring_stopped_after_quiesce_stays_stopped() {
         let disk: Arc<dyn Disk> = Arc::new(NullDisk::new(1 << 20));
         let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, ""));
-        let settings = [QueueSettings {
-            mode: WaitMode::Event,
-            poll: Duration::ZERO,
-            cpu: None,
-            batch: true,
-            max_size: 16,
-        }];
+        let settings = [QueueSettings::unpinned(WaitMode::Event, 16)];
         let blk = VhostUserBlk::new(device, disk, &settings, &[Default::default()]);
         blk.quiesce();
         assert!(blk.queues[0].stop.is_set());

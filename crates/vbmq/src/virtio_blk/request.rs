@@ -421,6 +421,75 @@ fn read_ranges(
     u32::try_from(count).map_err(|_| RequestError::BadRanges)
 }
 
+/// What a request of `kind` at `sector` asks, checked against the device: the data's length
+/// and range for IN and OUT, room for the ID, the discard and write-zeroes ranges.
+#[inline(always)]
+fn payload<M>(
+    kind: RequestType,
+    sector: u64,
+    body: &Body<'_, M>,
+    device: &BlkDevice,
+    ranges: &mut [Range],
+) -> Result<Payload, RequestError> {
+    let data_len = body.data_len;
+    let iov_count = u32::try_from(body.iov_count).unwrap_or(u32::MAX);
+    Ok(match kind {
+        RequestType::In | RequestType::Out => {
+            if u64::from(data_len) % SECTOR_SIZE != 0 {
+                return Err(RequestError::Unaligned);
+            }
+            let end = sector
+                .checked_mul(SECTOR_SIZE)
+                .and_then(|offset| offset.checked_add(u64::from(data_len)))
+                .ok_or(RequestError::OutOfRange)?;
+            if end > device.capacity() {
+                return Err(RequestError::OutOfRange);
+            }
+            let offset = sector * SECTOR_SIZE;
+            if kind == RequestType::In {
+                Payload::Read {
+                    offset,
+                    data_len,
+                    iov_count,
+                }
+            } else {
+                Payload::Write {
+                    offset,
+                    data_len,
+                    iov_count,
+                }
+            }
+        }
+        // A GET_ID with no room for the ID is refused.
+        RequestType::GetId if data_len == 0 => return Err(RequestError::BadAddress),
+        RequestType::GetId => Payload::GetId {
+            data_len,
+            iov_count,
+        },
+        RequestType::Discard | RequestType::WriteZeroes => {
+            let discard = kind == RequestType::Discard;
+            if !device.discard {
+                return Err(RequestError::Unsupported(if discard {
+                    VIRTIO_BLK_T_DISCARD
+                } else {
+                    VIRTIO_BLK_T_WRITE_ZEROES
+                }));
+            }
+            if body.ranges_overflow {
+                return Err(RequestError::BadRanges);
+            }
+            let raw = &body.ranges[..body.ranges_len];
+            let ranges = read_ranges(device, kind, raw, ranges)?;
+            if discard {
+                Payload::Discard { ranges }
+            } else {
+                Payload::WriteZeroes { ranges }
+            }
+        }
+        RequestType::Flush => Payload::Flush,
+    })
+}
+
 /// Parses and validates one chain. IN/OUT data goes to `iov` (at most [`SEG_MAX`] entries are
 /// used), discard and write-zeroes ranges to `ranges` (at most [`DISCARD_SEG_MAX`]).
 // Inlined into the worker's one call on the per-request path (callgrind on `request_path`: left
@@ -513,66 +582,7 @@ where
     if device.readonly && writes {
         return Err(reject(RequestError::ReadOnly));
     }
-    let data_len = body.data_len;
-    let iov_count = u32::try_from(body.iov_count).unwrap_or(u32::MAX);
-    let payload = match kind {
-        RequestType::In | RequestType::Out => {
-            let sector = header.sector;
-            if u64::from(data_len) % SECTOR_SIZE != 0 {
-                return Err(reject(RequestError::Unaligned));
-            }
-            let end = sector
-                .checked_mul(SECTOR_SIZE)
-                .and_then(|offset| offset.checked_add(u64::from(data_len)))
-                .ok_or(reject(RequestError::OutOfRange))?;
-            if end > device.capacity() {
-                return Err(reject(RequestError::OutOfRange));
-            }
-            let offset = sector * SECTOR_SIZE;
-            if kind == RequestType::In {
-                Payload::Read {
-                    offset,
-                    data_len,
-                    iov_count,
-                }
-            } else {
-                Payload::Write {
-                    offset,
-                    data_len,
-                    iov_count,
-                }
-            }
-        }
-        // A GET_ID with no room for the ID is refused.
-        RequestType::GetId if data_len == 0 => {
-            return Err(reject(RequestError::BadAddress));
-        }
-        RequestType::GetId => Payload::GetId {
-            data_len,
-            iov_count,
-        },
-        RequestType::Discard | RequestType::WriteZeroes => {
-            let discard = kind == RequestType::Discard;
-            if !device.discard {
-                return Err(reject(RequestError::Unsupported(if discard {
-                    VIRTIO_BLK_T_DISCARD
-                } else {
-                    VIRTIO_BLK_T_WRITE_ZEROES
-                })));
-            }
-            if body.ranges_overflow {
-                return Err(reject(RequestError::BadRanges));
-            }
-            let raw = &body.ranges[..body.ranges_len];
-            let ranges = read_ranges(device, kind, raw, ranges).map_err(reject)?;
-            if discard {
-                Payload::Discard { ranges }
-            } else {
-                Payload::WriteZeroes { ranges }
-            }
-        }
-        RequestType::Flush => Payload::Flush,
-    };
+    let payload = payload(kind, header.sector, &body, device, ranges).map_err(reject)?;
     let request = Request { payload, status };
     Ok(request)
 }

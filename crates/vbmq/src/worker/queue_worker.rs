@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::guest::{GuestMemory, Vring};
 use vhost_user_backend::{VringState, VringT};
-use virtio_queue::QueueT;
+use virtio_queue::{Queue, QueueT};
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
 
 use super::WaitMode;
@@ -42,6 +42,18 @@ pub struct QueueSettings {
 }
 
 impl QueueSettings {
+    /// A queue in `mode` on no particular CPU, batched, with rings of up to `max_size`: the
+    /// workers of tests, benchmarks and fuzz targets.
+    pub fn unpinned(mode: WaitMode, max_size: u16) -> Self {
+        QueueSettings {
+            mode,
+            poll: Duration::ZERO,
+            cpu: None,
+            batch: true,
+            max_size,
+        }
+    }
+
     /// What this queue asks of its engine.
     pub fn engine_options(&self) -> EngineOptions {
         EngineOptions {
@@ -336,14 +348,7 @@ impl<H: QueueHandler> QueueWorker<H> {
                     // No driver can make more entries available than the ring holds. Stop at
                     // once, say so once, and have the connection closed: the frontend then
                     // resets the device (a stopped queue alone would stall the guest silently).
-                    crate::limited!(
-                        warn,
-                        "queue {}: avail index {} is {waiting} entries ahead of a {}-entry ring; \
-                         queue stopped, closing the connection for the frontend to reset it",
-                        self.index,
-                        queue.next_avail().wrapping_add(waiting),
-                        queue.size()
-                    );
+                    stop_avail_past_ring(self.index, queue, waiting);
                     self.ring_broken.store(true, Ordering::Release);
                     self.broken = Some(setup);
                     pass.ready = false;
@@ -367,23 +372,7 @@ impl<H: QueueHandler> QueueWorker<H> {
                 }
                 let offered = waiting;
                 waiting = waiting.min(budget);
-                while waiting > 0 {
-                    let wait = handler.hold_back();
-                    if !wait.is_zero() {
-                        // Left in the ring; the timer wakes the thread when they may go.
-                        if let Some(timer) = limit_timer {
-                            timer.arm(wait);
-                        }
-                        pass.limited = true;
-                        break;
-                    }
-                    let Some(chain) = queue.pop_descriptor_chain(mem) else {
-                        break;
-                    };
-                    waiting -= 1;
-                    pass.started += 1;
-                    used += handler.start(queue, mem, chain);
-                }
+                used += start_requests(handler, queue, mem, limit_timer, &mut waiting, &mut pass);
                 if pass.limited || !rearm || !queue.enable_notification(mem).unwrap_or(false) {
                     break;
                 }
@@ -504,6 +493,48 @@ impl<H: QueueHandler> QueueWorker<H> {
     pub fn index(&self) -> usize {
         self.index
     }
+}
+
+/// Takes up to `waiting` requests off the ring and starts them, unless the device's limits hold
+/// them back. Counts down `waiting` and `pass.started`; returns the used entries added.
+fn start_requests<H: QueueHandler>(
+    handler: &mut H,
+    queue: &mut Queue,
+    mem: &GuestMemory,
+    limit_timer: Option<&Timer>,
+    waiting: &mut u16,
+    pass: &mut Pass,
+) -> usize {
+    let mut used = 0;
+    while *waiting > 0 {
+        let wait = handler.hold_back();
+        if !wait.is_zero() {
+            // Left in the ring; the timer wakes the thread when they may go.
+            if let Some(timer) = limit_timer {
+                timer.arm(wait);
+            }
+            pass.limited = true;
+            break;
+        }
+        let Some(chain) = queue.pop_descriptor_chain(mem) else {
+            break;
+        };
+        *waiting -= 1;
+        pass.started += 1;
+        used += handler.start(queue, mem, chain);
+    }
+    used
+}
+
+/// Says once that the avail index runs `waiting` entries ahead of a ring that holds fewer.
+fn stop_avail_past_ring(index: usize, queue: &Queue, waiting: u16) {
+    crate::limited!(
+        warn,
+        "queue {index}: avail index {} is {waiting} entries ahead of a {}-entry ring; \
+         queue stopped, closing the connection for the frontend to reset it",
+        queue.next_avail().wrapping_add(waiting),
+        queue.size()
+    );
 }
 
 fn notify_guest(state: &mut VringState<GuestMemoryAtomic<GuestMemory>>, mem: &GuestMemory) {

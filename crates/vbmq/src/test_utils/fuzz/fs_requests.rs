@@ -10,7 +10,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
 
 use arbitrary::{Arbitrary, Unstructured};
 use fuse_backend_rs::abi::fuse_abi::{
@@ -344,13 +343,7 @@ fn run(input: &Input) {
     vring.set_queue_event_idx(false);
     vring.set_queue_ready(true);
     vring.set_enabled(true);
-    let settings = QueueSettings {
-        mode: WaitMode::Event,
-        poll: Duration::ZERO,
-        cpu: None,
-        batch: true,
-        max_size: QUEUE_SIZE,
-    };
+    let settings = QueueSettings::unpinned(WaitMode::Event, QUEUE_SIZE);
     let mut worker = FsQueue::worker(0, settings, device, atomic.clone(), Default::default());
     worker.set_up(&vring, true);
     let stop = AtomicBool::new(false);

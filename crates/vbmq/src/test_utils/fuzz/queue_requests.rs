@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
 
 use crate::backend::{Disk, MemoryDisk};
 use crate::guest::{GuestMemory, Vring};
@@ -280,13 +279,7 @@ fn run(input: &Input) {
         1,
         "vbmq-fuzz-serial",
     ));
-    let settings = QueueSettings {
-        mode: WaitMode::Event,
-        poll: Duration::ZERO,
-        cpu: None,
-        batch: true,
-        max_size: QUEUE_SIZE,
-    };
+    let settings = QueueSettings::unpinned(WaitMode::Event, QUEUE_SIZE);
     let mut worker = BlkQueue::worker(
         0,
         settings,

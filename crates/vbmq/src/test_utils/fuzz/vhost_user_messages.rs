@@ -27,13 +27,7 @@ fn serve_one(bytes: &[u8]) {
     let disk: Arc<dyn Disk> = Arc::new(NullDisk::new(1 << 20));
     let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 2, ""));
     let settings: Vec<QueueSettings> = (0..2)
-        .map(|_| QueueSettings {
-            mode: WaitMode::Event,
-            poll: Duration::ZERO,
-            cpu: None,
-            batch: true,
-            max_size: 64,
-        })
+        .map(|_| QueueSettings::unpinned(WaitMode::Event, 64))
         .collect();
     let stats: Vec<_> = settings.iter().map(|_| Arc::default()).collect();
     let atomic = GuestMemoryAtomic::new(GuestMemory::new());

@@ -12,7 +12,9 @@ use super::inflight::InFlight;
 use crate::backend::{Engine, IoOp};
 use crate::guest::inflight_region::InflightRecord;
 use crate::timer::now_ns;
-use crate::virtio_blk::{BlkDevice, Payload, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, parse};
+use crate::virtio_blk::{
+    BlkDevice, Payload, Rejection, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, parse,
+};
 use crate::worker::{OpKind, QueueStats};
 
 /// Everything a call needs, borrowed from the handler with the worker's memory snapshot.
@@ -95,6 +97,41 @@ fn add_used(
         record.published(head, queue.next_used());
     }
     added
+}
+
+/// Pushes the engine operations of the request at `head`, tagged with it, until one is
+/// refused. Returns how many went and whether one was refused.
+fn push_ops(engine: &mut dyn Engine, inflight: &InFlight, head: u16, ops: Ops) -> (u32, bool) {
+    let h = usize::from(head);
+    let mut pushed = 0;
+    let mut push = |op| match engine.push(op, u64::from(head)) {
+        Ok(()) => {
+            pushed += 1;
+            true
+        }
+        Err(e) => {
+            crate::limited!(error, "queue engine refused a request: {e}");
+            false
+        }
+    };
+    let failed = match ops {
+        Ops::One(op) => !push(op),
+        Ops::Ranges { count, zeroes } => (0..count as usize).any(|i| {
+            let range = inflight.range(h, i);
+            let (offset, len) = (range.offset, range.len);
+            let op = if zeroes {
+                IoOp::WriteZeroes {
+                    offset,
+                    len,
+                    unmap: range.unmap,
+                }
+            } else {
+                IoOp::Discard { offset, len }
+            };
+            !push(op)
+        }),
+    };
+    (pushed, failed)
 }
 
 /// What starting a request takes, read off its payload in one match.
@@ -261,6 +298,21 @@ impl Ctx<'_> {
         }
     }
 
+    /// Completes a request the parse refused: its status, where the chain has room for one.
+    fn complete_rejected(&self, queue: &mut Queue, head: u16, rejection: &Rejection) -> usize {
+        crate::limited!(debug, "request {head} rejected: {}", rejection.error);
+        let status = u32::from(rejection.error.status());
+        self.stats.record(OpKind::Other, status, 0, 0, 0);
+        let len = match rejection.status {
+            Some(addr) => {
+                write_status(self.mem, addr, status);
+                1
+            }
+            None => 0,
+        };
+        add_used(self.record.as_deref(), queue, self.mem, head, len)
+    }
+
     /// Parses a chain and hands it to the engine, or completes it at once. Returns the used
     /// entries added.
     pub fn start(
@@ -285,19 +337,7 @@ impl Ctx<'_> {
         let (iov, ranges) = self.inflight.buffers(h);
         let request = match parse(chain, self.mem, self.device, iov, ranges) {
             Ok(request) => request,
-            Err(rejection) => {
-                crate::limited!(debug, "request {head} rejected: {}", rejection.error);
-                let status = u32::from(rejection.error.status());
-                self.stats.record(OpKind::Other, status, 0, 0, 0);
-                let len = match rejection.status {
-                    Some(addr) => {
-                        write_status(self.mem, addr, u32::from(rejection.error.status()));
-                        1
-                    }
-                    None => 0,
-                };
-                return add_used(record, queue, self.mem, head, len);
-            }
+            Err(rejection) => return self.complete_rejected(queue, head, &rejection),
         };
         let plan = self.plan(request.payload, h);
         if plan.changes_to.is_some() && !self.device.may_write() {
@@ -358,42 +398,7 @@ impl Ctx<'_> {
             end_write();
             return complete_now(VIRTIO_BLK_S_IOERR, 1, queue);
         };
-        let mut pushed = 0;
-        let mut failed = false;
-        let mut push = |op| match engine.push(op, u64::from(head)) {
-            Ok(()) => {
-                pushed += 1;
-                true
-            }
-            Err(e) => {
-                crate::limited!(error, "queue engine refused a request: {e}");
-                failed = true;
-                false
-            }
-        };
-        match ops {
-            Ops::One(op) => {
-                push(op);
-            }
-            Ops::Ranges { count, zeroes } => {
-                for i in 0..count as usize {
-                    let range = self.inflight.range(h, i);
-                    let (offset, len) = (range.offset, range.len);
-                    let op = if zeroes {
-                        IoOp::WriteZeroes {
-                            offset,
-                            len,
-                            unmap: range.unmap,
-                        }
-                    } else {
-                        IoOp::Discard { offset, len }
-                    };
-                    if !push(op) {
-                        break;
-                    }
-                }
-            }
-        }
+        let (pushed, failed) = push_ops(&mut **engine, self.inflight, head, ops);
         if pushed == 0 {
             end_write();
             return complete_now(VIRTIO_BLK_S_IOERR, 1, queue);

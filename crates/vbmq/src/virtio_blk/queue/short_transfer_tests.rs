@@ -6,23 +6,17 @@
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use crate::guest::{GuestMemory, Vring};
-use vhost_user_backend::VringT;
+use crate::guest::GuestMemory;
 use virtio_bindings::virtio_blk::{VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT};
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 
-use super::BlkQueue;
 use crate::backend::{Disk, Engine, EngineOptions, Geometry, IoOp};
 use crate::virtio_blk::BlkDevice;
-use crate::worker::{QueueSettings, WaitMode};
 use vbmq_driver::{Buffer, SplitRing, blk_header};
 
-const SIZE: u16 = 16;
-const DESC: u64 = 0x1000;
-const AVAIL: u64 = 0x2000;
-const USED: u64 = 0x3000;
+use super::tests::{AVAIL, DESC, SIZE, USED, event_worker, started_vring};
+
 const CAPACITY: u64 = 1 << 20;
 const STATUS: u64 = 0x8010;
 
@@ -135,27 +129,8 @@ fn pattern(len: usize) -> Vec<u8> {
 fn serve_one(mem: GuestMemory, disk: Arc<dyn Disk>) -> GuestMemoryAtomic<GuestMemory> {
     let atomic = GuestMemoryAtomic::new(mem);
     let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, ""));
-    let settings = QueueSettings {
-        mode: WaitMode::Event,
-        poll: Duration::ZERO,
-        cpu: None,
-        batch: true,
-        max_size: SIZE,
-    };
-    let mut worker = BlkQueue::worker(
-        0,
-        settings,
-        device,
-        disk,
-        atomic.clone(),
-        Default::default(),
-    );
-    let vring = Vring::new(atomic.clone(), SIZE).unwrap();
-    vring.set_queue_size(SIZE);
-    vring.set_queue_info(DESC, AVAIL, USED).unwrap();
-    vring.set_queue_ready(true);
-    vring.set_enabled(true);
-    worker.set_up(&vring, true);
+    let mut worker = event_worker(device, disk, &atomic);
+    let vring = started_vring(&atomic, &mut worker);
     let stop = std::sync::atomic::AtomicBool::new(false);
     for _ in 0..64 {
         worker.run(&vring, &stop);

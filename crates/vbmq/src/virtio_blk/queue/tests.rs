@@ -9,6 +9,7 @@ use vhost_user_backend::VringT;
 use virtio_bindings::virtio_blk::VIRTIO_BLK_T_IN;
 use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 
+use super::requests::Requests;
 use super::{BlkQueue, BlkQueueWorker};
 use crate::backend::{Disk, NullDisk};
 use crate::virtio_blk::BlkDevice;
@@ -16,10 +17,55 @@ use crate::worker::ServedQueue as _;
 use crate::worker::{QueueSettings, WaitMode};
 use vbmq_driver::{Buffer, SplitRing, blk_header};
 
-const SIZE: u16 = 16;
-const DESC: u64 = 0x1000;
-const AVAIL: u64 = 0x2000;
-const USED: u64 = 0x3000;
+pub(super) const SIZE: u16 = 16;
+pub(super) const DESC: u64 = 0x1000;
+pub(super) const AVAIL: u64 = 0x2000;
+pub(super) const USED: u64 = 0x3000;
+
+/// An event-mode worker for queue 0 of `device` over `disk`, reading guest memory `atomic`.
+pub(super) fn event_worker(
+    device: Arc<BlkDevice>,
+    disk: Arc<dyn Disk>,
+    atomic: &GuestMemoryAtomic<GuestMemory>,
+) -> BlkQueueWorker {
+    let settings = QueueSettings::unpinned(WaitMode::Event, SIZE);
+    BlkQueue::worker(
+        0,
+        settings,
+        device,
+        disk,
+        atomic.clone(),
+        Default::default(),
+    )
+}
+
+/// The ring at `DESC`, `AVAIL` and `USED` in `atomic`, started and enabled, with `worker` set up
+/// on it.
+pub(super) fn started_vring(
+    atomic: &GuestMemoryAtomic<GuestMemory>,
+    worker: &mut BlkQueueWorker,
+) -> Vring {
+    let vring = Vring::new(atomic.clone(), SIZE).unwrap();
+    vring.set_queue_size(SIZE);
+    vring.set_queue_info(DESC, AVAIL, USED).unwrap();
+    vring.set_queue_ready(true);
+    vring.set_enabled(true);
+    worker.set_up(&vring, true);
+    vring
+}
+
+/// A queue's requests over `device` with `inflight`, no engine, no record.
+fn without_engine(device: BlkDevice, inflight: super::inflight::InFlight) -> Requests {
+    Requests {
+        engine: None,
+        device: Arc::new(device),
+        inflight,
+        stats: Arc::default(),
+        record: None,
+        dirty_logging: Arc::default(),
+        clock: 0,
+    }
+}
 
 fn guest_memory() -> GuestMemory {
     GuestMemory::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap()
@@ -43,13 +89,7 @@ fn offer_read(mem: &GuestMemory) {
 fn worker(mode: WaitMode, atomic: &GuestMemoryAtomic<GuestMemory>) -> BlkQueueWorker {
     let disk: Arc<dyn Disk> = Arc::new(NullDisk::new(1 << 20));
     let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, ""));
-    let settings = QueueSettings {
-        mode,
-        poll: Duration::ZERO,
-        cpu: None,
-        batch: true,
-        max_size: SIZE,
-    };
+    let settings = QueueSettings::unpinned(mode, SIZE);
     BlkQueue::worker(
         0,
         settings,
@@ -129,12 +169,7 @@ fn avail_index_past_the_ring_does_not_spin() {
             .unwrap();
         let atomic = GuestMemoryAtomic::new(mem);
         let mut worker = worker(mode, &atomic);
-        let vring = Vring::new(atomic.clone(), SIZE).unwrap();
-        vring.set_queue_size(SIZE);
-        vring.set_queue_info(DESC, AVAIL, USED).unwrap();
-        vring.set_queue_ready(true);
-        vring.set_enabled(true);
-        worker.set_up(&vring, true);
+        let vring = started_vring(&atomic, &mut worker);
         // A detached thread: if the worker spins, the test fails instead of hanging.
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -175,27 +210,8 @@ fn get_id_split_across_buffers_gets_the_whole_serial() {
     let disk: Arc<dyn Disk> = Arc::new(NullDisk::new(1 << 20));
     let serial = "serial-of-twenty-chr";
     let device = Arc::new(BlkDevice::new(disk.as_ref(), false, 1, serial));
-    let settings = QueueSettings {
-        mode: WaitMode::Event,
-        poll: Duration::ZERO,
-        cpu: None,
-        batch: true,
-        max_size: SIZE,
-    };
-    let mut worker = BlkQueue::worker(
-        0,
-        settings,
-        device,
-        disk,
-        atomic.clone(),
-        Default::default(),
-    );
-    let vring = Vring::new(atomic.clone(), SIZE).unwrap();
-    vring.set_queue_size(SIZE);
-    vring.set_queue_info(DESC, AVAIL, USED).unwrap();
-    vring.set_queue_ready(true);
-    vring.set_enabled(true);
-    worker.set_up(&vring, true);
+    let mut worker = event_worker(device, disk, &atomic);
+    let vring = started_vring(&atomic, &mut worker);
     worker.run(&vring, &AtomicBool::new(false));
     let mem = atomic.memory();
     let mut id = [0u8; 20];
@@ -211,7 +227,6 @@ fn get_id_split_across_buffers_gets_the_whole_serial() {
 #[test]
 fn finished_requests_the_used_ring_cannot_take_yet_are_kept() {
     use super::inflight::InFlight;
-    use super::requests::Requests;
     use virtio_queue::{Queue, QueueT};
 
     const END: u64 = 0x4000;
@@ -230,15 +245,7 @@ fn finished_requests_the_used_ring_cannot_take_yet_are_kept() {
     queue.set_next_used(13);
     inflight.finished.extend([(1, 10), (2, 20), (3, 30)]);
     let mem = Arc::new(mem);
-    let mut requests = Requests {
-        engine: None,
-        device: Arc::new(device),
-        inflight,
-        stats: Arc::default(),
-        record: None,
-        dirty_logging: Arc::default(),
-        clock: 0,
-    };
+    let mut requests = without_engine(device, inflight);
     let mut ctx = requests.ctx(0, &mem);
     assert_eq!(ctx.publish_finished(&mut queue), 1);
     assert_eq!(
@@ -312,12 +319,7 @@ fn a_drain_that_gives_up_frees_neither_memory_nor_engine() {
         pending: 0,
         dropped_with_pending: dropped_with_pending.clone(),
     })));
-    let vring = Vring::new(atomic.clone(), SIZE).unwrap();
-    vring.set_queue_size(SIZE);
-    vring.set_queue_info(DESC, AVAIL, USED).unwrap();
-    vring.set_queue_ready(true);
-    vring.set_enabled(true);
-    worker.set_up(&vring, true);
+    let vring = started_vring(&atomic, &mut worker);
     worker.run(&vring, &AtomicBool::new(false));
     assert_eq!(worker.in_flight(), 1);
     // A new memory table: the worker must keep the old one while the read may land in it.
@@ -443,27 +445,8 @@ fn a_shrinking_resize_waits_for_writes_in_flight() {
     let head = ring.write_chain(&mem, 0, &buffers);
     ring.publish(&mem, &[head]);
     let atomic = GuestMemoryAtomic::new(mem);
-    let settings = QueueSettings {
-        mode: WaitMode::Event,
-        poll: Duration::ZERO,
-        cpu: None,
-        batch: true,
-        max_size: SIZE,
-    };
-    let mut worker = BlkQueue::worker(
-        0,
-        settings,
-        device.clone(),
-        disk.clone(),
-        atomic.clone(),
-        Default::default(),
-    );
-    let vring = Vring::new(atomic.clone(), SIZE).unwrap();
-    vring.set_queue_size(SIZE);
-    vring.set_queue_info(DESC, AVAIL, USED).unwrap();
-    vring.set_queue_ready(true);
-    vring.set_enabled(true);
-    worker.set_up(&vring, true);
+    let mut worker = event_worker(device.clone(), disk.clone(), &atomic);
+    let vring = started_vring(&atomic, &mut worker);
     let stop = AtomicBool::new(false);
     worker.run(&vring, &stop);
     assert_eq!(worker.in_flight(), 1, "the write is held in flight");
@@ -497,7 +480,6 @@ fn a_shrinking_resize_waits_for_writes_in_flight() {
 #[test]
 fn finished_requests_whose_used_index_cannot_be_written_are_kept() {
     use super::inflight::InFlight;
-    use super::requests::Requests;
     use virtio_queue::{Queue, QueueT};
 
     let mem =
@@ -513,15 +495,7 @@ fn finished_requests_whose_used_index_cannot_be_written_are_kept() {
     queue.set_ready(true);
     inflight.finished.extend([(1, 10), (2, 20)]);
     let mem = Arc::new(mem);
-    let mut requests = Requests {
-        engine: None,
-        device: Arc::new(device),
-        inflight,
-        stats: Arc::default(),
-        record: None,
-        dirty_logging: Arc::default(),
-        clock: 0,
-    };
+    let mut requests = without_engine(device, inflight);
     let mut ctx = requests.ctx(0, &mem);
     assert_eq!(ctx.publish_finished(&mut queue), 0);
     assert_eq!(
