@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::limit_keys::set_limit;
 use super::spec_error::{SpecError, bad};
 use super::{disk_key, parse_cpu_list, parse_size};
-use crate::backend::RbdTarget;
+use crate::backend::{ImageFormat, RbdTarget};
 use crate::limits::Limits;
 use crate::worker::WaitMode;
 
@@ -40,6 +40,8 @@ pub struct DiskSpec {
     pub socket: PathBuf,
     /// What stores the blocks.
     pub storage: Storage,
+    /// `format=`: how `path=` is read (raw or qcow2).
+    pub format: ImageFormat,
     /// Number of virtqueues.
     pub queues: usize,
     /// Largest virtqueue size offered.
@@ -231,6 +233,7 @@ impl DiskSpec {
         let mut spec = DiskSpec {
             socket: PathBuf::new(),
             storage: Storage::Null(0),
+            format: ImageFormat::Auto,
             queues: 1,
             queue_size: 256,
             mode: WaitMode::Adaptive,
@@ -324,6 +327,10 @@ impl DiskSpec {
                 }
                 "cache-preload" => spec.cache_preload = on_off(key, value)?,
                 "base" => spec.base = Some(PathBuf::from(value)),
+                "format" => {
+                    spec.format = ImageFormat::parse(value)
+                        .ok_or_else(|| bad(key, "one of auto, raw and qcow2"))?;
+                }
                 "base-block" => {
                     let size = parse_size(value)
                         .filter(|s| s.is_power_of_two() && (4096..=16 << 20).contains(s));
@@ -487,6 +494,15 @@ impl DiskSpec {
     /// `base=` and its options: only on a writable `path=` disk, and not with what it cannot
     /// compose with yet.
     fn check_base(&self) -> Result<(), SpecError> {
+        if self.format != ImageFormat::Auto && !matches!(self.storage, Storage::File(_)) {
+            return Err(bad("format", "only with path="));
+        }
+        if self.format == ImageFormat::Qcow2 && self.base.is_some() {
+            return Err(bad(
+                "format",
+                "a qcow2 image names its own backing file: no base=",
+            ));
+        }
         if self.base.is_none() {
             for (given, key) in [
                 (self.base_block.is_some(), "base-block"),

@@ -162,10 +162,13 @@ fn open_local_disk(spec: &DiskSpec, source: Source) -> Result<Arc<dyn Disk>, Spe
             let disk: Arc<dyn Disk> = match &spec.base {
                 Some(base) => {
                     SnapshotDisk::over_thin(open_thin_disk(spec, path, base, image, thin)?)
+                        .map(|disk| Arc::new(disk) as Arc<dyn Disk>)
                 }
-                None => SnapshotDisk::over_file(open_file(spec, path, spec.readonly, image)?),
+                None => {
+                    let file = open_file(spec, path, spec.readonly, image)?;
+                    crate::backend::serve_image(file, path, spec.format, spec.readonly)
+                }
             }
-            .map(Arc::new)
             .map_err(|e| SpecError {
                 key: "path".into(),
                 reason: format!("{}: {e}", path.display()),
