@@ -402,6 +402,25 @@ fn images_with_internal_snapshots_or_left_dirty_are_not_written() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("before"));
+    // An image a crash left dirty (lazy refcounts): its refcounts are QEMU's to rebuild.
+    use std::os::unix::fs::FileExt;
+    let lazy = convert(dir.path(), &raw, "lazy.qcow2", "lazy_refcounts=on", false);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&lazy)
+        .unwrap();
+    let mut incompatible = [0u8; 8];
+    file.read_exact_at(&mut incompatible, 72).unwrap();
+    incompatible[7] |= 1;
+    file.write_all_at(&incompatible, 72).unwrap();
+    drop(file);
+    let refused = common::serve::exits_2_at_start(&[
+        "--disk".to_string(),
+        format!("socket={},path={}", socket.display(), lazy.display()),
+    ]);
+    assert!(refused.contains("dirty"), "{refused}");
+    same_as_qemu(&lazy, ",readonly=on");
 }
 
 #[path = "qcow2/crash_io.rs"]
@@ -546,4 +565,90 @@ fn kill_9_under_writes_leaves_a_clean_image_with_every_flushed_write() {
     }
     eprintln!("{rounds} rounds, {seq} writes");
     qemu_check(&image, true);
+}
+
+#[test]
+fn a_guest_cannot_turn_a_raw_image_served_by_probing_into_a_qcow2_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = raw_data(dir.path(), "vm.raw", 7);
+    // A header naming a host file as its backing file, as a guest would write it.
+    let header_image = dir.path().join("evil.qcow2");
+    run(
+        "qemu-img",
+        &[
+            "create",
+            "-f",
+            "qcow2",
+            "-F",
+            "raw",
+            "-b",
+            "/etc/passwd",
+            header_image.to_str().unwrap(),
+            "4M",
+        ],
+    );
+    let evil = std::fs::read(&header_image).unwrap()[..4096].to_vec();
+    let before = std::fs::read(&raw).unwrap();
+    for (format, refused) in [("", true), (",format=raw", false)] {
+        let socket = dir.path().join("vm.sock");
+        let daemon = Daemon::start(&[format!(
+            "socket={},path={}{format}",
+            socket.display(),
+            raw.display()
+        )]);
+        let mut client = Client::connect(&socket, 1, false).unwrap();
+        let ret = client.write(0, 0, &evil);
+        // Elsewhere than the start, the same bytes are only data.
+        assert_eq!(client.write(0, 8192, &evil), 0);
+        drop(client);
+        assert!(daemon.terminate().success());
+        let now = std::fs::read(&raw).unwrap();
+        if refused {
+            assert_ne!(ret, 0, "format=auto: the magic at offset 0 is refused");
+            assert!(
+                now[..4096] == before[..4096],
+                "the refused write changed the image"
+            );
+        } else {
+            assert_eq!(ret, 0, "format=raw: the guest's bytes are its own");
+            assert!(now[..4096] == evil[..]);
+        }
+    }
+}
+
+#[test]
+fn damaged_tables_give_io_errors_and_the_disk_keeps_serving() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let raw = raw_data(dir.path(), "data.raw", 8);
+    let image = convert(dir.path(), &raw, "bad.qcow2", "cluster_size=65536", false);
+    // The first L1 entry points to an unaligned L2 table; an L2 entry of the second L2
+    // table is left as it is.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&image)
+        .unwrap();
+    let mut header = [0u8; 48];
+    file.read_exact_at(&mut header, 0).unwrap();
+    let l1 = u64::from_be_bytes(header[40..48].try_into().unwrap());
+    file.write_all_at(&(0x8000_0000_0001_2200u64).to_be_bytes(), l1)
+        .unwrap();
+    drop(file);
+    let socket = dir.path().join("bad.sock");
+    let daemon = Daemon::start(&[format!(
+        "socket={},path={},readonly=on",
+        socket.display(),
+        image.display()
+    )]);
+    let mut client = Client::read_only(&socket);
+    let (ret, _) = client.read(0, 0, 4096);
+    assert_ne!(ret, 0, "a read through a damaged table fails");
+    let (ret, _) = client.read(0, 0, 4096);
+    assert_ne!(ret, 0);
+    drop(client);
+    assert!(
+        daemon.terminate().success(),
+        "vbmq survives a damaged image"
+    );
 }

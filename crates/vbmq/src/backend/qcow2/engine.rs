@@ -13,11 +13,11 @@ use std::sync::Arc;
 
 use super::image::{Extent, Qcow2Image};
 use super::write::Writer;
+use crate::backend::IoOp;
 use crate::backend::iovec::IovList;
 use crate::backend::layer::{Below, Slab, Stage};
 use crate::backend::thin::iov_slice;
 use crate::backend::uring::UringEngine;
-use crate::backend::{Engine, IoOp};
 use crate::host_size;
 
 /// A guest read split in parts.

@@ -16,13 +16,10 @@ pub const INCOMPAT_COMPRESSION: u64 = 1 << 3;
 pub const INCOMPAT_EXTL2: u64 = 1 << 4;
 const INCOMPAT_KNOWN: u64 =
     INCOMPAT_DIRTY | INCOMPAT_CORRUPT | INCOMPAT_DATA_FILE | INCOMPAT_COMPRESSION | INCOMPAT_EXTL2;
-/// Compatible feature bit: refcounts may lag behind (the dirty bit says so).
-pub const COMPAT_LAZY_REFCOUNTS: u64 = 1;
 
 /// Byte offsets of the fields vbmq rewrites.
 pub const OFFSET_SIZE: u64 = 24;
 pub const OFFSET_L1_SIZE: u64 = 36;
-pub const OFFSET_INCOMPAT: u64 = 72;
 pub const OFFSET_AUTOCLEAR: u64 = 88;
 
 /// Header extension types.
@@ -52,7 +49,6 @@ pub struct Header {
     pub refcount_table_clusters: u32,
     pub nb_snapshots: u32,
     pub incompatible: u64,
-    pub compatible: u64,
     pub autoclear: u64,
     pub refcount_order: u32,
     pub compression: Compression,
@@ -121,7 +117,6 @@ impl Header {
             refcount_table_clusters: be32(&b, 56),
             nb_snapshots: be32(&b, 60),
             incompatible: 0,
-            compatible: 0,
             autoclear: 0,
             refcount_order: 4,
             compression: Compression::Zlib,
@@ -134,7 +129,6 @@ impl Header {
                 return Err(invalid("qcow2 v3 header is truncated"));
             }
             h.incompatible = be64(&b, 72);
-            h.compatible = be64(&b, 80);
             h.autoclear = be64(&b, 88);
             h.refcount_order = be32(&b, 96);
             header_length = be32(&b, 100) as usize;
@@ -176,6 +170,11 @@ impl Header {
             return Err(invalid(
                 "the image keeps its data in an external data file: not supported (convert it \
                  with qemu-img convert -O qcow2)",
+            ));
+        }
+        if self.extended_l2() && self.cluster_bits < 14 {
+            return Err(invalid(
+                "extended L2 entries need clusters of 16 KiB or more",
             ));
         }
         if !(0..=6).contains(&self.refcount_order) {

@@ -21,6 +21,7 @@ mod compressed;
 mod engine;
 mod header;
 mod image;
+mod probed_raw;
 mod write;
 
 use std::fs::File;
@@ -31,8 +32,9 @@ use std::sync::Arc;
 use self::engine::Qcow2Stage;
 pub use self::header::has_magic;
 use self::image::Qcow2Image;
+use self::probed_raw::ProbedRaw;
 use self::write::Writer;
-use super::layer::StagedEngine;
+use super::layer::{Layered, StagedEngine};
 use super::{Disk, Engine, EngineOptions, FileDisk, Geometry, SnapshotDisk};
 
 /// What `format=` says an image is.
@@ -81,7 +83,11 @@ pub fn serve_image(
     readonly: bool,
 ) -> io::Result<Arc<dyn Disk>> {
     if !format.is_qcow2(&file.file()?)? {
-        return Ok(Arc::new(SnapshotDisk::over_file(file)?));
+        let raw: Arc<dyn Disk> = Arc::new(SnapshotDisk::over_file(file)?);
+        if format == ImageFormat::Auto && !readonly {
+            return Ok(Arc::new(Layered::new(raw, ProbedRaw)));
+        }
+        return Ok(raw);
     }
     let disk = Qcow2Disk::open(file, path, readonly).map_err(|e| {
         if format == ImageFormat::Auto && e.kind() == io::ErrorKind::InvalidData {
