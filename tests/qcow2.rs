@@ -652,3 +652,34 @@ fn damaged_tables_give_io_errors_and_the_disk_keeps_serving() {
         "vbmq survives a damaged image"
     );
 }
+
+#[test]
+fn a_qcow2_disk_grows_and_qemu_sees_the_new_size_and_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = raw_data(dir.path(), "data.raw", 9);
+    let image = convert(dir.path(), &raw, "grow.qcow2", "cluster_size=65536", false);
+    let socket = dir.path().join("grow.sock");
+    let spec = format!("socket={},path={}", socket.display(), image.display());
+    let (daemon, control) = common::serve_with_control(dir.path(), &[spec]);
+    common::ctl::ok(&common::ctl(
+        &control,
+        &["resize", common::s(&socket), "12M"],
+    ));
+    let mut client = Client::connect(&socket, 1, false).unwrap();
+    assert_eq!(client.capacity(), 12 << 20);
+    let tail = pattern(20, 64 << 10);
+    assert_eq!(client.write(0, (10 << 20) + 4096, &tail), 0);
+    assert_eq!(client.flush(0), 0);
+    drop(client);
+    assert!(daemon.terminate().success());
+    qemu_check(&image, false);
+    let view = qemu_view(&image);
+    assert_eq!(view.len(), 12 << 20, "qemu-img sees the new size");
+    let mut expected = std::fs::read(&raw).unwrap();
+    expected.resize(12 << 20, 0);
+    expected[(10 << 20) + 4096..(10 << 20) + 4096 + tail.len()].copy_from_slice(&tail);
+    assert!(
+        view == expected,
+        "QEMU reads the grown disk as vbmq wrote it"
+    );
+}

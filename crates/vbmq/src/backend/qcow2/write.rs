@@ -22,6 +22,9 @@ use super::header::{
 use super::image::{COMPRESSED, COPIED, Extent, OFFSET_MASK, Qcow2Image, SUBCLUSTERS, ZERO};
 use crate::host_size;
 
+/// Largest refcount table read (QEMU's `QCOW_MAX_REFTABLE_SIZE`).
+const MAX_REFCOUNT_TABLE_BYTES: u64 = 8 << 20;
+
 /// Allocates clusters and updates the tables of a writable top image.
 pub struct Writer {
     image: Arc<Qcow2Image>,
@@ -90,7 +93,11 @@ impl Writer {
             ));
         }
         let cs = h.cluster_size();
-        let mut table = vec![0; host_size(u64::from(h.refcount_table_clusters) * cs)];
+        let table_bytes = u64::from(h.refcount_table_clusters) * cs;
+        if table_bytes > MAX_REFCOUNT_TABLE_BYTES {
+            return Err(corrupt("refcount table larger than 8 MiB"));
+        }
+        let mut table = vec![0; host_size(table_bytes)];
         image
             .file
             .read_exact_at(&mut table, h.refcount_table_offset)?;
@@ -330,7 +337,7 @@ impl Writer {
     fn allocate(&self, state: &mut State) -> io::Result<u64> {
         let h = &self.image.header;
         let cs = h.cluster_size();
-        let entries = cs * 8 >> h.refcount_order;
+        let entries = (cs * 8) >> h.refcount_order;
         loop {
             let cluster = state.next_free >> h.cluster_bits;
             let slot = host_size(cluster / entries);
@@ -447,7 +454,7 @@ impl Writer {
     /// Sets the refcount of the host cluster at `host` to zero.
     fn free(&self, state: &State, host: u64) -> io::Result<()> {
         let h = &self.image.header;
-        let entries = h.cluster_size() * 8 >> h.refcount_order;
+        let entries = (h.cluster_size() * 8) >> h.refcount_order;
         let cluster = host >> h.cluster_bits;
         let block = state
             .refcount_table
