@@ -259,6 +259,23 @@ fn format_is_refused_when_it_does_not_match() {
         format!("socket={},path={}", socket.display(), raw.display()),
     ]);
     assert!(refused.contains("format=raw"), "{refused}");
+    // Two writers taking turns would each allocate from the end of the file they saw.
+    let image = convert(
+        dir.path(),
+        &raw_data(dir.path(), "h.raw", 3),
+        "h.qcow2",
+        "cluster_size=65536",
+        false,
+    );
+    let refused = common::serve::exits_2_at_start(&[
+        "--disk".to_string(),
+        format!(
+            "socket={},path={},handover=on",
+            socket.display(),
+            image.display()
+        ),
+    ]);
+    assert!(refused.contains("handover=on"), "{refused}");
     // Said raw, it is served as it is.
     let served = vbmq_view(&raw, ",format=raw,readonly=on");
     assert!(served == data);

@@ -115,6 +115,13 @@ impl Qcow2Disk {
     /// Serves the qcow2 image `file` (opened at `path`; its backing file is found from there),
     /// writable unless `readonly`.
     pub fn open(file: FileDisk, path: &Path, readonly: bool) -> io::Result<Self> {
+        // Two writers of one image would each allocate from the end of the file they saw.
+        if file.writer_seat().is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "handover=on is for raw images: a qcow2 image has one writer",
+            ));
+        }
         let image = Arc::new(Qcow2Image::open(file.file()?, path)?);
         let writer = if readonly {
             None
