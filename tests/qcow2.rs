@@ -276,6 +276,28 @@ fn format_is_refused_when_it_does_not_match() {
         ),
     ]);
     assert!(refused.contains("handover=on"), "{refused}");
+    // A qcow2 image names its own backing file; format= is for path= only.
+    for (bad, key) in [
+        (
+            format!(
+                "path={},format=qcow2,base={}",
+                image.display(),
+                raw.display()
+            ),
+            "format",
+        ),
+        ("null=1G,format=raw".to_string(), "format"),
+        (format!("path={},format=vmdk", image.display()), "format"),
+    ] {
+        let refused = common::serve::exits_2_at_start(&[
+            "--disk".to_string(),
+            format!("socket={},{bad}", socket.display()),
+        ]);
+        assert!(
+            refused.contains(&format!("--disk {key}")),
+            "{bad}: {refused}"
+        );
+    }
     // Said raw, it is served as it is.
     let served = vbmq_view(&raw, ",format=raw,readonly=on");
     assert!(served == data);
