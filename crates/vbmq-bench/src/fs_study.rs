@@ -336,7 +336,15 @@ fn measure(
         .map(|(name, _)| name.clone())
         .chain(["host pread/fstatat".to_string()])
         .collect();
-    Ok(report(&names, &results, missing, cpus, settings, ours, theirs_from))
+    Ok(report(
+        &names,
+        &results,
+        missing,
+        cpus,
+        settings,
+        ours,
+        theirs_from,
+    ))
 }
 
 /// The table of `results` (a row per system in `names`, the host's last) and the goals' ratios:

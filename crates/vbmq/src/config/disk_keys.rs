@@ -75,6 +75,13 @@ pub const DISK_KEYS: &[DiskKey] = &[
         "with mem: a raw image loaded at start",
     ),
     key(
+        "format",
+        "auto|raw|qcow2",
+        Some("auto"),
+        "with path=: the image's format; auto serves an image that starts with the qcow2 magic \
+         as qcow2 (its backing chain too)",
+    ),
+    key(
         "base",
         "FILE",
         None,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::limit_keys::set_limit;
 use super::spec_error::{SpecError, bad};
 use super::{disk_key, parse_cpu_list, parse_size};
-use crate::backend::RbdTarget;
+use crate::backend::{ImageFormat, RbdTarget};
 use crate::limits::Limits;
 use crate::worker::WaitMode;
 
@@ -40,6 +40,8 @@ pub struct DiskSpec {
     pub socket: PathBuf,
     /// What stores the blocks.
     pub storage: Storage,
+    /// `format=`: how `path=` is read (raw or qcow2).
+    pub format: ImageFormat,
     /// Number of virtqueues.
     pub queues: usize,
     /// Largest virtqueue size offered.
@@ -329,6 +331,7 @@ impl DiskSpec {
         DiskSpec {
             socket: PathBuf::new(),
             storage: Storage::Null(0),
+            format: ImageFormat::Auto,
             queues: 1,
             queue_size: 256,
             mode: WaitMode::Adaptive,
@@ -421,6 +424,10 @@ impl DiskSpec {
     ) -> Result<bool, SpecError> {
         match key {
             "inflight" => self.inflight = on_off(key, value)?,
+            "format" => {
+                self.format = ImageFormat::parse(value)
+                    .ok_or_else(|| bad(key, "one of auto, raw and qcow2"))?;
+            }
             "queues" => self.queues = queues(key, value)?,
             "queue-size" => self.queue_size = queue_size(key, value)?,
             "mode" => self.mode = wait_mode(key, value)?,
@@ -555,6 +562,15 @@ impl DiskSpec {
     /// `base=` and its options: only on a writable `path=` disk, and not with what it cannot
     /// compose with yet.
     fn check_base(&self) -> Result<(), SpecError> {
+        if self.format != ImageFormat::Auto && !matches!(self.storage, Storage::File(_)) {
+            return Err(bad("format", "only with path="));
+        }
+        if self.format == ImageFormat::Qcow2 && self.base.is_some() {
+            return Err(bad(
+                "format",
+                "a qcow2 image names its own backing file: no base=",
+            ));
+        }
         if self.base.is_none() {
             for (given, key) in [
                 (self.base_block.is_some(), "base-block"),

@@ -13,6 +13,7 @@ use super::layers::{LayerInputs, TrackedFiles, open_layer};
 use crate::backend::cache::ImageId;
 use crate::backend::{
     Disk, FileDisk, MemoryDisk, NullDisk, RbdDisk, RbdTarget, SnapshotDisk, ThinDisk, ThinOptions,
+    guard_probed_raw, open_qcow2,
 };
 use crate::config::{BaseSpec, DiskSpec, LayerSpec, SpecError, StackSpec, Storage, StorageSpec};
 use crate::own_files::{self, Access, Create};
@@ -130,6 +131,11 @@ fn open_storage(
     let snapshots = match storage {
         StorageSpec::File { path } => {
             let file = open_file(spec, path, spec.readonly, source)?;
+            let file = match open_qcow2(file, path, spec.format, spec.readonly) {
+                Ok(Ok(qcow2)) => return Ok((Arc::new(qcow2), Vec::new())),
+                Ok(Err(raw)) => raw,
+                Err(e) => return Err(path_error(path, e)),
+            };
             handles.writer_seat = file.writer_seat();
             SnapshotDisk::over_file(file)
         }
@@ -148,12 +154,20 @@ fn open_storage(
         StorageSpec::File { path } | StorageSpec::Thin { path, .. } => path.as_path(),
         _ => Path::new(""),
     };
-    let snapshots = Arc::new(snapshots.map_err(|e| SpecError {
+    let snapshots = Arc::new(snapshots.map_err(|e| path_error(path, e))?);
+    handles.snapshots = Some(Arc::clone(&snapshots));
+    let disk = match storage {
+        StorageSpec::File { .. } => guard_probed_raw(snapshots, spec.format, spec.readonly),
+        _ => snapshots as Arc<dyn Disk>,
+    };
+    Ok((disk, Vec::new()))
+}
+
+fn path_error(path: &Path, e: std::io::Error) -> SpecError {
+    SpecError {
         key: "path".into(),
         reason: format!("{}: {e}", path.display()),
-    })?);
-    handles.snapshots = Some(Arc::clone(&snapshots));
-    Ok((snapshots, Vec::new()))
+    }
 }
 
 /// An RBD image, and the files its cluster connection keeps reading.

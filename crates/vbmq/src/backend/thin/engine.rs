@@ -86,7 +86,7 @@ pub struct ThinStage {
 unsafe impl Send for ThinStage {}
 
 /// The iovecs of bytes `[at, at + len)` of `list`.
-fn slice(list: IovList, mut at: usize, mut len: usize) -> Vec<libc::iovec> {
+pub(in crate::backend) fn slice(list: IovList, mut at: usize, mut len: usize) -> Vec<libc::iovec> {
     let mut out = Vec::new();
     for v in list.iovecs() {
         if len == 0 {

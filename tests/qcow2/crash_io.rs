@@ -1,0 +1,82 @@
+//! Requests to a daemon that may be killed at any instant: each answer, or `None` where the
+//! daemon died before it answered.
+
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use blkio::{Completion, ReqFlags};
+
+use super::common::Client;
+
+/// Writes each `(offset, data)` at once (at most 16, 64 KiB each); the result of each.
+pub fn try_writes(
+    client: &mut Client,
+    batch: &[(u64, Vec<u8>)],
+    killed: &AtomicBool,
+) -> Vec<Option<i32>> {
+    let buf = client.region.addr as *mut u8;
+    for (i, (offset, data)) in batch.iter().enumerate() {
+        assert!(i < 16 && data.len() <= 64 << 10);
+        // SAFETY: the region holds BUF_LEN >= 16 * 64 KiB bytes.
+        let at = unsafe { buf.add(i * (64 << 10)) };
+        // SAFETY: as above.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at, data.len()) };
+        client.queues[0].write(*offset, at, data.len(), i, ReqFlags::empty());
+    }
+    let mut results = vec![None; batch.len()];
+    let mut done = [const { MaybeUninit::<Completion>::uninit() }; 16];
+    let mut pending = batch.len();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pending > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "writes never answered by a live daemon"
+        );
+        let mut timeout = Duration::from_millis(50);
+        match client.queues[0].do_io(&mut done, 1, Some(&mut timeout), None) {
+            Ok(n) => {
+                for c in &done[..n] {
+                    // SAFETY: do_io initialised `n` completions.
+                    let c = unsafe { c.assume_init_ref() };
+                    results[c.user_data] = Some(c.ret);
+                    pending -= 1;
+                }
+                if n == 0 && killed.load(Ordering::SeqCst) {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    results
+}
+
+/// A flush; `None` if the daemon died before it answered.
+pub fn try_flush(client: &mut Client, killed: &AtomicBool) -> Option<i32> {
+    client.queues[0].flush(0, ReqFlags::empty());
+    let mut done = [MaybeUninit::<Completion>::uninit(); 1];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let mut timeout = Duration::from_millis(50);
+        match client.queues[0].do_io(&mut done, 1, Some(&mut timeout), None) {
+            // SAFETY: do_io initialised one completion.
+            Ok(1) => return Some(unsafe { done[0].assume_init_ref() }.ret),
+            Ok(_) if !killed.load(Ordering::SeqCst) => {}
+            _ => return None,
+        }
+    }
+    panic!("a flush was never answered by a live daemon");
+}
+
+/// A small xorshift generator: the test's randomness, seeded by the clock (printed).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self, below: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % below
+    }
+}
