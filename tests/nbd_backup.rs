@@ -1,0 +1,283 @@
+//! Full and incremental backups through `vbmq ctl export-begin --bitmaps A --checkpoint B`, read
+//! by stock clients as libvirt's and Proxmox's backup flows do: `nbdinfo --map` and `qemu-img
+//! map` (QEMU's `x-dirty-bitmap`) list exactly the blocks written between checkpoint A and the
+//! export's instant; `nbdcopy` takes the full backup; `qemu-img convert` copies only the dirty
+//! extents of the next export into it, which then is the disk of the second instant.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::ctl::ok;
+use common::{Client, ctl, ctl_json, s, serve_with_control as serve};
+use serde_json::Value;
+
+/// The maps' block (`track-block=`'s default).
+const MAP_BLOCK: u64 = 64 << 10;
+const SIZE: u64 = 64 * MAP_BLOCK;
+
+/// Runs a client to its end; panics with its output if it fails.
+fn run(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e} (scripts/install-test-deps.sh installs it)"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn uri(socket: &Path) -> String {
+    format!("nbd+unix:///?socket={}", s(socket))
+}
+
+/// The disk and what the test knows its bytes to be.
+struct Disk {
+    client: Client,
+    model: Vec<u8>,
+}
+
+impl Disk {
+    /// Writes `len` bytes of a pattern at `offset`, into the disk and the model.
+    fn write(&mut self, offset: u64, len: usize, seed: u64) {
+        let data = common::pattern(seed, len);
+        assert_eq!(self.client.write(0, offset, &data), 0, "write at {offset}");
+        let at = usize::try_from(offset).unwrap();
+        self.model[at..at + len].copy_from_slice(&data);
+    }
+}
+
+/// The map blocks `[first, last]` as one byte range each run, merged.
+fn blocks(runs: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    runs.iter()
+        .map(|&(first, last)| (first * MAP_BLOCK, (last - first + 1) * MAP_BLOCK))
+        .collect()
+}
+
+/// Adjacent ranges merged.
+fn merged(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (offset, len) in ranges {
+        match out.last_mut() {
+            Some((o, l)) if *o + *l == offset => *l += len,
+            _ => out.push((offset, len)),
+        }
+    }
+    out
+}
+
+/// The dirty extents of `qemu:dirty-bitmap:NAME` as `nbdinfo --map` gives them.
+fn dirty_by_nbdinfo(export: &Path, name: &str) -> Vec<(u64, u64)> {
+    let map = format!("--map=qemu:dirty-bitmap:{name}");
+    let out = run("nbdinfo", &["--json", &map, &uri(export)]);
+    let extents: Value = serde_json::from_str(&out).expect("nbdinfo's JSON");
+    let mut covered = 0;
+    let mut dirty = Vec::new();
+    for e in extents.as_array().expect("a list of extents") {
+        let (offset, length) = (e["offset"].as_u64().unwrap(), e["length"].as_u64().unwrap());
+        assert_eq!(offset, covered, "extents in order, without gaps: {out}");
+        covered += length;
+        if e["type"].as_u64().unwrap() & 1 != 0 {
+            dirty.push((offset, length));
+        }
+    }
+    assert_eq!(covered, SIZE, "the map covers the export: {out}");
+    merged(dirty)
+}
+
+/// The same by `qemu-img map` with QEMU's `x-dirty-bitmap`, where a dirty extent reads as
+/// `"data": false` (the dirty bit is the allocation context's hole bit).
+fn dirty_by_qemu_img(export: &Path, name: &str) -> Vec<(u64, u64)> {
+    let opts = format!(
+        "driver=nbd,server.type=unix,server.path={},x-dirty-bitmap=qemu:dirty-bitmap:{name}",
+        s(export)
+    );
+    let out = run("qemu-img", &["map", "--output=json", "--image-opts", &opts]);
+    let extents: Value = serde_json::from_str(&out).expect("qemu-img map's JSON");
+    let dirty = extents
+        .as_array()
+        .expect("a list of extents")
+        .iter()
+        .filter(|e| e["data"] == false)
+        .map(|e| (e["start"].as_u64().unwrap(), e["length"].as_u64().unwrap()))
+        .collect();
+    merged(dirty)
+}
+
+/// Copies the extents `dirty` of the export into the backup `into`, as an incremental backup
+/// does: `qemu-img convert` from the export's range to the same range of the file.
+fn copy_extents(export: &Path, dirty: &[(u64, u64)], into: &Path) {
+    for &(offset, len) in dirty {
+        let from = format!(
+            "driver=raw,offset={offset},size={len},file.driver=nbd,file.server.type=unix,\
+             file.server.path={}",
+            s(export)
+        );
+        let to = format!(
+            "driver=raw,offset={offset},size={len},file.driver=file,file.filename={}",
+            s(into)
+        );
+        run(
+            "qemu-img",
+            &[
+                "convert",
+                "-n",
+                "--image-opts",
+                &from,
+                "--target-image-opts",
+                &to,
+            ],
+        );
+    }
+}
+
+#[test]
+fn dirty_bitmaps_list_the_blocks_written_since_a_checkpoint_and_rebuild_the_next_instant() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let image = common::image(dir.path(), "a.raw", SIZE as usize, 5);
+    let (a, export) = (dir.path().join("a.sock"), dir.path().join("export.sock"));
+    let (mut daemon, control) = serve(
+        dir.path(),
+        &[format!(
+            "socket={},path={},track-changes=on",
+            s(&a),
+            s(&image)
+        )],
+    );
+    let model = std::fs::read(&image).unwrap();
+    let mut disk = Disk {
+        client: Client::connect(&a, 1, false).unwrap(),
+        model,
+    };
+    let address = format!("unix:{}", s(&export));
+    common::run_time::checkpoint(&control, &a, "A");
+    // Written between A and the instant: part of block 3, blocks 10 to 12 (one write across
+    // three), the last block's last sector.
+    disk.write(3 * MAP_BLOCK + 512, 4096, 1);
+    disk.write(10 * MAP_BLOCK + 4096, 2 * MAP_BLOCK as usize, 2);
+    disk.write(SIZE - 512, 512, 3);
+    let first_instant = disk.model.clone();
+    ctl_json(
+        &control,
+        &[
+            "export-begin",
+            s(&a),
+            &address,
+            "--bitmaps",
+            "A",
+            "--checkpoint",
+            "B",
+        ],
+    );
+    // After the instant: in B, not in A's bitmap nor in the export.
+    disk.write(20 * MAP_BLOCK, 4096, 4);
+    let since_a = blocks(&[(3, 3), (10, 12), (63, 63)]);
+    assert_eq!(dirty_by_nbdinfo(&export, "A"), since_a, "nbdinfo --map");
+    assert_eq!(dirty_by_qemu_img(&export, "A"), since_a, "qemu-img map");
+    let list = run("nbdinfo", &["--json", &uri(&export)]);
+    assert!(list.contains("qemu:dirty-bitmap:A"), "{list}");
+    assert!(list.contains("base:allocation"), "{list}");
+    // The full backup.
+    let backup = dir.path().join("backup.raw");
+    run("nbdcopy", &[&uri(&export), s(&backup)]);
+    assert!(
+        std::fs::read(&backup).unwrap() == first_instant,
+        "the full backup is the disk at the first export's instant"
+    );
+    ok(&ctl(&control, &["export-end", s(&a), &address]));
+
+    // More writes, then the incremental backup of B's dirty extents.
+    disk.write(0, 512, 5);
+    disk.write(30 * MAP_BLOCK + MAP_BLOCK - 4096, 8192, 6);
+    let second_instant = disk.model.clone();
+    ctl_json(
+        &control,
+        &[
+            "export-begin",
+            s(&a),
+            &address,
+            "--bitmaps",
+            "B",
+            "--checkpoint",
+            "C",
+        ],
+    );
+    disk.write(40 * MAP_BLOCK, 4096, 7);
+    let since_b = blocks(&[(0, 0), (20, 20), (30, 31)]);
+    let dirty = dirty_by_nbdinfo(&export, "B");
+    assert_eq!(dirty, since_b, "nbdinfo --map of B");
+    copy_extents(&export, &dirty, &backup);
+    assert!(
+        std::fs::read(&backup).unwrap() == second_instant,
+        "the full backup and the incremental extents are the disk at the second instant"
+    );
+    ok(&ctl(&control, &["export-end", s(&a), &address]));
+    // C began at the second instant: it holds only the write after it.
+    let (_, extents) = common::run_time::changed_blocks(&control, &a, "C");
+    assert_eq!(extents, blocks(&[(40, 40)]));
+    assert!(daemon.alive());
+}
+
+/// A bitmap that is unknown, named twice or asked of an untracked disk, and a checkpoint whose
+/// name is taken, refuse the export with a reason, leave no socket, and begin no checkpoint.
+#[test]
+fn bad_bitmaps_and_checkpoints_refuse_the_export_and_change_nothing() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let image = common::image(dir.path(), "a.raw", SIZE as usize, 5);
+    let plain = common::image(dir.path(), "p.raw", SIZE as usize, 6);
+    let (a, p) = (dir.path().join("a.sock"), dir.path().join("p.sock"));
+    let (mut daemon, control) = serve(
+        dir.path(),
+        &[
+            format!("socket={},path={},track-changes=on", s(&a), s(&image)),
+            format!("socket={},path={}", s(&p), s(&plain)),
+        ],
+    );
+    common::run_time::checkpoint(&control, &a, "A");
+    let export = dir.path().join("export.sock");
+    let address = format!("unix:{}", s(&export));
+    let cases: [(&Path, &[&str], &str); 5] = [
+        (&a, &["--bitmaps", "nope"], "no checkpoint named \"nope\""),
+        (&a, &["--bitmaps", "A,A"], "twice"),
+        (&a, &["--bitmaps", "A", "--checkpoint", "A"], "exists"),
+        (
+            &a,
+            &["--bitmaps", "A", "--checkpoint", "bad name"],
+            "checkpoint name",
+        ),
+        (&p, &["--bitmaps", "A"], "track-changes"),
+    ];
+    for (disk, extra, says) in cases {
+        let mut args = vec!["export-begin", s(disk), &address];
+        args.extend_from_slice(extra);
+        let out = ctl(&control, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?} accepted");
+        assert!(stderr.contains(says), "{extra:?}: {stderr}");
+        assert!(
+            !export.exists(),
+            "{extra:?}: a refused export leaves no socket"
+        );
+    }
+    // A checkpoint begun for an export the disk then refuses (one runs) is forgotten again.
+    ctl_json(
+        &control,
+        &["export-begin", s(&a), &address, "--bitmaps", "A"],
+    );
+    let second = format!("unix:{}", s(&dir.path().join("second.sock")));
+    let out = ctl(
+        &control,
+        &["export-begin", s(&a), &second, "--checkpoint", "N"],
+    );
+    assert!(!out.status.success(), "two exports of one disk at once");
+    let checkpoints = ctl_json(&control, &["list"]).to_string();
+    assert!(checkpoints.contains("\"A\""), "{checkpoints}");
+    assert!(!checkpoints.contains("\"N\""), "{checkpoints}");
+    ok(&ctl(&control, &["export-end", s(&a), &address]));
+    assert!(daemon.alive());
+}
