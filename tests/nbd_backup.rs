@@ -281,3 +281,69 @@ fn bad_bitmaps_and_checkpoints_refuse_the_export_and_change_nothing() {
     ok(&ctl(&control, &["export-end", s(&a), &address]));
     assert!(daemon.alive());
 }
+
+/// An export serves what the guest sees at the instant on every composition: an encrypted
+/// disk's plaintext (its fleece holds ciphertext), a `cache=` disk's, a `base=` thin disk's;
+/// reads cutting sectors included, and writes after the instant not.
+#[test]
+fn exports_of_encrypted_cache_and_base_disks_serve_the_guests_view_at_the_instant() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let key = common::image(dir.path(), "key", 64, 33);
+    let base = common::image(dir.path(), "golden.raw", SIZE as usize, 34);
+    let encrypt = format!(",encrypt=aes-xts,key-file={}", s(&key));
+    let thin = format!(",base={}", s(&base));
+    let kinds = [
+        ("encrypted", encrypt.clone()),
+        ("cached", ",cache=1M".to_owned()),
+        ("thin", thin.clone()),
+        ("encrypted-thin-cached", format!("{encrypt}{thin},cache=1M")),
+    ];
+    let mut specs = Vec::new();
+    for (name, extra) in &kinds {
+        let image = dir.path().join(format!("{name}.raw"));
+        if !extra.contains("base=") {
+            common::image(dir.path(), &format!("{name}.raw"), SIZE as usize, 35);
+        }
+        let socket = dir.path().join(format!("{name}.sock"));
+        specs.push(format!("socket={},path={}{extra}", s(&socket), s(&image)));
+    }
+    let (mut daemon, control) = serve(dir.path(), &specs);
+    let export = dir.path().join("export.sock");
+    let address = format!("unix:{}", s(&export));
+    for (n, (name, _)) in kinds.iter().enumerate() {
+        let socket = dir.path().join(format!("{name}.sock"));
+        let mut client = Client::connect(&socket, 1, false).unwrap();
+        let data = common::pattern(40 + n as u64, 300 << 10);
+        assert_eq!(client.write(0, 8192, &data), 0, "{name}");
+        let (ret, expected) = client.read(0, 0, SIZE as usize);
+        assert_eq!(ret, 0, "{name}");
+        ctl_json(&control, &["export-begin", s(&socket), &address]);
+        // After the instant: not in the export.
+        let later = common::pattern(50 + n as u64, 128 << 10);
+        assert_eq!(client.write(0, 0, &later), 0, "{name}");
+        assert_eq!(client.write(0, SIZE - (64 << 10), &later[..64 << 10]), 0);
+        let backup = dir.path().join(format!("{name}.backup"));
+        run("nbdcopy", &[&uri(&export), s(&backup)]);
+        assert!(
+            std::fs::read(&backup).unwrap() == expected,
+            "{name}: the export is not the guest's view at the instant"
+        );
+        // A range that starts and ends inside sectors.
+        let part = dir.path().join(format!("{name}.part"));
+        let from = format!(
+            "driver=raw,offset=1000,size=3072,file.driver=nbd,file.server.type=unix,\
+             file.server.path={}",
+            s(&export)
+        );
+        run(
+            "qemu-img",
+            &["convert", "-O", "raw", "--image-opts", &from, s(&part)],
+        );
+        assert!(
+            std::fs::read(&part).unwrap() == expected[1000..4072],
+            "{name}: a read cutting sectors"
+        );
+        ok(&ctl(&control, &["export-end", s(&socket), &address]));
+    }
+    assert!(daemon.alive());
+}

@@ -202,9 +202,17 @@ pub trait Disk: Send + Sync {
         }
     }
     /// Why an export of the disk below would not serve this disk's contents, if it would not
-    /// (a cipher's would serve ciphertext).
+    /// (none today: a cipher decrypts in [`Disk::export_view`]).
     fn export_refused(&self) -> Option<&'static str> {
         None
+    }
+    /// What the export from [`Disk::export_begin`] (the storage's contents) serves as this
+    /// disk's: each layer above the storage maps it, bottom up (a cipher decrypts).
+    fn export_view(&self, export: Arc<dyn crate::nbd::Export>) -> Arc<dyn crate::nbd::Export> {
+        match self.below() {
+            Some(below) => below.export_view(export),
+            None => export,
+        }
     }
     /// Ends the running export, if any.
     fn export_end(&self) {

@@ -126,10 +126,12 @@ impl Host {
             forget_begun();
             HostError::Export(e.to_string())
         })?;
+        // The storage's contents as the guest sees them (decrypted).
+        let view = disk.export_view(fleece);
         let export: Arc<dyn Export> = match &map {
             Some(map) if !checkpoints.bitmaps.is_empty() => {
                 match wait_for_older().and_then(|()| frozen(map, &checkpoints.bitmaps)) {
-                    Ok(bitmaps) => Arc::new(WithBitmaps::new(fleece, bitmaps)),
+                    Ok(bitmaps) => Arc::new(WithBitmaps::new(view, bitmaps)),
                     Err(e) => {
                         disk.export_end();
                         forget_begun();
@@ -137,7 +139,7 @@ impl Host {
                     }
                 }
             }
-            _ => fleece,
+            _ => view,
         };
         let info = ExportInfo {
             bytes: export.size(),
