@@ -347,3 +347,90 @@ fn exports_of_encrypted_cache_and_base_disks_serve_the_guests_view_at_the_instan
     }
     assert!(daemon.alive());
 }
+
+/// `kill -9` of vbmq while an export is read leaves what a crash always leaves: the next start
+/// serves every acknowledged write, the checkpoints (the export's bitmap and the one it began)
+/// are invalid, never wrong, and refused to a new export with the reason; no scratch is left;
+/// a new export with a new checkpoint serves the disk as it is.
+#[test]
+fn kill_9_during_an_export_leaves_the_disk_and_its_maps_as_a_crash_does() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let image = common::image(dir.path(), "a.raw", SIZE as usize, 8);
+    let a = dir.path().join("a.sock");
+    let spec = [format!(
+        "socket={},path={},track-changes=on,direct=off",
+        s(&a),
+        s(&image)
+    )];
+    let (mut daemon, control) = serve(dir.path(), &spec);
+    let mut disk = Disk {
+        client: Client::connect(&a, 1, false).unwrap(),
+        model: std::fs::read(&image).unwrap(),
+    };
+    common::run_time::checkpoint(&control, &a, "A");
+    disk.write(5 * MAP_BLOCK, 8192, 1);
+    let export = dir.path().join("export.sock");
+    let address = format!("unix:{}", s(&export));
+    ctl_json(
+        &control,
+        &[
+            "export-begin",
+            s(&a),
+            &address,
+            "--bitmaps",
+            "A",
+            "--checkpoint",
+            "B",
+        ],
+    );
+    // Saved into the scratch before they land, then acknowledged.
+    disk.write(0, 128 << 10, 2);
+    disk.write(SIZE - 4096, 4096, 3);
+    let backup = dir.path().join("backup.raw");
+    run("nbdcopy", &[&uri(&export), s(&backup)]);
+    daemon.child.kill().unwrap();
+    let _ = daemon.child.wait();
+    drop(disk.client);
+    // The killed process leaves its sockets; the export's is the operator's to remove.
+    for socket in [&a, &control, &export] {
+        let _ = std::fs::remove_file(socket);
+    }
+    let (mut daemon, control) = serve(dir.path(), &spec);
+    let mut client = Client::connect(&a, 1, false).unwrap();
+    let (ret, back) = client.read(0, 0, SIZE as usize);
+    assert_eq!(ret, 0);
+    assert!(back == disk.model, "an acknowledged write is lost");
+    for name in ["A", "B"] {
+        let err = common::run_time::no_extents(&control, &a, name);
+        assert!(err.contains("did not stop cleanly"), "{name}: {err}");
+    }
+    let out = ctl(
+        &control,
+        &["export-begin", s(&a), &address, "--bitmaps", "B"],
+    );
+    common::ctl::refused(&out, "did not stop cleanly");
+    assert!(!export.exists(), "a refused export leaves no socket");
+    // Only the image and its map hold bytes: the scratch had no name.
+    let mut files: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.metadata().unwrap().is_file() && e.metadata().unwrap().len() > 0)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name != "backup.raw")
+        .collect();
+    files.sort();
+    assert_eq!(files, ["a.raw", "a.raw.changes"]);
+    // A full backup again, with a new checkpoint.
+    ctl_json(
+        &control,
+        &["export-begin", s(&a), &address, "--checkpoint", "C"],
+    );
+    run("nbdcopy", &[&uri(&export), s(&backup)]);
+    assert!(std::fs::read(&backup).unwrap() == disk.model);
+    ok(&ctl(&control, &["export-end", s(&a), &address]));
+    assert_eq!(client.write(0, 9 * MAP_BLOCK, &[7; 4096]), 0);
+    let (_, extents) = common::run_time::changed_blocks(&control, &a, "C");
+    assert_eq!(extents, blocks(&[(9, 9)]));
+    drop(client);
+    assert!(daemon.alive());
+}

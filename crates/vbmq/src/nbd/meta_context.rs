@@ -57,7 +57,7 @@ impl DirtyBitmap {
                 None => (0, end),
             };
             // An extent's length is a u32: a longer run is told in several.
-            let length = u32::try_from(upto - at).unwrap_or(u32::MAX & !0xfff);
+            let length = u32::try_from(upto - at).unwrap_or(!0xfff);
             out.push((length, state));
             at += u64::from(length);
         }
