@@ -136,6 +136,93 @@ fn copy_extents(export: &Path, dirty: &[(u64, u64)], into: &Path) {
     }
 }
 
+/// One client's raw exchange: structured replies, `SET_META_CONTEXT` of `contexts`, `GO`, then
+/// one `BLOCK_STATUS` of the whole export. Returns each chunk as (flags, context name,
+/// extents as (length, flags)).
+fn block_status_of(export: &Path, contexts: &[&str]) -> Vec<(u16, String, Vec<(u32, u32)>)> {
+    use std::io::{Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(export).unwrap();
+    let mut hello = [0; 18];
+    stream.read_exact(&mut hello).unwrap();
+    stream.write_all(&3u32.to_be_bytes()).unwrap();
+    // Each option's replies up to its final one; the META_CONTEXT ones as (id, name).
+    let mut option = |code: u32, data: &[u8]| {
+        let mut out = b"IHAVEOPT".to_vec();
+        out.extend_from_slice(&code.to_be_bytes());
+        out.extend_from_slice(&u32::try_from(data.len()).unwrap().to_be_bytes());
+        out.extend_from_slice(data);
+        stream.write_all(&out).unwrap();
+        let mut named = Vec::new();
+        loop {
+            let mut head = [0; 20];
+            stream.read_exact(&mut head).unwrap();
+            let kind = u32::from_be_bytes(head[12..16].try_into().unwrap());
+            let len = u32::from_be_bytes(head[16..20].try_into().unwrap());
+            let mut data = vec![0; len as usize];
+            stream.read_exact(&mut data).unwrap();
+            match kind {
+                1 => return named,
+                3 => {}
+                4 => named.push((
+                    u32::from_be_bytes(data[..4].try_into().unwrap()),
+                    String::from_utf8(data[4..].to_vec()).unwrap(),
+                )),
+                _ => panic!("option {code}: reply {kind:#x}"),
+            }
+        }
+    };
+    option(8, &[]);
+    let mut query = 0u32.to_be_bytes().to_vec();
+    query.extend_from_slice(&u32::try_from(contexts.len()).unwrap().to_be_bytes());
+    for context in contexts {
+        query.extend_from_slice(&u32::try_from(context.len()).unwrap().to_be_bytes());
+        query.extend_from_slice(context.as_bytes());
+    }
+    let ids = option(10, &query);
+    assert_eq!(ids.len(), contexts.len(), "{ids:?}");
+    option(7, &[0, 0, 0, 0, 0, 0]);
+    let mut request = 0x2560_9513u32.to_be_bytes().to_vec();
+    request.extend_from_slice(&[0, 0, 0, 7]);
+    request.extend_from_slice(&9u64.to_be_bytes());
+    request.extend_from_slice(&0u64.to_be_bytes());
+    request.extend_from_slice(&u32::try_from(SIZE).unwrap().to_be_bytes());
+    stream.write_all(&request).unwrap();
+    let mut chunks = Vec::new();
+    loop {
+        let mut head = [0; 20];
+        stream.read_exact(&mut head).unwrap();
+        let flags = u16::from_be_bytes([head[4], head[5]]);
+        assert_eq!(
+            u16::from_be_bytes([head[6], head[7]]),
+            5,
+            "a BLOCK_STATUS chunk"
+        );
+        let len = u32::from_be_bytes(head[16..20].try_into().unwrap());
+        let mut data = vec![0; len as usize];
+        stream.read_exact(&mut data).unwrap();
+        let id = u32::from_be_bytes(data[..4].try_into().unwrap());
+        let name = ids
+            .iter()
+            .find(|(i, _)| *i == id)
+            .expect("a selected id")
+            .1
+            .clone();
+        let extents = data[4..]
+            .chunks(8)
+            .map(|e| {
+                (
+                    u32::from_be_bytes(e[..4].try_into().unwrap()),
+                    u32::from_be_bytes(e[4..].try_into().unwrap()),
+                )
+            })
+            .collect();
+        chunks.push((flags, name, extents));
+        if flags & 1 != 0 {
+            return chunks;
+        }
+    }
+}
+
 #[test]
 fn dirty_bitmaps_list_the_blocks_written_since_a_checkpoint_and_rebuild_the_next_instant() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
@@ -179,6 +266,23 @@ fn dirty_bitmaps_list_the_blocks_written_since_a_checkpoint_and_rebuild_the_next
     let since_a = blocks(&[(3, 3), (10, 12), (63, 63)]);
     assert_eq!(dirty_by_nbdinfo(&export, "A"), since_a, "nbdinfo --map");
     assert_eq!(dirty_by_qemu_img(&export, "A"), since_a, "qemu-img map");
+    // Both contexts in one request: a chunk each, the last one flagged done.
+    let chunks = block_status_of(&export, &["qemu:dirty-bitmap:A", "base:allocation"]);
+    let names: Vec<(u16, &str)> = chunks.iter().map(|(f, n, _)| (*f, n.as_str())).collect();
+    assert_eq!(
+        names,
+        [(0, "qemu:dirty-bitmap:A"), (1, "base:allocation")],
+        "{chunks:?}"
+    );
+    let mut at = 0;
+    let mut dirty = Vec::new();
+    for &(length, flags) in &chunks[0].2 {
+        if flags & 1 != 0 {
+            dirty.push((at, u64::from(length)));
+        }
+        at += u64::from(length);
+    }
+    assert_eq!(merged(dirty), since_a, "one request, two contexts");
     let list = run("nbdinfo", &["--json", &uri(&export)]);
     assert!(list.contains("qemu:dirty-bitmap:A"), "{list}");
     assert!(list.contains("base:allocation"), "{list}");
