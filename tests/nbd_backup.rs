@@ -136,10 +136,12 @@ fn copy_extents(export: &Path, dirty: &[(u64, u64)], into: &Path) {
     }
 }
 
+/// A `BLOCK_STATUS` chunk: its flags, its context's name, its extents as (length, flags).
+type StatusChunk = (u16, String, Vec<(u32, u32)>);
+
 /// One client's raw exchange: structured replies, `SET_META_CONTEXT` of `contexts`, `GO`, then
-/// one `BLOCK_STATUS` of the whole export. Returns each chunk as (flags, context name,
-/// extents as (length, flags)).
-fn block_status_of(export: &Path, contexts: &[&str]) -> Vec<(u16, String, Vec<(u32, u32)>)> {
+/// one `BLOCK_STATUS` of the whole export: its chunks.
+fn block_status_of(export: &Path, contexts: &[&str]) -> Vec<StatusChunk> {
     use std::io::{Read, Write};
     let mut stream = std::os::unix::net::UnixStream::connect(export).unwrap();
     let mut hello = [0; 18];
