@@ -190,6 +190,26 @@ fn ctl() -> Command {
                         .value_name("DIR")
                         .value_parser(value_parser!(PathBuf))
                         .help("Make the scratch file in DIR instead of the image's directory"),
+                )
+                .arg(
+                    Arg::new("bitmaps")
+                        .long("bitmaps")
+                        .value_name("CHECKPOINT,...")
+                        .value_delimiter(',')
+                        .help(
+                            "Serve each checkpoint's changed blocks up to the export's instant \
+                             as the metadata context qemu:dirty-bitmap:CHECKPOINT \
+                             (track-changes=on disks)",
+                        ),
+                )
+                .arg(
+                    Arg::new("checkpoint")
+                        .long("checkpoint")
+                        .value_name("NEW")
+                        .help(
+                            "Begin checkpoint NEW at the export's instant: the next incremental \
+                     backup asks for --bitmaps NEW",
+                        ),
                 ),
         )
         .subcommand(
@@ -467,6 +487,11 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                     Request::ExportBegin {
                         socket: socket(a)?,
                         address: a.get_one::<String>("address")?.clone(),
+                        bitmaps: a
+                            .get_many::<String>("bitmaps")
+                            .map(|names| names.cloned().collect())
+                            .unwrap_or_default(),
+                        checkpoint: a.get_one::<String>("checkpoint").cloned(),
                     }
                 }
                 ("export-end", a) => Request::ExportEnd {

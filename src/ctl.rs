@@ -65,7 +65,9 @@ pub fn run(request: &Request) -> i32 {
                 }
             }
         }
-        R::ExportBegin { socket, address } => {
+        R::ExportBegin {
+            socket, address, ..
+        } => {
             let list = || exchange(&request.control, &R::List, &[]);
             match crate::ctl_export::open(socket, address, request.scratch_dir.as_deref(), list) {
                 Ok(opened) => export = Some(opened),

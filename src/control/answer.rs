@@ -33,8 +33,18 @@ fn dispatch(host: &Host, request: Request, fds: Vec<OwnedFd>) -> Result<Answer, 
     if let Request::Snapshot { socket, name } = request {
         return snapshot(host, &socket, name, fds);
     }
-    if let Request::ExportBegin { socket, address } = request {
-        return export_begin(host, &socket, &address, fds);
+    if let Request::ExportBegin {
+        socket,
+        address,
+        bitmaps,
+        checkpoint,
+    } = request
+    {
+        let checkpoints = vbmq::host::ExportCheckpoints {
+            bitmaps,
+            begin: checkpoint,
+        };
+        return export_begin(host, &socket, &address, &checkpoints, fds);
     }
     if !fds.is_empty() && !matches!(request, Request::AddFs { .. }) {
         return Err("only add-disk, add-fs, snapshot and export-begin take descriptors".into());
@@ -147,6 +157,7 @@ fn export_begin(
     host: &Host,
     socket: &str,
     address: &str,
+    checkpoints: &vbmq::host::ExportCheckpoints,
     fds: Vec<OwnedFd>,
 ) -> Result<Answer, String> {
     let mut fds = fds.into_iter();
@@ -160,7 +171,13 @@ fn export_begin(
     let listener = vbmq::passed_fds::listening_unix_socket(listener)
         .map_err(|e| format!("export-begin: the first descriptor: {e}"))?;
     let info = host
-        .export_begin(Path::new(socket), address, listener, File::from(scratch))
+        .export_begin(
+            Path::new(socket),
+            address,
+            listener,
+            File::from(scratch),
+            checkpoints,
+        )
         .map_err(|e| e.to_string())?;
     Ok(Answer::Export(ExportEntry {
         address: address.to_owned(),

@@ -105,6 +105,12 @@ pub enum Request {
         socket: String,
         /// Where the export is served, as the operator named it (`unix:PATH`).
         address: String,
+        /// Checkpoints served as `qemu:dirty-bitmap:NAME` contexts (`track-changes=on`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        bitmaps: Vec<String>,
+        /// A checkpoint begun at the export's instant.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        checkpoint: Option<String>,
     },
     /// End the export of the disk on `address`: its clients are disconnected, its scratch
     /// discarded.

@@ -107,8 +107,20 @@ fn requests() -> Vec<(Request, Value)> {
             Request::ExportBegin {
                 socket: "/r/a.sock".into(),
                 address: "unix:/r/a.nbd".into(),
+                bitmaps: Vec::new(),
+                checkpoint: None,
             },
             json!({"command": "export-begin", "socket": "/r/a.sock", "address": "unix:/r/a.nbd"}),
+        ),
+        (
+            Request::ExportBegin {
+                socket: "/r/a.sock".into(),
+                address: "unix:/r/a.nbd".into(),
+                bitmaps: vec!["mon".into(), "tue".into()],
+                checkpoint: Some("wed".into()),
+            },
+            json!({"command": "export-begin", "socket": "/r/a.sock", "address": "unix:/r/a.nbd",
+                   "bitmaps": ["mon", "tue"], "checkpoint": "wed"}),
         ),
         (
             Request::ExportEnd {

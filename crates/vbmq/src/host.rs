@@ -21,7 +21,7 @@ use crate::worker::{LATENCY_BUCKETS, QueueStats, online_cpus};
 
 mod changes;
 mod exports;
-pub use exports::ExportInfo;
+pub use exports::{ExportCheckpoints, ExportInfo};
 mod reload;
 mod run_time;
 mod running_share;

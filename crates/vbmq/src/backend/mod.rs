@@ -166,10 +166,17 @@ pub trait Disk: Send + Sync {
     /// No engine may submit afterwards.
     fn close(&self) {}
     /// Why an export of the disk below would not serve this disk's contents, if it would not
-    /// (a cipher's would serve ciphertext): the builder asks each layer above the snapshot
-    /// layer.
+    /// (none today: a cipher decrypts in [`Disk::export_view`]).
     fn export_refused(&self) -> Option<&'static str> {
         None
+    }
+    /// What an export of the disk below serves as this disk's contents (a cipher decrypts);
+    /// the builder applies each layer's in turn, bottom up (`devices::Handles`).
+    fn export_view(
+        &self,
+        export: std::sync::Arc<dyn crate::nbd::Export>,
+    ) -> std::sync::Arc<dyn crate::nbd::Export> {
+        export
     }
 }
 

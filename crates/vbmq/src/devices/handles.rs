@@ -6,7 +6,8 @@ use std::fs::File;
 use std::io;
 use std::sync::{Arc, Weak};
 
-use crate::backend::{ChangeMap, Fleece, SnapshotDisk, SnapshotReport, WriterSeat};
+use crate::backend::{ChangeMap, Disk, Fleece, SnapshotDisk, SnapshotReport, WriterSeat};
+use crate::nbd::Export;
 
 /// What the layers of one disk answer themselves; `None` where the stack has no such layer.
 #[derive(Clone, Default)]
@@ -23,6 +24,9 @@ pub(crate) struct Handles {
     /// Why an export of the snapshot layer would not serve what the guest sees (a cipher above
     /// it would serve ciphertext), if it would not.
     pub export_refused: Option<&'static str>,
+    /// The layers above the snapshot layer, bottom up: each maps what an export serves (a
+    /// cipher decrypts). Weak, as `changes`.
+    pub export_views: Vec<Weak<dyn Disk>>,
 }
 
 impl Handles {
@@ -46,6 +50,16 @@ impl Handles {
         self.snapshots()
             .ok_or_else(|| unsupported("only path= disks have exports"))?
             .begin_export(scratch)
+    }
+
+    /// What an export of the snapshot layer (`fleece`) serves as the guest's disk: through
+    /// each layer above it.
+    pub fn export_view(&self, fleece: Arc<Fleece>) -> Arc<dyn Export> {
+        let mut export: Arc<dyn Export> = fleece;
+        for layer in self.export_views.iter().filter_map(Weak::upgrade) {
+            export = layer.export_view(export);
+        }
+        export
     }
 
     /// Ends the running export, if any.

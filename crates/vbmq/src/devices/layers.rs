@@ -66,8 +66,11 @@ pub(super) fn open_layer(
         }
     };
     // Only what is above the snapshot layer can make its exports show another disk.
-    if handles.snapshots.is_some() && handles.export_refused.is_none() {
-        handles.export_refused = disk.export_refused();
+    if handles.snapshots.is_some() {
+        if handles.export_refused.is_none() {
+            handles.export_refused = disk.export_refused();
+        }
+        handles.export_views.push(Arc::downgrade(&disk));
     }
     Ok(disk)
 }

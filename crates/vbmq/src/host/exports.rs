@@ -1,14 +1,22 @@
 //! Point-in-time NBD exports of running disks (`export-begin`, `export-end`): one per disk at
 //! a time, served on the listening socket the operator's `vbmq ctl` bound and passed. An export
 //! ends with `export-end`, with its disk's removal, or with the process (it is never restored).
+//!
+//! Checkpoints (`track-changes=on` disks): `--checkpoint NEW` begins the map NEW, then the
+//! writes pushed before it complete, then the export's instant: every write is in the export
+//! or in NEW, so the next incremental backup from NEW misses none. `--bitmaps A` freezes the
+//! map A once the writes pushed before the instant have completed (and so are marked): it holds
+//! every block written between A and the instant, and at most a few written just after it.
 
 use std::fs::File;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use super::{Host, HostError, lock};
+use super::{Host, HostError, SHRINK_WAIT, lock};
+use crate::backend::ChangeMap;
 use crate::devices::Handles;
-use crate::nbd::NbdServer;
+use crate::nbd::{DirtyBitmap, Export, NbdServer, WithBitmaps};
 
 /// An export being served.
 pub(super) struct RunningExport {
@@ -29,6 +37,15 @@ impl RunningExport {
     }
 }
 
+/// The checkpoints of an export: the maps it serves, the one it begins.
+#[derive(Clone, Debug, Default)]
+pub struct ExportCheckpoints {
+    /// A `qemu:dirty-bitmap:NAME` context for each (`--bitmaps`).
+    pub bitmaps: Vec<String>,
+    /// Begun at the export's instant (`--checkpoint`).
+    pub begin: Option<String>,
+}
+
 /// What `export-begin` reports.
 #[derive(Clone, Debug)]
 pub struct ExportInfo {
@@ -40,38 +57,103 @@ pub struct ExportInfo {
 
 impl Host {
     /// `export-begin`: serves the disk on `socket` as it is now, read-only, to NBD clients of
-    /// `listener`, saving what the guest overwrites into `scratch`.
+    /// `listener`, saving what the guest overwrites into `scratch`, with `checkpoints`.
     pub fn export_begin(
         &self,
         socket: &Path,
         address: &str,
         listener: UnixListener,
         scratch: File,
+        checkpoints: &ExportCheckpoints,
     ) -> Result<ExportInfo, HostError> {
-        let handles = {
+        let (handles, device) = {
             let disks = lock(&self.disks);
             let running = disks
                 .iter()
                 .find(|r| r.spec.socket == socket)
                 .ok_or_else(|| HostError::NoSuchDisk(socket.to_path_buf()))?;
-            running.handles.clone()
+            (running.handles.clone(), Arc::clone(&running.device))
+        };
+        let map = match (checkpoints.bitmaps.is_empty(), &checkpoints.begin) {
+            (true, None) => None,
+            _ => Some(
+                handles
+                    .changes()
+                    .ok_or_else(|| HostError::NotTracked(socket.to_path_buf()))?,
+            ),
         };
         let mut exports = lock(&self.exports);
         if exports.iter().any(|e| e.address == address) {
             return Err(HostError::Export(format!("{address} is served already")));
         }
-        let fleece = handles
-            .export_begin(scratch)
-            .map_err(|e| HostError::Export(e.to_string()))?;
+        if let Some(map) = &map {
+            // Refused before anything begins: a map unknown, invalid, or named twice.
+            for (i, name) in checkpoints.bitmaps.iter().enumerate() {
+                if checkpoints.bitmaps[..i].contains(name) {
+                    return Err(HostError::Export(format!("--bitmaps names {name} twice")));
+                }
+                map.changed_since(name)?;
+            }
+        }
+        let wait_for_older = || {
+            device
+                .writes
+                .wait_for_older(SHRINK_WAIT)
+                .then_some(())
+                .ok_or_else(|| {
+                    HostError::Export(
+                        "the writes in flight at the export's instant did not complete within 10 s"
+                            .into(),
+                    )
+                })
+        };
+        let begun = match (&map, &checkpoints.begin) {
+            (Some(map), Some(name)) => {
+                map.begin(name)?;
+                Some((map, name))
+            }
+            _ => None,
+        };
+        let forget_begun = || {
+            if let Some((map, name)) = begun {
+                let _ = map.forget(name);
+            }
+        };
+        if begun.is_some()
+            && let Err(e) = wait_for_older()
+        {
+            forget_begun();
+            return Err(e);
+        }
+        let fleece = handles.export_begin(scratch).map_err(|e| {
+            forget_begun();
+            HostError::Export(e.to_string())
+        })?;
+        // The storage's contents as the guest sees them (decrypted).
+        let view = handles.export_view(fleece);
+        let export: Arc<dyn Export> = match &map {
+            Some(map) if !checkpoints.bitmaps.is_empty() => {
+                match wait_for_older().and_then(|()| frozen(map, &checkpoints.bitmaps)) {
+                    Ok(bitmaps) => Arc::new(WithBitmaps::new(view, bitmaps)),
+                    Err(e) => {
+                        handles.export_end();
+                        forget_begun();
+                        return Err(e);
+                    }
+                }
+            }
+            _ => view,
+        };
         let info = ExportInfo {
-            bytes: crate::nbd::Export::size(fleece.as_ref()),
-            block_size: crate::nbd::Export::block_size(fleece.as_ref()),
+            bytes: export.size(),
+            block_size: export.block_size(),
         };
         let name = format!("{} export {address}", socket.display());
-        let server = match NbdServer::start(listener, fleece, name) {
+        let server = match NbdServer::start(listener, export, name) {
             Ok(server) => server,
             Err(e) => {
                 handles.export_end();
+                forget_begun();
                 return Err(HostError::Export(e.to_string()));
             }
         };
@@ -121,4 +203,15 @@ impl Host {
             export.end();
         }
     }
+}
+
+/// The maps `names` as they are now, each a dirty bitmap.
+fn frozen(map: &ChangeMap, names: &[String]) -> Result<Vec<DirtyBitmap>, HostError> {
+    names
+        .iter()
+        .map(|name| {
+            let changes = map.changed_since(name)?;
+            Ok(DirtyBitmap::new(name, changes.extents))
+        })
+        .collect()
 }

@@ -1,16 +1,23 @@
 //! An NBD server (the NetworkBlockDevice project's protocol, fixed newstyle, structured
-//! replies, `base:allocation`), for read-only point-in-time exports of running disks:
+//! replies, `base:allocation` and `qemu:dirty-bitmap:NAME`), for read-only point-in-time
+//! exports of running disks:
 //!
 //! - [`wire`]: the wire format, shared with clients;
 //! - [`server`]: one connection's handshake and transmission against an [`Export`];
+//! - [`meta_context`]: the metadata contexts, and the dirty bitmaps frozen at the instant
+//!   ([`WithBitmaps`] adds them to an export);
 //! - [`listener`]: an export's socket, a thread per client, bounded.
 //!
 //! No maintained crate has the protocol with structured replies and metadata contexts (the
 //! `nbd` crate is a sketch with neither; `tokio-nbd` needs tokio), so it is here, small.
 
 pub mod listener;
+pub mod meta_context;
 pub mod server;
 pub mod wire;
+pub mod with_bitmaps;
 
 pub use listener::NbdServer;
+pub use meta_context::DirtyBitmap;
 pub use server::Export;
+pub use with_bitmaps::WithBitmaps;

@@ -5,9 +5,10 @@
 
 use std::io::{self, Read, Write};
 
+use super::meta_context::{self, Context, DirtyBitmap};
 use super::wire::{
-    self, BASE_ALLOCATION, OptionHeader, Request, allocation, chunk, cmd, cmd_flag, errno, flag,
-    handshake, info, opt, rep,
+    self, OptionHeader, Request, allocation, chunk, cmd, cmd_flag, errno, flag, handshake, info,
+    opt, rep,
 };
 
 /// The largest read a client may ask for, and so the most memory a connection holds
@@ -19,10 +20,8 @@ const MAX_OPTION: u32 = 64 << 10;
 const MAX_STRING: u32 = 4096;
 /// Options a client may send before transmission.
 const MAX_OPTIONS: u32 = 256;
-/// Extents in one block status reply.
+/// Extents in one block status reply, per context.
 const MAX_EXTENTS: usize = 4096;
-/// The id of `base:allocation`, the only context.
-const ALLOCATION_ID: u32 = 1;
 
 /// What a read-only point-in-time export offers the server.
 pub trait Export: Send + Sync {
@@ -37,6 +36,11 @@ pub trait Export: Send + Sync {
     /// `base:allocation` from `offset`: extents as (length, `HOLE`/`ZERO` bits), covering at
     /// least one byte and at most `len`, `max` extents at most.
     fn allocation(&self, offset: u64, len: u64, max: usize) -> Result<Vec<(u32, u32)>, u32>;
+    /// The changed-block maps frozen at the export's instant, each a `qemu:dirty-bitmap:NAME`
+    /// context.
+    fn dirty_bitmaps(&self) -> &[DirtyBitmap] {
+        &[]
+    }
 }
 
 /// How the connection ended, for the log.
@@ -59,7 +63,7 @@ pub fn serve<S: Read + Write>(
         stream,
         export,
         structured: false,
-        allocation: false,
+        contexts: Vec::new(),
         no_zeroes: false,
         buffer: Vec::new(),
     };
@@ -81,8 +85,8 @@ struct Connection<'a, S> {
     stream: &'a mut S,
     export: &'a dyn Export,
     structured: bool,
-    /// `base:allocation` was selected.
-    allocation: bool,
+    /// The metadata contexts selected (`SET_META_CONTEXT`), each once.
+    contexts: Vec<Context>,
     no_zeroes: bool,
     /// Reused for every read (up to [`MAX_REQUEST`]).
     buffer: Vec<u8>,
@@ -272,17 +276,18 @@ impl<S: Read + Write> Connection<'_, S> {
                 "SET_META_CONTEXT needs structured replies",
             )));
         }
-        let matched = match contexts_request(data, set) {
+        let bitmaps = self.export.dirty_bitmaps();
+        let matched = match contexts_request(data, set, bitmaps) {
             Ok(matched) => matched,
             Err(refusal) => return Ok(Err(refusal)),
         };
-        if set {
-            self.allocation = matched;
+        for context in &matched {
+            let mut reply = context.id().to_be_bytes().to_vec();
+            reply.extend_from_slice(context.name(bitmaps).as_bytes());
+            self.reply(option, rep::META_CONTEXT, &reply)?;
         }
-        if matched {
-            let mut context = ALLOCATION_ID.to_be_bytes().to_vec();
-            context.extend_from_slice(BASE_ALLOCATION.as_bytes());
-            self.reply(option, rep::META_CONTEXT, &context)?;
+        if set {
+            self.contexts = matched;
         }
         self.reply(option, rep::ACK, &[])?;
         Ok(Ok(()))
@@ -380,8 +385,9 @@ impl<S: Read + Write> Connection<'_, S> {
         self.stream.write_all(&self.buffer[..len])
     }
 
+    /// One `BLOCK_STATUS` chunk per selected context, the last one flagged done.
     fn block_status(&mut self, request: &Request) -> io::Result<()> {
-        if !self.structured || !self.allocation {
+        if !self.structured || self.contexts.is_empty() {
             return self.error(request, errno::EINVAL, "no metadata context was selected");
         }
         if self.range(request).is_err() {
@@ -392,30 +398,47 @@ impl<S: Read + Write> Connection<'_, S> {
         } else {
             MAX_EXTENTS
         };
-        let extents = match self
-            .export
-            .allocation(request.offset, u64::from(request.length), max)
-        {
-            Ok(extents) if !extents.is_empty() => extents,
-            Ok(_) => return self.error(request, errno::EIO, "no extents"),
-            Err(e) => return self.error(request, e, "block status failed"),
-        };
-        let mut payload = Vec::with_capacity(4 + 8 * extents.len());
-        payload.extend_from_slice(&ALLOCATION_ID.to_be_bytes());
-        for (length, flags) in extents {
-            payload.extend_from_slice(&length.to_be_bytes());
-            payload
-                .extend_from_slice(&(flags & (allocation::HOLE | allocation::ZERO)).to_be_bytes());
+        let (offset, len) = (request.offset, u64::from(request.length));
+        let mut chunks = Vec::with_capacity(self.contexts.len());
+        for &context in &self.contexts {
+            let extents = match context {
+                Context::Allocation => match self.export.allocation(offset, len, max) {
+                    Ok(extents) => extents
+                        .into_iter()
+                        .map(|(l, f)| (l, f & (allocation::HOLE | allocation::ZERO)))
+                        .collect(),
+                    Err(e) => return self.error(request, e, "block status failed"),
+                },
+                Context::Dirty(i) => match self.export.dirty_bitmaps().get(i) {
+                    Some(bitmap) => bitmap.status(offset, len, max),
+                    None => Vec::new(),
+                },
+            };
+            if extents.is_empty() {
+                return self.error(request, errno::EIO, "no extents");
+            }
+            chunks.push((context.id(), extents));
         }
-        let length = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-        let mut out = wire::chunk_header(
-            chunk::FLAG_DONE,
-            chunk::BLOCK_STATUS,
-            request.cookie,
-            length,
-        )
-        .to_vec();
-        out.extend_from_slice(&payload);
+        let mut out = Vec::new();
+        let last = chunks.len() - 1;
+        for (n, (id, extents)) in chunks.into_iter().enumerate() {
+            let mut payload = Vec::with_capacity(4 + 8 * extents.len());
+            payload.extend_from_slice(&id.to_be_bytes());
+            for (length, flags) in extents {
+                payload.extend_from_slice(&length.to_be_bytes());
+                payload.extend_from_slice(&flags.to_be_bytes());
+            }
+            // At most MAX_EXTENTS extents: it fits a u32.
+            let length = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+            let done = if n == last { chunk::FLAG_DONE } else { 0 };
+            out.extend_from_slice(&wire::chunk_header(
+                done,
+                chunk::BLOCK_STATUS,
+                request.cookie,
+                length,
+            ));
+            out.extend_from_slice(&payload);
+        }
         self.stream.write_all(&out)
     }
 
@@ -474,17 +497,25 @@ fn info_request(data: &[u8]) -> Result<(bool, &[u8]), Refusal> {
     Ok((wants_name, name))
 }
 
-/// `LIST_META_CONTEXT`/`SET_META_CONTEXT`'s data (`set`: the latter): whether
-/// `base:allocation` is asked for (LIST with no query lists every context).
-fn contexts_request(data: &[u8], set: bool) -> Result<bool, Refusal> {
+/// `LIST_META_CONTEXT`/`SET_META_CONTEXT`'s data (`set`: the latter): the contexts of the
+/// export its queries name, each once (`LIST` with no query: every one).
+fn contexts_request(
+    data: &[u8],
+    set: bool,
+    bitmaps: &[DirtyBitmap],
+) -> Result<Vec<Context>, Refusal> {
     let malformed = (rep::ERR_INVALID, "malformed metadata context request");
     let mut fields = Fields(data);
     let name = fields.string().ok_or(malformed)?;
     let count = fields.u32().ok_or(malformed)?;
-    let mut matched = !set && count == 0;
+    let mut matched = if !set && count == 0 {
+        meta_context::all(bitmaps)
+    } else {
+        Vec::new()
+    };
     for _ in 0..count {
         let query = fields.string().ok_or(malformed)?;
-        matched |= query == BASE_ALLOCATION.as_bytes() || (!set && query == b"base:");
+        meta_context::matching(query, !set, bitmaps, &mut matched);
     }
     if !fields.0.is_empty() {
         return Err(malformed);

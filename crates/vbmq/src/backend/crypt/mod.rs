@@ -16,6 +16,7 @@
 //! which ranges are unused, and a discarded range reads back as noise. Flush passes through.
 
 mod engine;
+mod export;
 mod key_page;
 mod sector;
 mod wide;
@@ -29,8 +30,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::held_files::{self, Held};
+use crate::nbd::Export;
 
 use self::engine::CryptStage;
+use self::export::Decrypted;
 use self::key_page::KeyPage;
 use super::layer::{Layer, Layered, StagedEngine};
 use super::{Disk, Engine, EngineOptions};
@@ -175,8 +178,8 @@ impl Layer for Crypt {
         true
     }
 
-    /// The snapshot layer lies below the cipher: its blocks are ciphertext.
-    fn export_refused(&self) -> Option<&'static str> {
-        Some("an encrypted disk has no export yet (it would serve ciphertext)")
+    /// The snapshot layer lies below the cipher: its blocks are ciphertext, decrypted here.
+    fn export_view(&self, export: Arc<dyn Export>) -> Arc<dyn Export> {
+        Arc::new(Decrypted::new(export, self.xts.clone()))
     }
 }

@@ -18,6 +18,7 @@ use std::sync::Arc;
 pub use self::slab::Slab;
 pub use self::stage::{Below, Stage, StagedEngine};
 use super::{Disk, Engine, EngineOptions, Geometry};
+use crate::nbd::Export;
 
 /// One layer of a disk: what it changes of the disk below (`below` in every method).
 pub trait Layer: Send + Sync {
@@ -49,10 +50,15 @@ pub trait Layer: Send + Sync {
         below.on_resize(listener);
     }
 
-    /// Why an export of the disk below would not serve what the guest sees (a cipher's would
-    /// serve ciphertext), if it would not (see [`Disk::export_refused`]).
+    /// Why an export of the disk below would not serve what the guest sees, even through
+    /// [`Layer::export_view`], if it would not (see [`Disk::export_refused`]).
     fn export_refused(&self) -> Option<&'static str> {
         None
+    }
+
+    /// What an export of the disk below serves through this layer (see [`Disk::export_view`]).
+    fn export_view(&self, export: Arc<dyn Export>) -> Arc<dyn Export> {
+        export
     }
 
     /// Releases what the layer holds past exit; the disk below is closed already.
@@ -114,5 +120,9 @@ impl<L: Layer> Disk for Layered<L> {
 
     fn export_refused(&self) -> Option<&'static str> {
         self.layer.export_refused()
+    }
+
+    fn export_view(&self, export: Arc<dyn Export>) -> Arc<dyn Export> {
+        self.layer.export_view(export)
     }
 }
