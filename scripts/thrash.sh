@@ -10,6 +10,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet --bin vbmq -p vbmq-cli
-cargo build --release --quiet --example thrash_client -p vbmq-bench
+cargo build --release --quiet --example thrash_client --example thrash_share_client -p vbmq-bench
 cd scripts
 exec python3 -m thrash "$@"

@@ -58,6 +58,8 @@ class Writer:
         self.written = {}  # block -> generation of its last write submitted
         self.rounds = {}  # generation -> its blocks, until flushed
         self.progress = []  # monotonic times of flushed rounds
+        self.drops = []  # monotonic times its frontend closed the connection on request
+        self.connects = []  # monotonic times it connected and read every block back
 
 
 class Ledger:
@@ -84,8 +86,24 @@ class Ledger:
     def failed(self, name, now):
         self._w(name)
 
-    def disconnected(self, name, now):
-        self._w(name)
+    def disconnected(self, name, now, why):
+        if why == "dropped":
+            self._w(name).drops.append(now)
+
+    def connected(self, name, now):
+        self._w(name).connects.append(now)
+
+    def reconnected_after_drop(self, name, drops):
+        """Whether `name` dropped more than `drops` times and connected again after the last."""
+        w = self._w(name)
+        return len(w.drops) > drops and bool(w.connects) and w.connects[-1] > w.drops[-1]
+
+    def last_connect(self, name):
+        connects = self._w(name).connects
+        return connects[-1] if connects else 0.0
+
+    def drops(self, name):
+        return len(self._w(name).drops)
 
     def flushed_map(self, name):
         return dict(self._w(name).flushed)

@@ -6,6 +6,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VBMQ = os.path.join(ROOT, "target/release/vbmq")
 CLIENT = os.path.join(ROOT, "target/release/examples/thrash_client")
+SHARE_CLIENT = os.path.join(ROOT, "target/release/examples/thrash_share_client")
 BLOCKS = 2048  # 8 MiB of stamps per client disk: a full read-back after a restart stays short
 FULL_BLOCKS = 16384  # 64 MiB on a 96 MiB file system
 GUEST_BLOCKS = 4096

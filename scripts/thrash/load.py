@@ -50,6 +50,10 @@ class Load:
             kind = {"G": "F", "GE": "E", "GV": "V"}.get(words[0]) if words else None
             if kind in ("F", "E") and len(words) >= 3:
                 self.on_line([kind, f"guest{words[-1]}", *words[1:-1]])
+            elif words[:1] == ["GW"] and len(words) == 4:
+                self.on_line(["W", f"guest{words[2]}", words[1], words[3]])
+            elif words[:1] == ["GR"] and len(words) == 3:
+                self.on_line(["C", f"guest{words[2]}"])
             elif kind == "V":
                 self.on_line([kind, "guest", *words[1:]])
             elif "VBMQ-GUEST-EXIT" in line or "Kernel panic" in line or "I/O error" in line:
@@ -74,13 +78,16 @@ class Load:
             elif kind == "V":
                 self.errors.append(f"{name}: lost write: {' '.join(words[2:])}")
             elif kind == "D":
-                self.ledger.disconnected(name, now)
+                self.ledger.disconnected(name, now, " ".join(words[2:]))
+            elif kind == "C":
+                self.ledger.connected(name, now)
         if kind in ("E", "V") and (kind == "V" or name not in self.faulted):
             log(f"ERROR: {' '.join(words)}")
 
     def writers(self):
-        """The libblkio client's threads (one per disk), then the guest's writer processes."""
-        return list(self.disks) + [f"guest{i}" for i in range(GUEST_WRITERS)]
+        """The libblkio client's threads (one per disk), the guest's writer processes, then the
+        share's client (its progress: a report every few rounds)."""
+        return list(self.disks) + [f"guest{i}" for i in range(GUEST_WRITERS)] + ["share"]
 
     def wait_writers(self, timeout):
         deadline = time.monotonic() + timeout
@@ -101,7 +108,9 @@ class Load:
         for name in self.writers():
             last = self.ledger.last_progress(name)
             # A faulted disk's writer waits for its fault; once cleared, after_fault waits for it.
-            if name not in self.faulted and last and now - last > STALL:
+            # A rebooting guest's writers wait for its boot; events/guest.py waits for them.
+            excused = name in self.faulted or (self.rebooting and name.startswith("guest"))
+            if not excused and last and now - last > STALL:
                 self.error(f"{name}: no flushed round for {now - last:.0f} s")
                 raise Failed("stall")
         if self.errors:

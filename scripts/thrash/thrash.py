@@ -7,9 +7,9 @@ the libblkio client (crates/vbmq-bench/examples/thrash_client.rs) on the others;
 others. Every choice comes from one PRNG seeded by --seed. docs/thrash.md says what is checked.
 Run it through scripts/thrash.sh, which builds the binaries first.
 
-The parts: world.py (the disks and the config), vbmq.py (process control), load.py (the writers
-and their lines), checks.py (the ledger and the oracle), events/ (the table of events),
-report.py (the summary).
+The parts: world.py (the disks, shares and config), vbmq.py (process control), load.py (the
+writers and their lines), share_load.py (the share's client), checks.py (the ledger and the
+oracle), events/ (the table of events), report.py (the summary).
 """
 
 import os
@@ -24,11 +24,12 @@ from .checks import Ledger
 from .common import log
 from .load import Load
 from .report import Report
+from .share_load import ShareLoad
 from .vbmq import VbmqControl
 from .world import World
 
 
-class Thrash(World, VbmqControl, Load, Report):
+class Thrash(World, VbmqControl, Load, ShareLoad, Report):
     def __init__(self, args):
         self.rng = random.Random(args.seed)
         self.seed = args.seed
@@ -56,6 +57,9 @@ class Thrash(World, VbmqControl, Load, Report):
         self.synced = threading.Condition()
         self.sync_sent = self.sync_seen = 0
         self.stopping = False
+        self.rebooting = False
+        self.moved_out = None  # the outside's tree while a share's directory is out of it
+        self.share_client = None
 
     def error(self, what):
         with self.lock:
@@ -93,15 +97,18 @@ class Thrash(World, VbmqControl, Load, Report):
         self.setup()
         self.start_vbmq()
         self.start_load()
+        self.start_share_load()
         log("waiting for every writer's first flushed round (the guest boots under TCG)")
         self.wait_writers(300)
         log(f"load running; events for {self.minutes} min, seed {self.seed}")
         self.run_events()
         events.faults.clear_all(self)
+        events.shares.clear(self)
         self.sample()
         self.check_alive()
         self.stopping = True
         self.client.stdin.close()
+        self.share_client.stdin.close()
         status = self.client.wait(timeout=300)
         if status != 0:
             self.error(f"the libblkio client's final read-back failed: exit {status}")
@@ -109,7 +116,7 @@ class Thrash(World, VbmqControl, Load, Report):
 
     def cleanup(self):
         self.stopping = True
-        for proc in (self.client, self.vbmq):
+        for proc in (self.client, self.share_client, self.vbmq):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()

@@ -19,6 +19,13 @@ class World:
     def setup(self):
         os.makedirs(self.path("s"))
         os.makedirs(self.path("shares/one"))
+        # The share the host moves a directory out of (events/shares.py), and beside it, beneath
+        # the same --fs-root (so that Landlock does not stand in for the share's own wall), what
+        # must not change.
+        os.makedirs(self.path("shares/two/moving"))
+        os.makedirs(self.path("shares/outside"))
+        with open(self.path("shares/outside/canary"), "w") as f:
+            f.write("outside the share\n")
         os.makedirs(self.path("snap"))
         for name, mib in (("guest.img", 32), ("plain.img", 8), ("crypt.img", 8),
                           ("track.img", 8), ("extra.img", 8)):
@@ -62,6 +69,8 @@ class World:
         os.makedirs(self.path("etc"), exist_ok=True)
         body = "disk = [\n" + "".join(f"  {json.dumps(line)},\n" for line in lines) + "]\n"
         body += f"fs-root = [{json.dumps(self.path('shares'))}]\n"
+        two = f"socket={self.sock('two')},dir={self.path('shares/two')},tag=two"
+        body += f"fs = [{json.dumps(two)}]\n"
         body += f"control = {json.dumps(self.sock('ctl'))}\n"
         tmp = self.path("etc/vbmq.toml.tmp")
         with open(tmp, "w") as f:

@@ -2,7 +2,7 @@
 (qcow2, base=nbd, mirror, ...) is one function in a module of this package and one row here;
 `needs` names a disk of `Thrash.disks` that must exist for the kind to run (None: always)."""
 
-from . import faults, life, snapshots
+from . import export, faults, frontend, guest, life, shares, snapshots
 
 EVENTS = {
     "kill": (life.kill, 3, None),
@@ -16,6 +16,10 @@ EVENTS = {
     "fs-full": (faults.fs_full, 1, None),
     "dm-error": (faults.dm_error, 1, "dm"),
     "dm-delay": (faults.dm_delay, 1, "dm"),
+    "export": (export.export, 1, None),
+    "drop": (frontend.drop, 1, None),
+    "reboot": (guest.reboot, 1, None),
+    "move": (shares.move, 1, None),
 }
 
 
