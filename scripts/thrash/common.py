@@ -4,7 +4,8 @@ import os
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VBMQ = os.path.join(ROOT, "target/release/vbmq")
+# VBMQ_THRASH_BIN: another build of vbmq (a copy kept while the tree builds a mutant).
+VBMQ = os.environ.get("VBMQ_THRASH_BIN") or os.path.join(ROOT, "target/release/vbmq")
 CLIENT = os.path.join(ROOT, "target/release/examples/thrash_client")
 SHARE_CLIENT = os.path.join(ROOT, "target/release/examples/thrash_share_client")
 BLOCKS = 2048  # 8 MiB of stamps per client disk: a full read-back after a restart stays short

@@ -27,6 +27,9 @@ const HELD: &str = "moving";
 const NAMES: u64 = 8;
 /// Rounds between two `S` lines.
 const REPORT: u64 = 25;
+/// A reply not come by then: the backend is taken as gone and the client connects again (a
+/// killed vbmq answers nothing; a slow one only costs a reconnection).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Pause between rounds: load that leaves the 2 shared cores to vbmq and the guest.
 const PACE: Duration = Duration::from_millis(20);
 
@@ -81,7 +84,8 @@ fn round(client: &mut FsClient, held: u64, name: &str) -> std::io::Result<Outcom
 /// Connects, waiting for the socket; then LOOKUP of the held directory (None while it is out).
 fn connect(socket: &Path) -> FsClient {
     loop {
-        if let Ok(client) = FsClient::connect(socket) {
+        if let Ok(mut client) = FsClient::connect(socket) {
+            client.set_reply_timeout(REPLY_TIMEOUT);
             println!("C share");
             return client;
         }
