@@ -73,16 +73,16 @@ class Thrash(World, VbmqControl, Load, ShareLoad, Report):
         weights = [events.EVENTS[k][1] for k in kinds]
         start = time.monotonic()
         end = start + self.minutes * 60
-        sampled_first = False
+        sampled = 0  # minutes of events sampled
         while time.monotonic() < end:
             gap = self.rng.uniform(1.0, 5.0)
             until = time.monotonic() + gap
             while time.monotonic() < until:
                 self.check_alive()
                 time.sleep(0.1)
-            if not sampled_first and time.monotonic() - start > 60:
-                self.sample()
-                sampled_first = True
+            if time.monotonic() - start > 60 * (sampled + 1):
+                self.sample()  # each minute, the first one in: the growth is bounded
+                sampled += 1
             kind = first.pop() if first else self.rng.choices(kinds, weights)[0]
             began = time.monotonic()
             log(f"event {kind}")
@@ -90,7 +90,7 @@ class Thrash(World, VbmqControl, Load, ShareLoad, Report):
             self.events.append((kind, began, time.monotonic()))
             self.counts[kind] = self.counts.get(kind, 0) + 1
             self.check_alive()
-        if not sampled_first:
+        if not sampled:
             self.sample()
 
     def run(self):

@@ -82,3 +82,8 @@ class VbmqControl:
         except (OSError, KeyError, ValueError):
             return
         self.samples.append((time.monotonic(), rss, fds, threads))
+        first = self.samples[0]
+        # Bounded, not equal: restarts, run-time disks and shares move the counts a little.
+        if rss > 4 * first[1] + 64 * 1024 or fds > 2 * first[2] + 64:
+            self.error(f"vbmq grew: rss {first[1] // 1024}->{rss // 1024} MiB, "
+                       f"fds {first[2]}->{fds}")
