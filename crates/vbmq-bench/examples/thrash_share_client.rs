@@ -67,7 +67,10 @@ fn round(client: &mut FsClient, held: u64, name: &str) -> std::io::Result<Outcom
         errno => return Ok(Outcome::Wrong(format!("CREATE {name}: errno {errno}"))),
     }
     let (Some(node), Some(fh)) = (word(&body, 0), word(&body, size_of::<EntryOut>())) else {
-        return Ok(Outcome::Wrong(format!("CREATE {name}: a reply of {} bytes", body.len())));
+        return Ok(Outcome::Wrong(format!(
+            "CREATE {name}: a reply of {} bytes",
+            body.len()
+        )));
     };
     let release = ReleaseIn {
         fh,
@@ -128,12 +131,13 @@ fn main() {
         // The node is looked up once and held; again only once the directory was not there.
         let node = match held {
             Some(node) => Ok(Some(node)),
-            None => client.lookup(ROOT_ID, HELD).map(|e| Some(e.nodeid)).or_else(|e| {
-                match e.raw_os_error() {
+            None => client
+                .lookup(ROOT_ID, HELD)
+                .map(|e| Some(e.nodeid))
+                .or_else(|e| match e.raw_os_error() {
                     Some(libc::ENOENT) => Ok(None),
                     _ => Err(e),
-                }
-            }),
+                }),
         };
         let outcome = match node {
             Ok(Some(node)) => {
