@@ -79,6 +79,7 @@ class Thrash(World, VbmqControl, Load, ShareLoad, Report):
             until = time.monotonic() + gap
             while time.monotonic() < until:
                 self.check_alive()
+                events.shares.check_outside(self)
                 time.sleep(0.1)
             if time.monotonic() - start > 60 * (sampled + 1):
                 self.sample()  # each minute, the first one in: the growth is bounded

@@ -31,13 +31,22 @@ def move(t):
         move_back(t)
 
 
-def move_back(t):
-    inside, out = t.path("shares/two/moving"), t.path("shares/outside/moving")
+def check_outside(t):
+    """While the directory is out: nothing under the outside directory changed since the move.
+    Between events and at the move back."""
+    if t.moved_out is None:
+        return
     now = tree(t.path("shares/outside"))
     if now != t.moved_out:
         changed = sorted(k for k in now.keys() | t.moved_out.keys()
                          if now.get(k) != t.moved_out.get(k))
         t.error(f"a share's client changed {changed[:10]} outside the share")
+        t.moved_out = now  # said once
+
+
+def move_back(t):
+    inside, out = t.path("shares/two/moving"), t.path("shares/outside/moving")
+    check_outside(t)
     os.rename(out, inside)
     t.moved_out = None
     created = t.share_counts[0]
