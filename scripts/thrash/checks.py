@@ -121,11 +121,14 @@ class Ledger:
         progress = self._w(name).progress
         return progress[-1] if progress else None
 
-    def longest_gap(self, name, began, ended):
-        """The longest time between two flushed rounds of `name` around [began, ended]."""
+    def longest_gap(self, name, began, ended, excused=()):
+        """The longest time between two flushed rounds of `name` around [began, ended], gaps
+        that overlap a window of `excused` (a fault's, a reboot's) left out."""
         times = self._w(name).progress
         if not times:
             return 0.0
         first = max(bisect.bisect_right(times, began) - 1, 0)
         last = min(bisect.bisect_left(times, ended) + 1, len(times) - 1)
-        return max((times[i + 1] - times[i] for i in range(first, last)), default=0.0)
+        return max((times[i + 1] - times[i] for i in range(first, last)
+                    if not any(a <= times[i + 1] and b >= times[i] for a, b in excused)),
+                   default=0.0)

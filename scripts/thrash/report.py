@@ -13,9 +13,11 @@ class Report:
         worst = {}
         for kind, began, ended in self.events:
             for name in self.writers():
-                if any(w == name and a <= ended and b >= began for w, a, b in self.fault_windows):
-                    continue  # a faulted disk's own pause is its fault's length
-                gap = self.ledger.longest_gap(name, began, ended)
+                # A faulted disk's own pause is its fault's length, a rebooting guest's its boot.
+                excused = [(a, b) for w, a, b in self.fault_windows if w == name]
+                if name in self.faulted:
+                    excused.append((self.faulted[name], float("inf")))
+                gap = self.ledger.longest_gap(name, began, ended, excused)
                 if gap > worst.get(kind, (0.0, ""))[0]:
                     worst[kind] = (gap, name)
         return worst
