@@ -9,7 +9,8 @@ import time
 from ..checks import BLOCK
 from ..common import GUEST_BLOCKS, GUEST_WRITERS, log
 
-BOOT = 600.0  # a boot under TCG took up to 203 s on this loaded machine: a last resort against a hang
+# A last resort against a hang: a boot under TCG took up to 203 s on this loaded machine.
+BOOT = 600.0
 
 
 def reboot(t):
