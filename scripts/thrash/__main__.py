@@ -1,5 +1,5 @@
 """`python3 -m thrash` (from scripts/, as scripts/thrash.sh runs it)."""
 
-from .thrash import main
+from .main import main
 
 main()

@@ -58,6 +58,8 @@ class Writer:
         self.written = {}  # block -> generation of its last write submitted
         self.rounds = {}  # generation -> its blocks, until flushed
         self.progress = []  # monotonic times of flushed rounds
+        self.drops = []  # monotonic times its frontend closed the connection on request
+        self.connects = []  # monotonic times it connected and read every block back
 
 
 class Ledger:
@@ -84,8 +86,24 @@ class Ledger:
     def failed(self, name, now):
         self._w(name)
 
-    def disconnected(self, name, now):
-        self._w(name)
+    def disconnected(self, name, now, why):
+        if why == "dropped":
+            self._w(name).drops.append(now)
+
+    def connected(self, name, now):
+        self._w(name).connects.append(now)
+
+    def reconnected_after_drop(self, name, drops):
+        """Whether `name` dropped more than `drops` times and connected again after the last."""
+        w = self._w(name)
+        return len(w.drops) > drops and bool(w.connects) and w.connects[-1] > w.drops[-1]
+
+    def last_connect(self, name):
+        connects = self._w(name).connects
+        return connects[-1] if connects else 0.0
+
+    def drops(self, name):
+        return len(self._w(name).drops)
 
     def flushed_map(self, name):
         return dict(self._w(name).flushed)
@@ -103,11 +121,14 @@ class Ledger:
         progress = self._w(name).progress
         return progress[-1] if progress else None
 
-    def longest_gap(self, name, began, ended):
-        """The longest time between two flushed rounds of `name` around [began, ended]."""
+    def longest_gap(self, name, began, ended, excused=()):
+        """The longest time between two flushed rounds of `name` around [began, ended], gaps
+        that overlap a window of `excused` (a fault's, a reboot's) left out."""
         times = self._w(name).progress
         if not times:
             return 0.0
         first = max(bisect.bisect_right(times, began) - 1, 0)
         last = min(bisect.bisect_left(times, ended) + 1, len(times) - 1)
-        return max((times[i + 1] - times[i] for i in range(first, last)), default=0.0)
+        return max((times[i + 1] - times[i] for i in range(first, last)
+                    if not any(a <= times[i + 1] and b >= times[i] for a, b in excused)),
+                   default=0.0)

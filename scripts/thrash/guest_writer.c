@@ -9,9 +9,14 @@
  *
  * usage: thrash-writer DEVICE BLOCKS SEED
  * Block B of generation G holds (B, G) as two little-endian 64-bit words, repeated (the same
- * stamp as crates/vbmq-bench/examples/thrash_client.rs). Writer W prints `G GEN W` after each
- * flushed round, `GE GEN ERRNO W` for a failed write or flush, `GV BLOCK ...` for a lost write
- * (and exits 1, as does the whole program).
+ * stamp as crates/vbmq-bench/examples/thrash_client.rs). Writer W prints `GW GEN W B,B,...`
+ * before a round's writes, `G GEN W` after each flushed round, `GE GEN ERRNO W` for a failed
+ * write or flush, `GV BLOCK ...` for a lost write (and exits 1, as does the whole program).
+ *
+ * At start (first boot or after a reset) each writer reads its blocks back and resumes from
+ * what they hold: a block's stamp is its last flushed generation, and the writer goes on from
+ * the highest one read plus one, so that generations keep growing across reboots
+ * (`GR MAX W` once done).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -27,6 +32,7 @@
 #define ROUND 8
 #define SAMPLE 8
 #define WRITERS 4
+#define RESUME 64
 
 static uint64_t rng_state;
 
@@ -59,6 +65,37 @@ static int check(const uint64_t *buf, uint64_t block, uint64_t low, uint64_t hig
     return 1;
 }
 
+/* Reads writer `me`'s blocks of the first `blocks` (RESUME blocks a read, so that the few
+ * requests the device holds do not slow the scan) into its maps; returns the highest generation
+ * read, or UINT64_MAX on a failed read. */
+static uint64_t resume(int fd, uint64_t blocks, int me, uint64_t *flushed, uint64_t *written)
+{
+    uint64_t highest = 0, *chunk;
+    if (posix_memalign((void **)&chunk, BLOCK, RESUME * BLOCK))
+        return UINT64_MAX;
+    for (uint64_t first = 0; first < blocks; first += RESUME) {
+        uint64_t count = blocks - first < RESUME ? blocks - first : RESUME;
+        if (pread(fd, chunk, count * BLOCK, (off_t)(first * BLOCK)) != (ssize_t)(count * BLOCK)) {
+            perror("thrash-writer: resume");
+            return UINT64_MAX;
+        }
+        for (uint64_t block = first; block < first + count; block++) {
+            const uint64_t *buf = chunk + (block - first) * (BLOCK / 8);
+            int uniform = 1;
+            for (int i = 2; i < BLOCK / 8; i += 2)
+                if (buf[i] != buf[0] || buf[i + 1] != buf[1])
+                    uniform = 0;
+            if (block % WRITERS != (uint64_t)me || !uniform || buf[0] != block)
+                continue;
+            flushed[block] = written[block] = buf[1];
+            if (buf[1] > highest)
+                highest = buf[1];
+        }
+    }
+    free(chunk);
+    return highest;
+}
+
 /* Writer `me`'s rounds on its blocks of DEVICE, forever; returns only on a lost write. */
 static int writer(const char *device, uint64_t blocks, int me)
 {
@@ -68,12 +105,23 @@ static int writer(const char *device, uint64_t blocks, int me)
         perror("thrash-writer");
         return 2;
     }
-    for (uint64_t generation = 1;; generation++) {
+    uint64_t highest = resume(fd, blocks / WRITERS * WRITERS, me, flushed, written);
+    if (highest == UINT64_MAX)
+        return 2;
+    printf("GR %llu %d\n", (unsigned long long)highest, me);
+    fflush(stdout);
+    for (uint64_t generation = highest + 1;; generation++) {
         uint64_t picked[ROUND];
         int failed = 0;
+        for (int i = 0; i < ROUND; i++)
+            picked[i] = next_random() % (blocks / WRITERS) * WRITERS + me;
+        printf("GW %llu %d ", (unsigned long long)generation, me);
+        for (int i = 0; i < ROUND; i++)
+            printf(i ? ",%llu" : "%llu", (unsigned long long)picked[i]);
+        printf("\n");
+        fflush(stdout);
         for (int i = 0; i < ROUND && !failed; i++) {
-            uint64_t block = next_random() % (blocks / WRITERS) * WRITERS + me;
-            picked[i] = block;
+            uint64_t block = picked[i];
             for (int w = 0; w < BLOCK / 8; w += 2) {
                 buf[w] = block;
                 buf[w + 1] = generation;

@@ -3,9 +3,11 @@ fail or slow (when the kernel has device-mapper), and the guest. Each removes ex
 made."""
 
 import ctypes
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 
@@ -156,13 +158,15 @@ class Guest:
             shutil.copyfileobj(first, out)
             out.write(archive)
         self.console = os.path.join(workdir, "console.log")
+        self.qmp_socket = os.path.join(workdir, "qmp.sock")
         self.stderr = open(os.path.join(workdir, "qemu.log"), "wb")
         self.proc = subprocess.Popen(
-            [QEMU, "-nodefaults", "-nographic", "-no-reboot", "-accel", "tcg", "-cpu", "max",
+            [QEMU, "-nodefaults", "-nographic", "-accel", "tcg", "-cpu", "max",
              "-smp", "1", "-m", "512M",
              "-object", "memory-backend-memfd,id=mem,size=512M,share=on",
              "-numa", "node,memdev=mem", "-kernel", kernel, "-initrd", initrd,
              "-append", "console=ttyS0 quiet panic=-1", "-serial", f"file:{self.console}",
+             "-qmp", f"unix:{self.qmp_socket},server=on,wait=off",
              "-chardev", f"socket,id=disk0,path={socket},reconnect-ms=500",
              "-device", "vhost-user-blk-pci,chardev=disk0,num-queues=1"],
             stdin=subprocess.DEVNULL, stdout=self.stderr, stderr=subprocess.STDOUT,
@@ -188,6 +192,23 @@ class Guest:
                 if self.proc.poll() is not None:
                     return
                 time.sleep(0.1)
+
+    def qmp(self, command, timeout=60):
+        """Runs one QMP command; returns its `return`, raises RuntimeError on its `error`."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout)
+            conn.connect(self.qmp_socket)
+            replies = conn.makefile("r")
+            replies.readline()  # the greeting
+            for execute in ("qmp_capabilities", command):
+                conn.sendall(json.dumps({"execute": execute}).encode() + b"\n")
+                while True:
+                    reply = json.loads(replies.readline())
+                    if "error" in reply:
+                        raise RuntimeError(f"QMP {execute}: {reply['error']}")
+                    if "return" in reply:
+                        break  # events before it are skipped
+            return reply["return"]
 
     def tail(self):
         try:

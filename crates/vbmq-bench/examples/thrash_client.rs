@@ -5,7 +5,9 @@
 //!
 //! `thrash_client SEED NAME=SOCKET:BLOCKS...`; until its stdin closes, then each thread reads
 //! every block back once more and prints `DONE NAME`. A line `SYNC N` on stdin comes back on
-//! stdout after every line printed before it. Lines on stdout, one per fact:
+//! stdout after every line printed before it. A line `DROP NAME` makes NAME's thread close its
+//! connection with its next round's writes in flight, as a frontend that goes away mid-I/O, then
+//! connect again (`D NAME dropped`, then `C NAME`). Lines on stdout, one per fact:
 //!
 //! - `W NAME GEN B,B,...` before a round's writes are submitted;
 //! - `F NAME GEN` once the round's FLUSH completed (those blocks now hold GEN or later);
@@ -18,6 +20,7 @@
 //!
 //! Block B of generation G holds (B, G) as two little-endian 64-bit words, repeated.
 
+use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::mem::MaybeUninit;
 use std::os::unix::fs::MetadataExt;
@@ -161,6 +164,8 @@ struct Disk {
     generation: u64,
     rng: Rng,
     out: Out,
+    /// Set by `DROP NAME`: close the connection with the next round's writes in flight.
+    drop: Arc<AtomicBool>,
 }
 
 fn stamp(buf: &mut [u8], block: u64, generation: u64) {
@@ -238,6 +243,12 @@ impl Disk {
             let buf = conn.buffer(slot).as_ptr();
             conn.queue
                 .write(block * BLOCK as u64, buf, BLOCK, slot, ReqFlags::empty());
+        }
+        if self.drop.swap(false, Ordering::Relaxed) {
+            // Submitted, not waited for: the backend sees them in flight as the socket closes.
+            let mut no_wait = Duration::ZERO;
+            conn.queue.do_io(&mut [], 0, Some(&mut no_wait), None).ok();
+            return Err(Failure::Gone("dropped".into()));
         }
         let failed = conn
             .complete(&self.socket, picked.len())?
@@ -348,6 +359,7 @@ fn main() {
     let out: Out = Arc::new(Mutex::new(std::io::stdout()));
     let stop = Arc::new(AtomicBool::new(false));
     let mut disks = Vec::new();
+    let mut drops = HashMap::new();
     for (index, arg) in args[1..].iter().enumerate() {
         let parsed = arg.split_once('=').and_then(|(name, rest)| {
             let (socket, blocks) = rest.rsplit_once(':')?;
@@ -357,6 +369,8 @@ fn main() {
             eprintln!("thrash_client: {arg}: expected NAME=SOCKET:BLOCKS");
             std::process::exit(2);
         };
+        let drop = Arc::new(AtomicBool::new(false));
+        drops.insert(name.to_string(), drop.clone());
         disks.push(Disk {
             name: name.to_string(),
             socket: PathBuf::from(socket),
@@ -366,6 +380,7 @@ fn main() {
             generation: 0,
             rng: Rng(seed.wrapping_mul(31).wrapping_add(index as u64 + 1) | 1),
             out: out.clone(),
+            drop,
         });
     }
     let threads: Vec<_> = disks
@@ -380,7 +395,11 @@ fn main() {
     for line in std::io::stdin().lock().lines() {
         match line {
             Ok(line) if line.starts_with("SYNC ") => say(&out, line),
-            Ok(_) => {}
+            Ok(line) => {
+                if let Some(flag) = line.strip_prefix("DROP ").and_then(|name| drops.get(name)) {
+                    flag.store(true, Ordering::Relaxed);
+                }
+            }
             Err(_) => break,
         }
     }

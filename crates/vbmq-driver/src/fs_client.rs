@@ -59,6 +59,8 @@ pub struct FsClient {
     unique: u64,
     /// The features acked (without `VHOST_F_LOG_ALL`).
     features: u64,
+    /// How long [`Self::call`] waits for a reply.
+    reply_timeout: Duration,
 }
 
 impl FsClient {
@@ -94,6 +96,7 @@ impl FsClient {
             queues: Vec::new(),
             unique: 0,
             features,
+            reply_timeout: REPLY_TIMEOUT,
         };
         for index in 0..2 {
             client.start_queue(index, offered)?;
@@ -356,6 +359,12 @@ impl FsClient {
         self.unique
     }
 
+    /// How long [`Self::call`] waits for a reply (10 s unless set): a client that must notice a
+    /// backend gone sooner (the thrasher's, across kills) sets less.
+    pub fn set_reply_timeout(&mut self, timeout: Duration) {
+        self.reply_timeout = timeout;
+    }
+
     /// Sends one request and waits for its reply: the header and the bytes after it.
     pub fn call(
         &mut self,
@@ -383,7 +392,7 @@ impl FsClient {
         self.submit(0, &request, reply_len)?;
         self.kick()?;
         let (_, written) = self
-            .wait(REPLY_TIMEOUT)
+            .wait(self.reply_timeout)
             .ok_or_else(|| io::Error::new(io::ErrorKind::TimedOut, "no reply"))?;
         let written = written as usize;
         let (_, reply_at) = Self::slot_addrs(0);
