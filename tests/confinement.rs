@@ -55,20 +55,24 @@ fn options(dir: &Path, seccomp: bool) -> ConfineOptions {
             DiskAccess {
                 path: dir.join("disk.img"),
                 writable: true,
+                held: None,
             },
             DiskAccess {
                 path: dir.join("ro.img"),
                 writable: false,
+                held: None,
             },
         ],
         shares: vec![
             DiskAccess {
                 path: dir.join("share"),
                 writable: true,
+                held: None,
             },
             DiskAccess {
                 path: dir.join("ro-share"),
                 writable: false,
+                held: None,
             },
         ],
         sockets: vec![dir.join("sock/vbmq.sock")],

@@ -56,6 +56,7 @@ fn confine_options(
     specs: &[DiskSpec],
     ceph_files: Vec<PathBuf>,
     options: &ServeOptions,
+    share_roots: Vec<Arc<std::fs::File>>,
 ) -> ConfineOptions {
     ConfineOptions {
         disks: specs
@@ -64,6 +65,7 @@ fn confine_options(
                 Storage::File(path) => Some(DiskAccess {
                     path: path.clone(),
                     writable: !spec.readonly,
+                    held: None,
                 }),
                 // Null and memory disks touch no file once loaded; RBD disks reach their
                 // cluster over TCP.
@@ -74,16 +76,20 @@ fn confine_options(
             .iter()
             .any(|spec| matches!(spec.storage, Storage::Rbd(_)))
             .then_some(CephAccess { files: ceph_files }),
+        // A share's rule is made on the directory it serves, not on what `dir=` leads to now.
         shares: options
             .shares
             .iter()
-            .map(|share| DiskAccess {
+            .zip(share_roots)
+            .map(|(share, root)| DiskAccess {
                 path: share.dir.clone(),
                 writable: !share.readonly,
+                held: Some(root),
             })
             .chain(options.fs_roots.iter().map(|root| DiskAccess {
                 path: root.clone(),
                 writable: true,
+                held: None,
             }))
             .collect(),
         sockets: specs
@@ -178,7 +184,7 @@ fn serve_until_stopped(options: &ServeOptions, control: Option<ControlStart>) ->
     }
     // Every disk's socket listens (bound in `prepare`): frontends may connect from now on.
     crate::systemd::notify_ready();
-    confine_process(specs, ceph_files, options)?;
+    confine_process(specs, ceph_files, options, &share_servers)?;
     if let Some(line) = &options.ready_line {
         eprintln!("{line}");
     }
@@ -266,8 +272,19 @@ fn confine_process(
     specs: &[DiskSpec],
     ceph_files: Vec<PathBuf>,
     options: &ServeOptions,
+    share_servers: &[ShareServer],
 ) -> Result<(), i32> {
-    match confine(&confine_options(specs, ceph_files, options)) {
+    let mut share_roots = Vec::new();
+    for server in share_servers {
+        match server.root().try_clone() {
+            Ok(root) => share_roots.push(Arc::new(root)),
+            Err(e) => {
+                eprintln!("vbmq: cannot confine the process: a share's directory: {e}");
+                return Err(1);
+            }
+        }
+    }
+    match confine(&confine_options(specs, ceph_files, options, share_roots)) {
         Err(e) => {
             eprintln!("vbmq: cannot confine the process: {e}");
             Err(1)

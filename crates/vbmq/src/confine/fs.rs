@@ -1,5 +1,7 @@
 //! Landlock: the filesystem the confined process still sees.
 
+use std::os::fd::AsFd;
+
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, RestrictSelfAttr, Ruleset,
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
@@ -54,7 +56,10 @@ pub(super) fn restrict(opts: &ConfineOptions) -> Result<FilesystemStatus, Confin
         } else {
             AccessFs::ReadFile | AccessFs::ReadDir
         };
-        ruleset = ruleset.add_rule(PathBeneath::new(open_path(&share.path)?, access))?;
+        ruleset = match &share.held {
+            Some(dir) => ruleset.add_rule(PathBeneath::new(dir.as_fd(), access))?,
+            None => ruleset.add_rule(PathBeneath::new(open_path(&share.path)?, access))?,
+        };
     }
     for dir in &opts.read_dirs {
         let access = AccessFs::ReadFile;

@@ -12,6 +12,7 @@ mod uring;
 mod user_namespace;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 pub use fs::FilesystemStatus;
 pub use uring::{RingPolicy, URING_OPCODES, restrict_ring};
@@ -27,6 +28,9 @@ pub struct DiskAccess {
     pub path: PathBuf,
     /// Whether the disk is writable (`readonly=on` disks get read access only).
     pub writable: bool,
+    /// The file or directory as the process already holds it (a share's root): the rule is
+    /// made on it, and `path`, which may lead elsewhere by now, only names it.
+    pub held: Option<Arc<std::fs::File>>,
 }
 
 /// What an RBD disk's librados and librbd keep needing once serving.

@@ -21,6 +21,11 @@ pub struct ShareServer {
 }
 
 impl ShareServer {
+    /// The shared directory, as the share holds it for its life.
+    pub fn root(&self) -> &std::fs::File {
+        self.device.root()
+    }
+
     /// Binds `socket` for `device`, with one entry of `settings` per queue (the high-priority
     /// queue first).
     pub fn bind(

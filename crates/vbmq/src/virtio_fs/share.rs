@@ -61,6 +61,11 @@ enum Served {
 }
 
 impl FsDevice {
+    /// The shared directory, as it was opened when the share was added.
+    pub fn root(&self) -> &std::fs::File {
+        &self.root
+    }
+
     /// Opens `dir` for passthrough. Everything the guest names is resolved under it by the
     /// passthrough's own rules: `openat` on the parent's descriptor with `O_NOFOLLOW`, no `/` in
     /// names, and files reopened only when regular or directories.
