@@ -190,6 +190,17 @@ fn ctl() -> Command {
                         .value_name("DIR")
                         .value_parser(value_parser!(PathBuf))
                         .help("Make the scratch file in DIR instead of the image's directory"),
+                )
+                .arg(
+                    Arg::new("writable")
+                        .long("writable")
+                        .action(ArgAction::SetTrue)
+                        .conflicts_with("scratch-dir")
+                        .help(
+                            "Serve the disk, which no guest has started on, for reading and \
+                             writing through its stack (a mirror's destination); a guest's \
+                             first ring ends the export",
+                        ),
                 ),
         )
         .subcommand(
@@ -462,6 +473,10 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                         name: a.get_one::<String>("name").cloned(),
                     }
                 }
+                ("export-begin", a) if a.get_flag("writable") => Request::ExportBeginWritable {
+                    socket: socket(a)?,
+                    address: a.get_one::<String>("address")?.clone(),
+                },
                 ("export-begin", a) => {
                     scratch_dir = a.get_one::<PathBuf>("scratch-dir").cloned();
                     Request::ExportBegin {

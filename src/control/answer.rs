@@ -36,13 +36,17 @@ fn dispatch(host: &Host, request: Request, fds: Vec<OwnedFd>) -> Result<Answer, 
     if let Request::ExportBegin { socket, address } = request {
         return export_begin(host, &socket, &address, fds);
     }
+    if let Request::ExportBeginWritable { socket, address } = request {
+        return export_begin_writable(host, &socket, &address, fds);
+    }
     if !fds.is_empty() && !matches!(request, Request::AddFs { .. }) {
         return Err("only add-disk, add-fs, snapshot and export-begin take descriptors".into());
     }
     match request {
-        Request::AddDisk { .. } | Request::Snapshot { .. } | Request::ExportBegin { .. } => {
-            Err("answered above: a defect".into())
-        }
+        Request::AddDisk { .. }
+        | Request::Snapshot { .. }
+        | Request::ExportBegin { .. }
+        | Request::ExportBeginWritable { .. } => Err("answered above: a defect".into()),
         Request::ExportEnd { socket, address } => host
             .export_end(Path::new(&socket), &address)
             .map(|()| Answer::Nothing)
@@ -161,6 +165,33 @@ fn export_begin(
         .map_err(|e| format!("export-begin: the first descriptor: {e}"))?;
     let info = host
         .export_begin(Path::new(socket), address, listener, File::from(scratch))
+        .map_err(|e| e.to_string())?;
+    Ok(Answer::Export(ExportEntry {
+        address: address.to_owned(),
+        bytes: info.bytes,
+        block_size: info.block_size,
+    }))
+}
+
+/// `export-begin --writable`: the listening socket passed.
+fn export_begin_writable(
+    host: &Host,
+    socket: &str,
+    address: &str,
+    fds: Vec<OwnedFd>,
+) -> Result<Answer, String> {
+    let mut fds = fds.into_iter();
+    let (Some(listener), None) = (fds.next(), fds.next()) else {
+        return Err(
+            "export-begin --writable: send the export's listening socket as 1 descriptor with \
+             the request (vbmq ctl export-begin --writable does)"
+                .into(),
+        );
+    };
+    let listener = vbmq::passed_fds::listening_unix_socket(listener)
+        .map_err(|e| format!("export-begin: the descriptor: {e}"))?;
+    let info = host
+        .export_begin_writable(Path::new(socket), address, listener)
         .map_err(|e| e.to_string())?;
     Ok(Answer::Export(ExportEntry {
         address: address.to_owned(),

@@ -106,6 +106,15 @@ pub enum Request {
         /// Where the export is served, as the operator named it (`unix:PATH`).
         address: String,
     },
+    /// Serve the disk, which no guest has started on, for reading and writing to NBD clients
+    /// of the listening socket passed with the request (one descriptor), through the disk's
+    /// stack: a mirror's destination. A guest's first ring ends it.
+    ExportBeginWritable {
+        /// The disk's socket path.
+        socket: String,
+        /// Where the export is served, as the operator named it (`unix:PATH`).
+        address: String,
+    },
     /// End the export of the disk on `address`: its clients are disconnected, its scratch
     /// discarded.
     ExportEnd {

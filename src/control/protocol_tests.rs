@@ -111,6 +111,13 @@ fn requests() -> Vec<(Request, Value)> {
             json!({"command": "export-begin", "socket": "/r/a.sock", "address": "unix:/r/a.nbd"}),
         ),
         (
+            Request::ExportBeginWritable {
+                socket: "/r/a.sock".into(),
+                address: "unix:/r/a.nbd".into(),
+            },
+            json!({"command": "export-begin-writable", "socket": "/r/a.sock", "address": "unix:/r/a.nbd"}),
+        ),
+        (
             Request::ExportEnd {
                 socket: "/r/a.sock".into(),
                 address: "unix:/r/a.nbd".into(),

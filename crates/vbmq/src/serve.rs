@@ -209,6 +209,7 @@ pub fn run(options: &ServeOptions, control: Option<ControlStart>) -> i32 {
     }
     // Every disk's socket listens (bound in `prepare`): frontends may connect from now on.
     crate::systemd::notify_ready();
+    crate::backend::ring_pool::seal();
     match confine(&confine_options(specs, ceph_files, options)) {
         Err(e) => {
             eprintln!("vbmq: cannot confine the process: {e}");

@@ -8,6 +8,7 @@ pub mod changes;
 mod crypt;
 mod delay;
 mod direct_align;
+mod engine_io;
 mod file;
 mod handover;
 mod host_memory;
@@ -28,6 +29,7 @@ mod snapshot;
 mod staging;
 pub mod thin;
 mod uring;
+mod writable_export;
 mod write_hook;
 
 use std::fs::File;
@@ -49,6 +51,7 @@ pub use null::NullDisk;
 pub use rbd::{RbdDisk, RbdTarget, cluster_connected, release_clusters};
 pub use snapshot::{COPY_BLOCK, Fleece, SnapshotDisk, SnapshotMethod, SnapshotReport};
 pub use thin::{ThinDisk, ThinOptions};
+pub use writable_export::WritableExport;
 
 /// One operation handed to an engine. Offsets and lengths are in bytes and already checked
 /// against the disk's capacity.
