@@ -19,6 +19,7 @@ mod layer;
 #[cfg(test)]
 mod layer_tests;
 mod memory;
+pub mod mirror;
 mod null;
 mod ofd_lock;
 mod positional;
@@ -47,6 +48,7 @@ pub use image_lock::release_all as release_image_locks;
 pub use iovec::IovList;
 pub use layer::{Layer, Layered};
 pub use memory::MemoryDisk;
+pub use mirror::{MirrorDisk, MirrorState};
 pub use null::NullDisk;
 pub use rbd::{RbdDisk, RbdTarget, cluster_connected, release_clusters};
 pub use snapshot::{COPY_BLOCK, Fleece, SnapshotDisk, SnapshotMethod, SnapshotReport};
@@ -219,6 +221,11 @@ pub trait Disk: Send + Sync {
     /// The disk's changed-block maps (`track-changes=on`), through every layer above them.
     fn changes(&self) -> Option<Arc<ChangeMap>> {
         self.below()?.changes()
+    }
+
+    /// The disk's mirror layer (`mirror-begin`), through every layer above it.
+    fn mirror(&self) -> Option<&MirrorDisk> {
+        self.below()?.mirror()
     }
 }
 

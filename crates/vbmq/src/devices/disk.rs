@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use crate::backend::cache::ImageId;
 use crate::backend::{
-    CachedDisk, Delay, Disk, EncryptedDisk, FileDisk, Layered, MemoryDisk, NullDisk, RbdDisk,
+    CachedDisk, Delay, Disk, EncryptedDisk, FileDisk, Layered, MemoryDisk, MirrorDisk, NullDisk,
+    RbdDisk,
     SnapshotDisk, ThinDisk, ThinOptions, TrackedDisk,
 };
 use crate::config::{DiskSpec, SpecError, Storage};
@@ -74,6 +75,8 @@ pub(crate) struct PassedThin {
 /// An open disk and the files it keeps reading (a Ceph configuration and keyring).
 fn open_disk(spec: &DiskSpec, source: Source) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
     let (disk, files) = open_storage(spec, source)?;
+    // The top of the stack: a mirror sends what the guest sees.
+    let disk: Arc<dyn Disk> = Arc::new(MirrorDisk::new(disk));
     if spec.delay_us == 0 {
         return Ok((disk, files));
     }
