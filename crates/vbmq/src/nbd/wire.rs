@@ -56,7 +56,8 @@ pub mod rep {
     pub const INFO: u32 = 3;
     /// One metadata context.
     pub const META_CONTEXT: u32 = 4;
-    const ERROR: u32 = 1 << 31;
+    /// The bit of every error reply type.
+    pub const ERROR: u32 = 1 << 31;
     /// The option is unknown.
     pub const ERR_UNSUP: u32 = ERROR | 1;
     /// Forbidden by the server's policy.
