@@ -204,6 +204,31 @@ fn ctl() -> Command {
                 ),
         )
         .subcommand(
+            Command::new("mirror-begin")
+                .about(
+                    "Mirror the disk on SOCKET to the NBD export NBD_URI \
+                     (nbd+unix:///NAME?socket=PATH, connected by this command): a background \
+                     copy, and every guest write to both sides before it completes; a failing \
+                     destination fails the mirror, never the guest (JSON: state, copied, total)",
+                )
+                .arg(socket().required(true))
+                .arg(Arg::new("uri").value_name("NBD_URI").required(true))
+                .arg(
+                    Arg::new("wait-ready")
+                        .long("wait-ready")
+                        .action(ArgAction::SetTrue)
+                        .help("Return once the destination holds everything, or the mirror failed"),
+                ),
+        )
+        .subcommand(
+            Command::new("mirror-end")
+                .about(
+                    "Stop mirroring the disk on SOCKET: its destination is flushed and \
+                     disconnected (JSON: the mirror's last state)",
+                )
+                .arg(socket().required(true)),
+        )
+        .subcommand(
             Command::new("export-end")
                 .about(
                     "End the export of the disk on SOCKET at NBD_ADDR: its clients are \
@@ -484,6 +509,12 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                         address: a.get_one::<String>("address")?.clone(),
                     }
                 }
+                ("mirror-begin", a) => Request::MirrorBegin {
+                    socket: socket(a)?,
+                    destination: a.get_one::<String>("uri")?.clone(),
+                    wait_ready: a.get_flag("wait-ready"),
+                },
+                ("mirror-end", a) => Request::MirrorEnd { socket: socket(a)? },
                 ("export-end", a) => Request::ExportEnd {
                     socket: socket(a)?,
                     address: a.get_one::<String>("address")?.clone(),

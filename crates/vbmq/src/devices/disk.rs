@@ -11,8 +11,7 @@ use std::time::Duration;
 use crate::backend::cache::ImageId;
 use crate::backend::{
     CachedDisk, Delay, Disk, EncryptedDisk, FileDisk, Layered, MemoryDisk, MirrorDisk, NullDisk,
-    RbdDisk,
-    SnapshotDisk, ThinDisk, ThinOptions, TrackedDisk,
+    RbdDisk, SnapshotDisk, ThinDisk, ThinOptions, TrackedDisk,
 };
 use crate::config::{DiskSpec, SpecError, Storage};
 use crate::own_files::{self, Access, Create};

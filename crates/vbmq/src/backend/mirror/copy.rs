@@ -52,10 +52,10 @@ pub fn start(disk: Arc<dyn Disk>, run: Arc<Run>) -> Vec<JoinHandle<()>> {
     });
     let mut threads = Vec::with_capacity(COPIERS);
     for i in 0..COPIERS {
-        let (disk, run, chunks) = (disk.clone(), run.clone(), chunks.clone());
+        let (disk, copying, chunks) = (disk.clone(), run.clone(), chunks.clone());
         let spawned = std::thread::Builder::new()
             .name(format!("vbmq-mirror{i}"))
-            .spawn(move || copier(disk.as_ref(), &run, &chunks));
+            .spawn(move || copier(disk.as_ref(), &copying, &chunks));
         match spawned {
             Ok(thread) => threads.push(thread),
             Err(e) => run.fail(format!("no thread for the copy: {e}")),

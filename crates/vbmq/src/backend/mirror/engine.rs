@@ -98,7 +98,11 @@ fn duplicate(fd: RawFd) -> io::Result<OwnedFd> {
 }
 
 impl MirrorEngine {
-    pub(super) fn new(inner: Box<dyn Engine>, control: Arc<Control>, notify: bool) -> io::Result<Self> {
+    pub(super) fn new(
+        inner: Box<dyn Engine>,
+        control: Arc<Control>,
+        notify: bool,
+    ) -> io::Result<Self> {
         let (wake, own_fd) = match inner.completion_fd() {
             Some(fd) => (Some(duplicate(fd)?), None),
             None if notify => {
@@ -139,7 +143,7 @@ impl MirrorEngine {
         let (range, mut buffer) = match op {
             IoOp::Write { offset, iov } => {
                 let len = iov.len();
-                let mut buffer = Staging::new(len).ok_or(io::ErrorKind::OutOfMemory)?;
+                let buffer = Staging::new(len).ok_or(io::ErrorKind::OutOfMemory)?;
                 // SAFETY: the buffer holds at least `len` bytes and is not the guest's.
                 unsafe { iov.copy_out(0, buffer.as_ptr(), len) };
                 (Some((offset, len as u64)), Some(buffer))
@@ -180,10 +184,10 @@ impl MirrorEngine {
             return Err(e);
         }
         let remote = match (op, data) {
-            // SAFETY: the buffer is the join's, kept until both sides are done; the disk below
-            // only reads it meanwhile, as the client does until `submit` returns.
             (IoOp::Write { offset, .. }, Some((ptr, len))) => Remote::Write {
                 offset,
+                // SAFETY: the buffer is the join's, kept until both sides are done; the disk
+                // below only reads it meanwhile, as the client does until `submit` returns.
                 data: unsafe { std::slice::from_raw_parts(ptr, len) },
             },
             (IoOp::WriteZeroes { offset, len, .. } | IoOp::Discard { offset, len }, _) => {
@@ -215,14 +219,14 @@ impl MirrorEngine {
         if let Some((offset, len)) = join.range {
             join.run.write_ends(offset, len);
         }
-        self.answers.push((join.tag, join.local.unwrap_or(-libc::EIO)));
+        self.answers
+            .push((join.tag, join.local.unwrap_or(-libc::EIO)));
     }
 
     /// Takes the destination's answers.
     fn take_remote(&mut self) {
-        let arrived = std::mem::take(
-            &mut *self.inbox.done.lock().unwrap_or_else(|p| p.into_inner()),
-        );
+        let arrived =
+            std::mem::take(&mut *self.inbox.done.lock().unwrap_or_else(|p| p.into_inner()));
         for (join, result) in arrived {
             if let Some(j) = self.joins.get_mut(join) {
                 j.remote = true;
@@ -327,7 +331,8 @@ impl Drop for MirrorEngine {
                 return;
             }
             let mut reaped = Vec::new();
-            self.inner.reap(&mut |tag, result| reaped.push((tag, result)));
+            self.inner
+                .reap(&mut |tag, result| reaped.push((tag, result)));
             for (tag, result) in reaped {
                 if tag & JOINED != 0
                     && let Some(j) = self.joins.get_mut(host_size(tag & !JOINED))

@@ -167,8 +167,23 @@ impl Disk for MirrorDisk {
         self.inner.supports_discard()
     }
 
+    /// The disk's counters, and while a mirror runs or after it failed, its progress.
     fn stats(&self) -> Vec<(&'static str, u64)> {
-        self.inner.stats()
+        let mut stats = self.inner.stats();
+        if let Some(run) = self.control.run() {
+            let (copied, ready, failed) = match run.state() {
+                MirrorState::Copying { copied, .. } => (copied, 0, 0),
+                MirrorState::Ready { total } => (total, 1, 0),
+                MirrorState::Failed(_) => (0, 0, 1),
+            };
+            stats.extend([
+                ("mirror_copied_bytes", copied),
+                ("mirror_total_bytes", run.capacity()),
+                ("mirror_ready", ready),
+                ("mirror_failed", failed),
+            ]);
+        }
+        stats
     }
 
     fn resize(&self, bytes: u64, shrink: bool) -> io::Result<u64> {

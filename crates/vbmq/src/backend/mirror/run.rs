@@ -30,7 +30,10 @@ pub enum MirrorState {
         total: u64,
     },
     /// The destination holds everything; every guest write goes to both sides.
-    Ready,
+    Ready {
+        /// Bytes of the disk.
+        total: u64,
+    },
     /// The destination failed: the mirror stopped (the guest never saw it).
     Failed(String),
 }
@@ -109,7 +112,8 @@ impl Run {
     /// The destination has the copy of `chunk` (`bytes` long): kept unless a guest write
     /// overlapped it, then true.
     pub fn copy_kept(&self, chunk: usize, bytes: u64) -> bool {
-        if self.dirty[chunk].load(Ordering::SeqCst) || self.writers[chunk].load(Ordering::SeqCst) != 0
+        if self.dirty[chunk].load(Ordering::SeqCst)
+            || self.writers[chunk].load(Ordering::SeqCst) != 0
         {
             return false;
         }
@@ -124,7 +128,11 @@ impl Run {
     /// The destination failed: the mirror stops, for `why`.
     pub fn fail(&self, why: String) {
         if self.failed.set(why).is_ok() {
-            crate::limited!(warn, "mirror failed: {}", self.failed.get().map_or("", |s| s));
+            crate::limited!(
+                warn,
+                "mirror failed: {}",
+                self.failed.get().map_or("", |s| s)
+            );
         }
         self.ended.store(true, Ordering::SeqCst);
         self.settle();
@@ -157,7 +165,9 @@ impl Run {
             return MirrorState::Failed(why.clone());
         }
         if self.done_chunks.load(Ordering::SeqCst) == self.chunks() as u64 {
-            return MirrorState::Ready;
+            return MirrorState::Ready {
+                total: self.capacity,
+            };
         }
         MirrorState::Copying {
             copied: self.copied.load(Ordering::Relaxed),
@@ -173,11 +183,7 @@ impl Run {
             if !matches!(state, MirrorState::Copying { .. }) || self.is_ended() {
                 return state;
             }
-            held = self
-                .settled
-                .1
-                .wait(held)
-                .unwrap_or_else(|p| p.into_inner());
+            held = self.settled.1.wait(held).unwrap_or_else(|p| p.into_inner());
         }
     }
 }
