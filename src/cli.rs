@@ -210,7 +210,43 @@ fn ctl() -> Command {
                             "Begin checkpoint NEW at the export's instant: the next incremental \
                      backup asks for --bitmaps NEW",
                         ),
+                )
+                .arg(
+                    Arg::new("writable")
+                        .long("writable")
+                        .action(ArgAction::SetTrue)
+                        .conflicts_with("scratch-dir")
+                        .help(
+                            "Serve the disk, which no guest has started on, for reading and \
+                             writing through its stack (a mirror's destination); a guest's \
+                             first ring ends the export",
+                        ),
                 ),
+        )
+        .subcommand(
+            Command::new("mirror-begin")
+                .about(
+                    "Mirror the disk on SOCKET to the NBD export NBD_URI \
+                     (nbd+unix:///NAME?socket=PATH, connected by this command): a background \
+                     copy, and every guest write to both sides before it completes; a failing \
+                     destination fails the mirror, never the guest (JSON: state, copied, total)",
+                )
+                .arg(socket().required(true))
+                .arg(Arg::new("uri").value_name("NBD_URI").required(true))
+                .arg(
+                    Arg::new("wait-ready")
+                        .long("wait-ready")
+                        .action(ArgAction::SetTrue)
+                        .help("Return once the destination holds everything, or the mirror failed"),
+                ),
+        )
+        .subcommand(
+            Command::new("mirror-end")
+                .about(
+                    "Stop mirroring the disk on SOCKET: its destination is flushed and \
+                     disconnected (JSON: the mirror's last state)",
+                )
+                .arg(socket().required(true)),
         )
         .subcommand(
             Command::new("export-end")
@@ -482,6 +518,10 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                         name: a.get_one::<String>("name").cloned(),
                     }
                 }
+                ("export-begin", a) if a.get_flag("writable") => Request::ExportBeginWritable {
+                    socket: socket(a)?,
+                    address: a.get_one::<String>("address")?.clone(),
+                },
                 ("export-begin", a) => {
                     scratch_dir = a.get_one::<PathBuf>("scratch-dir").cloned();
                     Request::ExportBegin {
@@ -494,6 +534,12 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                         checkpoint: a.get_one::<String>("checkpoint").cloned(),
                     }
                 }
+                ("mirror-begin", a) => Request::MirrorBegin {
+                    socket: socket(a)?,
+                    destination: a.get_one::<String>("uri")?.clone(),
+                    wait_ready: a.get_flag("wait-ready"),
+                },
+                ("mirror-end", a) => Request::MirrorEnd { socket: socket(a)? },
                 ("export-end", a) => Request::ExportEnd {
                     socket: socket(a)?,
                     address: a.get_one::<String>("address")?.clone(),

@@ -34,6 +34,7 @@ pub fn run(request: &Request) -> i32 {
     let mut share = None;
     let mut snapshot = None;
     let mut export = None;
+    let mut mirror = None;
     match &mut command {
         R::AddDisk { spec, fds } => {
             opened = match ctl_disk::open(spec) {
@@ -77,6 +78,24 @@ pub fn run(request: &Request) -> i32 {
                 }
             }
         }
+        R::MirrorBegin { destination, .. } => {
+            match vbmq::host::nbd_unix_uri(destination).and_then(|(_, path)| {
+                UnixStream::connect(&path).map_err(|e| format!("{}: {e}", path.display()))
+            }) {
+                Ok(stream) => mirror = Some(stream),
+                Err(e) => {
+                    eprintln!("vbmq: mirror-begin: {e}");
+                    return 2;
+                }
+            }
+        }
+        R::ExportBeginWritable { address, .. } => match crate::ctl_export::open_writable(address) {
+            Ok(opened) => export = Some(opened),
+            Err(e) => {
+                eprintln!("vbmq: {e}");
+                return 2;
+            }
+        },
         _ => {}
     }
     let mut borrowed: Vec<BorrowedFd<'_>> = opened.fds.iter().map(AsFd::as_fd).collect();
@@ -88,6 +107,9 @@ pub fn run(request: &Request) -> i32 {
     }
     if let Some(export) = &export {
         borrowed.extend(export.fds());
+    }
+    if let Some(stream) = &mirror {
+        borrowed.push(stream.as_fd());
     }
     let result = exchange(&request.control, &command, &borrowed);
     drop(borrowed);

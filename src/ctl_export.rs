@@ -15,14 +15,17 @@ use crate::control::protocol::{Answer, DeviceEntry, Reply};
 /// What `export-begin` passes, held until the reply.
 pub struct Opened {
     listener: UnixListener,
-    scratch: File,
+    /// None for a writable export, which saves nothing.
+    scratch: Option<File>,
     path: PathBuf,
 }
 
 impl Opened {
     /// The descriptors in the order the daemon takes them.
-    pub fn fds(&self) -> [BorrowedFd<'_>; 2] {
-        [self.listener.as_fd(), self.scratch.as_fd()]
+    pub fn fds(&self) -> Vec<BorrowedFd<'_>> {
+        std::iter::once(self.listener.as_fd())
+            .chain(self.scratch.as_ref().map(AsFd::as_fd))
+            .collect()
     }
 
     /// The request was refused: the socket made for it goes.
@@ -75,16 +78,32 @@ pub fn open(
                 dir.display()
             )
         })?;
+    let (listener, path) = bind(address, path)?;
+    Ok(Opened {
+        listener,
+        scratch: Some(scratch),
+        path,
+    })
+}
+
+/// `export-begin --writable`: binds the export's socket at `address` (no scratch).
+pub fn open_writable(address: &str) -> Result<Opened, String> {
+    let (listener, path) = bind(address, unix_path(address)?)?;
+    Ok(Opened {
+        listener,
+        scratch: None,
+        path,
+    })
+}
+
+/// Binds the socket file `path` (0600) of `address`; one already there is refused.
+fn bind(address: &str, path: PathBuf) -> Result<(UnixListener, PathBuf), String> {
     if std::fs::symlink_metadata(&path).is_ok() {
         return Err(format!("{address}: {} exists", path.display()));
     }
     let listener = vbmq::socket_files::bind_listener(&path, 0o600, None)
         .map_err(|e| format!("{address}: {e}"))?;
-    Ok(Opened {
-        listener,
-        scratch,
-        path,
-    })
+    Ok((listener, path))
 }
 
 /// The directory of the disk's image, from the daemon's `list`.

@@ -10,7 +10,8 @@ use vbmq::passed_fds::PassedDisk;
 
 use super::protocol::{
     Answer, ChangedBlocks, CheckpointEntry, DeviceEntry, DiskEntry, DiskStats, ExportEntry, Extent,
-    Kind, Latency, Passed, QueueStats, Reply, Request, ShareEntry, Size, SnapshotEntry,
+    Kind, Latency, MirrorEntry, Passed, QueueStats, Reply, Request, ShareEntry, Size,
+    SnapshotEntry,
 };
 
 /// Answers one request line; `fds` are the descriptors sent with it.
@@ -46,13 +47,30 @@ fn dispatch(host: &Host, request: Request, fds: Vec<OwnedFd>) -> Result<Answer, 
         };
         return export_begin(host, &socket, &address, &checkpoints, fds);
     }
+    if let Request::ExportBeginWritable { socket, address } = request {
+        return export_begin_writable(host, &socket, &address, fds);
+    }
+    if let Request::MirrorBegin {
+        socket,
+        destination,
+        wait_ready,
+    } = request
+    {
+        return mirror_begin(host, &socket, &destination, wait_ready, fds);
+    }
     if !fds.is_empty() && !matches!(request, Request::AddFs { .. }) {
         return Err("only add-disk, add-fs, snapshot and export-begin take descriptors".into());
     }
     match request {
-        Request::AddDisk { .. } | Request::Snapshot { .. } | Request::ExportBegin { .. } => {
-            Err("answered above: a defect".into())
-        }
+        Request::AddDisk { .. }
+        | Request::Snapshot { .. }
+        | Request::ExportBegin { .. }
+        | Request::ExportBeginWritable { .. }
+        | Request::MirrorBegin { .. } => Err("answered above: a defect".into()),
+        Request::MirrorEnd { socket } => host
+            .mirror_end(Path::new(&socket))
+            .map(|state| Answer::Mirror(mirror_entry(&state)))
+            .map_err(refused),
         Request::ExportEnd { socket, address } => host
             .export_end(Path::new(&socket), &address)
             .map(|()| Answer::Nothing)
@@ -186,6 +204,73 @@ fn export_begin(
     }))
 }
 
+/// `export-begin --writable`: the listening socket passed.
+fn export_begin_writable(
+    host: &Host,
+    socket: &str,
+    address: &str,
+    fds: Vec<OwnedFd>,
+) -> Result<Answer, String> {
+    let mut fds = fds.into_iter();
+    let (Some(listener), None) = (fds.next(), fds.next()) else {
+        return Err(
+            "export-begin --writable: send the export's listening socket as 1 descriptor with \
+             the request (vbmq ctl export-begin --writable does)"
+                .into(),
+        );
+    };
+    let listener = vbmq::passed_fds::listening_unix_socket(listener)
+        .map_err(|e| format!("export-begin: the descriptor: {e}"))?;
+    let info = host
+        .export_begin_writable(Path::new(socket), address, listener)
+        .map_err(|e| e.to_string())?;
+    Ok(Answer::Export(ExportEntry {
+        address: address.to_owned(),
+        bytes: info.bytes,
+        block_size: info.block_size,
+    }))
+}
+
+/// `mirror-begin`: the destination's connected socket passed.
+fn mirror_begin(
+    host: &Host,
+    socket: &str,
+    destination: &str,
+    wait_ready: bool,
+    fds: Vec<OwnedFd>,
+) -> Result<Answer, String> {
+    let mut fds = fds.into_iter();
+    let (Some(stream), None) = (fds.next(), fds.next()) else {
+        return Err(
+            "mirror-begin: send the destination's connected socket as 1 descriptor with the \
+             request (vbmq ctl mirror-begin does)"
+                .into(),
+        );
+    };
+    let (name, _) = vbmq::host::nbd_unix_uri(destination)?;
+    let stream = vbmq::passed_fds::connected_unix_socket(stream)
+        .map_err(|e| format!("mirror-begin: the descriptor: {e}"))?;
+    host.mirror_begin(Path::new(socket), stream, &name, wait_ready)
+        .map(|state| Answer::Mirror(mirror_entry(&state)))
+        .map_err(|e| e.to_string())
+}
+
+/// A mirror's state as the protocol gives it.
+fn mirror_entry(state: &vbmq::backend::MirrorState) -> MirrorEntry {
+    use vbmq::backend::MirrorState;
+    let (name, copied, total, reason) = match state {
+        MirrorState::Copying { copied, total } => ("copying", *copied, *total, None),
+        MirrorState::Ready { total } => ("ready", *total, *total, None),
+        MirrorState::Failed(why) => ("failed", 0, 0, Some(why.clone())),
+    };
+    MirrorEntry {
+        state: name.into(),
+        copied,
+        total,
+        reason,
+    }
+}
+
 /// `add-fs`'s descriptors, in order: the directory, the listening socket, its lock file (no
 /// lock file: a socket the sender inherited, whose file is the binder's).
 fn passed_share(fds: Vec<OwnedFd>) -> Result<PassedShare, String> {
@@ -290,6 +375,7 @@ fn entry(info: &DiskInfo) -> DiskEntry {
                 reason: c.invalid.map(str::to_string),
             })
             .collect(),
+        mirror: info.mirror.as_ref().map(mirror_entry),
     }
 }
 

@@ -112,6 +112,32 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         checkpoint: Option<String>,
     },
+    /// Serve the disk, which no guest has started on, for reading and writing to NBD clients
+    /// of the listening socket passed with the request (one descriptor), through the disk's
+    /// stack: a mirror's destination. A guest's first ring ends it.
+    ExportBeginWritable {
+        /// The disk's socket path.
+        socket: String,
+        /// Where the export is served, as the operator named it (`unix:PATH`).
+        address: String,
+    },
+    /// Mirror the disk to the NBD export `destination` (`nbd+unix:///NAME?socket=PATH`),
+    /// whose socket is connected by the sender and passed with the request (one descriptor):
+    /// a background copy, and every guest write to both sides from now on.
+    MirrorBegin {
+        /// The disk's socket path.
+        socket: String,
+        /// The destination's NBD URI.
+        destination: String,
+        /// Answer once the destination holds everything (or the mirror failed).
+        #[serde(default)]
+        wait_ready: bool,
+    },
+    /// Stop mirroring the disk: its destination is flushed and disconnected.
+    MirrorEnd {
+        /// The disk's socket path.
+        socket: String,
+    },
     /// End the export of the disk on `address`: its clients are disconnected, its scratch
     /// discarded.
     ExportEnd {
@@ -294,6 +320,22 @@ pub enum Answer {
     Changes(ChangedBlocks),
     /// `export-begin`.
     Export(ExportEntry),
+    /// `mirror-begin`, `mirror-end`.
+    Mirror(MirrorEntry),
+}
+
+/// A mirror's state, as `mirror-begin`, `mirror-end` and `list` give it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MirrorEntry {
+    /// `"copying"`, `"ready"` (the destination holds everything) or `"failed"`.
+    pub state: String,
+    /// Bytes the background copy has on the destination.
+    pub copied: u64,
+    /// Bytes of the disk.
+    pub total: u64,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// An export begun, as `export-begin` gives it.
@@ -372,6 +414,9 @@ pub struct DiskEntry {
     /// Its changed-block maps (`track-changes=on`; none: absent).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checkpoints: Vec<CheckpointEntry>,
+    /// Its mirror (`mirror-begin`; none: absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<MirrorEntry>,
 }
 
 /// What a device is: `"disk"` or `"fs"`.

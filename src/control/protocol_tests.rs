@@ -123,6 +123,28 @@ fn requests() -> Vec<(Request, Value)> {
                    "bitmaps": ["mon", "tue"], "checkpoint": "wed"}),
         ),
         (
+            Request::ExportBeginWritable {
+                socket: "/r/a.sock".into(),
+                address: "unix:/r/a.nbd".into(),
+            },
+            json!({"command": "export-begin-writable", "socket": "/r/a.sock", "address": "unix:/r/a.nbd"}),
+        ),
+        (
+            Request::MirrorBegin {
+                socket: "/r/a.sock".into(),
+                destination: "nbd+unix:///?socket=/r/b.nbd".into(),
+                wait_ready: true,
+            },
+            json!({"command": "mirror-begin", "socket": "/r/a.sock",
+                   "destination": "nbd+unix:///?socket=/r/b.nbd", "wait_ready": true}),
+        ),
+        (
+            Request::MirrorEnd {
+                socket: "/r/a.sock".into(),
+            },
+            json!({"command": "mirror-end", "socket": "/r/a.sock"}),
+        ),
+        (
             Request::ExportEnd {
                 socket: "/r/a.sock".into(),
                 address: "unix:/r/a.nbd".into(),
@@ -267,6 +289,7 @@ fn entry() -> DiskEntry {
         connected: true,
         limits: [("iops".to_string(), 10)].into(),
         checkpoints: vec![],
+        mirror: None,
     }
 }
 

@@ -21,7 +21,9 @@ use crate::worker::{LATENCY_BUCKETS, QueueStats, online_cpus};
 
 mod changes;
 mod exports;
+mod mirrors;
 pub use exports::{ExportCheckpoints, ExportInfo};
+pub use mirrors::nbd_unix_uri;
 mod reload;
 mod run_time;
 mod running_share;
@@ -50,6 +52,8 @@ pub struct DiskInfo {
     pub limits: Limits,
     /// Its changed-block maps (`track-changes=on`; none otherwise).
     pub checkpoints: Vec<crate::backend::changes::Checkpoint>,
+    /// Its mirror's state (`mirror-begin`; none: never mirrored, or ended).
+    pub mirror: Option<crate::backend::MirrorState>,
 }
 
 /// One queue's counters, as `stats` shows them.
@@ -126,6 +130,9 @@ pub enum HostError {
     /// The export was refused or is unknown.
     #[error("export: {0}")]
     Export(String),
+    /// The mirror was refused or failed.
+    #[error("mirror: {0}")]
+    Mirror(String),
     /// The disk has no changed-block maps.
     #[error("the disk on {0} has no track-changes=on")]
     NotTracked(PathBuf),
@@ -687,5 +694,6 @@ fn info_of(r: &Running) -> DiskInfo {
         connected: lock(&r.current).is_some(),
         limits: r.device.limits.limits(),
         checkpoints: changes::checkpoints_of(r.handles.changes()),
+        mirror: r.handles.mirror().and_then(|m| m.state()),
     }
 }

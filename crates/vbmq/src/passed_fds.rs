@@ -128,6 +128,23 @@ pub fn listening_unix_socket(fd: OwnedFd) -> io::Result<UnixListener> {
     Ok(UnixListener::from(fd))
 }
 
+/// The descriptor as a stream, if it is a Unix stream socket that does not listen (connected
+/// by the sender: a mirror's destination).
+pub fn connected_unix_socket(fd: OwnedFd) -> io::Result<std::os::unix::net::UnixStream> {
+    const WHAT: &str = "a connected Unix stream socket";
+    let kind = file_type(fd.as_fd())?;
+    if kind != libc::S_IFSOCK {
+        return Err(refused(WHAT, type_name(kind)));
+    }
+    if socket_option(fd.as_fd(), libc::SO_DOMAIN)? != libc::AF_UNIX
+        || socket_option(fd.as_fd(), libc::SO_TYPE)? != libc::SOCK_STREAM
+        || socket_option(fd.as_fd(), libc::SO_ACCEPTCONN)? != 0
+    {
+        return Err(refused(WHAT, "not a connected Unix stream socket"));
+    }
+    Ok(std::os::unix::net::UnixStream::from(fd))
+}
+
 fn refused_image(what: &str, why: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, format!("passed {what}: {why}"))
 }

@@ -184,6 +184,8 @@ fn serve_until_stopped(options: &ServeOptions, control: Option<ControlStart>) ->
     }
     // Every disk's socket listens (bound in `prepare`): frontends may connect from now on.
     crate::systemd::notify_ready();
+    // The rings a confined process may still take are the spare ones from here on.
+    crate::backend::ring_pool::seal();
     confine_process(specs, ceph_files, options, &share_servers)?;
     if let Some(line) = &options.ready_line {
         eprintln!("{line}");

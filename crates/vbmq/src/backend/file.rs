@@ -229,7 +229,7 @@ impl FileDisk {
 
     /// Whether each queue takes a spare ring from the pool (see [`FileDisk::positional`]).
     pub(super) fn is_pooled(&self) -> bool {
-        self.positional
+        self.positional || super::ring_pool::sealed()
     }
 
     /// A queue's engine over this image on a spare ring of the pool, with `base` registered
@@ -340,7 +340,7 @@ impl Disk for FileDisk {
     }
 
     fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
-        if self.positional {
+        if self.is_pooled() {
             // The image opened at start, never the path again; positional I/O shares no offset.
             let (direct, buffered) = self.descriptors()?;
             match UringEngine::pooled(

@@ -9,6 +9,7 @@ mod crypt;
 mod delay;
 mod direct_align;
 mod discard_off;
+mod engine_io;
 mod file;
 mod handover;
 mod host_memory;
@@ -19,6 +20,7 @@ mod layer;
 #[cfg(test)]
 mod layer_tests;
 mod memory;
+pub mod mirror;
 mod null;
 mod ofd_lock;
 mod positional;
@@ -30,6 +32,7 @@ mod snapshot;
 mod staging;
 pub mod thin;
 mod uring;
+mod writable_export;
 mod write_hook;
 
 use std::io;
@@ -46,11 +49,13 @@ pub use image_lock::release_all as release_image_locks;
 pub use iovec::IovList;
 pub use layer::{Layer, Layered};
 pub use memory::MemoryDisk;
+pub use mirror::{MirrorDisk, MirrorState};
 pub use null::NullDisk;
 pub use qcow2::{ImageFormat, Qcow2Disk, guard_probed_raw, open_qcow2};
 pub use rbd::{RbdDisk, RbdTarget, cluster_connected, release_clusters};
 pub use snapshot::{COPY_BLOCK, Fleece, SnapshotDisk, SnapshotMethod, SnapshotReport};
 pub use thin::{ThinDisk, ThinOptions};
+pub use writable_export::WritableExport;
 
 /// One operation handed to an engine. Offsets and lengths are in bytes and already checked
 /// against the disk's capacity.

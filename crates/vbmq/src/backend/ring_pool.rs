@@ -12,6 +12,7 @@ use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use io_uring::{IoUring, opcode};
 use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
@@ -38,6 +39,21 @@ struct Spare {
 }
 
 static POOL: Mutex<Vec<Spare>> = Mutex::new(Vec::new());
+
+/// Raised before confinement: no ring can be made from then on.
+static SEALED: AtomicBool = AtomicBool::new(false);
+
+/// No ring may be made from now on (the process is about to be confined): an engine opened
+/// later for any file disk (a writable export's, a mirror's copy) takes a spare ring or goes
+/// without, as a run-time disk's queue does.
+pub fn seal() {
+    SEALED.store(true, Ordering::SeqCst);
+}
+
+/// Whether [`seal`] was called.
+pub fn sealed() -> bool {
+    SEALED.load(Ordering::SeqCst)
+}
 
 fn pool() -> std::sync::MutexGuard<'static, Vec<Spare>> {
     POOL.lock().unwrap_or_else(|p| p.into_inner())

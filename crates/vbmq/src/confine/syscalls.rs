@@ -282,6 +282,17 @@ pub(super) fn filter(
             )?,
         ])
     };
+    // A mirror's destination, connected by `vbmq ctl` and passed, is given a deadline for its
+    // NBD handshake (SO_RCVTIMEO, SO_SNDTIMEO) and nothing else (RBD disks allow every option).
+    if run_time_disks && !ceph {
+        rules.insert(
+            libc::SYS_setsockopt,
+            vec![
+                socket_option(libc::SO_RCVTIMEO)?,
+                socket_option(libc::SO_SNDTIMEO)?,
+            ],
+        );
+    }
     // A socket passed for a run-time disk or share, or inherited, is checked to listen.
     if !ceph {
         rules.insert(

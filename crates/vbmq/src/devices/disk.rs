@@ -12,8 +12,8 @@ use super::handles::Handles;
 use super::layers::{LayerInputs, TrackedFiles, open_layer};
 use crate::backend::cache::ImageId;
 use crate::backend::{
-    Disk, FileDisk, MemoryDisk, NullDisk, RbdDisk, RbdTarget, SnapshotDisk, ThinDisk, ThinOptions,
-    guard_probed_raw, open_qcow2,
+    Disk, FileDisk, MemoryDisk, MirrorDisk, NullDisk, RbdDisk, RbdTarget, SnapshotDisk, ThinDisk,
+    ThinOptions, guard_probed_raw, open_qcow2,
 };
 use crate::config::{BaseSpec, DiskSpec, LayerSpec, SpecError, StackSpec, Storage, StorageSpec};
 use crate::own_files::{self, Access, Create};
@@ -115,9 +115,23 @@ fn open_disk(
     };
     let (mut disk, files) = open_storage(spec, &stack.storage, source, handles)?;
     for layer in &stack.layers {
+        if matches!(layer, LayerSpec::Delay { .. }) {
+            disk = mirrored(disk, handles);
+        }
         disk = open_layer(&stack, layer, disk, &mut inputs, handles)?;
     }
+    if handles.mirror.is_none() {
+        disk = mirrored(disk, handles);
+    }
     Ok((disk, files))
+}
+
+/// The mirror layer (`mirror-begin`) over `disk`: at the top of the stack, under the test-only
+/// delay layer, so a mirror sends what the guest sees.
+fn mirrored(disk: Arc<dyn Disk>, handles: &mut Handles) -> Arc<dyn Disk> {
+    let mirror = Arc::new(MirrorDisk::new(disk));
+    handles.mirror = Some(Arc::downgrade(&mirror));
+    mirror
 }
 
 /// The storage, with the snapshot layer over a `path=` disk's (it reads the image beneath the

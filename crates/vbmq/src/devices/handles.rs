@@ -6,7 +6,9 @@ use std::fs::File;
 use std::io;
 use std::sync::{Arc, Weak};
 
-use crate::backend::{ChangeMap, Disk, Fleece, SnapshotDisk, SnapshotReport, WriterSeat};
+use crate::backend::{
+    ChangeMap, Disk, Fleece, MirrorDisk, SnapshotDisk, SnapshotReport, WriterSeat,
+};
 use crate::nbd::Export;
 
 /// What the layers of one disk answer themselves; `None` where the stack has no such layer.
@@ -27,6 +29,8 @@ pub(crate) struct Handles {
     /// The layers above the snapshot layer, bottom up: each maps what an export serves (a
     /// cipher decrypts). Weak, as `changes`.
     pub export_views: Vec<Weak<dyn Disk>>,
+    /// The mirror layer (`mirror-begin`), at the top of the stack. Weak, as `changes`.
+    pub mirror: Option<Weak<MirrorDisk>>,
 }
 
 impl Handles {
@@ -72,6 +76,11 @@ impl Handles {
     /// The changed-block maps, while the disk is open.
     pub fn changes(&self) -> Option<Arc<ChangeMap>> {
         self.changes.as_ref()?.upgrade()
+    }
+
+    /// The mirror layer, while the disk is open.
+    pub fn mirror(&self) -> Option<Arc<MirrorDisk>> {
+        self.mirror.as_ref()?.upgrade()
     }
 
     fn snapshots(&self) -> Option<&SnapshotDisk> {

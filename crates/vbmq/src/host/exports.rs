@@ -1,6 +1,8 @@
-//! Point-in-time NBD exports of running disks (`export-begin`, `export-end`): one per disk at
-//! a time, served on the listening socket the operator's `vbmq ctl` bound and passed. An export
-//! ends with `export-end`, with its disk's removal, or with the process (it is never restored).
+//! NBD exports of disks (`export-begin`, `export-end`), served on the listening socket the
+//! operator's `vbmq ctl` bound and passed: point-in-time read-only exports of running disks
+//! (one per disk at a time), and writable exports of disks no guest has started on yet (a
+//! mirror's destination), which end when a guest's first ring starts. An export ends with
+//! `export-end`, with its disk's removal, or with the process (it is never restored).
 //!
 //! Checkpoints (`track-changes=on` disks): `--checkpoint NEW` begins the map NEW, then the
 //! writes pushed before it complete, then the export's instant: every write is in the export
@@ -11,12 +13,17 @@
 use std::fs::File;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::{Host, HostError, SHRINK_WAIT, lock};
-use crate::backend::ChangeMap;
+use crate::backend::{ChangeMap, WritableExport};
 use crate::devices::Handles;
 use crate::nbd::{DirtyBitmap, Export, NbdServer, WithBitmaps};
+use crate::virtio_blk::BlkDevice;
+
+/// An export's server, taken by whichever ends it first: `export-end`, or a guest starting on
+/// a writable export's disk.
+type ServerSlot = Arc<Mutex<Option<NbdServer>>>;
 
 /// An export being served.
 pub(super) struct RunningExport {
@@ -26,14 +33,22 @@ pub(super) struct RunningExport {
     address: String,
     /// The verbs of the disk's layers: its export ends there.
     handles: Handles,
-    server: NbdServer,
+    server: ServerSlot,
+    /// A writable export's disk device, whose guest gate ends it.
+    writable: Option<Arc<BlkDevice>>,
 }
 
 impl RunningExport {
     /// Stops serving (every client disconnected), then ends the disk's export.
     fn end(self) {
-        self.server.stop();
-        self.handles.export_end();
+        let server = lock(&self.server).take();
+        if let Some(server) = server {
+            server.stop();
+        }
+        match self.writable {
+            Some(device) => device.guest_gate.clear(),
+            None => self.handles.export_end(),
+        }
     }
 }
 
@@ -161,11 +176,97 @@ impl Host {
             socket: socket.to_path_buf(),
             address: address.to_owned(),
             handles,
-            server,
+            server: Arc::new(Mutex::new(Some(server))),
+            writable: None,
         });
         crate::limited!(
             info,
             "{}: export of {} bytes begun on {address}",
+            socket.display(),
+            info.bytes
+        );
+        Ok(info)
+    }
+
+    /// `export-begin --writable`: serves the disk on `socket`, which no guest has started on,
+    /// to NBD clients of `listener` for reading and writing, through the disk's whole stack.
+    /// The first ring a guest starts ends the export (every client disconnected, every write
+    /// done) before the guest's first request.
+    pub fn export_begin_writable(
+        &self,
+        socket: &Path,
+        address: &str,
+        listener: UnixListener,
+    ) -> Result<ExportInfo, HostError> {
+        let (disk, handles, device) = {
+            let disks = lock(&self.disks);
+            let running = disks
+                .iter()
+                .find(|r| r.spec.socket == socket)
+                .ok_or_else(|| HostError::NoSuchDisk(socket.to_path_buf()))?;
+            if running.device.readonly {
+                return Err(HostError::Export("the disk is read-only".into()));
+            }
+            (
+                Arc::clone(&running.disk),
+                running.handles.clone(),
+                Arc::clone(&running.device),
+            )
+        };
+        let mut exports = lock(&self.exports);
+        if exports.iter().any(|e| e.address == address) {
+            return Err(HostError::Export(format!("{address} is served already")));
+        }
+        let export = Arc::new(
+            WritableExport::new(disk.clone()).map_err(|e| HostError::Export(e.to_string()))?,
+        );
+        let slot: ServerSlot = Arc::default();
+        let (ended, taken, name) = (export.clone(), slot.clone(), socket.display().to_string());
+        let gated = device.guest_gate.before_start(Box::new(move || {
+            ended.end();
+            let server = lock(&taken).take();
+            if let Some(server) = server {
+                server.stop();
+                crate::limited!(info, "{name}: a guest starts: its writable export ended");
+            }
+        }));
+        if !gated {
+            return Err(HostError::Export(
+                "a guest has started on this disk (or another writable export waits for one): \
+                 only a disk no guest runs on is exported writable"
+                    .into(),
+            ));
+        }
+        let info = ExportInfo {
+            bytes: crate::nbd::Export::size(export.as_ref()),
+            block_size: crate::nbd::Export::block_size(export.as_ref()),
+        };
+        {
+            // Held while starting: a guest starting now ends the export once it is served.
+            let mut served = lock(&slot);
+            if device.guest_gate.has_started() {
+                device.guest_gate.clear();
+                return Err(HostError::Export("a guest has started on this disk".into()));
+            }
+            let name = format!("{} writable export {address}", socket.display());
+            match NbdServer::start(listener, export, name) {
+                Ok(server) => *served = Some(server),
+                Err(e) => {
+                    device.guest_gate.clear();
+                    return Err(HostError::Export(e.to_string()));
+                }
+            }
+        }
+        exports.push(RunningExport {
+            socket: socket.to_path_buf(),
+            address: address.to_owned(),
+            handles,
+            server: slot,
+            writable: Some(device),
+        });
+        crate::limited!(
+            info,
+            "{}: writable export of {} bytes begun on {address}",
             socket.display(),
             info.bytes
         );

@@ -6,11 +6,14 @@
 //! - [`server`]: one connection's handshake and transmission against an [`Export`];
 //! - [`meta_context`]: the metadata contexts, and the dirty bitmaps frozen at the instant
 //!   ([`WithBitmaps`] adds them to an export);
-//! - [`listener`]: an export's socket, a thread per client, bounded.
+//! - [`listener`]: an export's socket, a thread per client, bounded;
+//! - [`client`]: a pipelined client of one export (a `base=nbd` disk's base, a mirror's
+//!   destination).
 //!
 //! No maintained crate has the protocol with structured replies and metadata contexts (the
 //! `nbd` crate is a sketch with neither; `tokio-nbd` needs tokio), so it is here, small.
 
+pub mod client;
 pub mod listener;
 pub mod meta_context;
 pub mod server;

@@ -23,7 +23,8 @@ const MAX_OPTIONS: u32 = 256;
 /// Extents in one block status reply, per context.
 const MAX_EXTENTS: usize = 4096;
 
-/// What a read-only point-in-time export offers the server.
+/// What an export offers the server: a read-only point-in-time export answers reads, trims
+/// and allocation; a writable one (a disk that receives a mirror) writes too.
 pub trait Export: Send + Sync {
     /// Its size in bytes.
     fn size(&self) -> u64;
@@ -40,6 +41,25 @@ pub trait Export: Send + Sync {
     /// context.
     fn dirty_bitmaps(&self) -> &[DirtyBitmap] {
         &[]
+    }
+    /// Whether clients may write: then [`Export::trim`] discards, and the writes below are
+    /// served.
+    fn writable(&self) -> bool {
+        false
+    }
+    /// Writes `data` at `offset` (within the size).
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), u32> {
+        let _ = (offset, data);
+        Err(errno::EPERM)
+    }
+    /// Zeroes `[offset, offset + len)` (within the size), deallocating it if `unmap`.
+    fn write_zeroes(&self, offset: u64, len: u64, unmap: bool) -> Result<(), u32> {
+        let _ = (offset, len, unmap);
+        Err(errno::EPERM)
+    }
+    /// Makes every write answered so far durable.
+    fn flush(&self) -> Result<(), u32> {
+        Ok(())
     }
 }
 
@@ -123,11 +143,12 @@ type Refusal = (u32, &'static str);
 
 impl<S: Read + Write> Connection<'_, S> {
     fn transmission_flags(&self) -> u16 {
-        let mut flags = flag::HAS_FLAGS
-            | flag::READ_ONLY
-            | flag::SEND_FLUSH
-            | flag::SEND_TRIM
-            | flag::CAN_MULTI_CONN;
+        let mut flags = flag::HAS_FLAGS | flag::SEND_FLUSH | flag::SEND_TRIM | flag::CAN_MULTI_CONN;
+        flags |= if self.export.writable() {
+            flag::SEND_FUA | flag::SEND_WRITE_ZEROES
+        } else {
+            flag::READ_ONLY
+        };
         if self.structured {
             flags |= flag::SEND_DF;
         }
@@ -309,32 +330,97 @@ impl<S: Read + Write> Connection<'_, S> {
                 cmd::DISC => return Ok(End::Client),
                 cmd::READ => self.read(&request)?,
                 cmd::WRITE => {
-                    // Its data follows: skipped to stay in step, unless too long to.
                     if request.length > MAX_REQUEST {
                         return Ok(End::Protocol("write longer than the maximum"));
                     }
-                    let mut rest = u64::from(request.length);
-                    let copied = io::copy(&mut (&mut *self.stream).take(rest), &mut io::sink())?;
-                    rest -= copied;
-                    if rest != 0 {
+                    if !self.write(&request)? {
                         return Ok(End::Client);
                     }
-                    self.error(&request, errno::EPERM, "the export is read-only")?;
                 }
-                cmd::WRITE_ZEROES => {
-                    self.error(&request, errno::EPERM, "the export is read-only")?
-                }
-                cmd::FLUSH => self.done(&request)?,
+                cmd::WRITE_ZEROES => self.write_zeroes(&request)?,
+                cmd::FLUSH => match self.export.flush() {
+                    Ok(()) => self.done(&request)?,
+                    Err(e) => self.error(&request, e, "flush failed")?,
+                },
                 cmd::TRIM => match self.range(&request) {
                     Err(e) => self.error(&request, e, "request past the end of the export")?,
-                    Ok(()) => match self.export.trim(request.offset, u64::from(request.length)) {
-                        Ok(()) => self.done(&request)?,
-                        Err(e) => self.error(&request, e, "trim failed")?,
-                    },
+                    Ok(()) => {
+                        let trimmed = self.export.trim(request.offset, u64::from(request.length));
+                        self.answer(
+                            &request,
+                            trimmed.and_then(|()| self.fua(&request)),
+                            "trim failed",
+                        )?;
+                    }
                 },
                 cmd::BLOCK_STATUS => self.block_status(&request)?,
                 _ => self.error(&request, errno::EINVAL, "unknown command")?,
             }
+        }
+    }
+
+    /// Takes a write's data (`false`: the client went away before sending it all) and writes
+    /// it, on a writable export; the data is always read, to stay in step.
+    fn write(&mut self, request: &Request) -> io::Result<bool> {
+        let len = request.length as usize;
+        if self.buffer.len() < len {
+            self.buffer.resize(len, 0);
+        }
+        match self.stream.read_exact(&mut self.buffer[..len]) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        if !self.export.writable() {
+            self.error(request, errno::EPERM, "the export is read-only")?;
+            return Ok(true);
+        }
+        if self.range(request).is_err() {
+            self.error(request, errno::EINVAL, "write past the end of the export")?;
+            return Ok(true);
+        }
+        let written = self
+            .export
+            .write(request.offset, &self.buffer[..len])
+            .and_then(|()| self.fua(request));
+        self.answer(request, written, "write failed")?;
+        Ok(true)
+    }
+
+    fn write_zeroes(&mut self, request: &Request) -> io::Result<()> {
+        if !self.export.writable() {
+            return self.error(request, errno::EPERM, "the export is read-only");
+        }
+        if self.range(request).is_err() {
+            return self.error(request, errno::EINVAL, "request past the end of the export");
+        }
+        let unmap = request.flags & cmd_flag::NO_HOLE == 0;
+        let zeroed = self
+            .export
+            .write_zeroes(request.offset, u64::from(request.length), unmap)
+            .and_then(|()| self.fua(request));
+        self.answer(request, zeroed, "write zeroes failed")
+    }
+
+    /// A write with `NBD_CMD_FLAG_FUA` is durable before its reply.
+    fn fua(&self, request: &Request) -> Result<(), u32> {
+        if request.flags & cmd_flag::FUA != 0 {
+            self.export.flush()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Replies to a request with no data: done, or its error.
+    fn answer(
+        &mut self,
+        request: &Request,
+        result: Result<(), u32>,
+        failed: &str,
+    ) -> io::Result<()> {
+        match result {
+            Ok(()) => self.done(request),
+            Err(e) => self.error(request, e, failed),
         }
     }
 

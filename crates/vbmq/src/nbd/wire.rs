@@ -56,7 +56,8 @@ pub mod rep {
     pub const INFO: u32 = 3;
     /// One metadata context.
     pub const META_CONTEXT: u32 = 4;
-    const ERROR: u32 = 1 << 31;
+    /// The bit of every error reply type.
+    pub const ERROR: u32 = 1 << 31;
     /// The option is unknown.
     pub const ERR_UNSUP: u32 = ERROR | 1;
     /// Forbidden by the server's policy.
@@ -87,8 +88,12 @@ pub mod flag {
     pub const READ_ONLY: u16 = 1 << 1;
     /// `NBD_CMD_FLUSH` is understood.
     pub const SEND_FLUSH: u16 = 1 << 2;
+    /// `NBD_CMD_FLAG_FUA` is understood.
+    pub const SEND_FUA: u16 = 1 << 3;
     /// `NBD_CMD_TRIM` is understood.
     pub const SEND_TRIM: u16 = 1 << 5;
+    /// `NBD_CMD_WRITE_ZEROES` is understood.
+    pub const SEND_WRITE_ZEROES: u16 = 1 << 6;
     /// `NBD_CMD_FLAG_DF` is understood.
     pub const SEND_DF: u16 = 1 << 7;
     /// Every connection sees the same data: a client may open several.
@@ -117,6 +122,8 @@ pub mod cmd {
 pub mod cmd_flag {
     /// Force unit access.
     pub const FUA: u16 = 1 << 0;
+    /// Write zeroes without punching a hole.
+    pub const NO_HOLE: u16 = 1 << 1;
     /// Do not fragment a read's reply.
     pub const DF: u16 = 1 << 2;
     /// One extent per context is enough.

@@ -7,7 +7,7 @@ use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRE
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use super::WritesInFlight;
+use super::{GuestGate, WritesInFlight};
 use crate::backend::{Disk, Geometry, WriterSeat};
 use crate::limits::DiskLimiter;
 
@@ -41,6 +41,8 @@ pub struct BlkDevice {
     pub writer_seat: OnceLock<Arc<WriterSeat>>,
     /// Writes in flight, for a shrinking resize to wait for.
     pub writes: WritesInFlight,
+    /// Whether a guest has started, and what ends before it does.
+    pub guest_gate: GuestGate,
 }
 
 impl BlkDevice {
@@ -81,6 +83,7 @@ impl BlkDevice {
             serial: id,
             writer_seat: OnceLock::new(),
             writes: WritesInFlight::new(usize::from(num_queues)),
+            guest_gate: GuestGate::default(),
         }
     }
 

@@ -5,6 +5,7 @@
 
 mod config_space;
 mod device;
+mod guest_gate;
 pub mod queue;
 mod request;
 mod resize;
@@ -12,6 +13,7 @@ mod writes_in_flight;
 
 pub use config_space::config_space;
 pub use device::{BlkDevice, DISCARD_SEG_MAX, SECTOR_SIZE, SEG_MAX};
+pub use guest_gate::GuestGate;
 pub use request::{Payload, Range, Rejection, Request, RequestError, RequestType, parse};
 pub use resize::resize_disk;
 pub use writes_in_flight::{WriteTicket, WritesInFlight};

@@ -31,6 +31,7 @@ pub(super) fn device(readonly: bool) -> BlkDevice {
         serial: [0; 20],
         writer_seat: Default::default(),
         writes: super::WritesInFlight::new(1),
+        guest_gate: Default::default(),
     }
 }
 

@@ -216,6 +216,7 @@ fn check(input: &Input) {
         serial: [0; 20],
         writer_seat: Default::default(),
         writes: crate::virtio_blk::WritesInFlight::new(1),
+        guest_gate: Default::default(),
     };
     let empty = libc::iovec {
         iov_base: std::ptr::null_mut(),

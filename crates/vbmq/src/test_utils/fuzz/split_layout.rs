@@ -102,6 +102,7 @@ fn check(split: &Split) {
         serial: [0; 20],
         writer_seat: Default::default(),
         writes: crate::virtio_blk::WritesInFlight::new(1),
+        guest_gate: Default::default(),
     };
     let run = |pieces: &[(u64, u64, bool)]| {
         let descs: Vec<RawDescriptor> = pieces

@@ -112,6 +112,7 @@ impl QueueHandler for BlkQueue {
     const LIMITED: bool = true;
 
     fn set_up(&mut self, _own_thread: bool) -> Option<RawFd> {
+        self.requests.device.guest_gate.ring_starts();
         if self.requests.engine.is_none() && self.may_open_engine {
             match self.disk.engine(self.settings.engine_options()) {
                 Ok(engine) => self.requests.engine = Some(engine),

@@ -1,0 +1,90 @@
+//! Where a mirror writes: an NBD export (another vbmq's `export-begin --writable`), reached
+//! through the NBD client. Requests are pipelined; each one's outcome comes back through its
+//! [`Done`], on the client's thread.
+
+use std::sync::mpsc;
+
+/// A request's outcome: `Err` says why it failed.
+pub type Done = Box<dyn FnOnce(Result<(), String>) + Send>;
+
+/// One request to the destination.
+#[derive(Clone, Copy, Debug)]
+pub enum Remote<'a> {
+    /// Write `data` at `offset`.
+    Write {
+        /// Where.
+        offset: u64,
+        /// What.
+        data: &'a [u8],
+    },
+    /// Zero `len` bytes at `offset` (the destination may deallocate them).
+    Zeroes {
+        /// Where.
+        offset: u64,
+        /// How many bytes.
+        len: u32,
+    },
+    /// Make every write acknowledged so far durable.
+    Flush,
+}
+
+/// A mirror's destination.
+pub trait Destination: Send + Sync {
+    /// Its size in bytes.
+    fn size(&self) -> u64;
+    /// Whether it refuses writes.
+    fn read_only(&self) -> bool;
+    /// Sends `request`; `done` runs once with its outcome (at once if it cannot be sent).
+    fn submit(&self, request: Remote<'_>, done: Done);
+    /// Ends the connection: every request in flight fails.
+    fn abort(&self);
+}
+
+/// Sends `request` and waits for its outcome.
+pub fn wait(destination: &dyn Destination, request: Remote<'_>) -> Result<(), String> {
+    let (tx, rx) = mpsc::sync_channel(1);
+    destination.submit(
+        request,
+        Box::new(move |result| {
+            let _ = tx.send(result);
+        }),
+    );
+    rx.recv()
+        .unwrap_or_else(|_| Err("the NBD client dropped a request".into()))
+}
+
+impl Destination for crate::nbd::client::Client {
+    fn size(&self) -> u64 {
+        self.info().size
+    }
+
+    fn read_only(&self) -> bool {
+        self.info().read_only()
+    }
+
+    fn submit(&self, request: Remote<'_>, done: Done) {
+        use crate::nbd::client::Command;
+        let command = match request {
+            Remote::Write { offset, data } => Command::Write {
+                offset,
+                data,
+                fua: false,
+            },
+            Remote::Zeroes { offset, len } => Command::WriteZeroes {
+                offset,
+                len,
+                may_trim: true,
+            },
+            Remote::Flush => Command::Flush,
+        };
+        crate::nbd::client::Client::submit(
+            self,
+            command,
+            Box::new(move |result| done(result.map(drop).map_err(|e| e.to_string()))),
+        );
+    }
+
+    fn abort(&self) {
+        crate::nbd::client::Client::abort(self);
+    }
+}

@@ -1,0 +1,136 @@
+//! Mirrors of running disks to NBD exports (`mirror-begin`, `mirror-end`): the destination's
+//! socket is connected by the operator's `vbmq ctl` and passed, so a confined vbmq connects to
+//! nothing; for the same reason a lost destination is never reconnected: the mirror fails.
+
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{Host, HostError, lock};
+use crate::backend::{MirrorDisk, MirrorState};
+use crate::nbd::client::{Client, Connector};
+use crate::virtio_blk::BlkDevice;
+
+/// How long `mirror-begin` waits for the guest writes pushed before it to complete (they are
+/// not sent to the destination, so the copy must read them).
+const OLDER_WRITES: Duration = Duration::from_secs(60);
+
+/// The export name and socket path of `nbd+unix:///NAME?socket=PATH` (the NBD URI form, with
+/// an absolute PATH) or of `unix:PATH` (the default export).
+pub fn nbd_unix_uri(uri: &str) -> Result<(String, std::path::PathBuf), String> {
+    let (name, path) = if let Some(path) = uri.strip_prefix("unix:") {
+        (String::new(), path)
+    } else if let Some(rest) = uri.strip_prefix("nbd+unix://") {
+        let (name, query) = rest
+            .split_once('?')
+            .ok_or_else(|| format!("{uri}: no ?socket=PATH"))?;
+        let name = name.strip_prefix('/').unwrap_or(name);
+        let path = query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("socket="))
+            .ok_or_else(|| format!("{uri}: no socket=PATH"))?;
+        (name.to_owned(), path)
+    } else if uri.starts_with("nbd://") || uri.starts_with("nbds://") {
+        return Err(format!(
+            "{uri}: NBD over TCP needs TLS, which vbmq does not have yet: use \
+             nbd+unix:///NAME?socket=PATH (and a TLS proxy or an SSH tunnel to reach another host)"
+        ));
+    } else {
+        return Err(format!(
+            "{uri}: NBD_URI is nbd+unix:///NAME?socket=PATH or unix:PATH"
+        ));
+    };
+    let path = std::path::PathBuf::from(path);
+    if !path.is_absolute() || name.contains('%') {
+        return Err(format!(
+            "{uri}: the socket path must be absolute (and the name not percent-encoded)"
+        ));
+    }
+    Ok((name, path))
+}
+
+/// The mirror error of `e`.
+fn refused(e: impl std::fmt::Display) -> HostError {
+    HostError::Mirror(e.to_string())
+}
+
+/// A connector that gives the passed stream once: a lost connection is not reopened.
+fn passed_once(stream: UnixStream) -> Connector {
+    let stream = Mutex::new(Some(stream));
+    Box::new(move || {
+        lock(&stream).take().ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "the destination's socket was passed once: no reconnection",
+            )
+        })
+    })
+}
+
+impl Host {
+    /// The mirror layer and the device of the disk on `socket`.
+    fn mirror_and_device(
+        &self,
+        socket: &Path,
+    ) -> Result<(Arc<MirrorDisk>, Arc<BlkDevice>), HostError> {
+        let disks = lock(&self.disks);
+        let running = disks
+            .iter()
+            .find(|r| r.spec.socket == socket)
+            .ok_or_else(|| HostError::NoSuchDisk(socket.to_path_buf()))?;
+        let mirror = running
+            .handles
+            .mirror()
+            .ok_or_else(|| refused("this disk has no mirror layer"))?;
+        Ok((mirror, running.device.clone()))
+    }
+
+    /// `mirror-begin`: mirrors the disk on `socket` to the NBD export (named `name`) at the
+    /// other end of `stream`; with `wait_ready`, returns once the destination holds everything
+    /// (or the mirror failed).
+    pub fn mirror_begin(
+        &self,
+        socket: &Path,
+        stream: UnixStream,
+        name: &str,
+        wait_ready: bool,
+    ) -> Result<MirrorState, HostError> {
+        let (mirror, device) = self.mirror_and_device(socket)?;
+        let client = Client::connect(passed_once(stream), name).map_err(refused)?;
+        mirror.begin(Box::new(client)).map_err(refused)?;
+        // Writes pushed before the mirror began reach the disk only: the copy must come after.
+        if !device.writes.wait_for_older(OLDER_WRITES) {
+            mirror.stop();
+            mirror.finish();
+            return Err(refused("the guest's writes in flight did not complete"));
+        }
+        mirror.copy();
+        crate::limited!(info, "{}: mirror begun", socket.display());
+        let state = if wait_ready {
+            mirror.wait_settled()
+        } else {
+            mirror.state()
+        };
+        state.ok_or_else(|| refused("the mirror ended at once"))
+    }
+
+    /// `mirror-end`: guest writes go to the disk alone from now on; once those in flight are
+    /// done, the destination is flushed and disconnected. Returns the mirror's last state.
+    pub fn mirror_end(&self, socket: &Path) -> Result<MirrorState, HostError> {
+        let (mirror, device) = self.mirror_and_device(socket)?;
+        let state = mirror
+            .stop()
+            .ok_or_else(|| refused("no mirror of this disk runs"))?;
+        if !device.writes.wait_for_older(OLDER_WRITES) {
+            crate::limited!(
+                warn,
+                "{}: mirror-end: guest writes still in flight",
+                socket.display()
+            );
+        }
+        mirror.finish();
+        crate::limited!(info, "{}: mirror ended", socket.display());
+        Ok(state)
+    }
+}

@@ -1,0 +1,187 @@
+//! One connection in transmission: requests written under a lock (a header and a write's data
+//! together), replies read by a thread of their own and matched to their requests by cookie,
+//! so that any number of requests are in flight at once. A reply the client did not ask for,
+//! or a broken one, ends the connection: every request still in flight then completes with
+//! [`ClientError::Disconnected`], and the connection takes no more.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::Shutdown;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use super::ClientError;
+use crate::nbd::wire::{self, Request, cmd};
+
+/// Called once with a request's outcome: a read's data, or nothing for the other commands.
+/// It runs on the connection's reply thread, or on the submitter's when the request never
+/// left.
+pub type Completion = Box<dyn FnOnce(Result<Vec<u8>, ClientError>) + Send>;
+
+struct Pending {
+    /// A read's length: that many bytes follow its reply.
+    read_len: Option<u32>,
+    done: Completion,
+}
+
+#[derive(Default)]
+struct Inflight {
+    /// Set once the connection is over: no request enters after.
+    ended: bool,
+    by_cookie: HashMap<u64, Pending>,
+}
+
+pub(super) struct Connection {
+    writer: Mutex<UnixStream>,
+    inflight: Mutex<Inflight>,
+    /// A clone of the stream, to shut it down from any thread.
+    control: UnixStream,
+    replies: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Connection {
+    /// Starts the reply thread on a stream in transmission.
+    pub(super) fn start(stream: UnixStream) -> io::Result<Arc<Self>> {
+        let reader = stream.try_clone()?;
+        let control = stream.try_clone()?;
+        let conn = Arc::new(Connection {
+            writer: Mutex::new(stream),
+            inflight: Mutex::default(),
+            control,
+            replies: Mutex::new(None),
+        });
+        let replies = conn.clone();
+        let thread = std::thread::Builder::new()
+            .name("vbmq-nbd-client".into())
+            .spawn(move || replies.read_replies(reader))?;
+        *lock(&conn.replies) = Some(thread);
+        Ok(conn)
+    }
+
+    /// The connection still takes requests.
+    pub(super) fn is_open(&self) -> bool {
+        !lock(&self.inflight).ended
+    }
+
+    /// Sends `request` (and a write's `data`); `done` is called with its reply.
+    pub(super) fn send(&self, request: Request, data: &[u8], done: Completion) {
+        let read_len = (request.kind == cmd::READ).then_some(request.length);
+        {
+            let mut inflight = lock(&self.inflight);
+            if inflight.ended {
+                drop(inflight);
+                return done(Err(ClientError::Disconnected));
+            }
+            inflight
+                .by_cookie
+                .insert(request.cookie, Pending { read_len, done });
+        }
+        let sent = {
+            let mut writer = lock(&self.writer);
+            writer
+                .write_all(&request.encode())
+                .and_then(|()| writer.write_all(data))
+        };
+        if sent.is_err() {
+            // The reply thread sees the end too and fails this request with the rest.
+            self.shut_down();
+        }
+    }
+
+    /// Sends `NBD_CMD_DISC`: the server closes once it has answered what came before.
+    pub(super) fn disconnect(&self, cookie: u64) {
+        let request = Request {
+            magic: wire::REQUEST_MAGIC,
+            flags: 0,
+            kind: cmd::DISC,
+            cookie,
+            offset: 0,
+            length: 0,
+        };
+        let mut writer = lock(&self.writer);
+        if writer.write_all(&request.encode()).is_err() {
+            drop(writer);
+            self.shut_down();
+        }
+    }
+
+    /// Ends the connection at once: requests in flight fail.
+    pub(super) fn shut_down(&self) {
+        let _ = self.control.shutdown(Shutdown::Both);
+    }
+
+    /// Waits for the reply thread (after [`Connection::shut_down`] or a `DISC`).
+    pub(super) fn join(&self) {
+        let thread = lock(&self.replies).take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+    }
+
+    fn read_replies(&self, mut reader: UnixStream) {
+        let why = loop {
+            if let Err(e) = self.read_reply(&mut reader) {
+                break e;
+            }
+        };
+        if !matches!(why, ClientError::Disconnected) {
+            crate::limited!(warn, "NBD connection ended: {why}");
+        }
+        self.shut_down();
+        let orphans = {
+            let mut inflight = lock(&self.inflight);
+            inflight.ended = true;
+            std::mem::take(&mut inflight.by_cookie)
+        };
+        for (_, pending) in orphans {
+            (pending.done)(Err(ClientError::Disconnected));
+        }
+    }
+
+    /// Reads one reply and completes its request; an error ends the connection.
+    fn read_reply(&self, reader: &mut UnixStream) -> Result<(), ClientError> {
+        let mut header = [0; 16];
+        match reader.read_exact(&mut header) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                return Err(ClientError::Disconnected);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let magic = u32::from_be_bytes([header[0], header[1], header[2], header[3]]);
+        if magic == wire::STRUCTURED_REPLY_MAGIC {
+            return Err(ClientError::Protocol("structured reply, not negotiated"));
+        }
+        if magic != wire::SIMPLE_REPLY_MAGIC {
+            return Err(ClientError::Protocol("bad reply magic"));
+        }
+        let error = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
+        let mut cookie = [0; 8];
+        cookie.copy_from_slice(&header[8..16]);
+        let cookie = u64::from_be_bytes(cookie);
+        let pending = lock(&self.inflight)
+            .by_cookie
+            .remove(&cookie)
+            .ok_or(ClientError::Protocol("a reply to no request in flight"))?;
+        if error != 0 {
+            (pending.done)(Err(ClientError::Server(error)));
+            return Ok(());
+        }
+        let mut data = Vec::new();
+        if let Some(len) = pending.read_len {
+            // Our own request's length, bounded when it was sent: not the server's word.
+            data.resize(len as usize, 0);
+            if let Err(e) = reader.read_exact(&mut data) {
+                (pending.done)(Err(ClientError::Disconnected));
+                return Err(e.into());
+            }
+        }
+        (pending.done)(Ok(data));
+        Ok(())
+    }
+}
