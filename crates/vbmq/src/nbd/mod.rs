@@ -5,7 +5,8 @@
 //! - [`server`]: one connection's handshake and transmission against an [`Export`];
 //! - [`listener`]: an export's socket, a thread per client, bounded;
 //! - [`client`]: a pipelined client of one export (a `base=nbd` disk's base, a mirror's
-//!   destination).
+//!   destination);
+//! - [`uri`]: NBD URIs (`nbd+unix:///NAME?socket=PATH`), how an operator names an export.
 //!
 //! No maintained crate has the protocol with structured replies and metadata contexts (the
 //! `nbd` crate is a sketch with neither; `tokio-nbd` needs tokio), so it is here, small.
@@ -13,6 +14,7 @@
 pub mod client;
 pub mod listener;
 pub mod server;
+pub mod uri;
 pub mod wire;
 
 pub use listener::NbdServer;

@@ -113,6 +113,11 @@ impl Client {
         Self::connect(Box::new(move || UnixStream::connect(&path)), name)
     }
 
+    /// Connects to the export `uri` names.
+    pub fn connect_uri(uri: &super::uri::NbdUri) -> Result<Self, ClientError> {
+        Self::connect_unix(uri.socket.clone(), &uri.export)
+    }
+
     /// Connects to export `name` over the streams `connector` opens.
     pub fn connect(connector: Connector, name: &str) -> Result<Self, ClientError> {
         let (conn, info) = open(&connector, name, HANDSHAKE_TIMEOUT)?;
