@@ -125,7 +125,9 @@ fn qemu_storage_daemon_takes_pipelined_writes() {
     let (path, _) = image(dir.path());
     let socket = dir.path().join("qsd.sock");
     let _server = NbdServer::storage_daemon(&path, &socket, "disk");
-    let client = Client::connect_unix(socket, "disk").unwrap();
+    // Named as an operator names it: a URI, the export name percent-encoded.
+    let uri = format!("nbd+unix:///d%69sk?socket={}", s(&socket));
+    let client = Client::connect_uri(&uri.parse().unwrap()).unwrap();
     assert_eq!(client.info().size, LEN as u64);
     let data = pattern(37, LEN);
     let (tx, rx) = mpsc::channel();
