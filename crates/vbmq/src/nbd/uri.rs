@@ -7,7 +7,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use super::client::MAX_NAME;
+use super::wire::MAX_NAME;
 
 /// A parsed `nbd+unix` URI.
 #[derive(Clone, Debug, PartialEq, Eq)]
