@@ -187,7 +187,9 @@ impl Connection {
             // Our own request's length, bounded when it was sent: not the server's word.
             data.resize(len as usize, 0);
             if let Err(e) = reader.read_exact(&mut data) {
-                (pending.done)(Err(ClientError::Disconnected));
+                // Failed with the others once the connection is marked ended, so that its
+                // caller, told `Disconnected`, finds the connection lost and reconnects.
+                lock(&self.inflight).by_cookie.insert(cookie, pending);
                 return Err(e.into());
             }
         }
