@@ -9,6 +9,7 @@ mod nbd_servers;
 
 use std::path::Path;
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use common::{ctl_json, pattern, s, serve_with_control};
 use nbd_servers::NbdServer;
@@ -120,12 +121,45 @@ fn a_killed_server_fails_requests_and_a_restarted_one_serves_them_after_reconnec
 }
 
 #[test]
+fn a_read_waits_out_a_server_restart_until_its_deadline() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let (path, expected) = image(dir.path());
+    let socket = dir.path().join("nbd.sock");
+    let client = Client::connect_unix(socket.clone(), "remote");
+    assert!(client.is_err(), "no server yet");
+    let server = NbdServer::qemu_nbd(&path, &socket, "remote", true);
+    let client = std::sync::Arc::new(Client::connect_unix(socket.clone(), "remote").unwrap());
+    server.kill();
+    // No server until the deadline: the read fails, and not before its deadline.
+    let start = Instant::now();
+    let deadline = start + Duration::from_millis(300);
+    let mut buf = vec![0; 4096];
+    let lost = client.with_reconnect(deadline, |c| c.read(0, &mut buf));
+    assert!(matches!(lost, Err(ClientError::Disconnected)), "{lost:?}");
+    assert!(Instant::now() >= deadline);
+    // A server back before the deadline: the read returns the image's bytes.
+    let reader = client.clone();
+    let waiting = std::thread::spawn(move || {
+        let mut buf = vec![0; 4096];
+        let deadline = Instant::now() + Duration::from_secs(120);
+        reader
+            .with_reconnect(deadline, |c| c.read(8192, &mut buf))
+            .map(|()| buf)
+    });
+    let _server = NbdServer::qemu_nbd(&path, &socket, "remote", true);
+    let read = waiting.join().unwrap().unwrap();
+    assert!(read[..] == expected[8192..8192 + 4096]);
+}
+
+#[test]
 fn qemu_storage_daemon_takes_pipelined_writes() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let (path, _) = image(dir.path());
     let socket = dir.path().join("qsd.sock");
     let _server = NbdServer::storage_daemon(&path, &socket, "disk");
-    let client = Client::connect_unix(socket, "disk").unwrap();
+    // Named as an operator names it: a URI, the export name percent-encoded.
+    let uri = format!("nbd+unix:///d%69sk?socket={}", s(&socket));
+    let client = Client::connect_uri(&uri.parse().unwrap()).unwrap();
     assert_eq!(client.info().size, LEN as u64);
     let data = pattern(37, LEN);
     let (tx, rx) = mpsc::channel();

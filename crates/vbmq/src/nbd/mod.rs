@@ -8,7 +8,8 @@
 //!   ([`WithBitmaps`] adds them to an export);
 //! - [`listener`]: an export's socket, a thread per client, bounded;
 //! - [`client`]: a pipelined client of one export (a `base=nbd` disk's base, a mirror's
-//!   destination).
+//!   destination);
+//! - [`uri`]: NBD URIs (`nbd+unix:///NAME?socket=PATH`), how an operator names an export.
 //!
 //! No maintained crate has the protocol with structured replies and metadata contexts (the
 //! `nbd` crate is a sketch with neither; `tokio-nbd` needs tokio), so it is here, small.
@@ -17,6 +18,7 @@ pub mod client;
 pub mod listener;
 pub mod meta_context;
 pub mod server;
+pub mod uri;
 pub mod wire;
 pub mod with_bitmaps;
 

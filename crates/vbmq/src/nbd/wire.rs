@@ -164,6 +164,9 @@ pub mod allocation {
     pub const ZERO: u32 = 1 << 1;
 }
 
+/// The longest export name a client sends (QEMU's `NBD_MAX_STRING_SIZE`).
+pub const MAX_NAME: usize = 4096;
+
 /// The one metadata context every server knows.
 pub const BASE_ALLOCATION: &str = "base:allocation";
 

@@ -117,7 +117,17 @@ impl Connection {
 
     /// Waits for the reply thread (after [`Connection::shut_down`] or a `DISC`).
     pub(super) fn join(&self) {
-        let thread = lock(&self.replies).take();
+        let mut replies = lock(&self.replies);
+        // A completion (run on the reply thread) that reconnects or drops the client must not
+        // wait for its own thread.
+        if replies
+            .as_ref()
+            .is_some_and(|t| t.thread().id() == std::thread::current().id())
+        {
+            return;
+        }
+        let thread = replies.take();
+        drop(replies);
         if let Some(thread) = thread {
             let _ = thread.join();
         }
@@ -177,7 +187,9 @@ impl Connection {
             // Our own request's length, bounded when it was sent: not the server's word.
             data.resize(len as usize, 0);
             if let Err(e) = reader.read_exact(&mut data) {
-                (pending.done)(Err(ClientError::Disconnected));
+                // Failed with the others once the connection is marked ended, so that its
+                // caller, told `Disconnected`, finds the connection lost and reconnects.
+                lock(&self.inflight).by_cookie.insert(cookie, pending);
                 return Err(e.into());
             }
         }

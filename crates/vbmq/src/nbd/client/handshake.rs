@@ -8,8 +8,6 @@ use std::io::{Read, Write};
 use super::ClientError;
 use crate::nbd::wire::{self, OptionHeader, flag, handshake, info, opt, rep};
 
-/// The longest export name (QEMU's `NBD_MAX_STRING_SIZE`).
-pub const MAX_NAME: usize = 4096;
 /// The longest option reply accepted; a longer one ends the handshake.
 const MAX_REPLY: u32 = 64 << 10;
 /// Replies to one `GO` before its `ACK`; more ends the handshake.
@@ -50,7 +48,7 @@ impl ExportInfo {
 /// Runs the handshake on a fresh connection to `name`; on success the stream is in
 /// transmission.
 pub fn negotiate<S: Read + Write>(stream: &mut S, name: &str) -> Result<ExportInfo, ClientError> {
-    if name.len() > MAX_NAME {
+    if name.len() > wire::MAX_NAME {
         return Err(ClientError::Invalid("export name longer than 4096 bytes"));
     }
     let mut hello = [0; 18];

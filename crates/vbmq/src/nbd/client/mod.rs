@@ -16,11 +16,11 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use connection::Completion;
 use connection::Connection;
-pub use handshake::{ExportInfo, MAX_NAME, MAX_REQUEST};
+pub use handshake::{ExportInfo, MAX_REQUEST};
 
 use super::wire::{self, Request, cmd, cmd_flag, flag};
 
@@ -104,6 +104,10 @@ pub struct Client {
     cookies: AtomicU64,
 }
 
+/// The first and the longest pause between two reconnection attempts.
+const RETRY_MIN: Duration = Duration::from_millis(10);
+const RETRY_MAX: Duration = Duration::from_millis(500);
+
 /// How long a server may take over its handshake before the connection is given up.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -111,6 +115,11 @@ impl Client {
     /// Connects to export `name` of the server listening on the Unix socket `path`.
     pub fn connect_unix(path: PathBuf, name: &str) -> Result<Self, ClientError> {
         Self::connect(Box::new(move || UnixStream::connect(&path)), name)
+    }
+
+    /// Connects to the export `uri` names.
+    pub fn connect_uri(uri: &super::uri::NbdUri) -> Result<Self, ClientError> {
+        Self::connect_unix(uri.socket.clone(), &uri.export)
     }
 
     /// Connects to export `name` over the streams `connector` opens.
@@ -153,6 +162,40 @@ impl Client {
         let old = std::mem::replace(&mut *lock(&self.current), conn);
         old.join();
         Ok(())
+    }
+
+    /// Runs `op` until it succeeds or fails for a reason other than a lost connection,
+    /// reconnecting between tries, until `deadline`: then the last error. For a caller that
+    /// must wait out a server's restart (a fetch of a block no one else holds) but not
+    /// forever. A request `op` repeats must be one that may run twice (a read, a write of the
+    /// same data).
+    pub fn with_reconnect<T>(
+        &self,
+        deadline: Instant,
+        mut op: impl FnMut(&Client) -> Result<T, ClientError>,
+    ) -> Result<T, ClientError> {
+        let mut pause = RETRY_MIN;
+        loop {
+            let error = match op(self) {
+                Err(ClientError::Disconnected) => ClientError::Disconnected,
+                other => return other,
+            };
+            // Reconnects until the deadline; a server that answers but refuses ends it.
+            loop {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(error);
+                }
+                match self.reconnect() {
+                    Ok(()) => break,
+                    Err(ClientError::Io(_) | ClientError::Disconnected) => {
+                        std::thread::sleep(pause.min(deadline - now));
+                        pause = (pause * 2).min(RETRY_MAX);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
     }
 
     /// Ends the current connection at once (a server that stopped answering): requests in
