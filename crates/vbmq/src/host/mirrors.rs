@@ -16,38 +16,18 @@ use crate::virtio_blk::BlkDevice;
 /// not sent to the destination, so the copy must read them).
 const OLDER_WRITES: Duration = Duration::from_secs(60);
 
-/// The export name and socket path of `nbd+unix:///NAME?socket=PATH` (the NBD URI form, with
-/// an absolute PATH) or of `unix:PATH` (the default export).
+/// The export name and socket path of `nbd+unix:///NAME?socket=PATH` (an NBD URI, parsed as
+/// the spec reads it: [`crate::nbd::uri`]) or of `unix:PATH` (the default export).
 pub fn nbd_unix_uri(uri: &str) -> Result<(String, std::path::PathBuf), String> {
-    let (name, path) = if let Some(path) = uri.strip_prefix("unix:") {
-        (String::new(), path)
-    } else if let Some(rest) = uri.strip_prefix("nbd+unix://") {
-        let (name, query) = rest
-            .split_once('?')
-            .ok_or_else(|| format!("{uri}: no ?socket=PATH"))?;
-        let name = name.strip_prefix('/').unwrap_or(name);
-        let path = query
-            .split('&')
-            .find_map(|kv| kv.strip_prefix("socket="))
-            .ok_or_else(|| format!("{uri}: no socket=PATH"))?;
-        (name.to_owned(), path)
-    } else if uri.starts_with("nbd://") || uri.starts_with("nbds://") {
-        return Err(format!(
-            "{uri}: NBD over TCP needs TLS, which vbmq does not have yet: use \
-             nbd+unix:///NAME?socket=PATH (and a TLS proxy or an SSH tunnel to reach another host)"
-        ));
-    } else {
-        return Err(format!(
-            "{uri}: NBD_URI is nbd+unix:///NAME?socket=PATH or unix:PATH"
-        ));
-    };
-    let path = std::path::PathBuf::from(path);
-    if !path.is_absolute() || name.contains('%') {
-        return Err(format!(
-            "{uri}: the socket path must be absolute (and the name not percent-encoded)"
-        ));
+    if let Some(path) = uri.strip_prefix("unix:") {
+        let path = std::path::PathBuf::from(path);
+        if !path.is_absolute() {
+            return Err(format!("{uri}: the socket path must be absolute"));
+        }
+        return Ok((String::new(), path));
     }
-    Ok((name, path))
+    let parsed: crate::nbd::uri::NbdUri = uri.parse().map_err(|e| format!("{uri}: {e}"))?;
+    Ok((parsed.export, parsed.socket))
 }
 
 /// The mirror error of `e`.
