@@ -17,6 +17,7 @@ cargo fmt --all --check
 cargo clippy --release --workspace --all-targets --features "$features" -- -D warnings
 python3 scripts/import-graph-test.py  # the graph script finds circles in nested modules
 python3 scripts/import-graph.py -q  # the module graph: no circle, at most one arrow back up
+python3 scripts/long-functions.py  # no production function over 120 lines
 echo "== cargo test (every crate, guest, root and Ceph tests included)"
 cargo test --release --workspace --all-targets --features "$features" \
     2>&1 | tee "$log"

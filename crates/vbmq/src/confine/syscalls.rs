@@ -262,48 +262,7 @@ pub(super) fn filter(
         })
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_ioctl, ioctl_rules);
-    // The vhost crate checks that the backend channel a frontend sends (SET_BACKEND_REQ_FD) is
-    // a Unix stream socket: SO_DOMAIN and SO_TYPE only; SO_ACCEPTCONN too, for the listening
-    // sockets `vbmq ctl` passes (RBD disks allow every option: librados' connects check
-    // SO_ERROR).
-    let socket_option = |option: libc::c_int| {
-        SeccompRule::new(vec![
-            SeccompCondition::new(
-                1,
-                SeccompCmpArgLen::Dword,
-                SeccompCmpOp::Eq,
-                libc::SOL_SOCKET.unsigned_abs().into(),
-            )?,
-            SeccompCondition::new(
-                2,
-                SeccompCmpArgLen::Dword,
-                SeccompCmpOp::Eq,
-                option.unsigned_abs().into(),
-            )?,
-        ])
-    };
-    // A mirror's destination, connected by `vbmq ctl` and passed, is given a deadline for its
-    // NBD handshake (SO_RCVTIMEO, SO_SNDTIMEO) and nothing else (RBD disks allow every option).
-    if run_time_disks && !ceph {
-        rules.insert(
-            libc::SYS_setsockopt,
-            vec![
-                socket_option(libc::SO_RCVTIMEO)?,
-                socket_option(libc::SO_SNDTIMEO)?,
-            ],
-        );
-    }
-    // A socket passed for a run-time disk or share, or inherited, is checked to listen.
-    if !ceph {
-        rules.insert(
-            libc::SYS_getsockopt,
-            vec![
-                socket_option(libc::SO_DOMAIN)?,
-                socket_option(libc::SO_TYPE)?,
-                socket_option(libc::SO_ACCEPTCONN)?,
-            ],
-        );
-    }
+    socket_option_rules(&mut rules, ceph, run_time_disks)?;
     // A share's queue threads take a umask of their own (`unshare(CLONE_FS)`), and nothing
     // else: no namespace.
     if shares {
@@ -328,6 +287,60 @@ pub(super) fn filter(
         )?])?],
     );
     SeccompFilter::new(rules, SeccompAction::Trap, SeccompAction::Allow, arch()?)?.try_into()
+}
+
+/// `getsockopt` and `setsockopt`: the `SOL_SOCKET` options vbmq's own checks use, unless Ceph
+/// is served (librados' connects need every option).
+fn socket_option_rules(
+    rules: &mut BTreeMap<i64, Vec<SeccompRule>>,
+    ceph: bool,
+    run_time_disks: bool,
+) -> Result<(), BackendError> {
+    // The vhost crate checks that the backend channel a frontend sends (SET_BACKEND_REQ_FD) is
+    // a Unix stream socket: SO_DOMAIN and SO_TYPE only; SO_ACCEPTCONN too, for the listening
+    // sockets `vbmq ctl` passes (RBD disks allow every option: librados' connects check
+    // SO_ERROR).
+    // A mirror's destination, connected by `vbmq ctl` and passed, is given a deadline for its
+    // NBD handshake (SO_RCVTIMEO, SO_SNDTIMEO) and nothing else (RBD disks allow every option).
+    if run_time_disks && !ceph {
+        rules.insert(
+            libc::SYS_setsockopt,
+            vec![
+                socket_option(libc::SO_RCVTIMEO)?,
+                socket_option(libc::SO_SNDTIMEO)?,
+            ],
+        );
+    }
+    // A socket passed for a run-time disk or share, or inherited, is checked to listen.
+    if !ceph {
+        rules.insert(
+            libc::SYS_getsockopt,
+            vec![
+                socket_option(libc::SO_DOMAIN)?,
+                socket_option(libc::SO_TYPE)?,
+                socket_option(libc::SO_ACCEPTCONN)?,
+            ],
+        );
+    }
+    Ok(())
+}
+
+/// A rule matching `SOL_SOCKET` option `option`.
+fn socket_option(option: libc::c_int) -> Result<SeccompRule, BackendError> {
+    SeccompRule::new(vec![
+        SeccompCondition::new(
+            1,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Eq,
+            libc::SOL_SOCKET.unsigned_abs().into(),
+        )?,
+        SeccompCondition::new(
+            2,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Eq,
+            option.unsigned_abs().into(),
+        )?,
+    ])
 }
 
 /// A filter stacked before [`filter`]: `clone3` passes its flags in memory a filter cannot
