@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::handles::Handles;
 use super::layers::{LayerInputs, TrackedFiles, open_layer};
 use crate::backend::cache::ImageId;
+use crate::backend::changes::ImageFile;
 use crate::backend::{
     Disk, FileDisk, MemoryDisk, MirrorDisk, NullDisk, RbdDisk, RbdTarget, SnapshotDisk, ThinDisk,
     ThinOptions, guard_probed_raw, open_qcow2,
@@ -246,9 +247,9 @@ fn open_image(
     })
 }
 
-/// A tracked disk's image time, taken before the image is opened, and for a passed image, a
-/// copy of its descriptor and the map file passed with it; `None` when the disk is not
-/// tracked.
+/// A tracked disk's image, opened here (or a copy of the passed descriptor) before the disk is,
+/// so its time is read through that descriptor, and for a passed image the map file passed
+/// with it; `None` when the disk is not tracked.
 fn tracked_files(
     stack: &StackSpec,
     path: &Path,
@@ -267,16 +268,20 @@ fn tracked_files(
         reason: format!("{}: {e}", path.display()),
     };
     let Some(image) = image else {
-        return Ok(Some((crate::backend::changes::image_mtime(path), None)));
+        let image = match File::open(path) {
+            Ok(image) => Some(ImageFile::new(image)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(error(e)),
+        };
+        return Ok(Some((image, None)));
     };
-    let mtime = crate::backend::changes::file_mtime(image);
     let Some(changes) = changes else {
         let e =
             std::io::Error::other("a passed image is tracked only with its DISK.changes passed");
         return Err(error(e));
     };
     let image = image.try_clone().map_err(error)?;
-    Ok(Some((mtime, Some((image, changes)))))
+    Ok(Some((Some(ImageFile::new(image)), Some(changes))))
 }
 
 /// A raw image file or block device (passed, or at `path`), set up as `spec` says.

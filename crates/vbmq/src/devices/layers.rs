@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::handles::Handles;
 use crate::backend::cache::ImageId;
+use crate::backend::changes::ImageFile;
 use crate::backend::{CachedDisk, Delay, DiscardOff, Disk, EncryptedDisk, Layered, TrackedDisk};
 use crate::config::{LayerSpec, SpecError, StackSpec, StorageSpec};
 
@@ -24,10 +25,10 @@ pub(super) struct LayerInputs {
     pub label: String,
 }
 
-/// A tracked disk's image time, taken before it is opened, and for a passed image, a copy of
-/// its descriptor and the map file passed with it (which it needs: a passed image is never
-/// tracked from a map file opened here).
-pub(super) type TrackedFiles = (Option<(i64, i64)>, Option<(File, File)>);
+/// A tracked disk's image, opened (its time taken) before the disk is (none if it did not exist
+/// yet), and for a passed image the map file passed with it (which it needs: a passed image is
+/// never tracked from a map file opened here).
+pub(super) type TrackedFiles = (Option<ImageFile>, Option<File>);
 
 /// `layer` over `below`; the verbs it answers go to `handles`.
 pub(super) fn open_layer(
@@ -97,12 +98,14 @@ fn open_tracked(
     tracked: Option<TrackedFiles>,
 ) -> Result<TrackedDisk, SpecError> {
     let path = stack.image().ok_or_else(|| defect("track-changes"))?;
-    let (mtime, passed) = tracked.ok_or_else(|| defect("track-changes"))?;
-    match passed {
-        Some((image, changes)) => {
-            TrackedDisk::open_passed(below, path, image, changes, block, mtime)
-        }
-        None => TrackedDisk::open(below, path, block, mtime),
+    let (image, changes) = tracked.ok_or_else(|| defect("track-changes"))?;
+    let image = match image {
+        Some(image) => image,
+        None => ImageFile::made(path).map_err(|e| path_error("track-changes", path, e))?,
+    };
+    match changes {
+        Some(changes) => TrackedDisk::open_passed(below, path, image, changes, block),
+        None => TrackedDisk::open(below, path, image, block),
     }
     .map_err(|e| path_error("track-changes", path, e))
 }

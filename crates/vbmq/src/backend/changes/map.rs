@@ -95,17 +95,33 @@ fn mtime(file: &File) -> io::Result<(i64, i64)> {
     Ok((meta.mtime(), meta.mtime_nsec()))
 }
 
-/// The modification time of an open image (passed by a client), taken before vbmq writes or
-/// probes it; `None` if `fstat` fails.
-pub fn file_mtime(file: &File) -> Option<(i64, i64)> {
-    mtime(file).ok()
+/// A tracked disk's image, open, with its modification time read through this descriptor
+/// (`fstat`) when it was opened, before vbmq writes or probes the image (a probe with
+/// `fallocate` moves it). Never through the image's path: by the time the map checks it, the
+/// path may lead to another file.
+pub struct ImageFile {
+    file: File,
+    mtime: Option<(i64, i64)>,
 }
 
-/// The modification time of the image at `path`, taken before vbmq opens it (opening probes
-/// it with `fallocate`, which moves it); `None` if there is no image yet.
-pub fn image_mtime(path: &Path) -> Option<(i64, i64)> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.mtime(), meta.mtime_nsec()))
+impl ImageFile {
+    /// `file`, the image, with its time now (`None` if `fstat` fails: the maps turn invalid).
+    pub fn new(file: File) -> Self {
+        let mtime = mtime(&file).ok();
+        ImageFile { file, mtime }
+    }
+
+    /// The image at `path`, which did not exist before vbmq opened the disk (a `base=` disk
+    /// made empty): it has no time, so any map file beside it is invalid.
+    pub fn made(path: &Path) -> io::Result<Self> {
+        let file = File::open(path)?;
+        Ok(ImageFile { file, mtime: None })
+    }
+
+    /// Whether the image is a regular file (its map lives beside it).
+    pub fn is_regular(&self) -> io::Result<bool> {
+        Ok(self.file.metadata()?.is_file())
+    }
 }
 
 impl ChangeMap {
@@ -113,31 +129,29 @@ impl ChangeMap {
     /// the file cannot vouch for are kept by name, invalid; a file that cannot be read at all
     /// is said in the log and started afresh. Then the file says "in use", flushed, before
     /// any write is served. `block_size`: asked for (`track-block=`), or the file's, or 64 KiB.
-    /// `image_mtime`: the image's [`image_mtime`] before vbmq opened it.
+    /// `image_file`: the image at `image`, opened before vbmq wrote or probed it.
     pub fn open(
         image: &Path,
+        image_file: ImageFile,
         capacity: u64,
         block_size: Option<u64>,
-        image_mtime: Option<(i64, i64)>,
     ) -> io::Result<ChangeMap> {
         let path = changes_path(image);
-        let image_file = File::open(image)?;
         // Not through a symbolic link, and only a regular file of vbmq's: it may run as root.
         let file = own_files::open(&path, Access::read_write(Create::IfMissing(0o600)))
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-        Self::from_files(file, image_file, path, capacity, block_size, image_mtime)
+        Self::from_files(file, image_file, path, capacity, block_size)
     }
 
     /// As [`ChangeMap::open`], from files already open: `file` the map file at `path`
-    /// (read-write; a regular file), `image_file` the image (its time is recorded at a clean
-    /// close). A confined vbmq serves a disk added at run time so, from what `vbmq ctl` passed.
+    /// (read-write; a regular file), `image_file` the image (its time is checked now and
+    /// recorded at a clean close). A confined vbmq serves a disk added at run time so, from what `vbmq ctl` passed.
     pub fn from_files(
         file: File,
-        image_file: File,
+        image_file: ImageFile,
         path: PathBuf,
         capacity: u64,
         block_size: Option<u64>,
-        image_mtime: Option<(i64, i64)>,
     ) -> io::Result<ChangeMap> {
         if let Some(bs) = block_size
             && (!bs.is_power_of_two() || !(4096..=(16 << 20)).contains(&bs))
@@ -153,7 +167,8 @@ impl ChangeMap {
                 format!("{} is not a regular file", path.display()),
             ));
         }
-        let (header, bitmaps) = super::file::load(&file, &path, image_mtime, capacity, block_size);
+        let (header, bitmaps) =
+            super::file::load(&file, &path, image_file.mtime, capacity, block_size);
         let block_size = header.block_size;
         let generation = Generation::new(capacity, block_size)?;
         let words = generation.words;
@@ -164,7 +179,7 @@ impl ChangeMap {
             bits: Generations::new(generation),
             names: Mutex::new(Names {
                 file,
-                image: image_file,
+                image: image_file.file,
                 slots: std::array::from_fn(|_| None),
                 closed: false,
             }),

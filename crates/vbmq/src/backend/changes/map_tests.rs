@@ -13,9 +13,14 @@ fn image(dir: &Path) -> PathBuf {
     path
 }
 
-/// Opens the map as vbmq does: the image's time taken first.
+/// Opens the map as vbmq does: the image opened (its time taken) first.
 fn open(image: &Path, capacity: u64, block_size: Option<u64>) -> io::Result<ChangeMap> {
-    ChangeMap::open(image, capacity, block_size, image_mtime(image))
+    ChangeMap::open(
+        image,
+        ImageFile::new(File::open(image)?),
+        capacity,
+        block_size,
+    )
 }
 
 fn extents(map: &ChangeMap, name: &str) -> Vec<(u64, u64)> {
@@ -238,4 +243,34 @@ fn a_grown_disk_counts_its_new_blocks_changed_and_keeps_late_marks() {
         vec![(BLOCK, BLOCK), (3 * BLOCK, BLOCK), (10 * BLOCK, 10 * BLOCK)]
     );
     assert_eq!(extents(&map, "b"), vec![(11 * BLOCK, 9 * BLOCK)]);
+}
+
+/// The image's time is read through the descriptor vbmq opened, never through its path: an
+/// image written while vbmq was not serving it, then moved away and replaced at its path by a
+/// file bearing the clean close's time, still turns the maps invalid.
+#[test]
+fn the_image_time_is_read_through_its_descriptor_not_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = image(dir.path());
+    let map = open(&image, CAPACITY, None).unwrap();
+    map.begin("a").unwrap();
+    map.close();
+    drop(map);
+    let clean = std::fs::metadata(&image).unwrap().modified().unwrap();
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&image)
+        .unwrap();
+    written.write_all_at(&[1], 0).unwrap();
+    written
+        .set_modified(clean + std::time::Duration::from_secs(1))
+        .unwrap();
+    let opened = ImageFile::new(File::open(&image).unwrap());
+    std::fs::rename(&image, dir.path().join("moved.raw")).unwrap();
+    let decoy = File::create(&image).unwrap();
+    decoy.set_len(CAPACITY).unwrap();
+    decoy.set_modified(clean).unwrap();
+    let map = ChangeMap::open(&image, opened, CAPACITY, None).unwrap();
+    let err = map.changed_since("a").unwrap_err().to_string();
+    assert!(err.contains("modified"), "{err}");
 }

@@ -34,9 +34,7 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use self::map::{
-    ChangeError, ChangeMap, Changes, Checkpoint, changes_path, file_mtime, image_mtime,
-};
+pub use self::map::{ChangeError, ChangeMap, Changes, Checkpoint, ImageFile, changes_path};
 use super::write_hook::HookedEngine;
 use super::{Disk, Engine, EngineOptions, Geometry};
 
@@ -48,22 +46,22 @@ pub struct TrackedDisk {
 
 impl TrackedDisk {
     /// Tracks `inner`, the storage of the regular file `image`, with its map file beside it.
-    /// `block_size`: `track-block=`, or the file's, or 64 KiB. `image_mtime`: the image's
-    /// [`image_mtime`], taken before `inner` was opened.
+    /// `block_size`: `track-block=`, or the file's, or 64 KiB. `image_file`: the image at
+    /// `image`, opened before `inner` was.
     pub fn open(
         inner: Arc<dyn Disk>,
         image: &Path,
+        image_file: ImageFile,
         block_size: Option<u64>,
-        image_mtime: Option<(i64, i64)>,
     ) -> io::Result<Self> {
-        if !std::fs::metadata(image)?.is_file() {
+        if !image_file.is_regular()? {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "track-changes=on needs a regular image file (its map lives beside it)",
             ));
         }
         let capacity = inner.geometry().capacity;
-        let map = ChangeMap::open(image, capacity, block_size, image_mtime)?;
+        let map = ChangeMap::open(image, image_file, capacity, block_size)?;
         Ok(TrackedDisk {
             inner,
             map: Arc::new(map),
@@ -71,17 +69,16 @@ impl TrackedDisk {
     }
 
     /// As [`TrackedDisk::open`], from the files a client passed (`vbmq ctl add-disk`): the
-    /// image `image_file` (a regular file, at `image`) and its map file `changes`, checked.
-    /// `image_mtime`: [`file_mtime`] of the passed image before `inner` was opened from it.
+    /// image `image_file` (a regular file, at `image`; taken before `inner` was opened from it)
+    /// and its map file `changes`, checked.
     pub fn open_passed(
         inner: Arc<dyn Disk>,
         image: &Path,
-        image_file: File,
+        image_file: ImageFile,
         changes: File,
         block_size: Option<u64>,
-        image_mtime: Option<(i64, i64)>,
     ) -> io::Result<Self> {
-        if !image_file.metadata()?.is_file() {
+        if !image_file.is_regular()? {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "track-changes=on needs a regular image file (its map lives beside it)",
@@ -89,8 +86,7 @@ impl TrackedDisk {
         }
         let capacity = inner.geometry().capacity;
         let path = changes_path(image);
-        let map =
-            ChangeMap::from_files(changes, image_file, path, capacity, block_size, image_mtime)?;
+        let map = ChangeMap::from_files(changes, image_file, path, capacity, block_size)?;
         Ok(TrackedDisk {
             inner,
             map: Arc::new(map),
