@@ -462,13 +462,9 @@ fn images_with_internal_snapshots_or_left_dirty_are_not_written() {
     same_as_qemu(&lazy, ",readonly=on");
 }
 
-#[path = "qcow2/crash_io.rs"]
-mod crash_io;
-
 #[test]
 fn kill_9_under_writes_leaves_a_clean_image_with_every_flushed_write() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use common::crash_io::{self, Killer, Rng, clock_seed};
     use std::time::{Duration, Instant};
 
     const DISK: usize = 8 << 20;
@@ -499,13 +495,8 @@ fn kill_9_under_writes_leaves_a_clean_image_with_every_flushed_write() {
         socket.display(),
         image.display()
     );
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
-    eprintln!("seed {seed}");
-    let mut rng = crash_io::Rng(seed);
+    let seed = clock_seed();
+    let mut rng = Rng(seed);
     let data = |seq: u64| pattern(1000 + seq, SECTOR);
     // Per sector: the write a completed flush covered (`None`: the base's bytes), and the
     // writes since, any of which may have landed.
@@ -522,14 +513,8 @@ fn kill_9_under_writes_leaves_a_clean_image_with_every_flushed_write() {
         let mut client = Client::connect(&socket, 1, false).unwrap();
         let child = daemon.child.id();
         let delay = Duration::from_millis(5 + rng.next(100));
-        let killed = Arc::new(AtomicBool::new(false));
-        let flag = killed.clone();
-        let killer = std::thread::spawn(move || {
-            std::thread::sleep(delay);
-            // SAFETY: a signal to the daemon this test started.
-            unsafe { libc::kill(child.cast_signed(), libc::SIGKILL) };
-            flag.store(true, Ordering::SeqCst);
-        });
+        let killer = Killer::after(child, delay);
+        let killed = killer.killed.clone();
         loop {
             let mut batch: Vec<(usize, u64)> = Vec::new();
             while batch.len() < 16 {
@@ -573,7 +558,7 @@ fn kill_9_under_writes_leaves_a_clean_image_with_every_flushed_write() {
                 }
             }
         }
-        killer.join().unwrap();
+        killer.join();
         let _ = daemon.child.wait();
         drop(client);
         let _ = std::fs::remove_file(&socket);

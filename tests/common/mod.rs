@@ -1,6 +1,7 @@
 //! Shared test helpers: start the real `vbmq serve` process and drive it with libblkio.
 #![allow(dead_code)]
 
+pub mod crash_io;
 pub mod ctl;
 pub mod fs;
 pub mod loop_device;
