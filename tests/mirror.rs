@@ -12,24 +12,10 @@ mod stamps;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Daemon, ctl, s, serve_with_control as serve};
+use common::{Daemon, ctl, ctl_json, s, serve_with_control as serve};
 use serde_json::Value;
 use stamp_writer::Writer;
 use stamps::{BLOCK, stamped_image};
-
-/// `vbmq ctl ARGS`, which must succeed: its JSON.
-fn ctl_json(control: &Path, args: &[&str]) -> Value {
-    let out = ctl(control, args);
-    assert!(
-        out.status.success(),
-        "vbmq ctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if out.stdout.is_empty() {
-        return Value::Null;
-    }
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
-}
 
 /// The mirror entry of the disk on `socket` in `ctl list` (null: none).
 fn listed_mirror(control: &Path, socket: &Path) -> Value {

@@ -7,33 +7,15 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::ctl::ok;
+use common::tool::{nbd_uri as uri, run_tool as run};
 use common::{Client, ctl, ctl_json, s, serve_with_control as serve};
 use serde_json::Value;
 
 /// The maps' block (`track-block=`'s default).
 const MAP_BLOCK: u64 = 64 << 10;
 const SIZE: u64 = 64 * MAP_BLOCK;
-
-/// Runs a client to its end; panics with its output if it fails.
-fn run(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{program}: {e} (scripts/install-test-deps.sh installs it)"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn uri(socket: &Path) -> String {
-    format!("nbd+unix:///?socket={}", s(socket))
-}
 
 /// The disk and what the test knows its bytes to be.
 struct Disk {

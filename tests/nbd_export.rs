@@ -17,46 +17,11 @@ use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{Client, ctl, serve_with_control as serve};
+use common::tool::{nbd_uri as uri, run_tool as run};
+use common::{Client, ctl, ctl_json, s, serve_with_control as serve};
 use serde_json::Value;
 use stamp_writer::Writer;
 use stamps::{BLOCK, check_one_instant, stamped_image};
-
-fn s(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
-
-fn ctl_json(control: &Path, args: &[&str]) -> Value {
-    let out = ctl(control, args);
-    assert!(
-        out.status.success(),
-        "vbmq ctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if out.stdout.is_empty() {
-        return Value::Null;
-    }
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
-}
-
-/// The export's URI for libnbd and QEMU.
-fn uri(socket: &Path) -> String {
-    format!("nbd+unix:///?socket={}", s(socket))
-}
-
-/// Runs a client to its end; panics with its output if it fails.
-fn run(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{program}: {e} (scripts/install-test-deps.sh installs it)"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 #[test]
 fn a_full_backup_read_under_writes_is_the_disk_at_export_begin() {

@@ -39,7 +39,7 @@ pub fn refused(out: &Output, reason: &str) {
     assert!(err.contains(reason), "{err:?} lacks {reason:?}");
 }
 
-/// `vbmq ctl ARGS`, which must succeed: the JSON it prints.
+/// `vbmq ctl ARGS`, which must succeed: the JSON it prints (null if it printed nothing).
 pub fn ctl_json(control: &Path, args: &[&str]) -> Value {
     let out = ctl(control, args);
     assert!(
@@ -47,6 +47,9 @@ pub fn ctl_json(control: &Path, args: &[&str]) -> Value {
         "vbmq ctl {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    if out.stdout.is_empty() {
+        return Value::Null;
+    }
     serde_json::from_slice(&out.stdout).expect("JSON on stdout")
 }
 

@@ -7,6 +7,7 @@ pub mod fs;
 pub mod loop_device;
 pub mod run_time;
 pub mod serve;
+pub mod tool;
 pub mod xattr;
 
 // What most test files take; each takes some of them.

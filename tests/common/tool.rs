@@ -1,0 +1,25 @@
+//! Host tools the tests run to their end (`qemu-img`, `nbdcopy`, `qemu-nbd`, …).
+
+use std::ffi::OsStr;
+use std::fmt::Debug;
+use std::path::Path;
+use std::process::Command;
+
+/// Runs `program` to its end; its stdout. Panics with its stderr if it fails.
+pub fn run_tool<A: AsRef<OsStr> + Debug>(program: &str, args: &[A]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e} (scripts/install-test-deps.sh installs it)"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The URI of the NBD export on the Unix socket `socket`, for libnbd and QEMU.
+pub fn nbd_uri(socket: &Path) -> String {
+    format!("nbd+unix:///?socket={}", super::s(socket))
+}
