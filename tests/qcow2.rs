@@ -8,17 +8,18 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::tool::run_tool as run;
 use common::{Client, Daemon, pattern};
 
 const SIZE: usize = 4 << 20;
 
-fn run(program: &str, args: &[&str]) {
-    let out = Command::new(program).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// `qemu-img create` of the qcow2 `image` over `backing` (the name its header keeps) of
+/// `backing_format`, with `options` (`-o …`).
+fn qcow2_over(image: &Path, backing_format: &str, backing: &str, options: &[&str]) {
+    let mut args = vec!["create", "-f", "qcow2", "-F", backing_format, "-b", backing];
+    args.extend(options);
+    args.push(image.to_str().unwrap());
+    run("qemu-img", &args);
 }
 
 /// A raw file of `SIZE` bytes: a pattern, with zeroed stretches (what compression and
@@ -175,21 +176,7 @@ fn a_chain_reads_through_every_layer_as_qemu_resolves_it() {
     let base = raw_data(&sub, "base.raw", 2);
     let mid = sub.join("mid.qcow2");
     let top = sub.join("top.qcow2");
-    run(
-        "qemu-img",
-        &[
-            "create",
-            "-f",
-            "qcow2",
-            "-F",
-            "raw",
-            "-b",
-            "base.raw",
-            "-o",
-            "extended_l2=on",
-            mid.to_str().unwrap(),
-        ],
-    );
+    qcow2_over(&mid, "raw", "base.raw", &["-o", "extended_l2=on"]);
     qemu_io(
         &mid,
         &[
@@ -198,21 +185,7 @@ fn a_chain_reads_through_every_layer_as_qemu_resolves_it() {
             "write -P 0x12 2M 3k",
         ],
     );
-    run(
-        "qemu-img",
-        &[
-            "create",
-            "-f",
-            "qcow2",
-            "-F",
-            "qcow2",
-            "-b",
-            "mid.qcow2",
-            "-o",
-            "cluster_size=4096",
-            top.to_str().unwrap(),
-        ],
-    );
+    qcow2_over(&top, "qcow2", "mid.qcow2", &["-o", "cluster_size=4096"]);
     qemu_io(
         &top,
         &[
@@ -348,10 +321,7 @@ fn read_all(client: &mut Client) -> Vec<u8> {
 fn writes_read_back_in_qemu(dir: &Path, create: &[&str]) {
     let base = raw_data(dir, "base.raw", 4);
     let image = dir.join("vm.qcow2");
-    let mut args = vec!["create", "-f", "qcow2", "-F", "raw", "-b", "base.raw"];
-    args.extend(create);
-    args.push(image.to_str().unwrap());
-    run("qemu-img", &args);
+    qcow2_over(&image, "raw", "base.raw", create);
     let mut expected = std::fs::read(&base).unwrap();
     let socket = dir.join("vm.sock");
     let daemon = Daemon::start(&[format!(
@@ -476,19 +446,7 @@ fn kill_9_under_writes_leaves_a_clean_image_with_every_flushed_write() {
     let base_data = pattern(6, DISK);
     std::fs::write(dir.path().join("base.raw"), &base_data).unwrap();
     let image = dir.path().join("vm.qcow2");
-    run(
-        "qemu-img",
-        &[
-            "create",
-            "-f",
-            "qcow2",
-            "-F",
-            "raw",
-            "-b",
-            "base.raw",
-            image.to_str().unwrap(),
-        ],
-    );
+    qcow2_over(&image, "raw", "base.raw", &[]);
     let socket = dir.path().join("vm.sock");
     let spec = format!(
         "socket={},path={},direct=off",
