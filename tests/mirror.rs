@@ -66,6 +66,16 @@ impl Destination {
     }
 }
 
+/// A source: a vbmq serving `blocks` stamped blocks in `dir`, with a control socket: its
+/// image, socket, daemon and control socket.
+fn stamped_source(dir: &Path, blocks: u64) -> (PathBuf, PathBuf, Daemon, PathBuf) {
+    let image = dir.join("src.raw");
+    stamped_image(&image, blocks);
+    let socket = dir.join("src.sock");
+    let (daemon, control) = serve(dir, &[format!("socket={},path={}", s(&socket), s(&image))]);
+    (image, socket, daemon, control)
+}
+
 #[test]
 fn a_mirror_under_a_writer_converges_and_the_destination_equals_the_source() {
     let (a, b) = (
@@ -73,13 +83,7 @@ fn a_mirror_under_a_writer_converges_and_the_destination_equals_the_source() {
         tempfile::tempdir_in("/dev/shm").unwrap(),
     );
     let blocks = 16384; // 64 MiB
-    let image = a.path().join("src.raw");
-    stamped_image(&image, blocks);
-    let socket = a.path().join("src.sock");
-    let (mut source, control) = serve(
-        a.path(),
-        &[format!("socket={},path={}", s(&socket), s(&image))],
-    );
+    let (image, socket, mut source, control) = stamped_source(a.path(), blocks);
     let mut destination = Destination::start(b.path(), blocks);
     let writer = Writer::start(&socket, blocks);
     writer.wait_writes(100);
@@ -123,13 +127,7 @@ fn a_destination_killed_mid_copy_fails_the_mirror_and_never_the_guest() {
         tempfile::tempdir_in("/dev/shm").unwrap(),
     );
     let blocks = 32768; // 128 MiB
-    let image = a.path().join("src.raw");
-    stamped_image(&image, blocks);
-    let socket = a.path().join("src.sock");
-    let (mut source, control) = serve(
-        a.path(),
-        &[format!("socket={},path={}", s(&socket), s(&image))],
-    );
+    let (image, socket, mut source, control) = stamped_source(a.path(), blocks);
     let destination = Destination::start(b.path(), blocks);
     let writer = Writer::start(&socket, blocks);
     writer.wait_writes(100);
