@@ -12,14 +12,15 @@ mod stamps;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Daemon, ctl, ctl_json, s, serve_with_control as serve};
+use common::ctl::ctl_json_or_null;
+use common::{Daemon, ctl, s, serve_with_control as serve};
 use serde_json::Value;
 use stamp_writer::Writer;
 use stamps::{BLOCK, stamped_image};
 
 /// The mirror entry of the disk on `socket` in `ctl list` (null: none).
 fn listed_mirror(control: &Path, socket: &Path) -> Value {
-    let list = ctl_json(control, &["list"]);
+    let list = ctl_json_or_null(control, &["list"]);
     list.as_array()
         .expect("a list")
         .iter()
@@ -43,7 +44,7 @@ impl Destination {
         let socket = dir.join("dst.sock");
         let (daemon, control) = serve(dir, &[format!("socket={},path={}", s(&socket), s(&image))]);
         let export = dir.join("dst.nbd");
-        ctl_json(
+        ctl_json_or_null(
             &control,
             &[
                 "export-begin",
@@ -87,7 +88,7 @@ fn a_mirror_under_a_writer_converges_and_the_destination_equals_the_source() {
     let mut destination = Destination::start(b.path(), blocks);
     let writer = Writer::start(&socket, blocks);
     writer.wait_writes(100);
-    let answer = ctl_json(
+    let answer = ctl_json_or_null(
         &control,
         &[
             "mirror-begin",
@@ -102,10 +103,10 @@ fn a_mirror_under_a_writer_converges_and_the_destination_equals_the_source() {
     // Writes after ready go to both sides too.
     writer.wait_writes(blocks / 4);
     writer.stop();
-    let ended = ctl_json(&control, &["mirror-end", s(&socket)]);
+    let ended = ctl_json_or_null(&control, &["mirror-end", s(&socket)]);
     assert_eq!(ended["state"], "ready", "{ended}");
     assert!(listed_mirror(&control, &socket).is_null(), "ended");
-    ctl_json(
+    ctl_json_or_null(
         &destination.control,
         &[
             "export-end",
@@ -131,7 +132,7 @@ fn a_destination_killed_mid_copy_fails_the_mirror_and_never_the_guest() {
     let destination = Destination::start(b.path(), blocks);
     let writer = Writer::start(&socket, blocks);
     writer.wait_writes(100);
-    let answer = ctl_json(&control, &["mirror-begin", s(&socket), &destination.uri()]);
+    let answer = ctl_json_or_null(&control, &["mirror-begin", s(&socket), &destination.uri()]);
     assert_ne!(answer["state"], "failed", "{answer}");
     drop(destination.daemon);
     // The writer's next mirrored write (or the copy) meets the dead destination.
@@ -156,7 +157,7 @@ fn a_destination_killed_mid_copy_fails_the_mirror_and_never_the_guest() {
     // The guest's writes go on, on the source alone; mirror-end tells the state once more.
     writer.wait_writes(1000);
     writer.stop();
-    let ended = ctl_json(&control, &["mirror-end", s(&socket)]);
+    let ended = ctl_json_or_null(&control, &["mirror-end", s(&socket)]);
     assert_eq!(ended["state"], "failed", "{ended}");
     assert!(source.alive());
     // The disk may be mirrored again (here: to nothing that answers).
@@ -204,7 +205,7 @@ fn mirror_speed() {
     let mut client = common::Client::connect(&socket, 1, false).unwrap();
     let alone = common::qd32(&mut client, true, bytes as u64, 5.0, None);
     let start = Instant::now();
-    let answer = ctl_json(
+    let answer = ctl_json_or_null(
         &control,
         &[
             "mirror-begin",
@@ -226,5 +227,5 @@ fn mirror_speed() {
         "4K random writes QD32: {alone:.0} IOPS alone, {mirrored:.0} mirrored: {:.2}x (goal >= 0.5x)",
         mirrored / alone
     );
-    ctl_json(&control, &["mirror-end", s(&socket)]);
+    ctl_json_or_null(&control, &["mirror-end", s(&socket)]);
 }
