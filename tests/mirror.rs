@@ -128,7 +128,7 @@ fn a_destination_killed_mid_copy_fails_the_mirror_and_never_the_guest() {
         tempfile::tempdir_in("/dev/shm").unwrap(),
     );
     let blocks = 32768; // 128 MiB
-    let (image, socket, mut source, control) = stamped_source(a.path(), blocks);
+    let (_, socket, mut source, control) = stamped_source(a.path(), blocks);
     let destination = Destination::start(b.path(), blocks);
     let writer = Writer::start(&socket, blocks);
     writer.wait_writes(100);
