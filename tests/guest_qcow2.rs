@@ -6,6 +6,7 @@ mod common;
 mod guest;
 
 use common::sha256;
+use common::tool::qcow2_over;
 use guest::{
     TestDir, Vbmq, Vm, disk_spec, golden_ext4, host_run as run, reread_sums, tagged,
     write_on_golden,
@@ -35,19 +36,7 @@ fn a_guest_writes_on_a_qcow2_overlay_over_a_qcow2_base() {
         ],
     );
     let overlay = dir.join("vm.qcow2");
-    run(
-        "qemu-img",
-        &[
-            "create",
-            "-f",
-            "qcow2",
-            "-F",
-            "qcow2",
-            "-b",
-            "golden.qcow2",
-            overlay.to_str().unwrap(),
-        ],
-    );
+    qcow2_over(&overlay, "qcow2", "golden.qcow2", &[]);
     let base_sum = sha256(&base);
     let golden_sum = sha256(&golden);
     let socket = dir.join("qcow2.sock");

@@ -8,19 +8,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::tool::run_tool as run;
+use common::tool::{qcow2_over, run_tool as run};
 use common::{Client, Daemon, pattern};
 
 const SIZE: usize = 4 << 20;
-
-/// `qemu-img create` of the qcow2 `image` over `backing` (the name its header keeps) of
-/// `backing_format`, with `options` (`-o …`).
-fn qcow2_over(image: &Path, backing_format: &str, backing: &str, options: &[&str]) {
-    let mut args = vec!["create", "-f", "qcow2", "-F", backing_format, "-b", backing];
-    args.extend(options);
-    args.push(image.to_str().unwrap());
-    run("qemu-img", &args);
-}
 
 /// A raw file of `SIZE` bytes: a pattern, with zeroed stretches (what compression and
 /// zero detection find).

@@ -23,3 +23,12 @@ pub fn run_tool<A: AsRef<OsStr> + Debug>(program: &str, args: &[A]) -> String {
 pub fn nbd_uri(socket: &Path) -> String {
     format!("nbd+unix:///?socket={}", super::s(socket))
 }
+
+/// `qemu-img create` of the qcow2 `image` over `backing` (the name its header keeps) of
+/// `backing_format`, with `options` (`-o …`).
+pub fn qcow2_over(image: &Path, backing_format: &str, backing: &str, options: &[&str]) {
+    let mut args = vec!["create", "-f", "qcow2", "-F", backing_format, "-b", backing];
+    args.extend(options);
+    args.push(image.to_str().unwrap());
+    run_tool("qemu-img", &args);
+}
