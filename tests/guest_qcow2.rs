@@ -6,11 +6,8 @@ mod common;
 mod guest;
 
 use common::sha256;
-use common::tool::qcow2_over;
-use guest::{
-    TestDir, Vbmq, Vm, disk_spec, golden_ext4, host_run as run, reread_sums, tagged,
-    write_on_golden,
-};
+use common::tool::{qcow2_over, run_tool as run};
+use guest::{TestDir, Vbmq, Vm, disk_spec, golden_ext4, reread_sums, tagged, write_on_golden};
 
 #[test]
 #[cfg_attr(

@@ -21,7 +21,8 @@ pub fn run_tool<A: AsRef<OsStr> + Debug>(program: &str, args: &[A]) -> String {
 
 /// The URI of the NBD export on the Unix socket `socket`, for libnbd and QEMU.
 pub fn nbd_uri(socket: &Path) -> String {
-    format!("nbd+unix:///?socket={}", super::s(socket))
+    let socket = socket.to_str().expect("utf-8 path");
+    format!("nbd+unix:///?socket={socket}")
 }
 
 /// `qemu-img create` of the qcow2 `image` over `backing` (the name its header keeps) of

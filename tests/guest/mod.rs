@@ -17,6 +17,9 @@ mod daemon;
 mod qemu;
 mod qmp;
 mod scripts;
+// The host tools the block tests run too (tests/common has no place in every guest test).
+#[path = "../common/tool.rs"]
+mod tool;
 
 #[allow(unused_imports)] // guest_libvirt: libvirt starts vbmq, the test does not.
 pub use daemon::Vbmq;
@@ -150,7 +153,7 @@ pub fn golden_ext4(dir: &TestDir, name: &str, mib: u64) -> (PathBuf, PathBuf) {
     let golden = content.join("golden.txt");
     std::fs::write(&golden, &text).unwrap();
     let image = dir.disk(name, mib);
-    host_run(
+    tool::run_tool(
         "mkfs.ext4",
         &[
             "-q",
@@ -199,19 +202,6 @@ pub fn reread_sums(socket: &Path) -> GuestRun {
     ));
     run.assert_success();
     run
-}
-
-/// Runs `program` on the host; panics with its stderr if it fails.
-pub fn host_run(program: &str, args: &[&str]) {
-    let out = std::process::Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("run {program}: {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// Waits until the guest's console (`Vm::console`) shows `marker`; panics after `timeout`.
