@@ -425,7 +425,7 @@ fn images_with_internal_snapshots_or_left_dirty_are_not_written() {
 
 #[test]
 fn kill_9_under_writes_leaves_a_clean_image_with_every_flushed_write() {
-    use common::crash_io::{self, Killer, Rng, clock_seed};
+    use common::crash_io::{self, Killer, Rng, Sectors, clock_seed};
     use std::time::{Duration, Instant};
 
     const DISK: usize = 8 << 20;
@@ -452,7 +452,12 @@ fn kill_9_under_writes_leaves_a_clean_image_with_every_flushed_write() {
     let sectors = DISK / SECTOR;
     let mut durable: Vec<Option<u64>> = vec![None; sectors];
     let mut since: Vec<Vec<u64>> = vec![Vec::new(); sectors];
-    let mut fresh: Vec<usize> = (0..DISK / CLUSTER).collect();
+    let mut targets = Sectors {
+        fresh: (0..DISK / CLUSTER).collect(),
+        per_unit: CLUSTER / SECTOR,
+        count: DISK / SECTOR,
+        anywhere: 4,
+    };
     let mut seq = 0u64;
     let start = Instant::now();
     let mut rounds = 0;
@@ -465,21 +470,8 @@ fn kill_9_under_writes_leaves_a_clean_image_with_every_flushed_write() {
         let killer = Killer::after(child, delay);
         let killed = killer.killed.clone();
         loop {
-            let mut batch: Vec<(usize, u64)> = Vec::new();
-            while batch.len() < 16 {
-                // Mostly clusters never written: allocations, where the order of writes matters.
-                let sector = if fresh.is_empty() || rng.next(4) == 0 {
-                    rng.next(sectors as u64) as usize
-                } else {
-                    let i = rng.next(fresh.len() as u64) as usize;
-                    fresh.swap_remove(i) * (CLUSTER / SECTOR)
-                        + rng.next((CLUSTER / SECTOR) as u64) as usize
-                };
-                if batch.iter().all(|(s, _)| *s != sector) {
-                    seq += 1;
-                    batch.push((sector, seq));
-                }
-            }
+            // Mostly clusters never written: allocations, where the order of writes matters.
+            let batch = targets.batch(&mut rng, &mut seq);
             for (sector, seq) in &batch {
                 since[*sector].push(*seq);
             }

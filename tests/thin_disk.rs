@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use blkio::{Completion, ReqFlags};
-use common::crash_io::{Killer, Rng, clock_seed, try_flush, try_writes};
+use common::crash_io::{Killer, Rng, Sectors, clock_seed, try_flush, try_writes};
 use common::run_time::fill_and_copy_on_read;
 use common::{Client, Daemon, image, pattern, serve_with_control};
 
@@ -272,7 +272,6 @@ fn kill_9_under_writes_loses_no_acknowledged_write_and_shows_no_half_copied_bloc
         &base,
         ",base-block=16K,direct=off",
     );
-    let per_block = CRASH_BLOCK / SECTOR;
     let seed = clock_seed();
     let mut rng = Rng(seed);
     // What each 4 KiB sector may hold: the write last acknowledged there (`None`: the base's),
@@ -283,7 +282,12 @@ fn kill_9_under_writes_loses_no_acknowledged_write_and_shows_no_half_copied_bloc
     let mut rounds = 0;
     // Blocks never written, in random order: most writes copy a block, where the order of
     // data and map matters.
-    let mut fresh: Vec<usize> = (0..CRASH_SIZE / CRASH_BLOCK).collect();
+    let mut targets = Sectors {
+        fresh: (0..CRASH_SIZE / CRASH_BLOCK).collect(),
+        per_unit: CRASH_BLOCK / SECTOR,
+        count: CRASH_SIZE / SECTOR,
+        anywhere: 8,
+    };
     while rounds < 5 || (rounds < 60 && start.elapsed() < Duration::from_secs(25)) {
         rounds += 1;
         let mut daemon = Daemon::start(std::slice::from_ref(&spec));
@@ -295,19 +299,7 @@ fn kill_9_under_writes_loses_no_acknowledged_write_and_shows_no_half_copied_bloc
         // Batches of writes to distinct sectors, so that several copies are in flight at once.
         let mut in_flight: Vec<(usize, u64)> = Vec::new();
         while in_flight.is_empty() {
-            let mut batch: Vec<(usize, u64)> = Vec::new();
-            while batch.len() < 16 {
-                let sector = if fresh.is_empty() || rng.next(8) == 0 {
-                    rng.next((CRASH_SIZE / SECTOR) as u64) as usize
-                } else {
-                    let i = rng.next(fresh.len() as u64) as usize;
-                    fresh.swap_remove(i) * per_block + rng.next(per_block as u64) as usize
-                };
-                if batch.iter().all(|(s, _)| *s != sector) {
-                    seq += 1;
-                    batch.push((sector, seq));
-                }
-            }
+            let batch = targets.batch(&mut rng, &mut seq);
             let writes: Vec<(u64, Vec<u8>)> = batch
                 .iter()
                 .map(|(sector, seq)| ((sector * SECTOR) as u64, write_data(*seq)))

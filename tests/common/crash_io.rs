@@ -108,6 +108,37 @@ pub fn try_flush(client: &mut Client, killed: &AtomicBool) -> Option<i32> {
     panic!("a flush was never answered by a live daemon");
 }
 
+/// Where the kill tests write next: sectors in units (blocks, clusters) never written yet, where
+/// the order of data and metadata matters, and now and then anywhere.
+pub struct Sectors {
+    /// Units never written, in no order.
+    pub fresh: Vec<usize>,
+    pub per_unit: usize,
+    pub count: usize,
+    /// One write in this many goes anywhere.
+    pub anywhere: u64,
+}
+
+impl Sectors {
+    /// 16 writes to distinct sectors: each `(sector, seq)`, numbered on from `seq`.
+    pub fn batch(&mut self, rng: &mut Rng, seq: &mut u64) -> Vec<(usize, u64)> {
+        let mut batch: Vec<(usize, u64)> = Vec::new();
+        while batch.len() < 16 {
+            let sector = if self.fresh.is_empty() || rng.next(self.anywhere) == 0 {
+                rng.next(self.count as u64) as usize
+            } else {
+                let i = rng.next(self.fresh.len() as u64) as usize;
+                self.fresh.swap_remove(i) * self.per_unit + rng.next(self.per_unit as u64) as usize
+            };
+            if batch.iter().all(|(s, _)| *s != sector) {
+                *seq += 1;
+                batch.push((sector, *seq));
+            }
+        }
+        batch
+    }
+}
+
 /// A small xorshift generator: the test's randomness, seeded by the clock (printed).
 pub struct Rng(pub u64);
 

@@ -17,7 +17,7 @@ mod daemon;
 mod qemu;
 mod qmp;
 mod scripts;
-// The host tools the block tests run too (tests/common has no place in every guest test).
+// The host tools the block tests run too (not every guest test includes tests/common).
 #[path = "../common/tool.rs"]
 mod tool;
 
