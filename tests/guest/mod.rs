@@ -17,9 +17,6 @@ mod daemon;
 mod qemu;
 mod qmp;
 mod scripts;
-// The host tools the block tests run too (not every guest test includes tests/common).
-#[path = "../common/tool.rs"]
-mod tool;
 
 #[allow(unused_imports)] // guest_libvirt: libvirt starts vbmq, the test does not.
 pub use daemon::Vbmq;
@@ -153,15 +150,16 @@ pub fn golden_ext4(dir: &TestDir, name: &str, mib: u64) -> (PathBuf, PathBuf) {
     let golden = content.join("golden.txt");
     std::fs::write(&golden, &text).unwrap();
     let image = dir.disk(name, mib);
-    tool::run_tool(
-        "mkfs.ext4",
-        &[
-            "-q",
-            "-F",
-            "-d",
-            content.to_str().unwrap(),
-            image.to_str().unwrap(),
-        ],
+    let mkfs = std::process::Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-d"])
+        .arg(&content)
+        .arg(&image)
+        .output()
+        .expect("run mkfs.ext4");
+    assert!(
+        mkfs.status.success(),
+        "mkfs.ext4: {}",
+        String::from_utf8_lossy(&mkfs.stderr)
     );
     (image, golden)
 }
