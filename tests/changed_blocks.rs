@@ -7,11 +7,11 @@ mod common;
 
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use blkio::{Completion, ReqFlags};
+use common::crash_io::Killer;
 use common::ctl::ok;
 use common::run_time::{changed_blocks, checkpoint, no_extents};
 use common::serve::refused_at_start;
@@ -340,17 +340,11 @@ fn kill_9_under_writes_makes_every_map_invalid_never_wrong() {
         rng ^= rng >> 7;
         rng ^= rng << 17;
         let delay = Duration::from_millis(20 + rng % 200);
-        let killed = Arc::new(AtomicBool::new(false));
-        let flag = killed.clone();
-        let killer = std::thread::spawn(move || {
-            std::thread::sleep(delay);
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(child.cast_signed(), libc::SIGKILL) };
-            flag.store(true, Ordering::SeqCst);
-        });
+        let killer = Killer::after(child, delay);
+        let killed = killer.killed.clone();
         let writes = write_until_killed(&mut client, &mut rng, &killed);
         eprintln!("round {round}: killed after {delay:?}, {writes} writes");
-        killer.join().unwrap();
+        killer.join();
         let _ = daemon.child.wait();
         assert!(!daemon.alive());
         drop(client);

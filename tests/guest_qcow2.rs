@@ -6,17 +6,8 @@ mod common;
 mod guest;
 
 use common::sha256;
-use guest::{TestDir, Vbmq, Vm, script, tagged};
-use std::process::Command;
-
-fn run(program: &str, args: &[&str]) {
-    let out = Command::new(program).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use common::tool::{qcow2_over, run_tool as run};
+use guest::{TestDir, Vbmq, Vm, disk_spec, golden_ext4, reread_sums, tagged, write_on_golden};
 
 #[test]
 #[cfg_attr(
@@ -25,21 +16,7 @@ fn run(program: &str, args: &[&str]) {
 )]
 fn a_guest_writes_on_a_qcow2_overlay_over_a_qcow2_base() {
     let dir = TestDir::new("qcow2");
-    let content = dir.join("content");
-    std::fs::create_dir_all(&content).unwrap();
-    let text: String = (1..=20000).map(|i| format!("{i}\n")).collect();
-    std::fs::write(content.join("golden.txt"), &text).unwrap();
-    let ext4 = dir.disk("golden.raw", 128);
-    run(
-        "mkfs.ext4",
-        &[
-            "-q",
-            "-F",
-            "-d",
-            content.to_str().unwrap(),
-            ext4.to_str().unwrap(),
-        ],
-    );
+    let (ext4, golden) = golden_ext4(&dir, "golden.raw", 128);
     // The base compressed, as distributions publish their cloud images.
     let base = dir.join("golden.qcow2");
     run(
@@ -56,56 +33,19 @@ fn a_guest_writes_on_a_qcow2_overlay_over_a_qcow2_base() {
         ],
     );
     let overlay = dir.join("vm.qcow2");
-    run(
-        "qemu-img",
-        &[
-            "create",
-            "-f",
-            "qcow2",
-            "-F",
-            "qcow2",
-            "-b",
-            "golden.qcow2",
-            overlay.to_str().unwrap(),
-        ],
-    );
+    qcow2_over(&overlay, "qcow2", "golden.qcow2", &[]);
     let base_sum = sha256(&base);
-    let golden_sum = sha256(&content.join("golden.txt"));
+    let golden_sum = sha256(&golden);
     let socket = dir.join("qcow2.sock");
     let vbmq = Vbmq::serve(
-        &[format!(
-            "socket={},path={},queues=2",
-            socket.display(),
-            overlay.display()
-        )],
+        &[disk_spec(&socket, &overlay, ",queues=2")],
         dir.join("vbmq.log"),
     );
-    let first = Vm::new(2).disk(&socket, 2).run(&script(
-        "e2fsck -fn /dev/vda
-         mount /dev/vda /mnt
-         sha256sum /mnt/golden.txt | sed 's/^/GOLDEN /'
-         mkdir /mnt/own
-         for i in 1 2 3 4; do
-             dd if=/dev/urandom of=/mnt/own/file$i bs=64k count=$((i * 8)) 2>/dev/null
-         done
-         rm /mnt/own/file2
-         echo appended >>/mnt/golden.txt
-         (cd /mnt && sha256sum golden.txt own/* >/sums)
-         cp /sums /mnt/sums
-         sync
-         fstrim -v /mnt
-         umount /mnt
-         e2fsck -fn /dev/vda
-         sed 's/^/SUM /' /sums",
-    ));
+    let first = Vm::new(2)
+        .disk(&socket, 2)
+        .run(&write_on_golden("rm /mnt/own/file2"));
     first.assert_success();
-    let second = Vm::new(2).disk(&socket, 2).run(&script(
-        "e2fsck -fn /dev/vda
-         mount -o ro /dev/vda /mnt
-         (cd /mnt && sha256sum -c sums && sed 's/^/SUM /' sums)
-         umount /mnt",
-    ));
-    second.assert_success();
+    let second = reread_sums(&socket);
     vbmq.stop();
     let golden = tagged(&first.output, "GOLDEN");
     assert!(

@@ -5,9 +5,8 @@ mod common;
 mod guest;
 
 use common::sha256;
-use guest::{TestDir, Vbmq, Vm, disk_spec, script, tagged};
+use guest::{TestDir, Vbmq, Vm, disk_spec, golden_ext4, reread_sums, tagged, write_on_golden};
 use std::os::unix::fs::MetadataExt;
-use std::process::Command;
 
 const BASE_MIB: u64 = 128;
 
@@ -22,24 +21,9 @@ const BASE_MIB: u64 = 128;
 )]
 fn a_guest_writes_on_a_disk_made_from_a_base_image() {
     let dir = TestDir::new("thin");
-    let content = dir.join("content");
-    std::fs::create_dir_all(&content).unwrap();
-    let text: String = (1..=20000).map(|i| format!("{i}\n")).collect();
-    std::fs::write(content.join("golden.txt"), &text).unwrap();
-    let base = dir.disk("golden.img", BASE_MIB);
-    let mkfs = Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-d"])
-        .arg(&content)
-        .arg(&base)
-        .output()
-        .unwrap();
-    assert!(
-        mkfs.status.success(),
-        "{}",
-        String::from_utf8_lossy(&mkfs.stderr)
-    );
+    let (base, golden) = golden_ext4(&dir, "golden.img", BASE_MIB);
     let base_sum = sha256(&base);
-    let golden_sum = sha256(&content.join("golden.txt"));
+    let golden_sum = sha256(&golden);
     let disk = dir.join("vm.raw");
     let socket = dir.join("thin.sock");
     let vbmq = Vbmq::serve(
@@ -50,31 +34,9 @@ fn a_guest_writes_on_a_disk_made_from_a_base_image() {
         )],
         dir.join("vbmq.log"),
     );
-    let first = Vm::new(2).disk(&socket, 2).run(&script(
-        "e2fsck -fn /dev/vda
-         mount /dev/vda /mnt
-         sha256sum /mnt/golden.txt | sed 's/^/GOLDEN /'
-         mkdir /mnt/own
-         for i in 1 2 3 4; do
-             dd if=/dev/urandom of=/mnt/own/file$i bs=64k count=$((i * 8)) 2>/dev/null
-         done
-         echo appended >>/mnt/golden.txt
-         (cd /mnt && sha256sum golden.txt own/* >/sums)
-         cp /sums /mnt/sums
-         sync
-         fstrim -v /mnt
-         umount /mnt
-         e2fsck -fn /dev/vda
-         sed 's/^/SUM /' /sums",
-    ));
+    let first = Vm::new(2).disk(&socket, 2).run(&write_on_golden(""));
     first.assert_success();
-    let second = Vm::new(2).disk(&socket, 2).run(&script(
-        "e2fsck -fn /dev/vda
-         mount -o ro /dev/vda /mnt
-         (cd /mnt && sha256sum -c sums && sed 's/^/SUM /' sums)
-         umount /mnt",
-    ));
-    second.assert_success();
+    let second = reread_sums(&socket);
     vbmq.stop();
     let golden = tagged(&first.output, "GOLDEN");
     assert_eq!(golden.len(), 1, "{}", first.output);

@@ -12,28 +12,15 @@ mod stamps;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::ctl::ctl_json_or_null;
 use common::{Daemon, ctl, s, serve_with_control as serve};
 use serde_json::Value;
 use stamp_writer::Writer;
 use stamps::{BLOCK, stamped_image};
 
-/// `vbmq ctl ARGS`, which must succeed: its JSON.
-fn ctl_json(control: &Path, args: &[&str]) -> Value {
-    let out = ctl(control, args);
-    assert!(
-        out.status.success(),
-        "vbmq ctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if out.stdout.is_empty() {
-        return Value::Null;
-    }
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
-}
-
 /// The mirror entry of the disk on `socket` in `ctl list` (null: none).
 fn listed_mirror(control: &Path, socket: &Path) -> Value {
-    let list = ctl_json(control, &["list"]);
+    let list = ctl_json_or_null(control, &["list"]);
     list.as_array()
         .expect("a list")
         .iter()
@@ -57,7 +44,7 @@ impl Destination {
         let socket = dir.join("dst.sock");
         let (daemon, control) = serve(dir, &[format!("socket={},path={}", s(&socket), s(&image))]);
         let export = dir.join("dst.nbd");
-        ctl_json(
+        ctl_json_or_null(
             &control,
             &[
                 "export-begin",
@@ -80,6 +67,16 @@ impl Destination {
     }
 }
 
+/// A source: a vbmq serving `blocks` stamped blocks in `dir`, with a control socket: its
+/// image, socket, daemon and control socket.
+fn stamped_source(dir: &Path, blocks: u64) -> (PathBuf, PathBuf, Daemon, PathBuf) {
+    let image = dir.join("src.raw");
+    stamped_image(&image, blocks);
+    let socket = dir.join("src.sock");
+    let (daemon, control) = serve(dir, &[format!("socket={},path={}", s(&socket), s(&image))]);
+    (image, socket, daemon, control)
+}
+
 #[test]
 fn a_mirror_under_a_writer_converges_and_the_destination_equals_the_source() {
     let (a, b) = (
@@ -87,17 +84,11 @@ fn a_mirror_under_a_writer_converges_and_the_destination_equals_the_source() {
         tempfile::tempdir_in("/dev/shm").unwrap(),
     );
     let blocks = 16384; // 64 MiB
-    let image = a.path().join("src.raw");
-    stamped_image(&image, blocks);
-    let socket = a.path().join("src.sock");
-    let (mut source, control) = serve(
-        a.path(),
-        &[format!("socket={},path={}", s(&socket), s(&image))],
-    );
+    let (image, socket, mut source, control) = stamped_source(a.path(), blocks);
     let mut destination = Destination::start(b.path(), blocks);
     let writer = Writer::start(&socket, blocks);
     writer.wait_writes(100);
-    let answer = ctl_json(
+    let answer = ctl_json_or_null(
         &control,
         &[
             "mirror-begin",
@@ -112,10 +103,10 @@ fn a_mirror_under_a_writer_converges_and_the_destination_equals_the_source() {
     // Writes after ready go to both sides too.
     writer.wait_writes(blocks / 4);
     writer.stop();
-    let ended = ctl_json(&control, &["mirror-end", s(&socket)]);
+    let ended = ctl_json_or_null(&control, &["mirror-end", s(&socket)]);
     assert_eq!(ended["state"], "ready", "{ended}");
     assert!(listed_mirror(&control, &socket).is_null(), "ended");
-    ctl_json(
+    ctl_json_or_null(
         &destination.control,
         &[
             "export-end",
@@ -137,17 +128,11 @@ fn a_destination_killed_mid_copy_fails_the_mirror_and_never_the_guest() {
         tempfile::tempdir_in("/dev/shm").unwrap(),
     );
     let blocks = 32768; // 128 MiB
-    let image = a.path().join("src.raw");
-    stamped_image(&image, blocks);
-    let socket = a.path().join("src.sock");
-    let (mut source, control) = serve(
-        a.path(),
-        &[format!("socket={},path={}", s(&socket), s(&image))],
-    );
+    let (_, socket, mut source, control) = stamped_source(a.path(), blocks);
     let destination = Destination::start(b.path(), blocks);
     let writer = Writer::start(&socket, blocks);
     writer.wait_writes(100);
-    let answer = ctl_json(&control, &["mirror-begin", s(&socket), &destination.uri()]);
+    let answer = ctl_json_or_null(&control, &["mirror-begin", s(&socket), &destination.uri()]);
     assert_ne!(answer["state"], "failed", "{answer}");
     drop(destination.daemon);
     // The writer's next mirrored write (or the copy) meets the dead destination.
@@ -172,7 +157,7 @@ fn a_destination_killed_mid_copy_fails_the_mirror_and_never_the_guest() {
     // The guest's writes go on, on the source alone; mirror-end tells the state once more.
     writer.wait_writes(1000);
     writer.stop();
-    let ended = ctl_json(&control, &["mirror-end", s(&socket)]);
+    let ended = ctl_json_or_null(&control, &["mirror-end", s(&socket)]);
     assert_eq!(ended["state"], "failed", "{ended}");
     assert!(source.alive());
     // The disk may be mirrored again (here: to nothing that answers).
@@ -220,7 +205,7 @@ fn mirror_speed() {
     let mut client = common::Client::connect(&socket, 1, false).unwrap();
     let alone = common::qd32(&mut client, true, bytes as u64, 5.0, None);
     let start = Instant::now();
-    let answer = ctl_json(
+    let answer = ctl_json_or_null(
         &control,
         &[
             "mirror-begin",
@@ -242,5 +227,5 @@ fn mirror_speed() {
         "4K random writes QD32: {alone:.0} IOPS alone, {mirrored:.0} mirrored: {:.2}x (goal >= 0.5x)",
         mirrored / alone
     );
-    ctl_json(&control, &["mirror-end", s(&socket)]);
+    ctl_json_or_null(&control, &["mirror-end", s(&socket)]);
 }

@@ -7,33 +7,15 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::ctl::ok;
+use common::tool::{nbd_uri as uri, run_tool as run};
 use common::{Client, ctl, ctl_json, s, serve_with_control as serve};
 use serde_json::Value;
 
 /// The maps' block (`track-block=`'s default).
 const MAP_BLOCK: u64 = 64 << 10;
 const SIZE: u64 = 64 * MAP_BLOCK;
-
-/// Runs a client to its end; panics with its output if it fails.
-fn run(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{program}: {e} (scripts/install-test-deps.sh installs it)"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn uri(socket: &Path) -> String {
-    format!("nbd+unix:///?socket={}", s(socket))
-}
 
 /// The disk and what the test knows its bytes to be.
 struct Disk {
@@ -225,6 +207,23 @@ fn block_status_of(export: &Path, contexts: &[&str]) -> Vec<StatusChunk> {
     }
 }
 
+/// `vbmq ctl export-begin` of the disk on `socket` at `address`, with the blocks written since
+/// checkpoint `since`, setting checkpoint `checkpoint`.
+fn export_since(control: &Path, socket: &Path, address: &str, since: &str, checkpoint: &str) {
+    ctl_json(
+        control,
+        &[
+            "export-begin",
+            s(socket),
+            address,
+            "--bitmaps",
+            since,
+            "--checkpoint",
+            checkpoint,
+        ],
+    );
+}
+
 #[test]
 fn dirty_bitmaps_list_the_blocks_written_since_a_checkpoint_and_rebuild_the_next_instant() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
@@ -251,18 +250,7 @@ fn dirty_bitmaps_list_the_blocks_written_since_a_checkpoint_and_rebuild_the_next
     disk.write(10 * MAP_BLOCK + 4096, 2 * MAP_BLOCK as usize, 2);
     disk.write(SIZE - 512, 512, 3);
     let first_instant = disk.model.clone();
-    ctl_json(
-        &control,
-        &[
-            "export-begin",
-            s(&a),
-            &address,
-            "--bitmaps",
-            "A",
-            "--checkpoint",
-            "B",
-        ],
-    );
+    export_since(&control, &a, &address, "A", "B");
     // After the instant: in B, not in A's bitmap nor in the export.
     disk.write(20 * MAP_BLOCK, 4096, 4);
     let since_a = blocks(&[(3, 3), (10, 12), (63, 63)]);
@@ -301,18 +289,7 @@ fn dirty_bitmaps_list_the_blocks_written_since_a_checkpoint_and_rebuild_the_next
     disk.write(0, 512, 5);
     disk.write(30 * MAP_BLOCK + MAP_BLOCK - 4096, 8192, 6);
     let second_instant = disk.model.clone();
-    ctl_json(
-        &control,
-        &[
-            "export-begin",
-            s(&a),
-            &address,
-            "--bitmaps",
-            "B",
-            "--checkpoint",
-            "C",
-        ],
-    );
+    export_since(&control, &a, &address, "B", "C");
     disk.write(40 * MAP_BLOCK, 4096, 7);
     let since_b = blocks(&[(0, 0), (20, 20), (30, 31)]);
     let dirty = dirty_by_nbdinfo(&export, "B");
@@ -477,18 +454,7 @@ fn kill_9_during_an_export_leaves_the_disk_and_its_maps_as_a_crash_does() {
     disk.write(5 * MAP_BLOCK, 8192, 1);
     let export = dir.path().join("export.sock");
     let address = format!("unix:{}", s(&export));
-    ctl_json(
-        &control,
-        &[
-            "export-begin",
-            s(&a),
-            &address,
-            "--bitmaps",
-            "A",
-            "--checkpoint",
-            "B",
-        ],
-    );
+    export_since(&control, &a, &address, "A", "B");
     // Saved into the scratch before they land, then acknowledged.
     disk.write(0, 128 << 10, 2);
     disk.write(SIZE - 4096, 4096, 3);

@@ -17,46 +17,12 @@ use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{Client, ctl, serve_with_control as serve};
+use common::ctl::ctl_json_or_null;
+use common::tool::{nbd_uri as uri, run_tool as run};
+use common::{Client, ctl, s, serve_with_control as serve};
 use serde_json::Value;
 use stamp_writer::Writer;
 use stamps::{BLOCK, check_one_instant, stamped_image};
-
-fn s(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
-
-fn ctl_json(control: &Path, args: &[&str]) -> Value {
-    let out = ctl(control, args);
-    assert!(
-        out.status.success(),
-        "vbmq ctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if out.stdout.is_empty() {
-        return Value::Null;
-    }
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
-}
-
-/// The export's URI for libnbd and QEMU.
-fn uri(socket: &Path) -> String {
-    format!("nbd+unix:///?socket={}", s(socket))
-}
-
-/// Runs a client to its end; panics with its output if it fails.
-fn run(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{program}: {e} (scripts/install-test-deps.sh installs it)"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 #[test]
 fn a_full_backup_read_under_writes_is_the_disk_at_export_begin() {
@@ -73,7 +39,7 @@ fn a_full_backup_read_under_writes_is_the_disk_at_export_begin() {
     let writer = Writer::start(&a, blocks);
     writer.wait_writes(blocks / 4);
     let low = writer.done.load(Ordering::SeqCst);
-    let answer = ctl_json(&control, &["export-begin", s(&a), &address]);
+    let answer = ctl_json_or_null(&control, &["export-begin", s(&a), &address]);
     let high = writer.started.load(Ordering::SeqCst);
     assert_eq!(answer["bytes"], blocks * BLOCK as u64, "{answer}");
     // The export's socket is the operator's only: 0600.
@@ -112,13 +78,13 @@ fn a_full_backup_read_under_writes_is_the_disk_at_export_begin() {
     assert_eq!(first["can_multi_conn"], true, "{info}");
     let map = run("nbdinfo", &["--map", &uri(&export)]);
     assert!(map.contains("data"), "{map}");
-    ctl_json(&control, &["export-end", s(&a), &address]);
+    ctl_json_or_null(&control, &["export-end", s(&a), &address]);
     assert!(!export.exists(), "export-end removes the export's socket");
     let out = ctl(&control, &["export-end", s(&a), &address]);
     assert!(!out.status.success(), "a second export-end is refused");
     // The disk may be exported (or snapshotted) again.
-    ctl_json(&control, &["export-begin", s(&a), &address]);
-    ctl_json(&control, &["export-end", s(&a), &address]);
+    ctl_json_or_null(&control, &["export-begin", s(&a), &address]);
+    ctl_json_or_null(&control, &["export-end", s(&a), &address]);
     writer.stop();
     assert!(daemon.alive());
 }
@@ -145,7 +111,7 @@ fn tcp_bad_addresses_and_disks_without_exports_are_refused_with_a_reason() {
         assert!(stderr.contains(says), "{address}: {stderr}");
     }
     let memory = dir.path().join("m.sock");
-    ctl_json(
+    ctl_json_or_null(
         &control,
         &["add-disk", &format!("socket={},mem=1M", s(&memory))],
     );
@@ -270,7 +236,7 @@ fn hostile_nbd_clients_leave_vbmq_serving_its_guests_and_its_export() {
         dir.path(),
         &[format!("socket={},path={}", s(&a), s(&image))],
     );
-    ctl_json(
+    ctl_json_or_null(
         &control,
         &["export-begin", s(&a), &format!("unix:{}", s(&export))],
     );
@@ -396,13 +362,13 @@ fn hostile_nbd_clients_leave_vbmq_serving_its_guests_and_its_export() {
 
     // export-end disconnects a client in transmission; remove-disk ends the next export.
     let address = format!("unix:{}", s(&export));
-    ctl_json(&control, &["export-end", s(&a), &address]);
+    ctl_json_or_null(&control, &["export-end", s(&a), &address]);
     assert!(raw.closed(), "export-end disconnects its clients");
-    ctl_json(&control, &["export-begin", s(&a), &address]);
+    ctl_json_or_null(&control, &["export-begin", s(&a), &address]);
     let mut raw = Raw::connect(&export).expect("served");
     hello(&mut raw);
     raw.go();
-    ctl_json(&control, &["remove-disk", s(&a)]);
+    ctl_json_or_null(&control, &["remove-disk", s(&a)]);
     assert!(raw.closed(), "remove-disk ends the disk's export");
     assert!(daemon.alive());
 }

@@ -8,18 +8,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::tool::{qcow2_over, run_tool as run};
 use common::{Client, Daemon, pattern};
 
 const SIZE: usize = 4 << 20;
-
-fn run(program: &str, args: &[&str]) {
-    let out = Command::new(program).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A raw file of `SIZE` bytes: a pattern, with zeroed stretches (what compression and
 /// zero detection find).
@@ -175,21 +167,7 @@ fn a_chain_reads_through_every_layer_as_qemu_resolves_it() {
     let base = raw_data(&sub, "base.raw", 2);
     let mid = sub.join("mid.qcow2");
     let top = sub.join("top.qcow2");
-    run(
-        "qemu-img",
-        &[
-            "create",
-            "-f",
-            "qcow2",
-            "-F",
-            "raw",
-            "-b",
-            "base.raw",
-            "-o",
-            "extended_l2=on",
-            mid.to_str().unwrap(),
-        ],
-    );
+    qcow2_over(&mid, "raw", "base.raw", &["-o", "extended_l2=on"]);
     qemu_io(
         &mid,
         &[
@@ -198,21 +176,7 @@ fn a_chain_reads_through_every_layer_as_qemu_resolves_it() {
             "write -P 0x12 2M 3k",
         ],
     );
-    run(
-        "qemu-img",
-        &[
-            "create",
-            "-f",
-            "qcow2",
-            "-F",
-            "qcow2",
-            "-b",
-            "mid.qcow2",
-            "-o",
-            "cluster_size=4096",
-            top.to_str().unwrap(),
-        ],
-    );
+    qcow2_over(&top, "qcow2", "mid.qcow2", &["-o", "cluster_size=4096"]);
     qemu_io(
         &top,
         &[
@@ -348,10 +312,7 @@ fn read_all(client: &mut Client) -> Vec<u8> {
 fn writes_read_back_in_qemu(dir: &Path, create: &[&str]) {
     let base = raw_data(dir, "base.raw", 4);
     let image = dir.join("vm.qcow2");
-    let mut args = vec!["create", "-f", "qcow2", "-F", "raw", "-b", "base.raw"];
-    args.extend(create);
-    args.push(image.to_str().unwrap());
-    run("qemu-img", &args);
+    qcow2_over(&image, "raw", "base.raw", create);
     let mut expected = std::fs::read(&base).unwrap();
     let socket = dir.join("vm.sock");
     let daemon = Daemon::start(&[format!(
@@ -462,13 +423,9 @@ fn images_with_internal_snapshots_or_left_dirty_are_not_written() {
     same_as_qemu(&lazy, ",readonly=on");
 }
 
-#[path = "qcow2/crash_io.rs"]
-mod crash_io;
-
 #[test]
 fn kill_9_under_writes_leaves_a_clean_image_with_every_flushed_write() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use common::crash_io::{self, Killer, Rng, Sectors, clock_seed};
     use std::time::{Duration, Instant};
 
     const DISK: usize = 8 << 20;
@@ -480,39 +437,27 @@ fn kill_9_under_writes_leaves_a_clean_image_with_every_flushed_write() {
     let base_data = pattern(6, DISK);
     std::fs::write(dir.path().join("base.raw"), &base_data).unwrap();
     let image = dir.path().join("vm.qcow2");
-    run(
-        "qemu-img",
-        &[
-            "create",
-            "-f",
-            "qcow2",
-            "-F",
-            "raw",
-            "-b",
-            "base.raw",
-            image.to_str().unwrap(),
-        ],
-    );
+    qcow2_over(&image, "raw", "base.raw", &[]);
     let socket = dir.path().join("vm.sock");
     let spec = format!(
         "socket={},path={},direct=off",
         socket.display(),
         image.display()
     );
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
-    eprintln!("seed {seed}");
-    let mut rng = crash_io::Rng(seed);
+    let seed = clock_seed();
+    let mut rng = Rng(seed);
     let data = |seq: u64| pattern(1000 + seq, SECTOR);
     // Per sector: the write a completed flush covered (`None`: the base's bytes), and the
     // writes since, any of which may have landed.
     let sectors = DISK / SECTOR;
     let mut durable: Vec<Option<u64>> = vec![None; sectors];
     let mut since: Vec<Vec<u64>> = vec![Vec::new(); sectors];
-    let mut fresh: Vec<usize> = (0..DISK / CLUSTER).collect();
+    let mut targets = Sectors {
+        fresh: (0..DISK / CLUSTER).collect(),
+        per_unit: CLUSTER / SECTOR,
+        count: DISK / SECTOR,
+        anywhere: 4,
+    };
     let mut seq = 0u64;
     let start = Instant::now();
     let mut rounds = 0;
@@ -522,30 +467,11 @@ fn kill_9_under_writes_leaves_a_clean_image_with_every_flushed_write() {
         let mut client = Client::connect(&socket, 1, false).unwrap();
         let child = daemon.child.id();
         let delay = Duration::from_millis(5 + rng.next(100));
-        let killed = Arc::new(AtomicBool::new(false));
-        let flag = killed.clone();
-        let killer = std::thread::spawn(move || {
-            std::thread::sleep(delay);
-            // SAFETY: a signal to the daemon this test started.
-            unsafe { libc::kill(child.cast_signed(), libc::SIGKILL) };
-            flag.store(true, Ordering::SeqCst);
-        });
+        let killer = Killer::after(child, delay);
+        let killed = killer.killed.clone();
         loop {
-            let mut batch: Vec<(usize, u64)> = Vec::new();
-            while batch.len() < 16 {
-                // Mostly clusters never written: allocations, where the order of writes matters.
-                let sector = if fresh.is_empty() || rng.next(4) == 0 {
-                    rng.next(sectors as u64) as usize
-                } else {
-                    let i = rng.next(fresh.len() as u64) as usize;
-                    fresh.swap_remove(i) * (CLUSTER / SECTOR)
-                        + rng.next((CLUSTER / SECTOR) as u64) as usize
-                };
-                if batch.iter().all(|(s, _)| *s != sector) {
-                    seq += 1;
-                    batch.push((sector, seq));
-                }
-            }
+            // Mostly clusters never written: allocations, where the order of writes matters.
+            let batch = targets.batch(&mut rng, &mut seq);
             for (sector, seq) in &batch {
                 since[*sector].push(*seq);
             }
@@ -573,7 +499,7 @@ fn kill_9_under_writes_leaves_a_clean_image_with_every_flushed_write() {
                 }
             }
         }
-        killer.join().unwrap();
+        killer.join();
         let _ = daemon.child.wait();
         drop(client);
         let _ = std::fs::remove_file(&socket);

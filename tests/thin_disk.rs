@@ -7,11 +7,10 @@ mod common;
 use std::mem::MaybeUninit;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use blkio::{Completion, ReqFlags};
+use common::crash_io::{Killer, Rng, Sectors, clock_seed, try_flush, try_writes};
 use common::run_time::fill_and_copy_on_read;
 use common::{Client, Daemon, image, pattern, serve_with_control};
 
@@ -249,80 +248,6 @@ fn what_a_thin_disk_cannot_be_is_refused_at_start() {
     assert!(err.contains("not the base"), "{err}");
 }
 
-/// Writes `(sector, seq)` all at once; the result of each, `None` where the daemon was killed
-/// before it answered.
-fn try_write_batch(
-    client: &mut Client,
-    batch: &[(usize, u64)],
-    sector_size: usize,
-    killed: &AtomicBool,
-) -> Vec<Option<i32>> {
-    let buf = client.region.addr as *mut u8;
-    for (i, (sector, seq)) in batch.iter().enumerate() {
-        let data = write_data(*seq);
-        // SAFETY: the region holds BUF_LEN >= 16 * 4096 bytes.
-        let at = unsafe { buf.add(i * sector_size) };
-        // SAFETY: as above.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at, data.len()) };
-        let offset = (sector * sector_size) as u64;
-        client.queues[0].write(offset, at, data.len(), i, ReqFlags::empty());
-    }
-    let mut results = vec![None; batch.len()];
-    let mut done = [const { MaybeUninit::<Completion>::uninit() }; 16];
-    let mut pending = batch.len();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while pending > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "writes never answered by a live daemon"
-        );
-        let mut timeout = Duration::from_millis(50);
-        match client.queues[0].do_io(&mut done, 1, Some(&mut timeout), None) {
-            Ok(n) => {
-                for c in &done[..n] {
-                    // SAFETY: do_io initialised `n` completions.
-                    let c = unsafe { c.assume_init_ref() };
-                    results[c.user_data] = Some(c.ret);
-                    pending -= 1;
-                }
-                if n == 0 && killed.load(Ordering::SeqCst) {
-                    break;
-                }
-            }
-            Err(_) => break,
-        }
-    }
-    results
-}
-
-/// The one request queued, or `None` once the daemon was killed without answering it.
-fn try_complete(client: &mut Client, killed: &AtomicBool) -> Option<i32> {
-    let mut done = [MaybeUninit::<Completion>::uninit(); 1];
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        let mut timeout = Duration::from_millis(50);
-        match client.queues[0].do_io(&mut done, 1, Some(&mut timeout), None) {
-            // SAFETY: do_io initialised one completion.
-            Ok(1) => return Some(unsafe { done[0].assume_init_ref() }.ret),
-            Ok(_) if !killed.load(Ordering::SeqCst) => {}
-            _ => return None,
-        }
-    }
-    panic!("a write was never answered by a live daemon");
-}
-
-/// A small xorshift generator: the test's randomness, seeded by the clock (printed).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % below
-    }
-}
-
 /// The bytes a 4 KiB write numbered `seq` puts down.
 fn write_data(seq: u64) -> Vec<u8> {
     pattern(1000 + seq, 4096)
@@ -347,13 +272,7 @@ fn kill_9_under_writes_loses_no_acknowledged_write_and_shows_no_half_copied_bloc
         &base,
         ",base-block=16K,direct=off",
     );
-    let per_block = CRASH_BLOCK / SECTOR;
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
-    eprintln!("seed {seed}");
+    let seed = clock_seed();
     let mut rng = Rng(seed);
     // What each 4 KiB sector may hold: the write last acknowledged there (`None`: the base's),
     // and the write in flight at the kill, which may or may not have landed.
@@ -363,38 +282,29 @@ fn kill_9_under_writes_loses_no_acknowledged_write_and_shows_no_half_copied_bloc
     let mut rounds = 0;
     // Blocks never written, in random order: most writes copy a block, where the order of
     // data and map matters.
-    let mut fresh: Vec<usize> = (0..CRASH_SIZE / CRASH_BLOCK).collect();
+    let mut targets = Sectors {
+        fresh: (0..CRASH_SIZE / CRASH_BLOCK).collect(),
+        per_unit: CRASH_BLOCK / SECTOR,
+        count: CRASH_SIZE / SECTOR,
+        anywhere: 8,
+    };
     while rounds < 5 || (rounds < 60 && start.elapsed() < Duration::from_secs(25)) {
         rounds += 1;
         let mut daemon = Daemon::start(std::slice::from_ref(&spec));
         let mut client = Client::connect(&socket, 1, false).unwrap();
         let child = daemon.child.id();
         let delay = Duration::from_millis(10 + rng.next(150));
-        let killed = Arc::new(AtomicBool::new(false));
-        let flag = killed.clone();
-        let killer = std::thread::spawn(move || {
-            std::thread::sleep(delay);
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(child.cast_signed(), libc::SIGKILL) };
-            flag.store(true, Ordering::SeqCst);
-        });
+        let killer = Killer::after(child, delay);
+        let killed = killer.killed.clone();
         // Batches of writes to distinct sectors, so that several copies are in flight at once.
         let mut in_flight: Vec<(usize, u64)> = Vec::new();
         while in_flight.is_empty() {
-            let mut batch: Vec<(usize, u64)> = Vec::new();
-            while batch.len() < 16 {
-                let sector = if fresh.is_empty() || rng.next(8) == 0 {
-                    rng.next((CRASH_SIZE / SECTOR) as u64) as usize
-                } else {
-                    let i = rng.next(fresh.len() as u64) as usize;
-                    fresh.swap_remove(i) * per_block + rng.next(per_block as u64) as usize
-                };
-                if batch.iter().all(|(s, _)| *s != sector) {
-                    seq += 1;
-                    batch.push((sector, seq));
-                }
-            }
-            let done = try_write_batch(&mut client, &batch, SECTOR, &killed);
+            let batch = targets.batch(&mut rng, &mut seq);
+            let writes: Vec<(u64, Vec<u8>)> = batch
+                .iter()
+                .map(|(sector, seq)| ((sector * SECTOR) as u64, write_data(*seq)))
+                .collect();
+            let done = try_writes(&mut client, &writes, &killed);
             for (i, write) in batch.into_iter().enumerate() {
                 match done[i] {
                     Some(0) => acked[write.0] = Some(write.1),
@@ -408,7 +318,7 @@ fn kill_9_under_writes_loses_no_acknowledged_write_and_shows_no_half_copied_bloc
                 break;
             }
         }
-        killer.join().unwrap();
+        killer.join();
         let _ = daemon.child.wait();
         drop(client);
         // The killed process left its socket: the next one binds it anew.
@@ -445,11 +355,6 @@ fn kill_9_under_writes_loses_no_acknowledged_write_and_shows_no_half_copied_bloc
     }
     eprintln!("{rounds} rounds, {seq} writes");
     assert!(fingerprint(&base) == before, "the base changed");
-}
-
-fn try_flush(client: &mut Client, killed: &AtomicBool) -> Option<i32> {
-    client.queues[0].flush(0, ReqFlags::empty());
-    try_complete(client, killed)
 }
 
 /// Two queues copying the same blocks at once: one waits for the other's copy, and neither

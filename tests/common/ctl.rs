@@ -39,14 +39,28 @@ pub fn refused(out: &Output, reason: &str) {
     assert!(err.contains(reason), "{err:?} lacks {reason:?}");
 }
 
-/// `vbmq ctl ARGS`, which must succeed: the JSON it prints.
-pub fn ctl_json(control: &Path, args: &[&str]) -> Value {
+/// `vbmq ctl ARGS`, which must succeed: its output.
+fn ctl_succeeding(control: &Path, args: &[&str]) -> Output {
     let out = ctl(control, args);
     assert!(
         out.status.success(),
         "vbmq ctl {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    out
+}
+
+/// `vbmq ctl ARGS`, which must succeed: the JSON it prints.
+pub fn ctl_json(control: &Path, args: &[&str]) -> Value {
+    serde_json::from_slice(&ctl_succeeding(control, args).stdout).expect("JSON on stdout")
+}
+
+/// As [`ctl_json`], for requests that may print nothing (null then).
+pub fn ctl_json_or_null(control: &Path, args: &[&str]) -> Value {
+    let out = ctl_succeeding(control, args);
+    if out.stdout.is_empty() {
+        return Value::Null;
+    }
     serde_json::from_slice(&out.stdout).expect("JSON on stdout")
 }
 

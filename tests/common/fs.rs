@@ -1,10 +1,37 @@
 //! Requests a test sends through the user-space virtio-fs client, and what it reads back.
 
+use std::fs::Metadata;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use vbmq_driver::FsClient;
 use vbmq_driver::fuse::{self, CreateIn, Opcode, OutHeader, ROOT_ID};
 use vm_memory::{Bytes, GuestAddress};
+
+/// What a hostile frontend must not change in a file outside its share: mode, owner, and the
+/// modification and change times (reads move the access time; a change of anything moves the
+/// change time).
+#[derive(Debug, PartialEq)]
+pub struct Inode {
+    mode: u32,
+    owner: (u32, u32),
+    times: (i64, i64, i64, i64),
+}
+
+impl Inode {
+    pub fn of(meta: &Metadata) -> Inode {
+        Inode {
+            mode: meta.mode(),
+            owner: (meta.uid(), meta.gid()),
+            times: (
+                meta.mtime(),
+                meta.mtime_nsec(),
+                meta.ctime(),
+                meta.ctime_nsec(),
+            ),
+        }
+    }
+}
 
 /// CREATE of `name` in the share's root, read-write, with `mode`: the reply's header and body.
 pub fn create(client: &mut FsClient, name: &str, mode: u32) -> (OutHeader, Vec<u8>) {

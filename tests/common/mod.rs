@@ -1,11 +1,13 @@
 //! Shared test helpers: start the real `vbmq serve` process and drive it with libblkio.
 #![allow(dead_code)]
 
+pub mod crash_io;
 pub mod ctl;
 pub mod fs;
 pub mod loop_device;
 pub mod run_time;
 pub mod serve;
+pub mod tool;
 pub mod xattr;
 
 // What most test files take; each takes some of them.

@@ -4,7 +4,6 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// A server started by a test, killed on drop.
@@ -13,22 +12,13 @@ pub struct NbdServer {
     pub socket: PathBuf,
 }
 
-fn s(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
+use crate::common::s;
+use crate::common::tool::run_tool;
 
 /// Runs a server that daemonises once ready and writes its PID to `pid_file`.
 fn run(program: &str, args: &[String], pid_file: &Path, socket: &Path) -> NbdServer {
     let _ = std::fs::remove_file(pid_file);
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{program}: {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_tool(program, args);
     let pid = std::fs::read_to_string(pid_file).expect("the server's PID file");
     NbdServer {
         pid: pid.trim().parse().expect("a PID"),

@@ -141,6 +141,67 @@ pub fn build_c(dir: &TestDir, name: &str, flags: &[&str]) -> Vec<u8> {
     std::fs::read(&out).unwrap()
 }
 
+/// `content/golden.txt` (the numbers 1 to 20000, a line each) in a `mib`-MiB ext4 image `name`
+/// made on the host: returns the image and the file's path.
+pub fn golden_ext4(dir: &TestDir, name: &str, mib: u64) -> (PathBuf, PathBuf) {
+    let content = dir.join("content");
+    std::fs::create_dir_all(&content).unwrap();
+    let text: String = (1..=20000).map(|i| format!("{i}\n")).collect();
+    let golden = content.join("golden.txt");
+    std::fs::write(&golden, &text).unwrap();
+    let image = dir.disk(name, mib);
+    let mkfs = std::process::Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-d"])
+        .arg(&content)
+        .arg(&image)
+        .output()
+        .expect("run mkfs.ext4");
+    assert!(
+        mkfs.status.success(),
+        "mkfs.ext4: {}",
+        String::from_utf8_lossy(&mkfs.stderr)
+    );
+    (image, golden)
+}
+
+/// The guest script that writes on a golden image (see [`golden_ext4`]): reads golden.txt (a
+/// `GOLDEN` line), writes four files of its own, runs `after_writes`, appends to golden.txt,
+/// leaves the sums of them all in /sums and /mnt/sums (`SUM` lines), trims and checks the file
+/// system.
+pub fn write_on_golden(after_writes: &str) -> String {
+    script(&format!(
+        "e2fsck -fn /dev/vda
+         mount /dev/vda /mnt
+         sha256sum /mnt/golden.txt | sed 's/^/GOLDEN /'
+         mkdir /mnt/own
+         for i in 1 2 3 4; do
+             dd if=/dev/urandom of=/mnt/own/file$i bs=64k count=$((i * 8)) 2>/dev/null
+         done
+         {after_writes}
+         echo appended >>/mnt/golden.txt
+         (cd /mnt && sha256sum golden.txt own/* >/sums)
+         cp /sums /mnt/sums
+         sync
+         fstrim -v /mnt
+         umount /mnt
+         e2fsck -fn /dev/vda
+         sed 's/^/SUM /' /sums"
+    ))
+}
+
+/// A second VM on `socket`'s disk: checks the file system and every file against the `sums`
+/// an earlier VM left at its root, and prints them as `SUM` lines. Panics if it fails.
+pub fn reread_sums(socket: &Path) -> GuestRun {
+    let run = Vm::new(2).disk(socket, 2).run(&script(
+        "e2fsck -fn /dev/vda
+         mount -o ro /dev/vda /mnt
+         (cd /mnt && sha256sum -c sums && sed 's/^/SUM /' sums)
+         umount /mnt",
+    ));
+    run.assert_success();
+    run
+}
+
 /// Waits until the guest's console (`Vm::console`) shows `marker`; panics after `timeout`.
 pub fn wait_for_console(console: &Path, marker: &str, timeout: std::time::Duration) {
     let start = std::time::Instant::now();

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::common::Daemon;
-use crate::common::fs::names;
+use crate::common::fs::{Inode, names};
 use crate::common::serve::serve_share;
 use crate::common::xattr::{get_xattr, set_xattr, xattr_names};
 
@@ -93,9 +93,7 @@ impl Drop for Share {
 /// Everything the tests check did not change outside the share.
 #[derive(Debug, PartialEq)]
 struct Outside {
-    mode: u32,
-    owner: (u32, u32),
-    times: (i64, i64, i64, i64),
+    inode: Inode,
     xattrs: Vec<u8>,
     bytes: Vec<u8>,
     names: Vec<String>,
@@ -106,15 +104,7 @@ fn outside(share: &Share) -> Outside {
     let canary = share.path("outside/canary");
     let meta = std::fs::symlink_metadata(&canary).unwrap();
     Outside {
-        mode: meta.mode(),
-        owner: (meta.uid(), meta.gid()),
-        // Reads move the access time; a change of anything moves the change time.
-        times: (
-            meta.mtime(),
-            meta.mtime_nsec(),
-            meta.ctime(),
-            meta.ctime_nsec(),
-        ),
+        inode: Inode::of(&meta),
         xattrs: xattr_names(&canary),
         bytes: std::fs::read(&canary).unwrap(),
         names: names(&share.path("outside")),

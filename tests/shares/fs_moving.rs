@@ -8,7 +8,6 @@
 //! `CAP_SYS_ADMIN`), the check then the only wall beneath Landlock.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::common::Daemon;
+use crate::common::fs::Inode;
 use crate::common::serve::Serve;
 use crate::common::xattr::{set_xattr, xattrs};
 
@@ -83,9 +83,7 @@ impl Drop for Layout {
 /// Everything of one file the test checks.
 #[derive(Debug, PartialEq)]
 struct Kept {
-    mode: u32,
-    owner: (u32, u32),
-    times: (i64, i64, i64, i64),
+    inode: Inode,
     xattrs: Vec<u8>,
     bytes: Option<Vec<u8>>,
 }
@@ -102,15 +100,7 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, Kept> {
             }
         }
         let kept = Kept {
-            mode: meta.mode(),
-            owner: (meta.uid(), meta.gid()),
-            // Reads move the access time; a change of anything moves the change time.
-            times: (
-                meta.mtime(),
-                meta.mtime_nsec(),
-                meta.ctime(),
-                meta.ctime_nsec(),
-            ),
+            inode: Inode::of(&meta),
             xattrs: xattrs(&path),
             bytes: meta.is_file().then(|| std::fs::read(&path).unwrap()),
         };

@@ -1,13 +1,52 @@
 //! Requests to a daemon that may be killed at any instant: each answer, or `None` where the
-//! daemon died before it answered.
+//! daemon died before it answered; the killer, and the kill tests' seeded randomness.
 
 use std::mem::MaybeUninit;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use blkio::{Completion, ReqFlags};
 
-use super::common::Client;
+use super::Client;
+
+/// A thread that sends SIGKILL to a process after a delay, then raises `killed`.
+pub struct Killer {
+    pub killed: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl Killer {
+    /// Kills `pid` (a daemon the test started) after `delay`.
+    pub fn after(pid: u32, delay: Duration) -> Killer {
+        let killed = Arc::new(AtomicBool::new(false));
+        let flag = killed.clone();
+        let thread = std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            // SAFETY: a signal to the daemon this test started.
+            unsafe { libc::kill(pid.cast_signed(), libc::SIGKILL) };
+            flag.store(true, Ordering::SeqCst);
+        });
+        Killer { killed, thread }
+    }
+
+    /// Waits until the kill was sent.
+    pub fn join(self) {
+        self.thread.join().unwrap();
+    }
+}
+
+/// A seed from the clock, printed so that a failing run can be replayed.
+pub fn clock_seed() -> u64 {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("seed {seed}");
+    seed
+}
 
 /// Writes each `(offset, data)` at once (at most 16, 64 KiB each); the result of each.
 pub fn try_writes(
@@ -67,6 +106,37 @@ pub fn try_flush(client: &mut Client, killed: &AtomicBool) -> Option<i32> {
         }
     }
     panic!("a flush was never answered by a live daemon");
+}
+
+/// Where the kill tests write next: sectors in units (blocks, clusters) never written yet, where
+/// the order of data and metadata matters, and now and then anywhere.
+pub struct Sectors {
+    /// Units never written, in no order.
+    pub fresh: Vec<usize>,
+    pub per_unit: usize,
+    pub count: usize,
+    /// One write in this many goes anywhere.
+    pub anywhere: u64,
+}
+
+impl Sectors {
+    /// 16 writes to distinct sectors: each `(sector, seq)`, numbered on from `seq`.
+    pub fn batch(&mut self, rng: &mut Rng, seq: &mut u64) -> Vec<(usize, u64)> {
+        let mut batch: Vec<(usize, u64)> = Vec::new();
+        while batch.len() < 16 {
+            let sector = if self.fresh.is_empty() || rng.next(self.anywhere) == 0 {
+                rng.next(self.count as u64) as usize
+            } else {
+                let i = rng.next(self.fresh.len() as u64) as usize;
+                self.fresh.swap_remove(i) * self.per_unit + rng.next(self.per_unit as u64) as usize
+            };
+            if batch.iter().all(|(s, _)| *s != sector) {
+                *seq += 1;
+                batch.push((sector, *seq));
+            }
+        }
+        batch
+    }
 }
 
 /// A small xorshift generator: the test's randomness, seeded by the clock (printed).
