@@ -22,8 +22,8 @@ def make_qcow2(image, base):
 
 def qcow2_check(image):
     """`qemu-img check` of a disk no vbmq serves: its exit status, and what is wrong or None.
-    Leaked clusters
-    (exit 3) are allowed, as QEMU allows them after a crash; corruption (2) or an error is not.
+    Leaked clusters (exit 3) are allowed, as QEMU allows them after a crash; corruption (2) or
+    an error is not.
     A killed vbmq's rings release the image's lock a little after it is reaped: wait for that."""
     deadline = time.monotonic() + 60
     while True:
