@@ -102,6 +102,10 @@ class Ledger:
         connects = self._w(name).connects
         return connects[-1] if connects else 0.0
 
+    def unflushed(self, name):
+        """Whether `name` has a round written and not yet flushed."""
+        return bool(self._w(name).rounds)
+
     def drops(self, name):
         return len(self._w(name).drops)
 

@@ -43,6 +43,8 @@ class Thrash(World, VbmqControl, Load, ShareLoad, Report):
         self.counts = {}
         self.vbmq = None
         self.runs = 0
+        self.qcow2_status = None  # qemu-img check's exit status at the last stop of vbmq
+        self.mirrors = 0  # starts of a mirror's destination vbmq
         self.client = None
         self.qemu = None
         self.host = host.Host(self.dir, log)

@@ -8,6 +8,7 @@ import time
 
 from . import host
 from .common import VBMQ, Failed
+from .world import qcow2_check
 
 
 class VbmqControl:
@@ -66,6 +67,11 @@ class VbmqControl:
             self.error(f"vbmq exited {status} on SIGTERM")
         if self.checkpoint and sig == signal.SIGKILL:
             self.kills_since_checkpoint += 1
+        # Whatever stopped it, the qcow2 image's metadata must be consistent before the next
+        # start reads it (a kill -9 may leak clusters, never corrupt).
+        self.qcow2_status, bad = qcow2_check(self.path("qcow2.img"))
+        if bad:
+            self.error(f"qcow2 after signal {sig}: {bad}")
 
     def add_share(self):
         spec = f"socket={self.sock('share')},dir={self.path('shares/one')},tag=one"
