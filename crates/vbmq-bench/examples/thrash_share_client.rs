@@ -158,6 +158,10 @@ fn main() {
             }
             Ok(Outcome::Wrong(what)) => println!("SE {what}"),
             Err(_) => {
+                // The old connection is closed first: vbmq serves one frontend at a time on a
+                // socket, so a new one connected beside it waits, unanswered, for as long as
+                // the old stays open (the client then hung for good, vbmq saying nothing).
+                drop(client);
                 client = connect(&socket);
                 held = None;
             }
