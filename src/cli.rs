@@ -492,6 +492,7 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                 ("remove-disk", a) => Request::RemoveDisk { socket: socket(a)? },
                 ("add-fs", a) => Request::AddFs {
                     spec: a.get_one::<String>("spec")?.clone(),
+                    mount: false,
                 },
                 ("remove-fs", a) => Request::RemoveFs { socket: socket(a)? },
                 ("resize", a) => Request::Resize {

@@ -46,8 +46,11 @@ pub fn run(request: &Request) -> i32 {
             };
             fds.clone_from(&opened.names);
         }
-        R::AddFs { spec } => match crate::ctl_fs::open_share(spec) {
-            Ok(opened) => share = Some(opened),
+        R::AddFs { spec, mount } => match crate::ctl_fs::open_share(spec) {
+            Ok(opened) => {
+                *mount = opened.has_mount();
+                share = Some(opened);
+            }
             Err(e) => {
                 eprintln!("vbmq: {e}");
                 return 2;

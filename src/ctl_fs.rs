@@ -11,9 +11,11 @@ use std::path::{Path, PathBuf};
 
 use vbmq::config::FsSpec;
 
-/// What `add-fs` sends: the directory, the listening socket and its lock file, held.
+/// What `add-fs` sends: the directory, a detached mount of it (where this process may make
+/// one), the listening socket and its lock file, held.
 pub struct OpenedShare {
     dir: File,
+    mount: Option<File>,
     listener: UnixListener,
     lock: File,
     socket: PathBuf,
@@ -21,8 +23,18 @@ pub struct OpenedShare {
 
 impl OpenedShare {
     /// The descriptors in the order the daemon takes them.
-    pub fn fds(&self) -> [BorrowedFd<'_>; 3] {
-        [self.dir.as_fd(), self.listener.as_fd(), self.lock.as_fd()]
+    pub fn fds(&self) -> Vec<BorrowedFd<'_>> {
+        let mount = self.mount.as_ref().map(AsFd::as_fd);
+        let rest = [self.listener.as_fd(), self.lock.as_fd()];
+        std::iter::once(self.dir.as_fd())
+            .chain(mount)
+            .chain(rest)
+            .collect()
+    }
+
+    /// Whether a mount of the directory is sent (the request says so).
+    pub fn has_mount(&self) -> bool {
+        self.mount.is_some()
     }
 
     /// The request was refused: the socket and lock file made for it go.
@@ -45,11 +57,7 @@ pub fn open_share(text: &str) -> Result<OpenedShare, String> {
     if !spec.socket.is_absolute() {
         return Err(format!("--fs socket: {}", vbmq::host::RELATIVE_SOCKET));
     }
-    let dir = File::options()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
-        .open(&spec.dir)
-        .map_err(|e| format!("--fs dir: {}: {e}", spec.dir.display()))?;
+    let (dir, mount) = open_dir(&spec.dir)?;
     let socket_error = |e: io::Error| format!("--fs socket: {}: {e}", spec.socket.display());
     if let Some(parent) = spec.socket.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::DirBuilder::new()
@@ -79,10 +87,24 @@ pub fn open_share(text: &str) -> Result<OpenedShare, String> {
             .map_err(socket_error)?;
     Ok(OpenedShare {
         dir,
+        mount,
         listener,
         lock,
         socket: spec.socket,
     })
+}
+
+/// The shared directory `dir` (followed: the operator named it), and a detached mount of it
+/// where this process may make one (`CAP_SYS_ADMIN`; the daemon, confined, may not): the
+/// share is then served from the mount, where the kernel keeps `..` inside (SECURITY.md).
+pub fn open_dir(dir: &Path) -> Result<(File, Option<File>), String> {
+    let opened = File::options()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(dir)
+        .map_err(|e| format!("--fs dir: {}: {e}", dir.display()))?;
+    let mount = vbmq::virtio_fs::detached_mount(&opened).ok();
+    Ok((opened, mount))
 }
 
 fn is_socket(path: &Path) -> bool {

@@ -3,11 +3,9 @@
 //! passed as `vbmq ctl add-fs` passes them) instead of served here. The process stays, as a
 //! management stack that tracks its pid expects, and removes the share on SIGTERM or SIGINT.
 
-use std::fs::File;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -55,19 +53,25 @@ fn join(args: &VirtiofsdArgs, control: &Path, ready_line: &str) -> Result<i32, S
         None => std::path::absolute(&spec.socket).map_err(|e| format!("--socket-path: {e}"))?,
     };
     let text = spec_text(spec, &socket, &dir)?;
-    let request = Request::AddFs { spec: text.clone() };
     let bound = inherited.is_none();
     match inherited {
         Some((listener, _)) => {
-            let dir = File::options()
-                .read(true)
-                .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
-                .open(&dir)
-                .map_err(|e| format!("--shared-dir {}: {e}", dir.display()))?;
-            ask(control, &request, &[dir.as_fd(), listener.as_fd()])?;
+            let (dir, mount) = crate::ctl_fs::open_dir(&dir)?;
+            let request = Request::AddFs {
+                spec: text.clone(),
+                mount: mount.is_some(),
+            };
+            let fds = std::iter::once(dir.as_fd())
+                .chain(mount.as_ref().map(AsFd::as_fd))
+                .chain([listener.as_fd()]);
+            ask(control, &request, &fds.collect::<Vec<_>>())?;
         }
         None => {
             let opened = crate::ctl_fs::open_share(&text)?;
+            let request = Request::AddFs {
+                spec: text.clone(),
+                mount: opened.has_mount(),
+            };
             if let Err(e) = ask(control, &request, &opened.fds()) {
                 opened.discard();
                 return Err(e);

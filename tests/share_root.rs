@@ -7,6 +7,8 @@
 //! their sockets by the user-space virtio-fs client.
 
 mod common;
+#[path = "common/no_landlock.rs"]
+mod no_landlock;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -26,6 +28,19 @@ fn s(path: &Path) -> &str {
 /// `vbmq serve --control DIR/run/ctl.sock --fs-root DIR/roots` and `extra`, started by
 /// `launcher` (the program and its first arguments, before `vbmq`), its log in `DIR/vbmq.log`.
 fn serve(dir: &Path, launcher: &[&str], extra: &[String]) -> (Daemon, PathBuf) {
+    serve_on(dir, launcher, extra, Kernel::WithLandlock)
+}
+
+/// Whether the kernel vbmq runs on has Landlock (a run-time share's mount is served only
+/// where it has not: Landlock's rules, made at start, do not reach it).
+#[derive(Clone, Copy, PartialEq)]
+enum Kernel {
+    WithLandlock,
+    WithoutLandlock,
+}
+
+/// As [`serve`], on `kernel`.
+fn serve_on(dir: &Path, launcher: &[&str], extra: &[String], kernel: Kernel) -> (Daemon, PathBuf) {
     let control = dir.join("run/ctl.sock");
     std::fs::create_dir_all(dir.join("run")).unwrap();
     std::fs::create_dir_all(dir.join("roots")).unwrap();
@@ -38,11 +53,16 @@ fn serve(dir: &Path, launcher: &[&str], extra: &[String]) -> (Daemon, PathBuf) {
         }
         None => Command::new(vbmq),
     };
+    if kernel == Kernel::WithoutLandlock {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the hook installs a seccomp filter and touches nothing else of the parent.
+        unsafe { command.pre_exec(no_landlock::no_landlock) };
+    }
     let child = command
         .args(["serve", "--control", s(&control), "--fs-root"])
         .arg(dir.join("roots"))
         .args(extra)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.join("vbmq.log")).unwrap())
@@ -63,6 +83,23 @@ fn add_fs(control: &Path, socket: &Path, shared: &Path) {
     let out = ctl(control, &["add-fs", &spec]);
     assert!(out.status.success(), "add-fs {spec}: {out:?}");
 }
+
+/// Checks that the share on `socket` was added served from `wall` (the log's words): the mount
+/// `vbmq ctl` (root here) made of it where the kernel has no Landlock, its directory where it has.
+fn assert_served_from(dir: &Path, socket: &Path, wall: &str) {
+    let added = format!("{}: share added: ", s(socket));
+    let line = log(dir)
+        .lines()
+        .find(|line| line.contains(&added))
+        .map(str::to_string);
+    assert!(
+        line.as_deref().is_some_and(|l| l.contains(wall)),
+        "not served from {wall}: {line:?}"
+    );
+}
+
+const MOUNT: &str = "served from a mount of its own";
+const DIRECTORY: &str = "served from its directory";
 
 /// The whole of the file at node `node`, read through the share.
 fn read_node(client: &mut FsClient, node: u64) -> std::io::Result<Vec<u8>> {
@@ -171,9 +208,21 @@ fn decoy(path: &Path) -> PathBuf {
 /// directory or a directory above it: every session still serves the directory passed.
 #[test]
 fn a_run_time_share_serves_its_passed_directory_whatever_its_path_leads_to_later() {
+    renamed_and_linked_cases(Kernel::WithLandlock, DIRECTORY);
+}
+
+/// As above, served from the mount `vbmq ctl add-fs` made of the directory (a kernel without
+/// Landlock, where that mount is the only kernel wall).
+#[test]
+fn a_run_time_share_served_from_its_mount_serves_its_passed_directory_whatever_its_path_leads_to_later()
+ {
+    renamed_and_linked_cases(Kernel::WithoutLandlock, MOUNT);
+}
+
+fn renamed_and_linked_cases(kernel: Kernel, wall: &str) {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let (mut daemon, control) = serve(dir, &[], &[]);
+    let (mut daemon, control) = serve_on(dir, &[], &[], kernel);
     let decoys = [
         ("inside", decoy(&dir.join("roots/other"))),
         ("outside", decoy(&dir.join("outside"))),
@@ -187,6 +236,7 @@ fn a_run_time_share_serves_its_passed_directory_whatever_its_path_leads_to_later
             std::fs::write(shared.join("own"), OWN).unwrap();
             let socket = dir.join(format!("run/{where_to}-{}.sock", renamed.len()));
             add_fs(&control, &socket, &shared);
+            assert_served_from(dir, &socket, wall);
 
             let moved = if renamed == "its directory" {
                 let moved = tenant.join("vm.moved");
@@ -250,9 +300,19 @@ fn rename(client: &mut FsClient, from: &str, to: &str) {
 /// with.
 #[test]
 fn a_nested_share_cannot_be_taken_over_by_the_outer_guest() {
+    nested_case(Kernel::WithLandlock, DIRECTORY);
+}
+
+/// As above, both shares served from the mounts `vbmq ctl add-fs` made (no Landlock).
+#[test]
+fn a_nested_share_served_from_its_mount_cannot_be_taken_over_by_the_outer_guest() {
+    nested_case(Kernel::WithoutLandlock, MOUNT);
+}
+
+fn nested_case(kernel: Kernel, wall: &str) {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let (mut daemon, control) = serve(dir, &[], &[]);
+    let (mut daemon, control) = serve_on(dir, &[], &[], kernel);
     let outer = dir.join("roots/outer");
     let inner = outer.join("inner");
     std::fs::create_dir_all(&inner).unwrap();
@@ -260,6 +320,7 @@ fn a_nested_share_cannot_be_taken_over_by_the_outer_guest() {
     let (outer_socket, inner_socket) = (dir.join("run/outer.sock"), dir.join("run/inner.sock"));
     add_fs(&control, &outer_socket, &outer);
     add_fs(&control, &inner_socket, &inner);
+    assert_served_from(dir, &inner_socket, wall);
     let mut inner_guest = FsClient::connect(&inner_socket).expect("connect inner");
     assert_eq!(read(&mut inner_guest, "own").unwrap(), OWN);
 
@@ -384,6 +445,77 @@ fn a_share_state_names_no_host_path() {
     for host in [s(dir), "private", "host-only-name"] {
         assert!(!state.contains(host), "the state names {host}: {state}");
     }
+    assert!(daemon.alive(), "{}", log(dir));
+    assert!(daemon.terminate().success());
+}
+
+/// A detached mount of `dir` (`open_tree(OPEN_TREE_CLONE)`), as `vbmq ctl add-fs` makes one.
+fn detached_mount(dir: &Path) -> std::fs::File {
+    use std::os::fd::FromRawFd;
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    let path = std::ffi::CString::new(s(dir)).unwrap();
+    let flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint;
+    // SAFETY: open_tree reads the NUL-terminated path and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) };
+    assert!(fd >= 0, "open_tree: {}", std::io::Error::last_os_error());
+    // SAFETY: a fresh descriptor nothing else owns.
+    unsafe { std::fs::File::from_raw_fd(i32::try_from(fd).unwrap()) }
+}
+
+/// A client other than `vbmq ctl` passes, beside a directory beneath the `--fs-root`, a
+/// "mount" that is a detached mount of another directory, or the directory itself (no mount):
+/// each is refused with one line, and nothing is served; the mount of the directory itself is
+/// served from (on a kernel without Landlock), `..` at its root staying there.
+#[test]
+fn a_passed_mount_is_served_only_if_it_is_a_detached_mount_of_the_directory() {
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let (mut daemon, control) = serve_on(dir, &[], &[], Kernel::WithoutLandlock);
+    let shared = dir.join("roots/vm");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::write(shared.join("own"), OWN).unwrap();
+    let other = decoy(&dir.join("roots/other"));
+    let socket = dir.join("run/raw.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+    let lock = tempfile::tempfile().unwrap();
+    let directory = std::fs::File::open(&shared).unwrap();
+    let spec = format!("socket={},dir={},tag=t,mode=event", s(&socket), s(&shared));
+    let add = |mount: &std::fs::File| {
+        let body = serde_json::json!({"command": "add-fs", "spec": spec, "mount": true});
+        let fds = [
+            directory.as_raw_fd(),
+            mount.as_raw_fd(),
+            listener.as_raw_fd(),
+            lock.as_raw_fd(),
+        ];
+        common::control_request(&control, &body, &fds)
+    };
+    let refused = |reply: serde_json::Value| {
+        assert_eq!(reply["ok"], false, "{reply}");
+        reply["error"].as_str().expect("an error").to_string()
+    };
+    assert_eq!(
+        refused(add(&detached_mount(&other))),
+        "--fs dir: the mount passed is not a mount of the directory passed (another root)"
+    );
+    assert_eq!(
+        refused(add(&std::fs::File::open(&shared).unwrap())),
+        "--fs dir: the mount passed is not a detached mount (its `..` leads out of it)"
+    );
+    let listed = common::ctl(&control, &["list"]);
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("JSON");
+    assert_eq!(listed, serde_json::json!([]), "a refused share is served");
+
+    let reply = add(&detached_mount(&shared));
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_served_from(dir, &socket, MOUNT);
+    let mut client = FsClient::connect(&socket).expect("connect");
+    let dotdot = client.lookup(ROOT_ID, "..").expect("lookup ..");
+    let root = client.getattr(ROOT_ID).expect("getattr root");
+    assert_eq!(dotdot.attr.ino, root.attr.ino, "`..` at the root left it");
+    assert_eq!(read(&mut client, "own").unwrap(), OWN);
+    drop(client);
     assert!(daemon.alive(), "{}", log(dir));
     assert!(daemon.terminate().success());
 }

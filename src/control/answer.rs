@@ -79,8 +79,8 @@ fn dispatch(host: &Host, request: Request, fds: Vec<OwnedFd>) -> Result<Answer, 
             .remove_disk(Path::new(&socket))
             .map(|()| Answer::Nothing)
             .map_err(refused),
-        Request::AddFs { spec } => {
-            let passed = passed_share(fds)?;
+        Request::AddFs { spec, mount } => {
+            let passed = passed_share(fds, mount)?;
             host.add_passed_share(&spec, passed)
                 .map(|info| Answer::Share(share_entry(&info)))
                 .map_err(refused)
@@ -271,21 +271,31 @@ fn mirror_entry(state: &vbmq::backend::MirrorState) -> MirrorEntry {
     }
 }
 
-/// `add-fs`'s descriptors, in order: the directory, the listening socket, its lock file (no
-/// lock file: a socket the sender inherited, whose file is the binder's).
-fn passed_share(fds: Vec<OwnedFd>) -> Result<PassedShare, String> {
+/// `add-fs`'s descriptors, in order: the directory, its detached mount (if `mount`), the
+/// listening socket, its lock file (no lock file: a socket the sender inherited, whose file is
+/// the binder's).
+fn passed_share(fds: Vec<OwnedFd>, mount: bool) -> Result<PassedShare, String> {
     let mut fds = fds.into_iter();
-    let (Some(dir), Some(listener), lock, None) = (fds.next(), fds.next(), fds.next(), fds.next())
+    let dir = fds.next();
+    let mount = if mount {
+        fds.next().map(Some)
+    } else {
+        Some(None)
+    };
+    let (Some(dir), Some(mount), Some(listener), lock, None) =
+        (dir, mount, fds.next(), fds.next(), fds.next())
     else {
         return Err(
             "add-fs: send the share's directory, its listening socket and the \
                     socket's lock file (none for an inherited socket) as 2 or 3 descriptors \
-                    with the request (vbmq ctl add-fs does)"
+                    with the request, the directory's mount after it if \"mount\" says so \
+                    (vbmq ctl add-fs does)"
                 .into(),
         );
     };
     Ok(PassedShare {
         dir: dir.into(),
+        mount: mount.map(Into::into),
         listener: UnixListener::from(listener),
         lock: lock.map(Into::into),
     })

@@ -33,6 +33,14 @@ pub enum Request {
     AddFs {
         /// Exactly an `--fs` value.
         spec: String,
+        /// The descriptor after the directory is a detached mount of it, which the share is
+        /// served from (`vbmq ctl add-fs` makes one where it may).
+        #[serde(
+            default,
+            deserialize_with = "loose",
+            skip_serializing_if = "std::ops::Not::not"
+        )]
+        mount: bool,
     },
     /// Stop the share on this socket.
     RemoveFs {

@@ -49,8 +49,17 @@ fn requests() -> Vec<(Request, Value)> {
         (
             Request::AddFs {
                 spec: "socket=/r/f.sock,dir=/srv/f,tag=t".into(),
+                mount: false,
             },
             json!({"command": "add-fs", "spec": "socket=/r/f.sock,dir=/srv/f,tag=t"}),
+        ),
+        (
+            Request::AddFs {
+                spec: "socket=/r/f.sock,dir=/srv/f,tag=t".into(),
+                mount: true,
+            },
+            json!({"command": "add-fs", "spec": "socket=/r/f.sock,dir=/srv/f,tag=t",
+                "mount": true}),
         ),
         (
             Request::RemoveFs {

@@ -66,6 +66,9 @@ pub(crate) fn build_share(spec: &FsSpec) -> Result<ShareServer, FsSpecError> {
 pub struct PassedShare {
     /// The shared directory.
     pub dir: File,
+    /// A detached mount of it (`open_tree(OPEN_TREE_CLONE)`), if the sender could make one:
+    /// the share is then served from it, once checked to be one of `dir`.
+    pub mount: Option<File>,
     /// The listening vhost-user socket.
     pub listener: UnixListener,
     /// The lock file beside the socket, if the sender bound it.

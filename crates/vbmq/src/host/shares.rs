@@ -15,6 +15,7 @@ pub use crate::devices::PassedShare;
 use crate::devices::build_passed_share;
 use crate::passed_fds::{check_directory, check_listening_socket, check_regular_file};
 use crate::vhost_user::ShareServer;
+use crate::virtio_fs::{RootWall, check_passed_mount, mount_readable};
 use crate::worker::online_cpus;
 
 /// A directory beneath which `add-fs` may share (`--fs-root`), as it was at start.
@@ -84,6 +85,28 @@ fn beneath_a_root(dir: &File, roots: &[ShareRoot]) -> io::Result<bool> {
         parent_of = Some(parent);
     }
     Ok(false)
+}
+
+/// What a run-time share is served from: the detached mount `vbmq ctl add-fs` made of the
+/// directory, once checked to be one whose root is that directory, else the directory itself
+/// (the sender could not make a mount, or Landlock keeps this process out of it).
+fn serve_from_mount(passed: &mut PassedShare, dir: &Path) -> io::Result<RootWall> {
+    let Some(mount) = passed.mount.take() else {
+        return Ok(RootWall::Directory);
+    };
+    check_directory(mount.as_fd())?;
+    check_passed_mount(&passed.dir, &mount)?;
+    if let Err(e) = mount_readable(&mount) {
+        crate::limited!(
+            info,
+            "{}: the mount passed is not served ({e}): Landlock's rules, made at start, do \
+             not reach a mount made after it",
+            dir.display()
+        );
+        return Ok(RootWall::Directory);
+    }
+    passed.dir = mount;
+    Ok(RootWall::Mount)
 }
 
 /// Why a run-time share's relative socket path is refused: the sender bound it in its own
@@ -170,7 +193,7 @@ impl Host {
     pub fn add_passed_share(
         &self,
         text: &str,
-        passed: PassedShare,
+        mut passed: PassedShare,
     ) -> Result<ShareInfo, HostError> {
         let spec = FsSpec::parse(text, &online_cpus())?;
         if !spec.socket.is_absolute() {
@@ -202,6 +225,8 @@ impl Host {
             };
             return Err(share_error("dir", reason));
         }
+        // Beneath an --fs-root was checked on the directory: a mount of it hides its `..`.
+        let wall = serve_from_mount(&mut passed, &spec.dir).map_err(bad("dir"))?;
         let mut shares = lock(&self.shares);
         // The disks' lock is held until the socket is reserved: no disk added meanwhile takes it.
         let disks = lock(&self.disks);
@@ -225,7 +250,13 @@ impl Host {
         drop(disks);
         let info = share_info(&share);
         shares.push(share);
-        crate::limited!(info, "{}: share added", spec.socket.display());
+        crate::limited!(
+            info,
+            "{}: share added: {}: {}",
+            spec.socket.display(),
+            spec.dir.display(),
+            wall.describe()
+        );
         Ok(info)
     }
 

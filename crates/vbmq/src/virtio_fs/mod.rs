@@ -21,5 +21,5 @@ pub use features::{FsCache, ShareFeatures, check_xattrmap};
 pub use id_map::{IdMap, IdRule};
 pub use on_error::OnError;
 pub use request_copy::RequestCopy;
-pub use root_mount::RootWall;
+pub use root_mount::{RootWall, check_passed_mount, detached_mount, mount_readable};
 pub use share::{FsDevice, ShareError};

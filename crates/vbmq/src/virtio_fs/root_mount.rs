@@ -42,8 +42,9 @@ pub fn open_share_root(dir: &Path) -> io::Result<(File, RootWall)> {
     }
 }
 
-/// A detached mount of the directory open as `dir`, its root `dir`.
-fn detached_mount(dir: &File) -> io::Result<File> {
+/// A detached mount of the directory open as `dir`, its root `dir` (needs `CAP_SYS_ADMIN` in
+/// the mount namespace's owner: `vbmq ctl add-fs` makes one for a run-time share).
+pub fn detached_mount(dir: &File) -> io::Result<File> {
     let flags = OPEN_TREE_CLONE
         | AT_RECURSIVE
         | libc::AT_EMPTY_PATH as libc::c_uint
@@ -57,6 +58,71 @@ fn detached_mount(dir: &File) -> io::Result<File> {
     let fd = i32::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
     // SAFETY: a fresh descriptor nothing else owns.
     Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// `(st_dev, st_ino)` of an open file.
+fn identity(file: &impl AsRawFd) -> io::Result<(u64, u64)> {
+    // SAFETY: an all-zero stat is a valid value; fstat writes it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on an open descriptor into a local struct.
+    if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// Checks that `mount`, passed as the detached mount of the directory `dir` (both opened by
+/// another process, `vbmq ctl add-fs`), is one: its root is `dir` itself, and its `..` is
+/// its root (the kernel keeps `..` inside it), so that serving from it serves `dir` and no
+/// more. `dir` is the descriptor every other check (beneath `--fs-root`) was made on.
+pub fn check_passed_mount(dir: &File, mount: &File) -> io::Result<()> {
+    let refused = |what: &str| io::Error::new(io::ErrorKind::InvalidInput, what.to_string());
+    let root = identity(mount)?;
+    if root != identity(dir)? {
+        return Err(refused(
+            "the mount passed is not a mount of the directory passed (another root)",
+        ));
+    }
+    // SAFETY: openat of ".." relative to an open directory; the result is checked.
+    let fd = unsafe {
+        libc::openat(
+            mount.as_raw_fd(),
+            c"..".as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nothing else owns.
+    let parent = unsafe { File::from_raw_fd(fd) };
+    if identity(&parent)? != root {
+        return Err(refused(
+            "the mount passed is not a detached mount (its `..` leads out of it)",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether this thread may read the directory at the root of `mount`: Landlock's rules, made
+/// at start, reach no mount made after it (its walk stops at a detached mount's root, beneath
+/// no rule), so a confined vbmq cannot serve from a run-time share's mount and keeps its
+/// directory instead.
+pub fn mount_readable(mount: &File) -> io::Result<()> {
+    // SAFETY: openat of "." relative to an open directory; the result is checked and closed.
+    let fd = unsafe {
+        libc::openat(
+            mount.as_raw_fd(),
+            c".".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nothing else owns, closed here.
+    drop(unsafe { File::from_raw_fd(fd) });
+    Ok(())
 }
 
 impl RootWall {
