@@ -14,18 +14,25 @@ use super::protocol::{
     SnapshotEntry,
 };
 
-/// Answers one request line; `fds` are the descriptors sent with it.
-pub fn answer(host: &Host, line: &[u8], fds: Vec<OwnedFd>) -> Reply {
-    match Request::parse(line).and_then(|request| dispatch(host, request, fds)) {
+/// Answers one request line; `fds` are the descriptors sent with it, by a client running as
+/// `client_uid`.
+pub fn answer(host: &Host, line: &[u8], fds: Vec<OwnedFd>, client_uid: u32) -> Reply {
+    match Request::parse(line).and_then(|request| dispatch(host, request, fds, client_uid)) {
         Ok(answer) => Reply::done(answer),
         Err(error) => Reply::refused(error),
     }
 }
 
-fn dispatch(host: &Host, request: Request, fds: Vec<OwnedFd>) -> Result<Answer, String> {
+fn dispatch(
+    host: &Host,
+    request: Request,
+    fds: Vec<OwnedFd>,
+    client_uid: u32,
+) -> Result<Answer, String> {
     let refused = |e: vbmq::host::HostError| e.to_string();
     if let Request::AddDisk { spec, fds: names } = request {
-        let passed = passed_disk(&names, fds)?;
+        let mut passed = passed_disk(&names, fds)?;
+        passed.client_uid = Some(client_uid);
         return host
             .add_disk_passed(&spec, passed)
             .map(disk)

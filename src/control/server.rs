@@ -104,6 +104,15 @@ fn serve_client(host: &Host, mut stream: UnixStream) {
     if stream.set_nonblocking(true).is_err() {
         return;
     }
+    // Whose files the client may pass as a disk's map, changes or key file (besides root's).
+    let client_uid = match client_uid(&stream) {
+        Ok(uid) => uid,
+        Err(e) => {
+            let error = format!("cannot tell the client's user (SO_PEERCRED): {e}");
+            let _ = reply(&mut stream, &Reply::refused(error));
+            return;
+        }
+    };
     let mut pending: Vec<u8> = Vec::new();
     let mut fds: Vec<OwnedFd> = Vec::new();
     loop {
@@ -116,10 +125,35 @@ fn serve_client(host: &Host, mut stream: UnixStream) {
             }
         };
         // The descriptors that came while the line was read are its request's.
-        if reply(&mut stream, &answer(host, &line, std::mem::take(&mut fds))).is_err() {
+        let fds = std::mem::take(&mut fds);
+        if reply(&mut stream, &answer(host, &line, fds, client_uid)).is_err() {
             return;
         }
     }
+}
+
+/// The user the process at the other end of `stream` ran as when it connected.
+fn client_uid(stream: &UnixStream) -> io::Result<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = libc::socklen_t::try_from(size_of::<libc::ucred>()).unwrap_or(0);
+    // SAFETY: getsockopt writes at most `len` bytes into the local `cred`.
+    let ret = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut cred).cast(),
+            &raw mut len,
+        )
+    };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.uid)
 }
 
 /// The next line (without its newline), `None` at a clean end, or why the client is dropped;

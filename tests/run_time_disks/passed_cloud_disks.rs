@@ -298,7 +298,53 @@ fn bad_bases_maps_and_keys_are_refused_and_the_daemon_goes_on() {
         s(&base),
         s(&key)
     );
+    // A map with a second name, a map and a key file of another user (the client is root).
+    let linked_map = dir.path().join("linked.map");
+    std::fs::File::create(&linked_map).unwrap();
+    std::fs::hard_link(&linked_map, dir.path().join("linked.map.other-name")).unwrap();
+    let others_map = dir.path().join("others.map");
+    std::fs::File::create(&others_map).unwrap();
+    std::os::unix::fs::chown(&others_map, Some(4242), Some(4242)).unwrap();
+    let others_key = dir.path().join("others.key");
+    std::fs::write(&others_key, pattern(5, 64)).unwrap();
+    std::os::unix::fs::chown(&others_key, Some(4242), Some(4242)).unwrap();
+    let (linked_map, others_map) = (open(&linked_map, true), open(&others_map, true));
+    let others_key = open(&others_key, false);
     let cases: Vec<(Value, &str)> = vec![
+        (
+            add(
+                thin(&base),
+                &names,
+                &[
+                    l,
+                    disk_rw.as_raw_fd(),
+                    base_ro.as_raw_fd(),
+                    linked_map.as_raw_fd(),
+                ],
+            ),
+            "passed map: 2 links",
+        ),
+        (
+            add(
+                thin(&base),
+                &names,
+                &[
+                    l,
+                    disk_rw.as_raw_fd(),
+                    base_ro.as_raw_fd(),
+                    others_map.as_raw_fd(),
+                ],
+            ),
+            "passed map: owned by uid 4242, neither the control client's (uid 0) nor root's",
+        ),
+        (
+            add(
+                encrypted.clone(),
+                &["socket", "image", "key"],
+                &[l, base_rw.as_raw_fd(), others_key.as_raw_fd()],
+            ),
+            "passed key file: owned by uid 4242",
+        ),
         (
             add(
                 thin(&base),

@@ -33,6 +33,10 @@ pub struct PassedDisk {
     pub key: Option<OwnedFd>,
     /// `track-changes=on`: the image's changed-block maps (`DISK.changes`), read-write.
     pub changes: Option<OwnedFd>,
+    /// The user the control client runs as (`SO_PEERCRED`): the map, the changes file and a
+    /// regular key file must be its or root's, with one link. `None`: copies of files the
+    /// daemon holds already (`reload --replace`), not checked again.
+    pub client_uid: Option<u32>,
 }
 
 /// Why a passed descriptor is refused: what it should have been, and what it is.
@@ -188,34 +192,75 @@ fn file_pair(
     Ok((image, Some(direct)))
 }
 
-/// A `base=` disk's map (`DISK.map`) as a file, if it is a regular file opened read-write.
-pub fn map_file(map: OwnedFd) -> io::Result<File> {
-    read_write_file("map", map)
+/// A `base=` disk's map (`DISK.map`) as a file, if it is a regular file opened read-write,
+/// the client's own (see [`check_owner`]).
+pub fn map_file(map: OwnedFd, client_uid: Option<u32>) -> io::Result<File> {
+    read_write_file("map", map, client_uid)
 }
 
 /// A `track-changes=on` disk's map file (`DISK.changes`) as a file, if it is a regular file
-/// opened read-write.
-pub fn changes_file(changes: OwnedFd) -> io::Result<File> {
-    read_write_file("changes file", changes)
+/// opened read-write, the client's own (see [`check_owner`]).
+pub fn changes_file(changes: OwnedFd, client_uid: Option<u32>) -> io::Result<File> {
+    read_write_file("changes file", changes, client_uid)
 }
 
-fn read_write_file(what: &str, fd: OwnedFd) -> io::Result<File> {
+fn read_write_file(what: &str, fd: OwnedFd, client_uid: Option<u32>) -> io::Result<File> {
     let file = File::from(fd);
-    if !file.metadata()?.is_file() {
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
         return Err(refused_image(what, "not a regular file"));
     }
     if access_mode(&file)? != libc::O_RDWR {
         return Err(refused_image(what, "not opened read-write"));
     }
+    check_owner(what, &metadata, client_uid)?;
     Ok(file)
 }
 
-/// A `key-file=` as a file, if it is a regular file or a pipe opened to read.
-pub fn key_file(key: OwnedFd) -> io::Result<File> {
+/// A file vbmq writes or trusts beside an image (a map, a changes file, a regular key file)
+/// must have one link, and be owned by the control client's user (`client_uid`) or root: a
+/// name planted by someone else (a hard link to their file, or a file of theirs) is refused,
+/// as lock files are. `None`: not checked (the daemon's own copies).
+pub fn check_owner(
+    what: &str,
+    metadata: &std::fs::Metadata,
+    client_uid: Option<u32>,
+) -> io::Result<()> {
+    let Some(uid) = client_uid else {
+        return Ok(());
+    };
+    if metadata.nlink() != 1 {
+        return Err(refused_image(
+            what,
+            format!(
+                "{} links (one name is not enough to know which file it is)",
+                metadata.nlink()
+            ),
+        ));
+    }
+    if metadata.uid() != uid && metadata.uid() != 0 {
+        return Err(refused_image(
+            what,
+            format!(
+                "owned by uid {}, neither the control client's (uid {uid}) nor root's",
+                metadata.uid()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A `key-file=` as a file, if it is a regular file (the client's own, see [`check_owner`])
+/// or a pipe opened to read.
+pub fn key_file(key: OwnedFd, client_uid: Option<u32>) -> io::Result<File> {
     let key = File::from(key);
-    let kind = key.metadata()?.file_type();
+    let metadata = key.metadata()?;
+    let kind = metadata.file_type();
     if !kind.is_file() && !kind.is_fifo() {
         return Err(refused_image("key file", "not a regular file or a pipe"));
+    }
+    if kind.is_file() {
+        check_owner("key file", &metadata, client_uid)?;
     }
     if access_mode(&key)? == libc::O_WRONLY {
         return Err(refused_image("key file", "not opened to read"));
@@ -327,10 +372,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("vm.raw.changes");
         std::fs::write(&path, b"").unwrap();
-        assert!(changes_file(open(&path, true, false)).is_ok());
-        let e = changes_file(open(&path, false, false)).unwrap_err();
+        assert!(changes_file(open(&path, true, false), None).is_ok());
+        let e = changes_file(open(&path, false, false), None).unwrap_err();
         assert_eq!(e.to_string(), "passed changes file: not opened read-write");
-        let e = changes_file(File::open(dir.path()).unwrap().into()).unwrap_err();
+        let e = changes_file(File::open(dir.path()).unwrap().into(), None).unwrap_err();
         assert_eq!(e.to_string(), "passed changes file: not a regular file");
     }
 

@@ -319,6 +319,8 @@ fn socket_option_rules(
                 socket_option(libc::SO_DOMAIN)?,
                 socket_option(libc::SO_TYPE)?,
                 socket_option(libc::SO_ACCEPTCONN)?,
+                // The control client's user, whose files it may pass (SECURITY.md).
+                socket_option(libc::SO_PEERCRED)?,
             ],
         );
     }

@@ -51,18 +51,18 @@ impl Host {
         let thin = match (passed.base, passed.map) {
             (Some(base), Some(map)) => Some(PassedThin {
                 base: base_files(base, passed.base_direct).map_err(in_path("base"))?,
-                map: map_file(map).map_err(in_path("base"))?,
+                map: map_file(map, passed.client_uid).map_err(in_path("base"))?,
             }),
             _ => None,
         };
         let key = passed
             .key
-            .map(key_file)
+            .map(|key| key_file(key, passed.client_uid))
             .transpose()
             .map_err(in_path("key-file"))?;
         let changes = passed
             .changes
-            .map(changes_file)
+            .map(|changes| changes_file(changes, passed.client_uid))
             .transpose()
             .map_err(in_path("track-changes"))?;
         let source = Source {
