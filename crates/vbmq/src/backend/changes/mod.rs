@@ -27,8 +27,11 @@
 mod bitmaps;
 mod engine;
 mod file;
+mod in_image;
 mod map;
 
+pub use self::file::{Invalid, MAX_MAPS, valid_name};
+pub use self::in_image::{ImageBitmaps, ImageMap, ImageMaps};
 use std::fs::File;
 use std::io;
 use std::path::Path;
@@ -61,7 +64,10 @@ impl TrackedDisk {
             ));
         }
         let capacity = inner.geometry().capacity;
-        let map = ChangeMap::open(image, image_file, capacity, block_size)?;
+        let map = match inner.image_bitmaps() {
+            Some(store) => ChangeMap::in_image(store, image, capacity, block_size)?,
+            None => ChangeMap::open(image, image_file, capacity, block_size)?,
+        };
         Ok(TrackedDisk {
             inner,
             map: Arc::new(map),
@@ -86,7 +92,11 @@ impl TrackedDisk {
         }
         let capacity = inner.geometry().capacity;
         let path = changes_path(image);
-        let map = ChangeMap::from_files(changes, image_file, path, capacity, block_size)?;
+        // A qcow2 image keeps its maps itself; the map file passed is left as it is.
+        let map = match inner.image_bitmaps() {
+            Some(store) => ChangeMap::in_image(store, image, capacity, block_size)?,
+            None => ChangeMap::from_files(changes, image_file, path, capacity, block_size)?,
+        };
         Ok(TrackedDisk {
             inner,
             map: Arc::new(map),
