@@ -148,6 +148,10 @@ fn checkpoints_are_bitmaps_qemu_reads_with_the_same_extents() {
     let b = vec![(40 * BLOCK, BLOCK)];
     assert_eq!(extents(&control, dir.path(), "a"), a);
     assert_eq!(extents(&control, dir.path(), "b"), b);
+    assert!(
+        !dir.path().join("vm.qcow2.changes").exists(),
+        "kept in the image"
+    );
     // While served: none in the image yet, or each in use.
     for (name, flags) in qemu_bitmaps(&image) {
         assert!(flags.contains(&"in-use".to_string()), "{name}: {flags:?}");
@@ -267,6 +271,28 @@ fn kill_9_leaves_the_bitmaps_in_use_and_invalid_to_both() {
     qemu_check(&image);
 }
 
+/// Where the image's bitmaps extension data lies.
+fn bitmaps_extension(image: &Path) -> u64 {
+    let header = std::fs::read(image).unwrap();
+    let mut at = u32::from_be_bytes(header[100..104].try_into().unwrap()) as usize;
+    loop {
+        let kind = u32::from_be_bytes(header[at..at + 4].try_into().unwrap());
+        let len = u32::from_be_bytes(header[at + 4..at + 8].try_into().unwrap()) as usize;
+        assert_ne!(kind, 0, "no bitmaps extension");
+        if kind == 0x2385_2875 {
+            return at as u64 + 8;
+        }
+        at += 8 + len.next_multiple_of(8);
+    }
+}
+
+/// Writes `bytes` at `offset` of `image`.
+fn patch(image: &Path, offset: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new().write(true).open(image).unwrap();
+    file.write_all_at(bytes, offset).unwrap();
+}
+
 /// Patches the flags of the image's first bitmap (QEMU's directory entry, bytes 12..16).
 fn set_first_flags(image: &Path, flags: u32) {
     use std::os::unix::fs::FileExt;
@@ -312,4 +338,49 @@ fn a_bitmap_with_unknown_flags_refuses_tracking_and_a_bad_directory_is_said() {
     drop(client);
     assert!(daemon.terminate().success());
     assert!(std::fs::read(&image).unwrap() == before);
+    // Refused for tracking, the image's bitmaps stay as QEMU wrote them: QEMU reads them.
+    set_first_flags(&image, 2);
+    run("qemu-img", &["bitmap", "--add", s(&image), "y"]);
+    assert_eq!(qemu_bitmaps(&image).len(), 2);
+    // A directory past the end of the file, then unaligned, then a count of 0: said, and
+    // the disk is refused, never served with a directory it cannot read.
+    let ext = bitmaps_extension(&image);
+    let good = std::fs::read(&image).unwrap()[ext as usize..ext as usize + 24].to_vec();
+    for (at, bytes, why) in [
+        (
+            16,
+            (1u64 << 40).to_be_bytes().to_vec(),
+            "bitmap directory unaligned or past",
+        ),
+        (
+            16,
+            0x10200u64.to_be_bytes().to_vec(),
+            "bitmap directory unaligned or past",
+        ),
+        (0, 0u32.to_be_bytes().to_vec(), "0 bitmaps"),
+        (
+            8,
+            8u64.to_be_bytes().to_vec(),
+            "directory size out of range",
+        ),
+    ] {
+        patch(&image, ext, &good);
+        patch(&image, ext + at, &bytes);
+        let err = refused_at_start(&["--disk", &spec(dir.path(), &image)]);
+        assert!(err.contains(why), "{why}: {err}");
+    }
+    patch(&image, ext, &good);
+    // A bitmap table entry with reserved bits set: said when the bitmap is read.
+    let table = {
+        let dir_at = u64::from_be_bytes(good[16..24].try_into().unwrap());
+        let raw = std::fs::read(&image).unwrap();
+        u64::from_be_bytes(
+            raw[dir_at as usize..dir_at as usize + 8]
+                .try_into()
+                .unwrap(),
+        )
+    };
+    patch(&image, table, &(1u64 << 60).to_be_bytes());
+    let err = refused_at_start(&["--disk", &spec(dir.path(), &image)]);
+    assert!(err.contains("bad table entry"), "{err}");
 }

@@ -166,6 +166,32 @@ fn regrain(src: &[u64], from: u64, to: u64, capacity: u64) -> Vec<u64> {
 
 impl ImageBitmaps for Qcow2Bitmaps {
     fn load(&self, capacity: u64, asked: Option<u64>) -> io::Result<ImageMaps> {
+        self.load_maps(capacity, asked).inspect_err(|_| {
+            // `Writer::open` cleared the autoclear bits; a disk refused leaves them as they
+            // were (nothing was written), so QEMU still trusts its bitmaps.
+            let image = &*self.image;
+            let old = image.header.autoclear.to_be_bytes();
+            if let Err(e) = image
+                .file
+                .write_all_at(&old, OFFSET_AUTOCLEAR)
+                .and_then(|()| image.file.sync_data())
+            {
+                tracing::warn!("cannot restore the image's autoclear bits: {e}");
+            }
+        })
+    }
+
+    fn store(&self, block_size: u64, maps: &[(String, Option<Vec<u64>>)]) -> io::Result<()> {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        if maps.is_empty() && loaded.dir.is_none() {
+            return Ok(());
+        }
+        self.store_maps(&mut loaded, block_size, maps)
+    }
+}
+
+impl Qcow2Bitmaps {
+    fn load_maps(&self, capacity: u64, asked: Option<u64>) -> io::Result<ImageMaps> {
         let image = &*self.image;
         let cs = self.cluster();
         let file_len = image.file.metadata()?.len();
@@ -269,10 +295,14 @@ impl ImageBitmaps for Qcow2Bitmaps {
         })
     }
 
-    fn store(&self, block_size: u64, maps: &[(String, Option<Vec<u64>>)]) -> io::Result<()> {
+    fn store_maps(
+        &self,
+        loaded: &mut Loaded,
+        block_size: u64,
+        maps: &[(String, Option<Vec<u64>>)],
+    ) -> io::Result<()> {
         let image = &*self.image;
         let cs = self.cluster();
-        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         let (entries, bytes) = table_size(image.size(), block_size, cs);
         let table_len = u32::try_from(entries).map_err(|_| io::Error::other("bitmap too large"))?;
         let bits = u8::try_from(block_size.trailing_zeros()).unwrap_or(0);
