@@ -23,6 +23,9 @@
 //! (flushed). A clean stop (SIGTERM, `remove-disk`) writes the bitmaps, flushes, then marks
 //! the file clean and flushes again. A tracked disk grows (the grown blocks count as changed in
 //! every live map; the file records the new size), never shrinks.
+//!
+//! On a writable v3 qcow2 image the maps are kept in the image instead, as its persistent
+//! dirty bitmaps ([`ImageBitmaps`], `backend/qcow2/bitmaps.rs`): QEMU reads and writes them too.
 
 mod bitmaps;
 mod engine;
