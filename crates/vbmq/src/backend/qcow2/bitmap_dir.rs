@@ -93,7 +93,7 @@ impl HeaderCluster {
             return Err(invalid("qcow2 bitmaps need a version 3 image"));
         }
         let header_length = host_size(u64::from(be32(&bytes, 100)));
-        if !(104..=bytes.len()).contains(&header_length) || header_length % 8 != 0 {
+        if !(104..=bytes.len()).contains(&header_length) || !header_length.is_multiple_of(8) {
             return Err(invalid("qcow2 header length out of range"));
         }
         let mut extensions = Vec::new();
