@@ -426,7 +426,7 @@ pub fn read_bits(
         .collect();
     // Bits past the end mean nothing (an all-ones cluster sets them).
     if let Some(last) = words.last_mut()
-        && chunks % 64 != 0
+        && !chunks.is_multiple_of(64)
     {
         *last &= (1 << (chunks % 64)) - 1;
     }
