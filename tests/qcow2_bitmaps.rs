@@ -175,6 +175,12 @@ fn checkpoints_are_bitmaps_qemu_reads_with_the_same_extents() {
     let (daemon, control, mut client) = serve(dir.path(), &image);
     assert_eq!(extents(&control, dir.path(), "a"), a);
     assert_eq!(extents(&control, dir.path(), "m"), b);
+    // While served, every bitmap is in use in the image: a crash now leaves them invalid.
+    let served = qemu_bitmaps(&image);
+    assert_eq!(served.len(), 3);
+    for (name, flags) in served {
+        assert!(flags.contains(&"in-use".to_string()), "{name}: {flags:?}");
+    }
     assert_eq!(client.write(0, 63 * BLOCK, &[5; 4096]), 0);
     ok_forget(&control, &socket, "m");
     drop(client);

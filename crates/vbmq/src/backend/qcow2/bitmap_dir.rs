@@ -449,6 +449,62 @@ mod tests {
         assert!(unsupported(1, 0, 8).is_some());
     }
 
+    /// A directory of `entries` at cluster 1 of a 64 KiB-cluster file of 4 clusters, read
+    /// for a 1 GiB image: the error, if any.
+    fn directory_error(entries: &[Vec<u8>], count: u32) -> Option<String> {
+        let cs = 64 << 10;
+        let file = tempfile::tempfile().unwrap();
+        let dir: Vec<u8> = entries.concat();
+        file.write_all_at(&dir, cs).unwrap();
+        file.set_len(4 * cs).unwrap();
+        let ext = Extension {
+            count,
+            dir_size: dir.len() as u64,
+            dir_offset: cs,
+        };
+        read_directory(&file, ext, 1 << 30, cs, 4 * cs)
+            .err()
+            .map(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_hostile_directory_is_refused_with_the_reason() {
+        let good = |name: &str| DirEntry::encode(name, 2 << 16, 1, FLAG_AUTO, 16);
+        assert_eq!(directory_error(&[good("a"), good("b")], 2), None);
+        let mut long_name = good("a");
+        long_name[18..20].copy_from_slice(&600u16.to_be_bytes());
+        let mut big_extra = good("a");
+        big_extra[20..24].copy_from_slice(&u32::MAX.to_be_bytes());
+        let mut fine_grain = good("a");
+        fine_grain[17] = 8;
+        let mut wrong_table = good("a");
+        wrong_table[8..12].copy_from_slice(&7u32.to_be_bytes());
+        let mut unaligned = good("a");
+        unaligned[0..8].copy_from_slice(&0x20200u64.to_be_bytes());
+        let mut outside = good("a");
+        outside[0..8].copy_from_slice(&(1u64 << 40).to_be_bytes());
+        let mut not_utf8 = good("a");
+        not_utf8[24] = 0xff;
+        for (entries, count, why) in [
+            (vec![good("a"), good("a")], 2, "named twice"),
+            (vec![good("a")], 2, "as many bitmaps"),
+            (vec![long_name], 1, "past the directory"),
+            (vec![big_extra], 1, "past the directory"),
+            (vec![fine_grain], 1, "granularity"),
+            (vec![wrong_table], 1, "not 1"),
+            (vec![unaligned], 1, "unaligned"),
+            (vec![outside], 1, "past the end"),
+            (vec![not_utf8], 1, "UTF-8"),
+            (vec![good("a")[..20].to_vec()], 1, "truncated"),
+        ] {
+            let err = directory_error(&entries, count);
+            assert!(
+                err.as_deref().is_some_and(|e| e.contains(why)),
+                "{why}: {err:?}"
+            );
+        }
+    }
+
     #[test]
     fn table_sizes() {
         // 1 GiB at 64 KiB granularity: 16384 bits, 2048 bytes, one 64 KiB cluster.
