@@ -170,6 +170,11 @@ pub trait Disk: Send + Sync {
     /// image's exclusive lock, which a killed client holds until the cluster times it out).
     /// No engine may submit afterwards.
     fn close(&self) {}
+    /// Where `track-changes=on` keeps its checkpoints if the image itself can (a qcow2 image's
+    /// persistent bitmaps) rather than in `DISK.changes`.
+    fn image_bitmaps(&self) -> Option<std::sync::Arc<dyn changes::ImageBitmaps>> {
+        None
+    }
     /// Why an export of the disk below would not serve this disk's contents, if it would not
     /// (none today: a cipher decrypts in [`Disk::export_view`]).
     fn export_refused(&self) -> Option<&'static str> {

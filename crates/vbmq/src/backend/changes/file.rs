@@ -43,6 +43,9 @@ pub enum Invalid {
     ImageChanged = 3,
     /// The disk's capacity or the map's block size is not what the file records.
     Geometry = 4,
+    /// (A qcow2 image's bitmap) the image marks it in use: its writer, QEMU or vbmq, did not
+    /// stop cleanly.
+    InUse = 5,
 }
 
 impl Invalid {
@@ -53,6 +56,7 @@ impl Invalid {
             2 => Some(Invalid::Damaged),
             3 => Some(Invalid::ImageChanged),
             4 => Some(Invalid::Geometry),
+            5 => Some(Invalid::InUse),
             _ => return None,
         })
     }
@@ -64,6 +68,7 @@ impl Invalid {
             Invalid::Damaged => "its file DISK.changes was damaged",
             Invalid::ImageChanged => "the image was modified while vbmq was not serving it",
             Invalid::Geometry => "the disk's size or the map's block size changed",
+            Invalid::InUse => "the image marks its bitmap in use (its writer did not stop cleanly)",
         }
     }
 }

@@ -5,14 +5,15 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::held_files::{self, Held};
 use crate::own_files::{self, Access, Create};
 
 use super::bitmaps::{Generation, Generations, set_range};
 use super::file::{CLEAN, Entry, HEADER, Header, IN_USE, Invalid, MAX_MAPS, checksum, valid_name};
+use super::in_image::ImageBitmaps;
 
 /// Why a map request was refused.
 #[derive(Debug, thiserror::Error)]
@@ -61,12 +62,20 @@ pub struct Checkpoint {
     pub invalid: Option<&'static str>,
 }
 
-/// The file and the names, changed only under their lock (never on the I/O path).
+/// Where the maps are kept between runs.
+enum Store {
+    /// `DISK.changes`, and the image, whose modification time a clean close records.
+    File { file: File, image: File },
+    /// The image itself (a qcow2 image's persistent bitmaps).
+    Image(Arc<dyn ImageBitmaps>),
+}
+
+/// The store and the names, changed only under their lock (never on the I/O path).
 struct Names {
-    file: File,
-    /// The image, whose modification time a clean close records.
-    image: File,
+    store: Store,
     slots: [Option<Entry>; MAX_MAPS],
+    /// Names the store holds for something else: no map takes them.
+    reserved: Vec<String>,
     closed: bool,
 }
 
@@ -80,7 +89,7 @@ pub struct ChangeMap {
     names: Mutex<Names>,
     path: PathBuf,
     /// The map file is in use: no snapshot is written into it.
-    _held: Held,
+    _held: Option<Held>,
 }
 
 /// The map file of the disk at `image`: `IMAGE.changes`.
@@ -88,6 +97,18 @@ pub fn changes_path(image: &Path) -> PathBuf {
     let mut name = image.as_os_str().to_owned();
     name.push(".changes");
     PathBuf::from(name)
+}
+
+fn check_block_size(block_size: Option<u64>) -> io::Result<()> {
+    match block_size {
+        Some(bs) if !bs.is_power_of_two() || !(4096..=(16 << 20)).contains(&bs) => {
+            Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "track-block must be a power of two from 4K to 16M",
+            ))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn mtime(file: &File) -> io::Result<(i64, i64)> {
@@ -153,14 +174,7 @@ impl ChangeMap {
         capacity: u64,
         block_size: Option<u64>,
     ) -> io::Result<ChangeMap> {
-        if let Some(bs) = block_size
-            && (!bs.is_power_of_two() || !(4096..=(16 << 20)).contains(&bs))
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "track-block must be a power of two from 4K to 16M",
-            ));
-        }
+        check_block_size(block_size)?;
         if !file.metadata()?.is_file() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -178,13 +192,16 @@ impl ChangeMap {
             active: AtomicU32::new(0),
             bits: Generations::new(generation),
             names: Mutex::new(Names {
-                file,
-                image: image_file.file,
+                store: Store::File {
+                    file,
+                    image: image_file.file,
+                },
                 slots: std::array::from_fn(|_| None),
+                reserved: Vec::new(),
                 closed: false,
             }),
             path,
-            _held: held,
+            _held: Some(held),
         };
         let mut names = map.lock();
         for (k, entry) in header.entries.into_iter().enumerate() {
@@ -203,6 +220,49 @@ impl ChangeMap {
             names.slots[k] = Some(entry);
         }
         map.persist(&names)?;
+        drop(names);
+        Ok(map)
+    }
+
+    /// The maps `store` (the image at `image`) holds, for a disk of `capacity` bytes: loaded,
+    /// and marked in use in the image before any write is served. `block_size`: asked for
+    /// (`track-block=`), or the image's, or 64 KiB.
+    pub fn in_image(
+        store: Arc<dyn ImageBitmaps>,
+        image: &Path,
+        capacity: u64,
+        block_size: Option<u64>,
+    ) -> io::Result<ChangeMap> {
+        check_block_size(block_size)?;
+        let loaded = store.load(capacity, block_size)?;
+        let generation = Generation::new(capacity, loaded.block_size)?;
+        let map = ChangeMap {
+            block_size: loaded.block_size,
+            active: AtomicU32::new(0),
+            bits: Generations::new(generation),
+            names: Mutex::new(Names {
+                store: Store::Image(store),
+                slots: std::array::from_fn(|_| None),
+                reserved: loaded.reserved,
+                closed: false,
+            }),
+            path: image.to_path_buf(),
+            _held: None,
+        };
+        let mut names = map.lock();
+        for (k, image_map) in loaded.maps.into_iter().take(MAX_MAPS).enumerate() {
+            if image_map.invalid.is_none() {
+                let bits = map.bits.current().bitmap(k);
+                for (w, word) in bits.iter().zip(image_map.bits) {
+                    w.store(word, Ordering::Relaxed);
+                }
+                map.active.fetch_or(1 << k, Ordering::Release);
+            }
+            names.slots[k] = Some(Entry {
+                name: image_map.name,
+                invalid: image_map.invalid,
+            });
+        }
         drop(names);
         Ok(map)
     }
@@ -230,9 +290,13 @@ impl ChangeMap {
 
     /// Writes the header as "in use" with the names of now, and flushes it.
     fn persist(&self, names: &Names) -> io::Result<()> {
+        // In the image: names reach it at the clean close.
+        let Store::File { file, .. } = &names.store else {
+            return Ok(());
+        };
         let header = self.header(names, IN_USE, 0, (0, 0));
-        names.file.write_all_at(&header.encode(), 0)?;
-        names.file.sync_data()
+        file.write_all_at(&header.encode(), 0)?;
+        file.sync_data()
     }
 
     /// Bytes per block.
@@ -286,6 +350,11 @@ impl ChangeMap {
         let mut names = self.lock();
         if names.closed {
             return Err(ChangeError::Refused("the disk is closing".into()));
+        }
+        if names.reserved.iter().any(|r| r == name) {
+            return Err(ChangeError::Refused(format!(
+                "the image holds a bitmap named {name:?} that is not a checkpoint"
+            )));
         }
         if names.slots.iter().flatten().any(|e| e.name == name) {
             return Err(ChangeError::Refused(format!(
@@ -434,6 +503,25 @@ impl ChangeMap {
 
     fn write_clean(&self, names: &Names) -> io::Result<()> {
         let words = self.bits.current().words;
+        let (file, image) = match &names.store {
+            Store::File { file, image } => (file, image),
+            Store::Image(store) => {
+                let maps: Vec<(String, Option<Vec<u64>>)> = names
+                    .slots
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(k, e)| {
+                        let e = e.as_ref()?;
+                        let bits = e
+                            .invalid
+                            .is_none()
+                            .then(|| (0..words).map(|w| self.bits.word(k, w)).collect());
+                        Some((e.name.clone(), bits))
+                    })
+                    .collect();
+                return store.store(self.block_size, &maps);
+            }
+        };
         let mut bitmaps = Vec::with_capacity(words * 8);
         for (k, entry) in names.slots.iter().enumerate() {
             let Some(entry) = entry else { continue };
@@ -443,12 +531,12 @@ impl ChangeMap {
                 bitmaps.resize(bitmaps.len() + words * 8, 0);
             }
         }
-        names.file.write_all_at(&bitmaps, HEADER)?;
-        names.file.set_len(HEADER + bitmaps.len() as u64)?;
-        names.file.sync_data()?;
-        let clean = self.header(names, CLEAN, checksum(&bitmaps), mtime(&names.image)?);
-        names.file.write_all_at(&clean.encode(), 0)?;
-        names.file.sync_data()
+        file.write_all_at(&bitmaps, HEADER)?;
+        file.set_len(HEADER + bitmaps.len() as u64)?;
+        file.sync_data()?;
+        let clean = self.header(names, CLEAN, checksum(&bitmaps), mtime(image)?);
+        file.write_all_at(&clean.encode(), 0)?;
+        file.sync_data()
     }
 }
 

@@ -23,12 +23,18 @@
 //! (flushed). A clean stop (SIGTERM, `remove-disk`) writes the bitmaps, flushes, then marks
 //! the file clean and flushes again. A tracked disk grows (the grown blocks count as changed in
 //! every live map; the file records the new size), never shrinks.
+//!
+//! On a writable v3 qcow2 image the maps are kept in the image instead, as its persistent
+//! dirty bitmaps ([`ImageBitmaps`], `backend/qcow2/bitmaps.rs`): QEMU reads and writes them too.
 
 mod bitmaps;
 mod engine;
 mod file;
+mod in_image;
 mod map;
 
+pub use self::file::{Invalid, MAX_MAPS, valid_name};
+pub use self::in_image::{ImageBitmaps, ImageMap, ImageMaps};
 use std::fs::File;
 use std::io;
 use std::path::Path;
@@ -61,7 +67,10 @@ impl TrackedDisk {
             ));
         }
         let capacity = inner.geometry().capacity;
-        let map = ChangeMap::open(image, image_file, capacity, block_size)?;
+        let map = match inner.image_bitmaps() {
+            Some(store) => ChangeMap::in_image(store, image, capacity, block_size)?,
+            None => ChangeMap::open(image, image_file, capacity, block_size)?,
+        };
         Ok(TrackedDisk {
             inner,
             map: Arc::new(map),
@@ -86,7 +95,11 @@ impl TrackedDisk {
         }
         let capacity = inner.geometry().capacity;
         let path = changes_path(image);
-        let map = ChangeMap::from_files(changes, image_file, path, capacity, block_size)?;
+        // A qcow2 image keeps its maps itself; the map file passed is left as it is.
+        let map = match inner.image_bitmaps() {
+            Some(store) => ChangeMap::in_image(store, image, capacity, block_size)?,
+            None => ChangeMap::from_files(changes, image_file, path, capacity, block_size)?,
+        };
         Ok(TrackedDisk {
             inner,
             map: Arc::new(map),

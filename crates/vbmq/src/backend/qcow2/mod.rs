@@ -17,6 +17,8 @@
 //! data file or encryption are refused; internal snapshots are left as they are (an image that
 //! has them is served read-only).
 
+mod bitmap_dir;
+mod bitmaps;
 mod compressed;
 mod engine;
 mod header;
@@ -29,11 +31,13 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+use self::bitmaps::Qcow2Bitmaps;
 use self::engine::Qcow2Stage;
 pub use self::header::has_magic;
 use self::image::Qcow2Image;
 use self::probed_raw::ProbedRaw;
 use self::write::Writer;
+use super::changes::ImageBitmaps;
 use super::layer::{Layered, StagedEngine};
 use super::{Disk, Engine, EngineOptions, FileDisk, Geometry};
 
@@ -173,6 +177,13 @@ impl Disk for Qcow2Disk {
 
     fn supports_discard(&self) -> bool {
         self.writer.is_some()
+    }
+
+    /// A writable v3 image keeps `track-changes=on` checkpoints as its persistent bitmaps.
+    fn image_bitmaps(&self) -> Option<Arc<dyn ImageBitmaps>> {
+        let writer = self.writer.clone()?;
+        (self.image.header.version >= 3)
+            .then(|| Arc::new(Qcow2Bitmaps::new(self.image.clone(), writer)) as _)
     }
 
     fn resize(&self, bytes: u64, shrink: bool) -> io::Result<u64> {

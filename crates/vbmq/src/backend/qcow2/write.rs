@@ -373,6 +373,37 @@ impl Writer {
         }
     }
 
+    /// `n` new clusters in a row at the end of the file, refcount 1 each (written, not
+    /// flushed: the caller flushes before anything points to them). For persistent bitmaps'
+    /// tables and directory, which are contiguous.
+    pub(super) fn allocate_run(&self, n: u64) -> io::Result<u64> {
+        let mut state = self.lock();
+        let cs = self.image.header.cluster_size();
+        let first = self.allocate(&mut state)?;
+        let mut run = (first, 1);
+        while run.1 < n {
+            let host = self.allocate(&mut state)?;
+            if host != run.0 + run.1 * cs {
+                // A new refcount block came between: what came before is free again.
+                for k in 0..run.1 {
+                    self.free(&state, run.0 + k * cs)?;
+                }
+                run = (host, 0);
+            }
+            run.1 += 1;
+        }
+        Ok(run.0)
+    }
+
+    /// Frees the host clusters `hosts`, which nothing on disk names any more (flushed).
+    pub(super) fn release(&self, hosts: &[u64]) -> io::Result<()> {
+        let state = self.lock();
+        for &host in hosts {
+            self.free(&state, host)?;
+        }
+        Ok(())
+    }
+
     /// Writes refcount `value` of entry `index` of the refcount block at `block`.
     fn set_refcount(&self, block: u64, index: u64, value: u64) -> io::Result<()> {
         let width = 1u64 << (self.image.header.refcount_order - 3);
