@@ -267,6 +267,96 @@ fn format_is_refused_when_it_does_not_match() {
     assert!(served == data);
 }
 
+/// `encrypt=` and `cache=` over a qcow2 disk: the guest's writes read back (after a restart
+/// too), the clusters hold ciphertext only, and `qemu-img check` finds the image clean.
+#[test]
+fn encrypt_and_cache_compose_over_a_qcow2_disk() {
+    const DISK: usize = 4 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("vm.qcow2");
+    run(
+        "qemu-img",
+        &[
+            "create",
+            "-f",
+            "qcow2",
+            image.to_str().unwrap(),
+            &DISK.to_string(),
+        ],
+    );
+    let key = dir.path().join("key");
+    std::fs::write(&key, pattern(77, 64)).unwrap();
+    let socket = dir.path().join("vm.sock");
+    let spec = format!(
+        "socket={},path={},encrypt=aes-xts,key-file={},cache=1M",
+        socket.display(),
+        image.display(),
+        key.display()
+    );
+    let marker = b"QCOW2-PLAINTEXT-".repeat(256);
+    let mut expected = vec![0u8; DISK];
+    let daemon = Daemon::start(std::slice::from_ref(&spec));
+    let mut client = Client::connect(&socket, 1, false).unwrap();
+    for at in [0, (64 << 10) + 4096, 2 << 20, DISK - 8192] {
+        assert_eq!(client.write(0, at as u64, &marker), 0, "write at {at}");
+        expected[at..at + marker.len()].copy_from_slice(&marker);
+    }
+    assert_eq!(client.flush(0), 0);
+    assert!(
+        read_all(&mut client) == expected,
+        "reads back through the cache"
+    );
+    drop(client);
+    assert!(daemon.terminate().success());
+    qemu_check(&image, false);
+    let stored = qemu_view(&image);
+    assert!(
+        !stored.windows(marker.len()).any(|w| w == marker.as_slice()),
+        "plaintext in the image"
+    );
+    let daemon = Daemon::start(std::slice::from_ref(&spec));
+    let mut client = Client::connect(&socket, 1, false).unwrap();
+    assert!(
+        read_all(&mut client) == expected,
+        "reads back after a restart"
+    );
+    drop(client);
+    assert!(daemon.terminate().success());
+}
+
+/// `base=` reads BASE as raw bytes: a qcow2 golden image is refused with the way to serve it
+/// (a qcow2 overlay over it), rather than its tables shown to the guest.
+#[test]
+fn a_qcow2_base_is_refused_with_the_way_to_serve_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = raw_data(dir.path(), "golden.raw", 7);
+    let golden = convert(
+        dir.path(),
+        &raw,
+        "golden.qcow2",
+        "cluster_size=65536",
+        false,
+    );
+    let socket = dir.path().join("s.sock");
+    let refused = common::serve::exits_2_at_start(&[
+        "--disk".to_string(),
+        format!(
+            "socket={},path={},base={}",
+            socket.display(),
+            dir.path().join("vm.raw").display(),
+            golden.display()
+        ),
+    ]);
+    assert!(
+        refused.contains("--disk base") && refused.contains("qemu-img create -f qcow2 -b"),
+        "{refused}"
+    );
+    // The overlay it names is served, and reads as the golden image.
+    let overlay = dir.path().join("vm.qcow2");
+    qcow2_over(&overlay, "qcow2", "golden.qcow2", &[]);
+    assert!(vbmq_view(&overlay, "") == std::fs::read(&raw).unwrap());
+}
+
 /// `qemu-img check`: 0 clean, 3 leaked clusters only (allowed after a crash, as QEMU allows
 /// them); anything else is corruption.
 fn qemu_check(image: &Path, leaks_allowed: bool) {
