@@ -268,7 +268,8 @@ fn format_is_refused_when_it_does_not_match() {
 }
 
 /// `encrypt=` and `cache=` over a qcow2 disk: the guest's writes read back (after a restart
-/// too), the clusters hold ciphertext only, and `qemu-img check` finds the image clean.
+/// too), the clusters hold ciphertext only, and `qemu-img check` finds the image clean. (What
+/// was never written reads as the decryption of zeros, as on a raw image.)
 #[test]
 fn encrypt_and_cache_compose_over_a_qcow2_disk() {
     const DISK: usize = 4 << 20;
@@ -294,18 +295,24 @@ fn encrypt_and_cache_compose_over_a_qcow2_disk() {
         key.display()
     );
     let marker = b"QCOW2-PLAINTEXT-".repeat(256);
-    let mut expected = vec![0u8; DISK];
+    let written = [0, (64 << 10) + 4096, 2 << 20, DISK - 8192];
+    let reads_back = |client: &mut Client, when: &str| {
+        for at in written {
+            let (ret, back) = client.read(0, at as u64, marker.len());
+            assert_eq!(ret, 0, "read at {at}");
+            assert!(
+                back == marker,
+                "{when}: the write at {at} does not read back"
+            );
+        }
+    };
     let daemon = Daemon::start(std::slice::from_ref(&spec));
     let mut client = Client::connect(&socket, 1, false).unwrap();
-    for at in [0, (64 << 10) + 4096, 2 << 20, DISK - 8192] {
+    for at in written {
         assert_eq!(client.write(0, at as u64, &marker), 0, "write at {at}");
-        expected[at..at + marker.len()].copy_from_slice(&marker);
     }
     assert_eq!(client.flush(0), 0);
-    assert!(
-        read_all(&mut client) == expected,
-        "reads back through the cache"
-    );
+    reads_back(&mut client, "through the cache");
     drop(client);
     assert!(daemon.terminate().success());
     qemu_check(&image, false);
@@ -316,10 +323,7 @@ fn encrypt_and_cache_compose_over_a_qcow2_disk() {
     );
     let daemon = Daemon::start(std::slice::from_ref(&spec));
     let mut client = Client::connect(&socket, 1, false).unwrap();
-    assert!(
-        read_all(&mut client) == expected,
-        "reads back after a restart"
-    );
+    reads_back(&mut client, "after a restart");
     drop(client);
     assert!(daemon.terminate().success());
 }
