@@ -264,7 +264,7 @@ impl Writer {
         let h = &self.image.header;
         let cs = h.cluster_size();
         let within = offset & (cs - 1);
-        if within + len > cs || self.image.backing.is_some() {
+        if len == 0 || within + len > cs || self.image.backing.is_some() {
             return Ok(None);
         }
         let mut state = self.lock();
