@@ -267,6 +267,100 @@ fn format_is_refused_when_it_does_not_match() {
     assert!(served == data);
 }
 
+/// `encrypt=` and `cache=` over a qcow2 disk: the guest's writes read back (after a restart
+/// too), the clusters hold ciphertext only, and `qemu-img check` finds the image clean. (What
+/// was never written reads as the decryption of zeros, as on a raw image.)
+#[test]
+fn encrypt_and_cache_compose_over_a_qcow2_disk() {
+    const DISK: usize = 4 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("vm.qcow2");
+    run(
+        "qemu-img",
+        &[
+            "create",
+            "-f",
+            "qcow2",
+            image.to_str().unwrap(),
+            &DISK.to_string(),
+        ],
+    );
+    let key = dir.path().join("key");
+    std::fs::write(&key, pattern(77, 64)).unwrap();
+    let socket = dir.path().join("vm.sock");
+    let spec = format!(
+        "socket={},path={},encrypt=aes-xts,key-file={},cache=1M",
+        socket.display(),
+        image.display(),
+        key.display()
+    );
+    let marker = b"QCOW2-PLAINTEXT-".repeat(256);
+    let written = [0, (64 << 10) + 4096, 2 << 20, DISK - 8192];
+    let reads_back = |client: &mut Client, when: &str| {
+        for at in written {
+            let (ret, back) = client.read(0, at as u64, marker.len());
+            assert_eq!(ret, 0, "read at {at}");
+            assert!(
+                back == marker,
+                "{when}: the write at {at} does not read back"
+            );
+        }
+    };
+    let daemon = Daemon::start(std::slice::from_ref(&spec));
+    let mut client = Client::connect(&socket, 1, false).unwrap();
+    for at in written {
+        assert_eq!(client.write(0, at as u64, &marker), 0, "write at {at}");
+    }
+    assert_eq!(client.flush(0), 0);
+    reads_back(&mut client, "through the cache");
+    drop(client);
+    assert!(daemon.terminate().success());
+    qemu_check(&image, false);
+    let stored = qemu_view(&image);
+    assert!(
+        !stored.windows(marker.len()).any(|w| w == marker.as_slice()),
+        "plaintext in the image"
+    );
+    let daemon = Daemon::start(std::slice::from_ref(&spec));
+    let mut client = Client::connect(&socket, 1, false).unwrap();
+    reads_back(&mut client, "after a restart");
+    drop(client);
+    assert!(daemon.terminate().success());
+}
+
+/// `base=` reads BASE as raw bytes: a qcow2 golden image is refused with the way to serve it
+/// (a qcow2 overlay over it), rather than its tables shown to the guest.
+#[test]
+fn a_qcow2_base_is_refused_with_the_way_to_serve_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = raw_data(dir.path(), "golden.raw", 7);
+    let golden = convert(
+        dir.path(),
+        &raw,
+        "golden.qcow2",
+        "cluster_size=65536",
+        false,
+    );
+    let socket = dir.path().join("s.sock");
+    let refused = common::serve::exits_2_at_start(&[
+        "--disk".to_string(),
+        format!(
+            "socket={},path={},base={}",
+            socket.display(),
+            dir.path().join("vm.raw").display(),
+            golden.display()
+        ),
+    ]);
+    assert!(
+        refused.contains("--disk base") && refused.contains("qemu-img create -f qcow2 -b"),
+        "{refused}"
+    );
+    // The overlay it names is served, and reads as the golden image.
+    let overlay = dir.path().join("vm.qcow2");
+    qcow2_over(&overlay, "qcow2", "golden.qcow2", &[]);
+    assert!(vbmq_view(&overlay, "") == std::fs::read(&raw).unwrap());
+}
+
 /// `qemu-img check`: 0 clean, 3 leaked clusters only (allowed after a crash, as QEMU allows
 /// them); anything else is corruption.
 fn qemu_check(image: &Path, leaks_allowed: bool) {
@@ -423,8 +517,51 @@ fn images_with_internal_snapshots_or_left_dirty_are_not_written() {
     same_as_qemu(&lazy, ",readonly=on");
 }
 
+/// First writes the guest never flushed still reach the image when vbmq stops on SIGTERM (the
+/// table changes held in memory are written back at close), and QEMU reads them.
+#[test]
+fn unflushed_first_writes_reach_the_image_at_sigterm() {
+    const DISK: usize = 8 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("vm.qcow2");
+    let path = image.to_str().unwrap();
+    run(
+        "qemu-img",
+        &["create", "-f", "qcow2", path, &DISK.to_string()],
+    );
+    let socket = dir.path().join("vm.sock");
+    let daemon = Daemon::start(&[format!("socket={},path={path}", socket.display())]);
+    let mut client = Client::connect(&socket, 1, false).unwrap();
+    let mut expected = vec![0u8; DISK];
+    for (i, at) in [0, (64 << 10) + 512, 3 << 20, DISK - 4096]
+        .into_iter()
+        .enumerate()
+    {
+        let data = pattern(20 + i as u64, 4096);
+        assert_eq!(client.write(0, at as u64, &data), 0, "write at {at}");
+        expected[at..at + data.len()].copy_from_slice(&data);
+    }
+    drop(client);
+    assert!(daemon.terminate().success());
+    qemu_check(&image, false);
+    assert!(qemu_view(&image) == expected, "QEMU reads every write");
+}
+
 #[test]
 fn kill_9_under_writes_leaves_a_clean_image_with_every_flushed_write() {
+    kill_9_rounds(true);
+}
+
+/// As above, on an image with no backing file: first writes go to the ring, their clusters
+/// allocated and named by entries the next flush writes back.
+#[test]
+fn kill_9_under_first_writes_without_a_backing_file() {
+    kill_9_rounds(false);
+}
+
+/// Rounds of writes killed at a random instant, over a raw base or none; after each,
+/// `qemu-img check` is clean (leaks allowed) and every flushed write is there.
+fn kill_9_rounds(over_base: bool) {
     use common::crash_io::{self, Killer, Rng, Sectors, clock_seed};
     use std::time::{Duration, Instant};
 
@@ -434,10 +571,20 @@ fn kill_9_under_writes_leaves_a_clean_image_with_every_flushed_write() {
     // In memory (tmpfs, buffered): the instants a kill lands on are spread over the
     // allocations and table updates rather than spent waiting for a disk.
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let base_data = pattern(6, DISK);
-    std::fs::write(dir.path().join("base.raw"), &base_data).unwrap();
     let image = dir.path().join("vm.qcow2");
-    qcow2_over(&image, "raw", "base.raw", &[]);
+    let base_data = if over_base {
+        let data = pattern(6, DISK);
+        std::fs::write(dir.path().join("base.raw"), &data).unwrap();
+        qcow2_over(&image, "raw", "base.raw", &[]);
+        data
+    } else {
+        let path = image.to_str().unwrap();
+        run(
+            "qemu-img",
+            &["create", "-f", "qcow2", path, &DISK.to_string()],
+        );
+        vec![0; DISK]
+    };
     let socket = dir.path().join("vm.sock");
     let spec = format!(
         "socket={},path={},direct=off",

@@ -4,9 +4,11 @@
 //! fully allocated image, that does not cross a cluster) is handed to the ring as it came, at
 //! its host offset: one table lookup in memory, no extra system call. A read that does not is
 //! split: its plain-data parts go to the ring, the rest (zeros, backing files, compressed
-//! clusters) is filled on the queue's thread. A write that needs a cluster allocated, and
-//! discard and write-zeroes, are done on the queue's thread by the [`Writer`], which orders the
-//! metadata as QEMU does.
+//! clusters) is filled on the queue's thread. A write into a new cluster that reads as zeros
+//! goes to the ring too, once the [`Writer`] has allocated it; one that needs a cluster's old
+//! bytes copied (a backing file, a compressed cluster), and discard and write-zeroes, are done
+//! on the queue's thread by the [`Writer`], which orders the metadata as QEMU does. A flush
+//! writes back the metadata changed since the last one before the ring's flush.
 
 use std::io;
 use std::sync::Arc;
@@ -183,6 +185,14 @@ impl Qcow2Stage {
             Ok(None) => {}
             Err(e) => return Some(errno(&e)),
         }
+        match writer.allocate_zeroed(offset, len as u64) {
+            Ok(Some(host)) => {
+                let op = IoOp::Write { offset: host, iov };
+                return below.forward(op, Op::Whole(tag)).err().map(|e| errno(&e));
+            }
+            Ok(None) => {}
+            Err(e) => return Some(errno(&e)),
+        }
         let mut data = vec![0; len];
         // SAFETY: `data` holds `len` bytes, and is vbmq's own memory.
         unsafe { iov.copy_out(0, data.as_mut_ptr(), len) };
@@ -212,9 +222,10 @@ impl Stage for Qcow2Stage {
         let answer = match op {
             IoOp::Read { offset, iov } => self.read(below, offset, iov, tag),
             IoOp::Write { offset, iov } => self.write(below, offset, iov, tag),
-            IoOp::Flush => {
-                return below.forward(IoOp::Flush, Op::Whole(tag));
-            }
+            IoOp::Flush => match self.writer.as_ref().map(|w| w.write_back()) {
+                Some(Err(e)) => Some(errno(&e)),
+                _ => return below.forward(IoOp::Flush, Op::Whole(tag)),
+            },
             IoOp::Discard { offset, len } => Some(self.zero(offset, len, true)),
             IoOp::WriteZeroes { offset, len, unmap } => Some(self.zero(offset, len, unmap)),
         };

@@ -2,7 +2,7 @@
 //! and reads on the caller's thread for what is not plain data in the top file (backing files,
 //! compressed clusters).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -61,9 +61,17 @@ pub struct Qcow2Image {
     /// The virtual size now (it grows with a resize).
     size: AtomicU64,
     pub(super) l1: RwLock<Vec<u64>>,
-    l2: RwLock<HashMap<u64, Arc<Vec<u8>>>>,
+    l2: RwLock<L2Cache>,
     pub backing: Option<Backing>,
     _lock: Option<ImageLock>,
+}
+
+/// L2 tables in memory, by offset in the file. A table changed and not yet written back (see
+/// `write`) is pinned: the cache is its only copy.
+#[derive(Default)]
+struct L2Cache {
+    tables: HashMap<u64, Arc<Vec<u8>>>,
+    pinned: HashSet<u64>,
 }
 
 fn corrupt(why: impl Into<String>) -> io::Error {
@@ -113,7 +121,7 @@ impl Qcow2Image {
             file,
             header,
             l1: RwLock::new(l1),
-            l2: RwLock::new(HashMap::new()),
+            l2: RwLock::default(),
             backing,
             _lock: lock,
         })
@@ -167,6 +175,7 @@ impl Qcow2Image {
             .l2
             .read()
             .unwrap_or_else(|p| p.into_inner())
+            .tables
             .get(&offset)
         {
             return Ok(table.clone());
@@ -179,12 +188,48 @@ impl Qcow2Image {
     }
 
     /// Puts `table` in the cache as the L2 table at `offset`.
-    pub(super) fn cache_l2(&self, offset: u64, table: Arc<Vec<u8>>) {
+    fn cache_l2(&self, offset: u64, table: Arc<Vec<u8>>) {
         let mut cache = self.l2.write().unwrap_or_else(|p| p.into_inner());
-        if cache.len() * table.len() >= L2_CACHE_BYTES {
-            cache.clear();
+        let L2Cache { tables, pinned } = &mut *cache;
+        if tables.len() * table.len() >= L2_CACHE_BYTES {
+            tables.retain(|at, _| pinned.contains(at));
         }
-        cache.insert(offset, table);
+        tables.insert(offset, table);
+    }
+
+    /// Changes the L2 table at `offset` in memory only, and pins it there until
+    /// [`Qcow2Image::unpin_l2`].
+    pub(super) fn change_l2(&self, offset: u64, change: impl FnOnce(&mut [u8])) -> io::Result<()> {
+        let table = self.l2_table(offset)?;
+        let mut cache = self.l2.write().unwrap_or_else(|p| p.into_inner());
+        let slot = cache.tables.entry(offset).or_insert(table);
+        // Copied only if a reader holds the table at this instant.
+        change(Arc::make_mut(slot).as_mut_slice());
+        cache.pinned.insert(offset);
+        Ok(())
+    }
+
+    /// A new L2 table at `offset`, in memory only and pinned there.
+    pub(super) fn new_l2(&self, offset: u64, table: Vec<u8>) {
+        let mut cache = self.l2.write().unwrap_or_else(|p| p.into_inner());
+        cache.tables.insert(offset, Arc::new(table));
+        cache.pinned.insert(offset);
+    }
+
+    /// The pinned L2 table at `offset` (to write back), if it is.
+    pub(super) fn pinned_l2(&self, offset: u64) -> Option<Arc<Vec<u8>>> {
+        let cache = self.l2.read().unwrap_or_else(|p| p.into_inner());
+        cache
+            .pinned
+            .contains(&offset)
+            .then(|| cache.tables.get(&offset).cloned())
+            .flatten()
+    }
+
+    /// The L2 table at `offset` is written back: the cache may drop it.
+    pub(super) fn unpin_l2(&self, offset: u64) {
+        let mut cache = self.l2.write().unwrap_or_else(|p| p.into_inner());
+        cache.pinned.remove(&offset);
     }
 
     /// The L2 table offset and entry index of the cluster holding guest byte `offset`.

@@ -115,9 +115,11 @@ pub fn guard_probed_raw(raw: Arc<dyn Disk>, format: ImageFormat, readonly: bool)
 
 /// A disk served from a qcow2 image and the chain below it.
 pub struct Qcow2Disk {
-    file: FileDisk,
-    image: Arc<Qcow2Image>,
+    // Dropped in this order: the writer writes back the tables it holds in memory while
+    // `file` still holds the image's lock, so no next opener reads them stale.
     writer: Option<Arc<Writer>>,
+    image: Arc<Qcow2Image>,
+    file: FileDisk,
 }
 
 impl Qcow2Disk {
@@ -138,9 +140,9 @@ impl Qcow2Disk {
             Some(Arc::new(Writer::open(image.clone())?))
         };
         Ok(Qcow2Disk {
-            file,
-            image,
             writer,
+            image,
+            file,
         })
     }
 }

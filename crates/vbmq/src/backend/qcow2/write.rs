@@ -5,13 +5,20 @@
 //! (or the L1 entry of a new table) that makes them visible; a cluster is freed (refcount 0)
 //! only once the entries that pointed to it are flushed away. So `kill -9` or a power cut at
 //! any instant leaves an image `qemu-img check` finds clean, at worst with leaked clusters;
-//! what a guest flush covered is there (the flush is the image file's `fdatasync`).
+//! what a guest flush covered is there.
+//!
+//! As in QEMU, the L2 tables are written back, not through: an allocation writes the cluster's
+//! refcount and changes its L2 entry in memory only (the table pinned in the cache), and the
+//! guest's flush writes every change of the batch since the last one with one ordering point
+//! ([`Writer::write_back`]: new tables, `fdatasync`, then the entries), before the engine's own
+//! flush makes the entries durable. An allocation thus costs no flush of its own.
 //! Clusters are allocated at the end of the file and never reused while the disk is open, so
 //! a write the ring is doing in place never lands in a cluster given out again.
 //!
 //! `lazy_refcounts`: vbmq keeps refcounts exact anyway, which the feature allows; an image a
 //! crash left dirty (refcounts to rebuild) is served read-only until `qemu-img check -r all`.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
@@ -37,6 +44,10 @@ struct State {
     next_free: u64,
     /// The refcount table.
     refcount_table: Vec<u64>,
+    /// L2 tables changed in memory since the last write-back.
+    changed: BTreeSet<u64>,
+    /// L2 tables no L1 entry on disk names yet, each with the L1 index that is to name it.
+    new_tables: BTreeMap<u64, usize>,
 }
 
 fn refuse(why: &str) -> io::Error {
@@ -117,6 +128,8 @@ impl Writer {
             state: Mutex::new(State {
                 next_free,
                 refcount_table,
+                changed: BTreeSet::new(),
+                new_tables: BTreeMap::new(),
             }),
         })
     }
@@ -199,7 +212,7 @@ impl Writer {
                 return image.file.write_all_at(data, host);
             }
             if h.extended_l2() {
-                return self.fill_subclusters(entry, table, index, offset, data);
+                return self.fill_subclusters(state, entry, table, index, offset, data);
             }
             // A preallocated zero cluster: written whole, then no longer zero.
             let mut cluster = vec![0; host_size(cs)];
@@ -207,7 +220,7 @@ impl Writer {
             cluster[w..w + data.len()].copy_from_slice(data);
             image.file.write_all_at(&cluster, entry.host())?;
             let word = entry.word & !ZERO;
-            return self.set_entry(table, index, Entry { word, ..entry });
+            return self.set_entry(state, table, index, Entry { word, ..entry });
         }
         // A new cluster: what the guest sees there now (backing file, compressed, zeros) with
         // `data` laid over it.
@@ -225,17 +238,58 @@ impl Writer {
                 0
             },
         };
+        self.point_to(state, offset, table, index, new)
+    }
+
+    /// Sets the L2 entry of guest byte `offset` (at `index` of `table`, 0: no table yet).
+    fn point_to(
+        &self,
+        state: &mut State,
+        offset: u64,
+        table: u64,
+        index: usize,
+        entry: Entry,
+    ) -> io::Result<()> {
         if table != 0 {
-            image.file.sync_data()?;
-            return self.set_entry(table, index, new);
+            return self.set_entry(state, table, index, entry);
         }
-        self.new_table(state, offset, index, new)
+        self.new_table(state, offset, index, entry)
+    }
+
+    /// For a write of `len` bytes at guest `offset`, inside one cluster that reads as zeros
+    /// and has no host cluster, in an image without a backing file: allocates the cluster and
+    /// returns where the write goes, for the ring to do it. The rest of the cluster is not
+    /// written: it lies past the end of the file, and reads as zeros.
+    pub fn allocate_zeroed(&self, offset: u64, len: u64) -> io::Result<Option<u64>> {
+        let h = &self.image.header;
+        let cs = h.cluster_size();
+        let within = offset & (cs - 1);
+        if len == 0 || within + len > cs || self.image.backing.is_some() {
+            return Ok(None);
+        }
+        let mut state = self.lock();
+        let (entry, table, index) = self.entry(offset)?;
+        if entry.host() != 0 || entry.word & COMPRESSED != 0 {
+            return Ok(None);
+        }
+        let host = self.allocate(&mut state)?;
+        let new = Entry {
+            word: host | COPIED,
+            bitmap: if h.extended_l2() {
+                u64::from(u32::MAX)
+            } else {
+                0
+            },
+        };
+        self.point_to(&mut state, offset, table, index, new)?;
+        Ok(Some(host + within))
     }
 
     /// With extended L2: writes `data` into a cluster the image owns, making the subclusters
     /// it covers that were not allocated whole first (their bytes as the guest sees them).
     fn fill_subclusters(
         &self,
+        state: &mut State,
         entry: Entry,
         table: u64,
         index: usize,
@@ -278,26 +332,33 @@ impl Writer {
                 .write_all_at(&data[d..d + n], entry.host() + (from - start))?;
         }
         let bitmap = (entry.bitmap | missing) & !(missing << 32);
-        self.set_entry(table, index, Entry { bitmap, ..entry })
+        self.set_entry(state, table, index, Entry { bitmap, ..entry })
     }
 
-    /// Writes entry `index` of the L2 table at `table`, on disk and in the cache.
-    fn set_entry(&self, table: u64, index: usize, entry: Entry) -> io::Result<()> {
-        let image = &*self.image;
-        let size = host_size(image.header.l2_entry_size());
+    /// Sets entry `index` of the L2 table at `table`, in memory until the next write-back.
+    fn set_entry(
+        &self,
+        state: &mut State,
+        table: u64,
+        index: usize,
+        entry: Entry,
+    ) -> io::Result<()> {
+        let size = host_size(self.image.header.l2_entry_size());
         let mut bytes = [0u8; 16];
         bytes[..8].copy_from_slice(&entry.word.to_be_bytes());
         bytes[8..].copy_from_slice(&entry.bitmap.to_be_bytes());
         let at = index * size;
-        image.file.write_all_at(&bytes[..size], table + at as u64)?;
-        let mut l2 = (*image.l2_table(table)?).clone();
-        l2[at..at + size].copy_from_slice(&bytes[..size]);
-        image.cache_l2(table, Arc::new(l2));
+        self.image.change_l2(table, |l2| {
+            if let Some(slot) = l2.get_mut(at..at + size) {
+                slot.copy_from_slice(&bytes[..size]);
+            }
+        })?;
+        state.changed.insert(table);
         Ok(())
     }
 
-    /// Makes the L2 table for guest byte `offset`, holding `entry` at `index`, and points the
-    /// L1 table at it once it (and the cluster it names) is flushed.
+    /// Makes the L2 table for guest byte `offset`, holding `entry` at `index`, in memory; the
+    /// next write-back writes it, then the L1 entry that names it.
     fn new_table(
         &self,
         state: &mut State,
@@ -307,6 +368,10 @@ impl Writer {
     ) -> io::Result<()> {
         let image = &*self.image;
         let h = &image.header;
+        let l1_index = host_size((offset >> h.cluster_bits) / h.l2_entries());
+        if l1_index >= image.l1.read().unwrap_or_else(|p| p.into_inner()).len() {
+            return Err(corrupt("guest offset past the L1 table"));
+        }
         let size = host_size(h.l2_entry_size());
         let mut l2 = vec![0; host_size(h.cluster_size())];
         let at = index * size;
@@ -315,19 +380,55 @@ impl Writer {
             l2[at + 8..at + 16].copy_from_slice(&entry.bitmap.to_be_bytes());
         }
         let table = self.allocate(state)?;
-        image.file.write_all_at(&l2, table)?;
-        image.file.sync_data()?;
-        let l1_index = host_size((offset >> h.cluster_bits) / h.l2_entries());
-        let l1_entry = table | COPIED;
-        image.file.write_all_at(
-            &l1_entry.to_be_bytes(),
-            h.l1_table_offset + 8 * l1_index as u64,
-        )?;
-        image.cache_l2(table, Arc::new(l2));
+        image.new_l2(table, l2);
+        state.new_tables.insert(table, l1_index);
         let mut l1 = image.l1.write().unwrap_or_else(|p| p.into_inner());
-        match l1.get_mut(l1_index) {
-            Some(slot) => *slot = l1_entry,
-            None => return Err(corrupt("guest offset past the L1 table")),
+        if let Some(slot) = l1.get_mut(l1_index) {
+            *slot = table | COPIED;
+        }
+        Ok(())
+    }
+
+    /// Writes the metadata changed since the last write-back, the batch's one ordering point:
+    /// the new L2 tables, then a flush of them with the data and refcounts the entries name,
+    /// then the entries (changed tables, the L1 entries of new tables). The caller's flush
+    /// makes these last writes durable.
+    pub fn write_back(&self) -> io::Result<()> {
+        self.write_back_locked(&mut self.lock())
+    }
+
+    fn write_back_locked(&self, state: &mut State) -> io::Result<()> {
+        if state.changed.is_empty() && state.new_tables.is_empty() {
+            return Ok(());
+        }
+        let image = &*self.image;
+        let file = &image.file;
+        for &table in state.new_tables.keys() {
+            if let Some(l2) = image.pinned_l2(table) {
+                file.write_all_at(&l2, table)?;
+            }
+        }
+        // A cluster the ring has not written yet may lie past the end of the file: the file
+        // covers every cluster an entry names, so none is given out again after a restart.
+        if file.metadata()?.len() < state.next_free {
+            file.set_len(state.next_free)?;
+        }
+        file.sync_data()?;
+        for &table in &state.changed {
+            if !state.new_tables.contains_key(&table)
+                && let Some(l2) = image.pinned_l2(table)
+            {
+                file.write_all_at(&l2, table)?;
+            }
+        }
+        let l1_at = image.header.l1_table_offset;
+        for (&table, &l1_index) in &state.new_tables {
+            file.write_all_at(&(table | COPIED).to_be_bytes(), l1_at + 8 * l1_index as u64)?;
+        }
+        let changed = std::mem::take(&mut state.changed);
+        let new_tables = std::mem::take(&mut state.new_tables);
+        for table in changed.into_iter().chain(new_tables.into_keys()) {
+            image.unpin_l2(table);
         }
         Ok(())
     }
@@ -434,13 +535,12 @@ impl Writer {
             }
             at += n;
         }
-        drop(state);
         if freed.is_empty() {
             return Ok(());
         }
         // The entries that named them reach the disk before the clusters are free.
+        self.write_back_locked(&mut state)?;
         self.image.file.sync_data()?;
-        let state = self.lock();
         for host in freed {
             self.free(&state, host)?;
         }
@@ -478,7 +578,7 @@ impl Writer {
             self.new_table(state, offset, index, new)?;
             return Ok(None);
         }
-        self.set_entry(table, index, new)?;
+        self.set_entry(state, table, index, new)?;
         Ok(entry.owned().then_some(entry.host()))
     }
 
@@ -529,5 +629,15 @@ impl Writer {
         image.file.sync_data()?;
         image.set_size(bytes);
         Ok(())
+    }
+}
+
+impl Drop for Writer {
+    /// The last engine of the disk is gone: what is still in memory goes to the disk.
+    fn drop(&mut self) {
+        let written = self.write_back().and_then(|()| self.image.file.sync_data());
+        if let Err(e) = written {
+            crate::limited!(error, "qcow2: metadata not written back at close: {e}");
+        }
     }
 }

@@ -22,6 +22,7 @@ mod read;
 
 use std::fs::File;
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,6 +35,17 @@ pub use self::map::map_path;
 pub use self::read::{ThinReader, read_or_zeros};
 use super::layer::StagedEngine;
 use super::{Disk, Engine, EngineOptions, FileDisk, Geometry};
+
+/// Whether `file` starts with the qcow2 magic (`QFI\xfb`; qcow2's own check is in
+/// `backend/qcow2`, which reads through this module).
+fn starts_as_qcow2(file: &File) -> io::Result<bool> {
+    let mut magic = [0; 4];
+    match file.read_exact_at(&mut magic, 0) {
+        Ok(()) => Ok(magic == *b"QFI\xfb"),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e),
+    }
+}
 
 /// What a thin disk does besides serving.
 #[derive(Clone, Copy, Debug, Default)]
@@ -68,6 +80,14 @@ impl ThinDisk {
         map: Option<File>,
         options: ThinOptions,
     ) -> io::Result<Self> {
+        // BASE's bytes are served as they are: a qcow2 image's would show the guest its tables.
+        if starts_as_qcow2(&base.file()?)? {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "BASE is a qcow2 image, which base= does not read: serve a qcow2 overlay over it \
+                 (qemu-img create -f qcow2 -b BASE -F qcow2 DISK), or convert it to raw",
+            ));
+        }
         let base_geometry = base.geometry();
         let block_size = data.geometry().block_size.max(base_geometry.block_size);
         if let Some(bs) = options.block_size
