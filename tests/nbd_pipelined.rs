@@ -195,8 +195,13 @@ fn a_client_that_never_reads_its_replies_gets_backpressure_not_memory() {
         assert!(grown < 512 << 10, "vbmq grew by {grown} kB");
     }
     let grown = status_field(pid, "VmRSS:").saturating_sub(before);
-    eprintln!("{writes_sent} writes of 32 MiB sent before the server stopped reading; grown {grown} kB");
-    assert!(stalled, "the server read {writes_sent} writes of 32 MiB: no backpressure");
+    eprintln!(
+        "{writes_sent} writes of 32 MiB sent before the server stopped reading; grown {grown} kB"
+    );
+    assert!(
+        stalled,
+        "the server read {writes_sent} writes of 32 MiB: no backpressure"
+    );
     // One request's data in flight (32 MiB), and what is around it.
     assert!(grown < 128 << 10, "vbmq grew by {grown} kB");
 
@@ -219,7 +224,12 @@ fn a_client_that_never_reads_its_replies_gets_backpressure_not_memory() {
 /// CPU seconds `pid` has used (user and system, its threads included).
 fn cpu_seconds(pid: i32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
     // utime and stime are fields 14 and 15 of stat(5), the 12th and 13th after the name.
     let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
     // SAFETY: sysconf with a constant name.
@@ -262,7 +272,10 @@ fn nbd_export_speed() {
         "qemu-storage-daemon",
         &[
             "--blockdev",
-            &format!("driver=file,filename={},node-name=disk,read-only=on", s(&copy)),
+            &format!(
+                "driver=file,filename={},node-name=disk,read-only=on",
+                s(&copy)
+            ),
             "--nbd-server",
             &format!("addr.type=unix,addr.path={}", s(&qsd_socket)),
             "--export",
@@ -273,7 +286,11 @@ fn nbd_export_speed() {
         ],
     );
     let qsd = nbd_servers::NbdServer {
-        pid: std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap(),
+        pid: std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap(),
         socket: qsd_socket.clone(),
     };
     let (by_qsd, qsd_cpu) = nbdcopy_speed(&uri(&qsd_socket), bytes, qsd.pid);

@@ -3,7 +3,7 @@
 //! exports of running disks:
 //!
 //! - [`wire`]: the wire format, shared with clients;
-//! - [`server`]: one connection's handshake against an [`Export`], then its transmission,
+//! - [`server`]: one connection's handshake against an [`Export`] (`export`: the trait), then its transmission,
 //!   pipelined (`transmission`: requests run on workers of the connection, bounded by
 //!   `in_flight`);
 //! - [`meta_context`]: the metadata contexts, and the dirty bitmaps frozen at the instant
@@ -17,6 +17,7 @@
 //! `nbd` crate is a sketch with neither; `tokio-nbd` needs tokio), so it is here, small.
 
 pub mod client;
+mod export;
 mod in_flight;
 pub mod listener;
 pub mod meta_context;

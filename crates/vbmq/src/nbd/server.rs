@@ -5,68 +5,17 @@
 
 use std::io::{self, Read, Write};
 
+pub use super::export::{End, Export, MAX_REQUEST};
 use super::meta_context::{self, Context, DirtyBitmap};
 use super::transmission::{self, Settled};
-use super::wire::{self, OptionHeader, errno, flag, handshake, info, opt, rep};
+use super::wire::{self, OptionHeader, flag, handshake, info, opt, rep};
 
-/// The largest read a client may ask for, and so the most memory a connection holds
-/// (QEMU's `NBD_MAX_BUFFER_SIZE`).
-pub const MAX_REQUEST: u32 = 32 << 20;
 /// The largest option data accepted; a longer option ends the connection.
 const MAX_OPTION: u32 = 64 << 10;
 /// The longest export name or metadata context query (QEMU's `NBD_MAX_STRING_SIZE`).
 const MAX_STRING: u32 = 4096;
 /// Options a client may send before transmission.
 const MAX_OPTIONS: u32 = 256;
-
-/// What an export offers the server: a read-only point-in-time export answers reads, trims
-/// and allocation; a writable one (a disk that receives a mirror) writes too.
-pub trait Export: Send + Sync {
-    /// Its size in bytes.
-    fn size(&self) -> u64;
-    /// The unit of [`Export::trim`] and of allocation (a power of two).
-    fn block_size(&self) -> u32;
-    /// Fills `buf` from `offset` (within the size). An error is an `NBD_E*` value.
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), u32>;
-    /// The client has read `[offset, offset + len)` (within the size) and will not again.
-    fn trim(&self, offset: u64, len: u64) -> Result<(), u32>;
-    /// `base:allocation` from `offset`: extents as (length, `HOLE`/`ZERO` bits), covering at
-    /// least one byte and at most `len`, `max` extents at most.
-    fn allocation(&self, offset: u64, len: u64, max: usize) -> Result<Vec<(u32, u32)>, u32>;
-    /// The changed-block maps frozen at the export's instant, each a `qemu:dirty-bitmap:NAME`
-    /// context.
-    fn dirty_bitmaps(&self) -> &[DirtyBitmap] {
-        &[]
-    }
-    /// Whether clients may write: then [`Export::trim`] discards, and the writes below are
-    /// served.
-    fn writable(&self) -> bool {
-        false
-    }
-    /// Writes `data` at `offset` (within the size).
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), u32> {
-        let _ = (offset, data);
-        Err(errno::EPERM)
-    }
-    /// Zeroes `[offset, offset + len)` (within the size), deallocating it if `unmap`.
-    fn write_zeroes(&self, offset: u64, len: u64, unmap: bool) -> Result<(), u32> {
-        let _ = (offset, len, unmap);
-        Err(errno::EPERM)
-    }
-    /// Makes every write answered so far durable.
-    fn flush(&self) -> Result<(), u32> {
-        Ok(())
-    }
-}
-
-/// How the connection ended, for the log.
-#[derive(Debug)]
-pub enum End {
-    /// The client said so (`NBD_OPT_ABORT`, `NBD_CMD_DISC`) or closed the connection.
-    Client,
-    /// The client broke the protocol: why.
-    Protocol(&'static str),
-}
 
 /// Serves one connection until it ends. Once the handshake is over, `transmission` is called
 /// on the stream and gives a second handle writing to the same connection (replies are

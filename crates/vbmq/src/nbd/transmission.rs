@@ -8,14 +8,14 @@
 //! write is answered only once the export has done it.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::Scope;
 
+use super::export::{End, Export, MAX_REQUEST};
 use super::in_flight::{InFlight, Place};
 use super::meta_context::Context;
-use super::server::{End, Export, MAX_REQUEST};
 use super::wire::{self, Request, allocation, chunk, cmd, cmd_flag, errno};
 
 /// Workers of one connection at most: requests run this many at a time.
@@ -71,6 +71,8 @@ pub(super) fn serve<R: Read, W: Write + Send>(
     export: &dyn Export,
     settled: Settled,
 ) -> io::Result<End> {
+    // Requests of a client arrive together: read them in few system calls.
+    let mut reader = BufReader::with_capacity(64 << 10, reader);
     let in_flight = InFlight::new(MAX_REQUEST as usize);
     let conn = Connection {
         export,
@@ -82,7 +84,7 @@ pub(super) fn serve<R: Read, W: Write + Send>(
         failure: Mutex::new(None),
     };
     let end = std::thread::scope(|scope| {
-        let end = read_requests(reader, &conn, &in_flight, scope);
+        let end = read_requests(&mut reader, &conn, &in_flight, scope);
         lock(&conn.queue).closed = true;
         conn.queued.notify_all();
         end
