@@ -85,6 +85,10 @@ pub(super) fn serve<R: Read, W: Write + Send>(
     };
     let end = std::thread::scope(|scope| {
         let end = read_requests(&mut reader, &conn, &in_flight, scope);
+        if !matches!(end, Ok(End::Client)) {
+            // A broken framing or a failed connection: what is queued will not be answered.
+            conn.broken.store(true, Ordering::Release);
+        }
         lock(&conn.queue).closed = true;
         conn.queued.notify_all();
         end
@@ -137,11 +141,18 @@ fn read_requests<'a, 's, R: Read, W: Write + Send>(
                     _place: place,
                 }
             }
-            cmd::READ => Job {
-                request,
-                payload: Vec::new(),
-                _place: in_flight.take(request.length.min(MAX_REQUEST) as usize),
-            },
+            cmd::READ => {
+                // A read longer than the maximum only gets an error: it holds no data.
+                let len = match request.length {
+                    len if len <= MAX_REQUEST => len as usize,
+                    _ => 0,
+                };
+                Job {
+                    request,
+                    payload: Vec::new(),
+                    _place: in_flight.take(len),
+                }
+            }
             _ => Job {
                 request,
                 payload: Vec::new(),
