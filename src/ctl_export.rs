@@ -6,7 +6,7 @@
 
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
@@ -96,10 +96,20 @@ pub fn open_writable(address: &str) -> Result<Opened, String> {
     })
 }
 
-/// Binds the socket file `path` (0600) of `address`; one already there is refused.
+/// Binds the socket file `path` (0600) of `address`. A file already there is refused, unless
+/// it is a stale socket of the caller's (a vbmq killed while exporting left it: no one listens).
 fn bind(address: &str, path: PathBuf) -> Result<(UnixListener, PathBuf), String> {
-    if std::fs::symlink_metadata(&path).is_ok() {
-        return Err(format!("{address}: {} exists", path.display()));
+    if let Ok(found) = std::fs::symlink_metadata(&path) {
+        // SAFETY: geteuid has no preconditions.
+        let ours = found.uid() == unsafe { libc::geteuid() };
+        let stale = || {
+            std::os::unix::net::UnixStream::connect(&path)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+        };
+        if !(found.file_type().is_socket() && ours && stale()) {
+            return Err(format!("{address}: {} exists", path.display()));
+        }
+        std::fs::remove_file(&path).map_err(|e| format!("{address}: {e}"))?;
     }
     let listener = vbmq::socket_files::bind_listener(&path, 0o600, None)
         .map_err(|e| format!("{address}: {e}"))?;

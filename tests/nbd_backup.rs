@@ -463,8 +463,10 @@ fn kill_9_during_an_export_leaves_the_disk_and_its_maps_as_a_crash_does() {
     daemon.child.kill().unwrap();
     let _ = daemon.child.wait();
     drop(disk.client);
-    // The killed process leaves its sockets; the export's is the operator's to remove.
-    for socket in [&a, &control, &export] {
+    // The killed process leaves its sockets; the export's is replaced by the next export-begin
+    // (no one listens on it).
+    assert!(export.exists());
+    for socket in [&a, &control] {
         let _ = std::fs::remove_file(socket);
     }
     let (mut daemon, control) = serve(dir.path(), &spec);
@@ -504,5 +506,58 @@ fn kill_9_during_an_export_leaves_the_disk_and_its_maps_as_a_crash_does() {
     let (_, extents) = common::run_time::changed_blocks(&control, &a, "C");
     assert_eq!(extents, blocks(&[(9, 9)]));
     drop(client);
+    assert!(daemon.alive());
+}
+
+/// A `base=` disk's `base:allocation`: a hole where the block is read from a hole of whichever
+/// file its map names (DISK once written, BASE before), data elsewhere.
+#[test]
+fn a_thin_disks_export_reports_the_holes_of_its_disk_and_base() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    // BASE: data in blocks 0 to 3, a hole after.
+    let base = dir.path().join("golden.raw");
+    let file = std::fs::File::create(&base).unwrap();
+    file.set_len(SIZE).unwrap();
+    file.write_all_at(&common::pattern(61, 4 * MAP_BLOCK as usize), 0)
+        .unwrap();
+    drop(file);
+    let (disk, socket) = (dir.path().join("thin.raw"), dir.path().join("thin.sock"));
+    let (mut daemon, control) = serve(
+        dir.path(),
+        &[format!(
+            "socket={},path={},base={},base-block={MAP_BLOCK}",
+            s(&socket),
+            s(&disk),
+            s(&base)
+        )],
+    );
+    // Block 10 written (DISK holds it), block 1 overwritten (from BASE to DISK).
+    let mut client = Client::connect(&socket, 1, false).unwrap();
+    let data = common::pattern(62, MAP_BLOCK as usize);
+    assert_eq!(client.write(0, 10 * MAP_BLOCK, &data), 0);
+    assert_eq!(client.write(0, MAP_BLOCK, &data), 0);
+    let export = dir.path().join("export.sock");
+    let address = format!("unix:{}", s(&export));
+    ctl_json(&control, &["export-begin", s(&socket), &address]);
+    let chunks = block_status_of(&export, &["base:allocation"]);
+    let mut allocation = Vec::new();
+    let mut at = 0;
+    for (length, flags) in &chunks[0].2 {
+        allocation.push((at / MAP_BLOCK, u64::from(*length) / MAP_BLOCK, *flags));
+        at += u64::from(*length);
+    }
+    // Data 0..4 and 10..11; holes reading as zeros (3) between and after.
+    assert_eq!(
+        allocation,
+        vec![
+            (0, 4, 0),
+            (4, 6, 3),
+            (10, 1, 0),
+            (11, SIZE / MAP_BLOCK - 11, 3)
+        ],
+        "(first block, blocks, flags)"
+    );
+    ok(&ctl(&control, &["export-end", s(&socket), &address]));
     assert!(daemon.alive());
 }

@@ -128,6 +128,22 @@ fn tcp_bad_addresses_and_disks_without_exports_are_refused_with_a_reason() {
         ],
     );
     assert!(!out.status.success(), "a memory disk has no export");
+    // A file already at the address's path is refused and kept: a regular file, a live socket
+    // (the control socket). Only a stale socket of the caller's is replaced (after a kill -9:
+    // nbd_backup.rs).
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"keep").unwrap();
+    for taken in [&file, &control] {
+        let out = ctl(
+            &control,
+            &["export-begin", s(&a), &format!("unix:{}", s(taken))],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{}: {stderr}", taken.display());
+        assert!(stderr.contains("exists"), "{}: {stderr}", taken.display());
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep");
+    ctl_json_or_null(&control, &["list"]);
     assert!(daemon.alive());
 }
 

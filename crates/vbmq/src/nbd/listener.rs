@@ -155,7 +155,11 @@ fn client(stream: UnixStream, export: &dyn Export, name: &str) {
         stream,
         until: Some(Instant::now() + HANDSHAKE_TIMEOUT),
     };
-    match server::serve(&mut stream, export, |s| s.until = None) {
+    let transmission = |s: &mut Deadline| {
+        s.until = None;
+        s.stream.try_clone()
+    };
+    match server::serve(&mut stream, export, transmission) {
         Ok(End::Client) => {}
         Ok(End::Protocol(why)) => crate::limited!(info, "{name}: NBD client disconnected: {why}"),
         Err(e) => crate::limited!(info, "{name}: NBD client gone: {e}"),

@@ -3,7 +3,9 @@
 //! exports of running disks:
 //!
 //! - [`wire`]: the wire format, shared with clients;
-//! - [`server`]: one connection's handshake and transmission against an [`Export`];
+//! - [`server`]: one connection's handshake against an [`Export`] (`export`: the trait), then its transmission,
+//!   pipelined (`transmission`: requests run on workers of the connection, bounded by
+//!   `in_flight`);
 //! - [`meta_context`]: the metadata contexts, and the dirty bitmaps frozen at the instant
 //!   ([`WithBitmaps`] adds them to an export);
 //! - [`listener`]: an export's socket, a thread per client, bounded;
@@ -15,9 +17,12 @@
 //! `nbd` crate is a sketch with neither; `tokio-nbd` needs tokio), so it is here, small.
 
 pub mod client;
+mod export;
+mod in_flight;
 pub mod listener;
 pub mod meta_context;
 pub mod server;
+mod transmission;
 pub mod uri;
 pub mod wire;
 pub mod with_bitmaps;

@@ -5,79 +5,26 @@
 
 use std::io::{self, Read, Write};
 
+pub use super::export::{End, Export, MAX_REQUEST};
 use super::meta_context::{self, Context, DirtyBitmap};
-use super::wire::{
-    self, OptionHeader, Request, allocation, chunk, cmd, cmd_flag, errno, flag, handshake, info,
-    opt, rep,
-};
+use super::transmission::{self, Settled};
+use super::wire::{self, OptionHeader, flag, handshake, info, opt, rep};
 
-/// The largest read a client may ask for, and so the most memory a connection holds
-/// (QEMU's `NBD_MAX_BUFFER_SIZE`).
-pub const MAX_REQUEST: u32 = 32 << 20;
 /// The largest option data accepted; a longer option ends the connection.
 const MAX_OPTION: u32 = 64 << 10;
 /// The longest export name or metadata context query (QEMU's `NBD_MAX_STRING_SIZE`).
 const MAX_STRING: u32 = 4096;
 /// Options a client may send before transmission.
 const MAX_OPTIONS: u32 = 256;
-/// Extents in one block status reply, per context.
-const MAX_EXTENTS: usize = 4096;
 
-/// What an export offers the server: a read-only point-in-time export answers reads, trims
-/// and allocation; a writable one (a disk that receives a mirror) writes too.
-pub trait Export: Send + Sync {
-    /// Its size in bytes.
-    fn size(&self) -> u64;
-    /// The unit of [`Export::trim`] and of allocation (a power of two).
-    fn block_size(&self) -> u32;
-    /// Fills `buf` from `offset` (within the size). An error is an `NBD_E*` value.
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), u32>;
-    /// The client has read `[offset, offset + len)` (within the size) and will not again.
-    fn trim(&self, offset: u64, len: u64) -> Result<(), u32>;
-    /// `base:allocation` from `offset`: extents as (length, `HOLE`/`ZERO` bits), covering at
-    /// least one byte and at most `len`, `max` extents at most.
-    fn allocation(&self, offset: u64, len: u64, max: usize) -> Result<Vec<(u32, u32)>, u32>;
-    /// The changed-block maps frozen at the export's instant, each a `qemu:dirty-bitmap:NAME`
-    /// context.
-    fn dirty_bitmaps(&self) -> &[DirtyBitmap] {
-        &[]
-    }
-    /// Whether clients may write: then [`Export::trim`] discards, and the writes below are
-    /// served.
-    fn writable(&self) -> bool {
-        false
-    }
-    /// Writes `data` at `offset` (within the size).
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), u32> {
-        let _ = (offset, data);
-        Err(errno::EPERM)
-    }
-    /// Zeroes `[offset, offset + len)` (within the size), deallocating it if `unmap`.
-    fn write_zeroes(&self, offset: u64, len: u64, unmap: bool) -> Result<(), u32> {
-        let _ = (offset, len, unmap);
-        Err(errno::EPERM)
-    }
-    /// Makes every write answered so far durable.
-    fn flush(&self) -> Result<(), u32> {
-        Ok(())
-    }
-}
-
-/// How the connection ended, for the log.
-#[derive(Debug)]
-pub enum End {
-    /// The client said so (`NBD_OPT_ABORT`, `NBD_CMD_DISC`) or closed the connection.
-    Client,
-    /// The client broke the protocol: why.
-    Protocol(&'static str),
-}
-
-/// Serves one connection until it ends; `transmission` is called on the stream once the
-/// handshake is over. `io::Error`: the connection failed (a client gone mid-reply is one).
-pub fn serve<S: Read + Write>(
+/// Serves one connection until it ends. Once the handshake is over, `transmission` is called
+/// on the stream and gives a second handle writing to the same connection (replies are
+/// written by the export's workers while the stream reads the next requests).
+/// `io::Error`: the connection failed (a client gone mid-reply is one).
+pub fn serve<S: Read + Write, W: Write + Send>(
     stream: &mut S,
     export: &dyn Export,
-    transmission: impl FnOnce(&mut S),
+    transmission: impl FnOnce(&mut S) -> io::Result<W>,
 ) -> io::Result<End> {
     let mut conn = Connection {
         stream,
@@ -85,12 +32,15 @@ pub fn serve<S: Read + Write>(
         structured: false,
         contexts: Vec::new(),
         no_zeroes: false,
-        buffer: Vec::new(),
     };
     match conn.negotiate()? {
         Negotiated::Transmission => {
-            transmission(conn.stream);
-            conn.transmission()
+            let writer = transmission(conn.stream)?;
+            let settled = Settled {
+                structured: conn.structured,
+                contexts: conn.contexts,
+            };
+            transmission::serve(conn.stream, writer, export, settled)
         }
         Negotiated::Ended(end) => Ok(end),
     }
@@ -108,8 +58,6 @@ struct Connection<'a, S> {
     /// The metadata contexts selected (`SET_META_CONTEXT`), each once.
     contexts: Vec<Context>,
     no_zeroes: bool,
-    /// Reused for every read (up to [`MAX_REQUEST`]).
-    buffer: Vec<u8>,
 }
 
 /// A client's bytes, read from in order, every length checked.
@@ -143,6 +91,9 @@ type Refusal = (u32, &'static str);
 
 impl<S: Read + Write> Connection<'_, S> {
     fn transmission_flags(&self) -> u16 {
+        // Multi-conn is safe on both kinds: a read-only view is the same on every connection,
+        // and a writable export's flush goes to the disk, whose flush covers every write
+        // completed on any of its engines (as a guest's flush on one queue covers the others').
         let mut flags = flag::HAS_FLAGS | flag::SEND_FLUSH | flag::SEND_TRIM | flag::CAN_MULTI_CONN;
         flags |= if self.export.writable() {
             flag::SEND_FUA | flag::SEND_WRITE_ZEROES
@@ -312,258 +263,6 @@ impl<S: Read + Write> Connection<'_, S> {
         }
         self.reply(option, rep::ACK, &[])?;
         Ok(Ok(()))
-    }
-
-    fn transmission(&mut self) -> io::Result<End> {
-        loop {
-            let mut header = [0; Request::SIZE];
-            match self.stream.read_exact(&mut header) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(End::Client),
-                Err(e) => return Err(e),
-            }
-            let request = Request::decode(&header);
-            if request.magic != wire::REQUEST_MAGIC {
-                return Ok(End::Protocol("bad request magic"));
-            }
-            match request.kind {
-                cmd::DISC => return Ok(End::Client),
-                cmd::READ => self.read(&request)?,
-                cmd::WRITE => {
-                    if request.length > MAX_REQUEST {
-                        return Ok(End::Protocol("write longer than the maximum"));
-                    }
-                    if !self.write(&request)? {
-                        return Ok(End::Client);
-                    }
-                }
-                cmd::WRITE_ZEROES => self.write_zeroes(&request)?,
-                cmd::FLUSH => match self.export.flush() {
-                    Ok(()) => self.done(&request)?,
-                    Err(e) => self.error(&request, e, "flush failed")?,
-                },
-                cmd::TRIM => match self.range(&request) {
-                    Err(e) => self.error(&request, e, "request past the end of the export")?,
-                    Ok(()) => {
-                        let trimmed = self.export.trim(request.offset, u64::from(request.length));
-                        self.answer(
-                            &request,
-                            trimmed.and_then(|()| self.fua(&request)),
-                            "trim failed",
-                        )?;
-                    }
-                },
-                cmd::BLOCK_STATUS => self.block_status(&request)?,
-                _ => self.error(&request, errno::EINVAL, "unknown command")?,
-            }
-        }
-    }
-
-    /// Takes a write's data (`false`: the client went away before sending it all) and writes
-    /// it, on a writable export; the data is always read, to stay in step.
-    fn write(&mut self, request: &Request) -> io::Result<bool> {
-        let len = request.length as usize;
-        if self.buffer.len() < len {
-            self.buffer.resize(len, 0);
-        }
-        match self.stream.read_exact(&mut self.buffer[..len]) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(false),
-            Err(e) => return Err(e),
-        }
-        if !self.export.writable() {
-            self.error(request, errno::EPERM, "the export is read-only")?;
-            return Ok(true);
-        }
-        if self.range(request).is_err() {
-            self.error(request, errno::EINVAL, "write past the end of the export")?;
-            return Ok(true);
-        }
-        let written = self
-            .export
-            .write(request.offset, &self.buffer[..len])
-            .and_then(|()| self.fua(request));
-        self.answer(request, written, "write failed")?;
-        Ok(true)
-    }
-
-    fn write_zeroes(&mut self, request: &Request) -> io::Result<()> {
-        if !self.export.writable() {
-            return self.error(request, errno::EPERM, "the export is read-only");
-        }
-        if self.range(request).is_err() {
-            return self.error(request, errno::EINVAL, "request past the end of the export");
-        }
-        let unmap = request.flags & cmd_flag::NO_HOLE == 0;
-        let zeroed = self
-            .export
-            .write_zeroes(request.offset, u64::from(request.length), unmap)
-            .and_then(|()| self.fua(request));
-        self.answer(request, zeroed, "write zeroes failed")
-    }
-
-    /// A write with `NBD_CMD_FLAG_FUA` is durable before its reply.
-    fn fua(&self, request: &Request) -> Result<(), u32> {
-        if request.flags & cmd_flag::FUA != 0 {
-            self.export.flush()
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Replies to a request with no data: done, or its error.
-    fn answer(
-        &mut self,
-        request: &Request,
-        result: Result<(), u32>,
-        failed: &str,
-    ) -> io::Result<()> {
-        match result {
-            Ok(()) => self.done(request),
-            Err(e) => self.error(request, e, failed),
-        }
-    }
-
-    /// Checks a request's range: not empty, within the export.
-    fn range(&self, request: &Request) -> Result<(), u32> {
-        let end = request.offset.checked_add(u64::from(request.length));
-        if request.length == 0 || end.is_none_or(|end| end > self.export.size()) {
-            return Err(errno::EINVAL);
-        }
-        Ok(())
-    }
-
-    fn read(&mut self, request: &Request) -> io::Result<()> {
-        if request.length > MAX_REQUEST {
-            return self.error(request, errno::EINVAL, "read longer than the maximum");
-        }
-        if self.range(request).is_err() {
-            return self.error(request, errno::EINVAL, "read past the end of the export");
-        }
-        let len = request.length as usize;
-        if self.buffer.len() < len {
-            self.buffer.resize(len, 0);
-        }
-        let data = &mut self.buffer[..len];
-        if let Err(e) = self.export.read(request.offset, data) {
-            let message = if e == errno::EPERM {
-                "the client trimmed this range: it was released"
-            } else {
-                "read failed"
-            };
-            return self.error(request, e, message);
-        }
-        if self.structured {
-            let header = wire::chunk_header(
-                chunk::FLAG_DONE,
-                chunk::OFFSET_DATA,
-                request.cookie,
-                request.length + 8,
-            );
-            let mut head = [0; 28];
-            head[..20].copy_from_slice(&header);
-            head[20..].copy_from_slice(&request.offset.to_be_bytes());
-            self.stream.write_all(&head)?;
-        } else {
-            self.stream
-                .write_all(&wire::simple_reply(0, request.cookie))?;
-        }
-        self.stream.write_all(&self.buffer[..len])
-    }
-
-    /// One `BLOCK_STATUS` chunk per selected context, the last one flagged done.
-    fn block_status(&mut self, request: &Request) -> io::Result<()> {
-        if !self.structured || self.contexts.is_empty() {
-            return self.error(request, errno::EINVAL, "no metadata context was selected");
-        }
-        if self.range(request).is_err() {
-            return self.error(request, errno::EINVAL, "request past the end of the export");
-        }
-        let max = if request.flags & cmd_flag::REQ_ONE != 0 {
-            1
-        } else {
-            MAX_EXTENTS
-        };
-        let (offset, len) = (request.offset, u64::from(request.length));
-        let mut chunks = Vec::with_capacity(self.contexts.len());
-        for &context in &self.contexts {
-            let extents = match context {
-                Context::Allocation => match self.export.allocation(offset, len, max) {
-                    Ok(extents) => extents
-                        .into_iter()
-                        .map(|(l, f)| (l, f & (allocation::HOLE | allocation::ZERO)))
-                        .collect(),
-                    Err(e) => return self.error(request, e, "block status failed"),
-                },
-                Context::Dirty(i) => match self.export.dirty_bitmaps().get(i) {
-                    Some(bitmap) => bitmap.status(offset, len, max),
-                    None => Vec::new(),
-                },
-            };
-            if extents.is_empty() {
-                return self.error(request, errno::EIO, "no extents");
-            }
-            chunks.push((context.id(), extents));
-        }
-        let mut out = Vec::new();
-        let last = chunks.len() - 1;
-        for (n, (id, extents)) in chunks.into_iter().enumerate() {
-            let mut payload = Vec::with_capacity(4 + 8 * extents.len());
-            payload.extend_from_slice(&id.to_be_bytes());
-            for (length, flags) in extents {
-                payload.extend_from_slice(&length.to_be_bytes());
-                payload.extend_from_slice(&flags.to_be_bytes());
-            }
-            // At most MAX_EXTENTS extents: it fits a u32.
-            let length = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-            let done = if n == last { chunk::FLAG_DONE } else { 0 };
-            out.extend_from_slice(&wire::chunk_header(
-                done,
-                chunk::BLOCK_STATUS,
-                request.cookie,
-                length,
-            ));
-            out.extend_from_slice(&payload);
-        }
-        self.stream.write_all(&out)
-    }
-
-    /// A successful reply with no data.
-    fn done(&mut self, request: &Request) -> io::Result<()> {
-        if self.structured {
-            self.stream.write_all(&wire::chunk_header(
-                chunk::FLAG_DONE,
-                chunk::NONE,
-                request.cookie,
-                0,
-            ))
-        } else {
-            self.stream
-                .write_all(&wire::simple_reply(0, request.cookie))
-        }
-    }
-
-    fn error(&mut self, request: &Request, error: u32, message: &str) -> io::Result<()> {
-        if !self.structured {
-            return self
-                .stream
-                .write_all(&wire::simple_reply(error, request.cookie));
-        }
-        let message = message.as_bytes();
-        // Short constant messages: they fit a u16 and a u32.
-        let message_len = u16::try_from(message.len()).unwrap_or(0);
-        let message = &message[..usize::from(message_len)];
-        let mut out = wire::chunk_header(
-            chunk::FLAG_DONE,
-            chunk::ERROR,
-            request.cookie,
-            6 + u32::from(message_len),
-        )
-        .to_vec();
-        out.extend_from_slice(&error.to_be_bytes());
-        out.extend_from_slice(&message_len.to_be_bytes());
-        out.extend_from_slice(message);
-        self.stream.write_all(&out)
     }
 }
 

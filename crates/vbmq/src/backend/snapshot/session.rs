@@ -41,12 +41,24 @@ impl Source {
         }
     }
 
-    /// Whether `[offset, offset + len)` reads as zeros without being stored (a thin disk:
-    /// never said).
+    /// Whether `[offset, offset + len)` reads as zeros without being stored (a thin disk: in
+    /// whichever of DISK and BASE each block is read from).
     pub(super) fn is_hole(&self, offset: u64, len: u64) -> bool {
         match self {
             Source::File { file, .. } => is_hole(file, offset, len),
-            Source::Thin(_) => false,
+            Source::Thin(reader) => {
+                let end = offset.saturating_add(len);
+                let mut at = offset;
+                while at < end {
+                    let (file, left) = reader.file_at(at);
+                    let n = left.min(end - at);
+                    if !is_hole(file, at, n) {
+                        return false;
+                    }
+                    at += n;
+                }
+                true
+            }
         }
     }
 

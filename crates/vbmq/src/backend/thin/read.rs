@@ -50,20 +50,27 @@ impl ThinReader {
         [&self.data, &self.base]
     }
 
+    /// The file the disk's byte at `offset` is read from (DISK where its block is present, BASE
+    /// elsewhere), and the bytes from `offset` to the end of its block.
+    pub fn file_at(&self, offset: u64) -> (&File, u64) {
+        let bs = self.map.block_size();
+        let block = offset / bs;
+        let file = if self.map.is_present(block) {
+            &self.data
+        } else {
+            &self.base
+        };
+        (file, (block + 1) * bs - offset)
+    }
+
     /// Fills `buf` with the disk's bytes at `offset`. A block being copied into DISK reads from
     /// BASE until its map bit is set, which is what the disk holds until then.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let bs = self.map.block_size();
         let mut done = 0;
         while done < buf.len() {
             let at = offset + done as u64;
-            let block = at / bs;
-            let n = host_size((block + 1) * bs - at).min(buf.len() - done);
-            let file = if self.map.is_present(block) {
-                &self.data
-            } else {
-                &self.base
-            };
+            let (file, left) = self.file_at(at);
+            let n = host_size(left).min(buf.len() - done);
             read_or_zeros(file, &mut buf[done..done + n], at)?;
             done += n;
         }
