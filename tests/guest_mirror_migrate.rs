@@ -6,9 +6,10 @@
 //! destination QEMU waits paused (`-S`), the mirror ends once the source's rings have stopped,
 //! then the destination runs (its first ring ends the export).
 //!
-//! The guest writes the whole data region again and again, each round with a new seed, and
-//! reads every block back and checks it (fio `verify=crc32c`): a round that reads, on either
-//! side, a block the mirror lost or left stale fails. After the guest's last round, fio on the
+//! The guest writes the whole data region again and again, each round its own pattern (its
+//! number and each block's offset), and reads every block back and checks it (fio
+//! `verify=pattern`): a round that reads, on either side, a block the mirror lost or left stale
+//! (another round's) fails. After the guest's last round, fio on the
 //! host checks the destination's image holds exactly that round, and the part the guest never
 //! wrote is the source's.
 //!
@@ -35,8 +36,8 @@ round=0
 while :; do
     round=$((round + 1))
     fio --name=round --filename=/dev/vda --size=32M --bs=64k --rw=write --ioengine=libaio \
-        --iodepth=8 --direct=1 --randseed=$round --verify=crc32c --verify_fatal=1 \
-        --verify_state_save=0 >/tmp/round.log 2>&1 \
+        --iodepth=8 --direct=1 --verify=pattern --verify_pattern=0x$(printf %08x $round)%o \
+        --verify_fatal=1 --verify_state_save=0 >/tmp/round.log 2>&1 \
         || { cat /tmp/round.log; echo "ROUND-FAILED $round"; exit 1; }
     echo "ROUND-OK $round"
     # The mailbox is read from the device, not from the page cache.
@@ -77,7 +78,11 @@ fn serve(dir: &TestDir, name: &str, disks: &[(&Path, &Path, &str)]) -> (Vbmq, Pa
     for (socket, image, extra) in disks {
         cmd.args([
             "--disk",
-            &format!("socket={},path={}{extra}", socket.display(), image.display()),
+            &format!(
+                "socket={},path={}{extra}",
+                socket.display(),
+                image.display()
+            ),
         ]);
         sockets.push(socket.to_path_buf());
     }
@@ -145,6 +150,12 @@ fn wait_status(qmp: &mut Qmp, wanted: &str, passing: &[&str]) {
     }
 }
 
+/// fio's `verify_pattern` of round `round` (as the guest's script makes it): the round's
+/// number, then each block's offset, so a block of another round or offset fails.
+fn round_pattern(round: &str) -> String {
+    format!("0x{:08x}%o", round.parse::<u32>().expect("a round number"))
+}
+
 /// The image file of `mib` MiB at `path` whose every byte is its offset's, modulo 251.
 fn patterned(path: &Path, mib: u64) {
     let bytes: Vec<u8> = (0..mib << 20).map(|i| (i % 251) as u8).collect();
@@ -180,7 +191,12 @@ fn a_guest_on_a_local_disk_migrates_with_its_disk_mirrored() {
     let address = format!("unix:{}", export.display());
     ctl(
         &destination_ctl,
-        &["export-begin", &dst_sock.to_string_lossy(), &address, "--writable"],
+        &[
+            "export-begin",
+            &dst_sock.to_string_lossy(),
+            &address,
+            "--writable",
+        ],
     );
 
     let initrd = dir.join("initrd");
@@ -297,12 +313,12 @@ fn a_guest_on_a_local_disk_migrates_with_its_disk_mirrored() {
             "--size=32M",
             "--bs=64k",
             "--rw=write",
-            "--verify=crc32c",
+            "--verify=pattern",
             "--verify_only",
             "--verify_state_save=0",
             "--verify_fatal=1",
-            &format!("--randseed={last}"),
         ])
+        .arg(format!("--verify_pattern={}", round_pattern(&last)))
         .arg(format!("--filename={}", dst_image.display()))
         .output()
         .expect("run fio");

@@ -205,7 +205,10 @@ fn wait_state(control: &Path, socket: &Path, state: &str) -> Value {
         if mirror["state"] == state {
             return mirror;
         }
-        assert!(Instant::now() < deadline, "the mirror never got {state}: {mirror}");
+        assert!(
+            Instant::now() < deadline,
+            "the mirror never got {state}: {mirror}"
+        );
     }
 }
 
@@ -247,7 +250,7 @@ fn a_hung_destination_fails_the_mirror_and_a_resumed_mirror_copies_only_what_cha
             &destination.uri(),
             "--wait-ready",
             "--timeout",
-            "2",
+            "5",
         ],
     );
     assert_eq!(ready["state"], "ready", "{ready}");
@@ -270,7 +273,10 @@ fn a_hung_destination_fails_the_mirror_and_a_resumed_mirror_copies_only_what_cha
     let log = b.path().join("dst.log");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("NBD client gone")) {
-        assert!(Instant::now() < deadline, "the destination kept the cut connection");
+        assert!(
+            Instant::now() < deadline,
+            "the destination kept the cut connection"
+        );
         writer.wait_writes(1);
     }
     let resumed = ctl_json_or_null(
@@ -338,7 +344,12 @@ fn an_encrypted_disk_is_mirrored_as_ciphertext() {
     let destination = Destination::start(b.path(), (bytes / BLOCK as u64) as u64);
     let ready = ctl_json_or_null(
         &control,
-        &["mirror-begin", s(&socket), &destination.uri(), "--wait-ready"],
+        &[
+            "mirror-begin",
+            s(&socket),
+            &destination.uri(),
+            "--wait-ready",
+        ],
     );
     assert_eq!(ready["state"], "ready", "{ready}");
     // A guest write while mirrored goes as ciphertext too.
@@ -357,10 +368,16 @@ fn an_encrypted_disk_is_mirrored_as_ciphertext() {
     let mut reader = common::Client::connect(&served, 1, false).unwrap();
     let (ret, back) = reader.read(0, 1 << 20, data.len());
     assert_eq!(ret, 0);
-    assert!(back == data, "the destination, with the key, reads the guest's data");
+    assert!(
+        back == data,
+        "the destination, with the key, reads the guest's data"
+    );
     let (ret, back) = reader.read(0, 5 << 20, 1 << 20);
     assert_eq!(ret, 0);
-    assert!(back[..] == data[..1 << 20], "and the write made while mirrored");
+    assert!(
+        back[..] == data[..1 << 20],
+        "and the write made while mirrored"
+    );
 }
 
 /// Speed case (`cargo test --release --test mirror -- --ignored --nocapture`): a 1 GiB disk's

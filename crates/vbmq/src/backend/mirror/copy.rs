@@ -112,8 +112,7 @@ fn copy_chunk(io: &mut EngineIo, run: &Run, chunk: usize, buf: &mut [u8]) -> Res
     } else {
         Remote::Write { offset, data }
     };
-    run.wait(request)
-        .map_err(|e| format!("destination: {e}"))?;
+    run.wait(request).map_err(|e| format!("destination: {e}"))?;
     run.count_sent(len);
     Ok(run.copy_kept(chunk, len))
 }

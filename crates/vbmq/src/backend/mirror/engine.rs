@@ -262,10 +262,7 @@ impl Engine for MirrorEngine {
                 run.unsynced(offset, iov.len() as u64);
                 self.inner.push(op, tag)
             }
-            (
-                Some(run),
-                IoOp::WriteZeroes { offset, len, .. } | IoOp::Discard { offset, len },
-            ) => {
+            (Some(run), IoOp::WriteZeroes { offset, len, .. } | IoOp::Discard { offset, len }) => {
                 run.unsynced(offset, len);
                 self.inner.push(op, tag)
             }
