@@ -191,10 +191,8 @@ fn stat(control: &Path, socket: &Path, name: &str) -> u64 {
 /// Sends `signal` to `daemon` (a vbmq this test started).
 fn signal(daemon: &Daemon, signal: libc::c_int) {
     // SAFETY: kill(2) on our own child, not reaped yet.
-    assert_eq!(
-        unsafe { libc::kill(daemon.child.id().cast_signed(), signal) },
-        0
-    );
+    let sent = unsafe { libc::kill(daemon.child.id().cast_signed(), signal) };
+    assert_eq!(sent, 0);
 }
 
 /// Waits until the mirror of the disk on `socket` says `state` (each look is a `ctl list`).
@@ -341,7 +339,7 @@ fn an_encrypted_disk_is_mirrored_as_ciphertext() {
     let data = common::pattern(5, 3 << 20);
     let mut client = common::Client::connect(&socket, 1, false).unwrap();
     assert_eq!(client.write(0, 1 << 20, &data), 0);
-    let destination = Destination::start(b.path(), (bytes / BLOCK as u64) as u64);
+    let destination = Destination::start(b.path(), bytes / BLOCK as u64);
     let ready = ctl_json_or_null(
         &control,
         &[

@@ -106,7 +106,10 @@ fn a_writable_export_takes_a_whole_image_through_the_disk_stack() {
     }
     assert_eq!(writer.flush(0), 0);
     let ciphertext = std::fs::read(&enciphered).unwrap();
-    assert!(ciphertext[..1 << 20] != source_bytes[..1 << 20], "enciphered");
+    assert!(
+        ciphertext[..1 << 20] != source_bytes[..1 << 20],
+        "enciphered"
+    );
     let e_export = dir.path().join("e.nbd");
     let e_address = format!("unix:{}", s(&e_export));
     ctl_json(&control, &["export-begin", s(&e), &e_address, "--writable"]);
