@@ -5,15 +5,16 @@
 //! [`MirrorDisk`] sits at the top of every disk's stack (under the test-only delay layer), or
 //! right under the cipher of an `encrypt=` disk: the destination receives the disk as it is
 //! stored, ciphertext included, and needs the key only to serve a guest (a writable export
-//! writes at the same level, see `host::exports`). From `mirror-begin` on, every guest write, write-zeroes, discard and
-//! flush goes to both sides before the guest hears of it (see `engine`), and a background copy
-//! sends every chunk of the disk once (see `copy` and `run` for why a chunk the guest writes
-//! meanwhile is never left stale). Once the copy is done, the mirror is ready: the destination
-//! holds everything the guest was told is written, and keeps holding it for as long as the
-//! mirror runs. A destination that fails or goes away fails the mirror: the guest's writes go
-//! on to the source alone and never see the error; so does one that stops answering for the
-//! mirror's timeout (see `watchdog`). A mirror begun again with `resume` after such a cut
-//! copies only the chunks the guest changed since, or that the destination missed (see `run`).
+//! writes at the same level, see `host::exports`). From `mirror-begin` on, every guest write,
+//! write-zeroes, discard and flush goes to both sides before the guest hears of it (see
+//! `engine`), and a background copy sends every chunk of the disk once (see `copy` and `run`
+//! for why a chunk the guest writes meanwhile is never left stale). Once the copy is done, the
+//! mirror is ready: the destination holds everything the guest was told is written, and keeps
+//! holding it for as long as the mirror runs. A destination that fails or goes away fails the
+//! mirror: the guest's writes go on to the source alone and never see the error; so does one
+//! that stops answering for the mirror's timeout (see `watchdog`). A mirror begun again with
+//! `resume` after such a cut copies only the chunks the guest changed since, or that the
+//! destination missed (see `run`).
 //!
 //! Cost when no mirror runs: one acquire load of an atomic flag per operation pushed.
 
@@ -181,6 +182,7 @@ impl MirrorDisk {
     /// Ends the stopped mirror: its copy's threads joined, the destination flushed (if it has
     /// not failed) and disconnected.
     pub fn finish(&self) {
+        lock(&self.control.cut).take();
         let Some(run) = lock(&self.control.run).take() else {
             return;
         };

@@ -131,12 +131,15 @@ impl Run {
     /// The destination has the copy of `chunk` (`bytes` long): kept unless a guest write
     /// overlapped it, then true.
     pub fn copy_kept(&self, chunk: usize, bytes: u64) -> bool {
+        // Marked before the look: a guest write that begins after it and fails to reach the
+        // destination clears the mark after this.
+        self.synced[chunk].store(true, Ordering::SeqCst);
         if self.dirty[chunk].load(Ordering::SeqCst)
             || self.writers[chunk].load(Ordering::SeqCst) != 0
         {
+            self.synced[chunk].store(false, Ordering::SeqCst);
             return false;
         }
-        self.synced[chunk].store(true, Ordering::SeqCst);
         self.copied.fetch_add(bytes, Ordering::Relaxed);
         let done = self.done_chunks.fetch_add(1, Ordering::SeqCst) + 1;
         if done == self.chunks() as u64 {
