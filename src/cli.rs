@@ -253,7 +253,10 @@ fn ctl() -> Command {
                         .long("timeout")
                         .value_name("SECS")
                         .value_parser(value_parser!(u64).range(1..=3600))
-                        .help("Fail the mirror once the destination answers nothing for SECS (default 30)"),
+                        .help(
+                            "Fail the mirror once the destination answers nothing for SECS \
+                             (default 30)",
+                        ),
                 ),
         )
         .subcommand(
