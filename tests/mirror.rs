@@ -228,7 +228,8 @@ fn writes_go_on(writer: &Writer, writes: u64) {
 /// A destination that stops answering while connected (SIGSTOP): the guest's writes wait at
 /// most the mirror's timeout, then go on on the source alone and the mirror says failed.
 /// Once the destination is back, `mirror-begin --resume` copies only the chunks written since
-/// the cut (fewer bytes than the disk), and after ready and mirror-end the images are equal.
+/// the cut (less than a quarter of the disk), and after ready and mirror-end the images are
+/// equal.
 #[test]
 fn a_hung_destination_fails_the_mirror_and_a_resumed_mirror_copies_only_what_changed() {
     let (a, b) = (
@@ -263,8 +264,10 @@ fn a_hung_destination_fails_the_mirror_and_a_resumed_mirror_copies_only_what_cha
             .is_some_and(|r| r.contains("no answer")),
         "{failed}"
     );
-    // The writer's writes complete on the source alone; only a few chunks change meanwhile.
+    // The writer's writes complete on the source alone. It stops after a few hundred, which
+    // change a few chunks (it writes from both ends of the disk inwards).
     writes_go_on(&writer, 200);
+    writer.stop();
     signal(&destination.daemon, libc::SIGCONT);
     // The stopped destination still had the cut connection's requests to read: it runs them
     // and drops that connection before the resumed mirror's copy may begin.
@@ -275,7 +278,7 @@ fn a_hung_destination_fails_the_mirror_and_a_resumed_mirror_copies_only_what_cha
             Instant::now() < deadline,
             "the destination kept the cut connection"
         );
-        writer.wait_writes(1);
+        std::thread::sleep(Duration::from_millis(10));
     }
     let resumed = ctl_json_or_null(
         &control,
@@ -290,11 +293,14 @@ fn a_hung_destination_fails_the_mirror_and_a_resumed_mirror_copies_only_what_cha
     assert_eq!(resumed["state"], "ready", "{resumed}");
     let sent = stat(&control, &socket, "mirror_sent_bytes");
     let bytes = blocks * BLOCK as u64;
+    eprintln!("the resumed mirror sent {sent} of {bytes} bytes");
     assert!(
-        sent > 0 && sent < bytes / 2,
+        sent > 0 && sent < bytes / 4,
         "the resumed mirror sent {sent} of {bytes} bytes"
     );
-    writer.wait_writes(100);
+    // Writes after ready go to both sides again.
+    let writer = Writer::start(&socket, blocks);
+    writer.wait_writes(1000);
     writer.stop();
     let ended = ctl_json_or_null(&control, &["mirror-end", s(&socket)]);
     assert_eq!(ended["state"], "ready", "{ended}");
