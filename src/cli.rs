@@ -238,6 +238,25 @@ fn ctl() -> Command {
                         .long("wait-ready")
                         .action(ArgAction::SetTrue)
                         .help("Return once the destination holds everything, or the mirror failed"),
+                )
+                .arg(
+                    Arg::new("resume")
+                        .long("resume")
+                        .action(ArgAction::SetTrue)
+                        .help(
+                            "After the disk's mirror failed (a cut), to the same destination \
+                             back again: copy only what it may miss",
+                        ),
+                )
+                .arg(
+                    Arg::new("timeout")
+                        .long("timeout")
+                        .value_name("SECS")
+                        .value_parser(value_parser!(u64).range(1..=3600))
+                        .help(
+                            "Fail the mirror once the destination answers nothing for SECS \
+                             (default 30)",
+                        ),
                 ),
         )
         .subcommand(
@@ -539,6 +558,8 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                     socket: socket(a)?,
                     destination: a.get_one::<String>("uri")?.clone(),
                     wait_ready: a.get_flag("wait-ready"),
+                    resume: a.get_flag("resume"),
+                    timeout_secs: a.get_one::<u64>("timeout").copied(),
                 },
                 ("mirror-end", a) => Request::MirrorEnd { socket: socket(a)? },
                 ("export-end", a) => Request::ExportEnd {

@@ -10,6 +10,7 @@ mod stamp_writer;
 mod stamps;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::ctl::ctl_json_or_null;
@@ -42,7 +43,13 @@ impl Destination {
     fn start(dir: &Path, blocks: u64) -> Destination {
         let image = common::sparse_image(dir, "dst.raw", blocks * BLOCK as u64);
         let socket = dir.join("dst.sock");
-        let (daemon, control) = serve(dir, &[format!("socket={},path={}", s(&socket), s(&image))]);
+        let control = dir.join("run/ctl.sock");
+        let daemon = common::Serve::new()
+            .control(&control)
+            .disk(&format!("socket={},path={}", s(&socket), s(&image)))
+            .env("RUST_LOG", "info")
+            .log(&dir.join("dst.log"))
+            .start();
         let export = dir.join("dst.nbd");
         ctl_json_or_null(
             &control,
@@ -170,6 +177,211 @@ fn a_destination_killed_mid_copy_fails_the_mirror_and_never_the_guest() {
         ],
     );
     assert!(!out.status.success(), "no destination: refused");
+}
+
+/// `vbmq ctl stats` of the disk on `socket`: its engine's counter `name`.
+fn stat(control: &Path, socket: &Path, name: &str) -> u64 {
+    let stats = ctl_json_or_null(control, &["stats", s(socket)]);
+    let disk = if stats.is_array() { &stats[0] } else { &stats };
+    disk["engine"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {name} in {stats}"))
+}
+
+/// Sends `signal` to `daemon` (a vbmq this test started).
+fn signal(daemon: &Daemon, signal: libc::c_int) {
+    // SAFETY: kill(2) on our own child, not reaped yet.
+    let sent = unsafe { libc::kill(daemon.child.id().cast_signed(), signal) };
+    assert_eq!(sent, 0);
+}
+
+/// Waits until the mirror of the disk on `socket` says `state` (each look is a `ctl list`).
+fn wait_state(control: &Path, socket: &Path, state: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let mirror = listed_mirror(control, socket);
+        if mirror["state"] == state {
+            return mirror;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the mirror never got {state}: {mirror}"
+        );
+    }
+}
+
+/// Asserts that `writer` completes `writes` more writes (a hung one fails the test, after
+/// long enough to rule out a loaded host).
+fn writes_go_on(writer: &Writer, writes: u64) {
+    let from = writer.done.load(Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while writer.done.load(Ordering::SeqCst) < from + writes {
+        assert!(
+            Instant::now() < deadline,
+            "the guest's writes hang: {} of {writes} done",
+            writer.done.load(Ordering::SeqCst) - from
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// A destination that stops answering while connected (SIGSTOP): the guest's writes wait at
+/// most the mirror's timeout, then go on on the source alone and the mirror says failed.
+/// Once the destination is back, `mirror-begin --resume` copies only the chunks written since
+/// the cut (less than a quarter of the disk), and after ready and mirror-end the images are
+/// equal.
+#[test]
+fn a_hung_destination_fails_the_mirror_and_a_resumed_mirror_copies_only_what_changed() {
+    let (a, b) = (
+        tempfile::tempdir_in("/dev/shm").unwrap(),
+        tempfile::tempdir_in("/dev/shm").unwrap(),
+    );
+    let blocks = 16384; // 64 MiB: 64 chunks
+    let (image, socket, mut source, control) = stamped_source(a.path(), blocks);
+    let mut destination = Destination::start(b.path(), blocks);
+    let writer = Writer::start(&socket, blocks);
+    writer.wait_writes(100);
+    let ready = ctl_json_or_null(
+        &control,
+        &[
+            "mirror-begin",
+            s(&socket),
+            &destination.uri(),
+            "--wait-ready",
+            "--timeout",
+            "5",
+        ],
+    );
+    assert_eq!(ready["state"], "ready", "{ready}");
+    writer.wait_writes(100);
+    signal(&destination.daemon, libc::SIGSTOP);
+    // The writer's next write waits for the destination, at most the timeout.
+    writes_go_on(&writer, 100);
+    let failed = wait_state(&control, &socket, "failed");
+    assert!(
+        failed["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("no answer")),
+        "{failed}"
+    );
+    // The writer's writes complete on the source alone. It stops after a few hundred, which
+    // change a few chunks (it writes from both ends of the disk inwards).
+    writes_go_on(&writer, 200);
+    writer.stop();
+    signal(&destination.daemon, libc::SIGCONT);
+    // The stopped destination still had the cut connection's requests to read: it runs them
+    // and drops that connection before the resumed mirror's copy may begin.
+    let log = b.path().join("dst.log");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("NBD client gone")) {
+        assert!(
+            Instant::now() < deadline,
+            "the destination kept the cut connection"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let resumed = ctl_json_or_null(
+        &control,
+        &[
+            "mirror-begin",
+            s(&socket),
+            &destination.uri(),
+            "--wait-ready",
+            "--resume",
+        ],
+    );
+    assert_eq!(resumed["state"], "ready", "{resumed}");
+    let sent = stat(&control, &socket, "mirror_sent_bytes");
+    let bytes = blocks * BLOCK as u64;
+    eprintln!("the resumed mirror sent {sent} of {bytes} bytes");
+    assert!(
+        sent > 0 && sent < bytes / 4,
+        "the resumed mirror sent {sent} of {bytes} bytes"
+    );
+    // Writes after ready go to both sides again.
+    let writer = Writer::start(&socket, blocks);
+    writer.wait_writes(1000);
+    writer.stop();
+    let ended = ctl_json_or_null(&control, &["mirror-end", s(&socket)]);
+    assert_eq!(ended["state"], "ready", "{ended}");
+    ctl_json_or_null(
+        &destination.control,
+        &[
+            "export-end",
+            s(&destination.socket),
+            &format!("unix:{}", s(&destination.export)),
+        ],
+    );
+    assert!(
+        std::fs::read(&destination.image).unwrap() == std::fs::read(&image).unwrap(),
+        "the destination's image is the source's"
+    );
+    assert!(source.alive() && destination.daemon.alive());
+}
+
+/// An `encrypt=` disk's mirror carries ciphertext: its destination, a disk with no key,
+/// receives the source's image byte for byte, and served with the source's key reads what the
+/// guest wrote.
+#[test]
+fn an_encrypted_disk_is_mirrored_as_ciphertext() {
+    let (a, b) = (
+        tempfile::tempdir_in("/dev/shm").unwrap(),
+        tempfile::tempdir_in("/dev/shm").unwrap(),
+    );
+    let bytes = 8u64 << 20;
+    let image = common::sparse_image(a.path(), "src.raw", bytes);
+    let key = a.path().join("key");
+    std::fs::write(&key, common::pattern(77, 64)).unwrap();
+    let socket = a.path().join("src.sock");
+    let encrypted = |socket: &Path, image: &Path| {
+        format!(
+            "socket={},path={},encrypt=aes-xts,key-file={}",
+            s(socket),
+            s(image),
+            s(&key)
+        )
+    };
+    let (_source, control) = serve(a.path(), &[encrypted(&socket, &image)]);
+    let data = common::pattern(5, 3 << 20);
+    let mut client = common::Client::connect(&socket, 1, false).unwrap();
+    assert_eq!(client.write(0, 1 << 20, &data), 0);
+    let destination = Destination::start(b.path(), bytes / BLOCK as u64);
+    let ready = ctl_json_or_null(
+        &control,
+        &[
+            "mirror-begin",
+            s(&socket),
+            &destination.uri(),
+            "--wait-ready",
+        ],
+    );
+    assert_eq!(ready["state"], "ready", "{ready}");
+    // A guest write while mirrored goes as ciphertext too.
+    assert_eq!(client.write(0, 5 << 20, &data[..1 << 20]), 0);
+    ctl_json_or_null(&control, &["mirror-end", s(&socket)]);
+    drop(client);
+    drop(destination.daemon);
+    let source_image = std::fs::read(&image).unwrap();
+    assert!(
+        std::fs::read(&destination.image).unwrap() == source_image,
+        "the destination's image is the source's ciphertext"
+    );
+    // Served with the key, the destination reads the guest's data.
+    let served = b.path().join("served.sock");
+    let _served = common::Daemon::start(&[encrypted(&served, &destination.image)]);
+    let mut reader = common::Client::connect(&served, 1, false).unwrap();
+    let (ret, back) = reader.read(0, 1 << 20, data.len());
+    assert_eq!(ret, 0);
+    assert!(
+        back == data,
+        "the destination, with the key, reads the guest's data"
+    );
+    let (ret, back) = reader.read(0, 5 << 20, 1 << 20);
+    assert_eq!(ret, 0);
+    assert!(
+        back[..] == data[..1 << 20],
+        "and the write made while mirrored"
+    );
 }
 
 /// Speed case (`cargo test --release --test mirror -- --ignored --nocapture`): a 1 GiB disk's

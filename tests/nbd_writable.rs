@@ -1,7 +1,8 @@
 //! `vbmq ctl export-begin --writable` against the real `vbmq serve`, written by real NBD
 //! clients (`qemu-img convert -n`, `nbdcopy`): a disk no guest runs on receives a whole
-//! image through its stack (an encrypted disk stores ciphertext of it), and the first ring a
-//! guest starts ends the export before the guest's first request.
+//! image through its stack (an encrypted disk from under its cipher: it stores the ciphertext
+//! a mirror sends as it comes), and the first ring a guest starts ends the export before the
+//! guest's first request.
 
 mod common;
 
@@ -48,17 +49,23 @@ fn a_writable_export_takes_a_whole_image_through_the_disk_stack() {
     let plain = common::image(dir.path(), "plain.raw", SIZE, 9);
     let secret = common::image(dir.path(), "secret.raw", SIZE, 10);
     let key = common::image(dir.path(), "key", 64, 77);
+    let enciphered = common::sparse_image(dir.path(), "enciphered.raw", SIZE as u64);
     let (p, e) = (dir.path().join("p.sock"), dir.path().join("e.sock"));
+    let c = dir.path().join("c.sock");
+    let encrypted = |socket: &Path, image: &Path| {
+        format!(
+            "socket={},path={},encrypt=aes-xts,key-file={}",
+            s(socket),
+            s(image),
+            s(&key)
+        )
+    };
     let (mut daemon, control) = serve(
         dir.path(),
         &[
             format!("socket={},path={}", s(&p), s(&plain)),
-            format!(
-                "socket={},path={},encrypt=aes-xts,key-file={}",
-                s(&e),
-                s(&secret),
-                s(&key)
-            ),
+            encrypted(&e, &secret),
+            encrypted(&c, &enciphered),
         ],
     );
     let p_export = dir.path().join("p.nbd");
@@ -89,21 +96,31 @@ fn a_writable_export_takes_a_whole_image_through_the_disk_stack() {
         "the image is what qemu-img wrote, zeros included"
     );
 
-    // Encrypted: nbdcopy writes plaintext, the image holds ciphertext, the export and a guest
-    // read the plaintext back.
+    // Encrypted: the export takes ciphertext (what a mirror of an encrypted disk sends: here
+    // the source enciphered by another disk with the key) and stores it as it comes; a guest
+    // with the key reads the plaintext.
+    let source_bytes = std::fs::read(&source).unwrap();
+    let mut writer = Client::connect(&c, 1, false).expect("connect");
+    for (i, part) in source_bytes.chunks(1 << 20).enumerate() {
+        assert_eq!(writer.write(0, (i << 20) as u64, part), 0);
+    }
+    assert_eq!(writer.flush(0), 0);
+    let ciphertext = std::fs::read(&enciphered).unwrap();
+    assert!(
+        ciphertext[..1 << 20] != source_bytes[..1 << 20],
+        "enciphered"
+    );
     let e_export = dir.path().join("e.nbd");
     let e_address = format!("unix:{}", s(&e_export));
     ctl_json(&control, &["export-begin", s(&e), &e_address, "--writable"]);
-    run("nbdcopy", &[s(&source), &uri(&e_export)]).unwrap();
+    run("nbdcopy", &[s(&enciphered), &uri(&e_export)]).unwrap();
     let back = dir.path().join("back.raw");
     run("nbdcopy", &[&uri(&e_export), s(&back)]).unwrap();
     ctl_json_or_nothing(&control, &["export-end", s(&e), &e_address]);
-    let source_bytes = std::fs::read(&source).unwrap();
-    assert!(std::fs::read(&back).unwrap() == source_bytes, "read back");
-    let stored = std::fs::read(&secret).unwrap();
+    assert!(std::fs::read(&back).unwrap() == ciphertext, "read back");
     assert!(
-        stored[..1 << 20] != source_bytes[..1 << 20],
-        "encrypt= stored ciphertext"
+        std::fs::read(&secret).unwrap() == ciphertext,
+        "the image holds the ciphertext as it came"
     );
     let mut guest = Client::connect(&e, 1, false).expect("connect");
     let (ret, data) = guest.read(0, 1 << 20, 1 << 20);

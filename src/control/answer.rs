@@ -61,9 +61,19 @@ fn dispatch(
         socket,
         destination,
         wait_ready,
+        resume,
+        timeout_secs,
     } = request
     {
-        return mirror_begin(host, &socket, &destination, wait_ready, fds);
+        let mut options = vbmq::host::MirrorOptions {
+            wait_ready,
+            resume,
+            ..Default::default()
+        };
+        if let Some(secs) = timeout_secs {
+            options.timeout = std::time::Duration::from_secs(secs);
+        }
+        return mirror_begin(host, &socket, &destination, options, fds);
     }
     if !fds.is_empty() && !matches!(request, Request::AddFs { .. }) {
         return Err("only add-disk, add-fs, snapshot and export-begin take descriptors".into());
@@ -243,7 +253,7 @@ fn mirror_begin(
     host: &Host,
     socket: &str,
     destination: &str,
-    wait_ready: bool,
+    options: vbmq::host::MirrorOptions,
     fds: Vec<OwnedFd>,
 ) -> Result<Answer, String> {
     let mut fds = fds.into_iter();
@@ -257,7 +267,7 @@ fn mirror_begin(
     let (name, _) = vbmq::host::nbd_unix_uri(destination)?;
     let stream = vbmq::passed_fds::connected_unix_socket(stream)
         .map_err(|e| format!("mirror-begin: the descriptor: {e}"))?;
-    host.mirror_begin(Path::new(socket), stream, &name, wait_ready)
+    host.mirror_begin(Path::new(socket), stream, &name, options)
         .map(|state| Answer::Mirror(mirror_entry(&state)))
         .map_err(|e| e.to_string())
 }

@@ -140,6 +140,12 @@ pub enum Request {
         /// Answer once the destination holds everything (or the mirror failed).
         #[serde(default)]
         wait_ready: bool,
+        /// Copy only what the destination of the disk's failed mirror may miss.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        resume: bool,
+        /// Seconds the destination may leave every request unanswered (default 30).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_secs: Option<u64>,
     },
     /// Stop mirroring the disk: its destination is flushed and disconnected.
     MirrorEnd {

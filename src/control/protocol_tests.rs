@@ -143,6 +143,8 @@ fn requests() -> Vec<(Request, Value)> {
                 socket: "/r/a.sock".into(),
                 destination: "nbd+unix:///?socket=/r/b.nbd".into(),
                 wait_ready: true,
+                resume: false,
+                timeout_secs: None,
             },
             json!({"command": "mirror-begin", "socket": "/r/a.sock",
                    "destination": "nbd+unix:///?socket=/r/b.nbd", "wait_ready": true}),

@@ -23,7 +23,7 @@ mod changes;
 mod exports;
 mod mirrors;
 pub use exports::{ExportCheckpoints, ExportInfo};
-pub use mirrors::nbd_unix_uri;
+pub use mirrors::{MirrorOptions, nbd_unix_uri};
 mod reload;
 mod run_time;
 mod running_share;

@@ -1,7 +1,8 @@
 //! A disk served writable to NBD clients (`export-begin --writable`): the destination of a
-//! mirror, before any guest runs on it. Every operation goes through the disk's whole stack
-//! (an engine of its own per client at work), so `encrypt=` encrypts what arrives and
-//! `track-changes=on` marks it, as for a guest's writes.
+//! mirror, before any guest runs on it. Every operation goes through the disk's stack from the
+//! level a mirror sends from (an engine of its own per client at work): under the cipher of an
+//! `encrypt=` disk, so the ciphertext a mirror sends is stored as it is, and above
+//! `track-changes=on`, which marks it as for a guest's writes.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -116,7 +116,8 @@ fn open_disk(
     };
     let (mut disk, files) = open_storage(spec, &stack.storage, source, handles)?;
     for layer in &stack.layers {
-        if matches!(layer, LayerSpec::Delay { .. }) {
+        let mirror_here = matches!(layer, LayerSpec::Encrypt { .. } | LayerSpec::Delay { .. });
+        if mirror_here && handles.mirror.is_none() {
             disk = mirrored(disk, handles);
         }
         disk = open_layer(&stack, layer, disk, &mut inputs, handles)?;
@@ -128,7 +129,8 @@ fn open_disk(
 }
 
 /// The mirror layer (`mirror-begin`) over `disk`: at the top of the stack, under the test-only
-/// delay layer, so a mirror sends what the guest sees.
+/// delay layer, so a mirror sends what the guest sees; or right under the cipher, so a mirror
+/// sends ciphertext and its destination needs no key (it writes at the same level).
 fn mirrored(disk: Arc<dyn Disk>, handles: &mut Handles) -> Arc<dyn Disk> {
     let mirror = Arc::new(MirrorDisk::new(disk));
     handles.mirror = Some(Arc::downgrade(&mirror));

@@ -29,7 +29,8 @@ pub(crate) struct Handles {
     /// The layers above the snapshot layer, bottom up: each maps what an export serves (a
     /// cipher decrypts). Weak, as `changes`.
     pub export_views: Vec<Weak<dyn Disk>>,
-    /// The mirror layer (`mirror-begin`), at the top of the stack. Weak, as `changes`.
+    /// The mirror layer (`mirror-begin`), at the top of the stack or under the cipher. Weak,
+    /// as `changes`.
     pub mirror: Option<Weak<MirrorDisk>>,
 }
 

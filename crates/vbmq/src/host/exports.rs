@@ -189,7 +189,8 @@ impl Host {
     }
 
     /// `export-begin --writable`: serves the disk on `socket`, which no guest has started on,
-    /// to NBD clients of `listener` for reading and writing, through the disk's whole stack.
+    /// to NBD clients of `listener` for reading and writing, at the level a mirror sends from
+    /// (under the cipher of an `encrypt=` disk: what arrives is stored as it comes).
     /// The first ring a guest starts ends the export (every client disconnected, every write
     /// done) before the guest's first request.
     pub fn export_begin_writable(
@@ -207,8 +208,20 @@ impl Host {
             if running.device.readonly {
                 return Err(HostError::Export("the disk is read-only".into()));
             }
+            if running.spec.key_file.is_some() && running.spec.cache_preload {
+                return Err(HostError::Export(
+                    "an encrypt= disk with cache-preload=on: the export writes ciphertext under \
+                     the cache, which it would leave stale"
+                        .into(),
+                ));
+            }
+            // At the level a mirror sends from: an encrypt= disk receives ciphertext.
+            let written: Arc<dyn crate::backend::Disk> = match running.handles.mirror() {
+                Some(mirror) => mirror,
+                None => Arc::clone(&running.disk),
+            };
             (
-                Arc::clone(&running.disk),
+                written,
                 running.handles.clone(),
                 Arc::clone(&running.device),
             )

@@ -30,6 +30,31 @@ pub fn nbd_unix_uri(uri: &str) -> Result<(String, std::path::PathBuf), String> {
     Ok((parsed.export, parsed.socket))
 }
 
+/// How long a destination may leave every request unanswered before the mirror fails, unless
+/// `mirror-begin` says otherwise.
+pub const MIRROR_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How `mirror-begin` mirrors.
+#[derive(Clone, Copy, Debug)]
+pub struct MirrorOptions {
+    /// Answer once the destination holds everything (or the mirror failed).
+    pub wait_ready: bool,
+    /// Copy only what the destination of the disk's failed mirror may miss.
+    pub resume: bool,
+    /// A destination silent this long fails the mirror.
+    pub timeout: Duration,
+}
+
+impl Default for MirrorOptions {
+    fn default() -> Self {
+        MirrorOptions {
+            wait_ready: false,
+            resume: false,
+            timeout: MIRROR_TIMEOUT,
+        }
+    }
+}
+
 /// The mirror error of `e`.
 fn refused(e: impl std::fmt::Display) -> HostError {
     HostError::Mirror(e.to_string())
@@ -67,18 +92,20 @@ impl Host {
     }
 
     /// `mirror-begin`: mirrors the disk on `socket` to the NBD export (named `name`) at the
-    /// other end of `stream`; with `wait_ready`, returns once the destination holds everything
-    /// (or the mirror failed).
+    /// other end of `stream`, as `options` say; with `wait_ready`, returns once the
+    /// destination holds everything (or the mirror failed).
     pub fn mirror_begin(
         &self,
         socket: &Path,
         stream: UnixStream,
         name: &str,
-        wait_ready: bool,
+        options: MirrorOptions,
     ) -> Result<MirrorState, HostError> {
         let (mirror, device) = self.mirror_and_device(socket)?;
         let client = Client::connect(passed_once(stream), name).map_err(refused)?;
-        mirror.begin(Box::new(client)).map_err(refused)?;
+        mirror
+            .begin(Box::new(client), options.timeout, options.resume)
+            .map_err(refused)?;
         // Writes pushed before the mirror began reach the disk only: the copy must come after.
         if !device.writes.wait_for_older(OLDER_WRITES) {
             mirror.stop();
@@ -87,7 +114,7 @@ impl Host {
         }
         mirror.copy();
         crate::limited!(info, "{}: mirror begun", socket.display());
-        let state = if wait_ready {
+        let state = if options.wait_ready {
             mirror.wait_settled()
         } else {
             mirror.state()

@@ -1,7 +1,8 @@
 //! The background copy: a few threads, each with an engine of the disk below the mirror and a
 //! request of [`CHUNK`] bytes in flight to the destination, take chunks in order; a chunk a
 //! guest write overlapped is taken again later (see `run`). A chunk of zeros goes as
-//! `NBD_CMD_WRITE_ZEROES`, so a sparse image stays sparse and costs no bandwidth.
+//! `NBD_CMD_WRITE_ZEROES`, so a sparse image stays sparse and costs no bandwidth. A resumed
+//! mirror skips the chunks the destination kept from before the cut (see `run`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::destination::{Remote, wait};
+use super::destination::Remote;
 use super::run::{CHUNK, Run};
 use crate::backend::Disk;
 use crate::backend::engine_io::EngineIo;
@@ -82,6 +83,9 @@ fn copier(disk: &dyn Disk, run: &Run, chunks: &Chunks) {
             std::thread::sleep(Duration::from_millis(1));
             continue;
         };
+        if run.is_synced(chunk) {
+            continue;
+        }
         match copy_chunk(&mut io, run, chunk, &mut buf) {
             Ok(true) => {}
             Ok(false) => chunks.again(chunk),
@@ -108,6 +112,7 @@ fn copy_chunk(io: &mut EngineIo, run: &Run, chunk: usize, buf: &mut [u8]) -> Res
     } else {
         Remote::Write { offset, data }
     };
-    wait(run.destination.as_ref(), request).map_err(|e| format!("destination: {e}"))?;
+    run.wait(request).map_err(|e| format!("destination: {e}"))?;
+    run.count_sent(len);
     Ok(run.copy_kept(chunk, len))
 }

@@ -2,8 +2,6 @@
 //! through the NBD client. Requests are pipelined; each one's outcome comes back through its
 //! [`Done`], on the client's thread.
 
-use std::sync::mpsc;
-
 /// A request's outcome: `Err` says why it failed.
 pub type Done = Box<dyn FnOnce(Result<(), String>) + Send>;
 
@@ -38,19 +36,6 @@ pub trait Destination: Send + Sync {
     fn submit(&self, request: Remote<'_>, done: Done);
     /// Ends the connection: every request in flight fails.
     fn abort(&self);
-}
-
-/// Sends `request` and waits for its outcome.
-pub fn wait(destination: &dyn Destination, request: Remote<'_>) -> Result<(), String> {
-    let (tx, rx) = mpsc::sync_channel(1);
-    destination.submit(
-        request,
-        Box::new(move |result| {
-            let _ = tx.send(result);
-        }),
-    );
-    rx.recv()
-        .unwrap_or_else(|_| Err("the NBD client dropped a request".into()))
 }
 
 impl Destination for crate::nbd::client::Client {

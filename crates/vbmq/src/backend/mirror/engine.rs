@@ -128,14 +128,13 @@ impl MirrorEngine {
         })
     }
 
-    /// The running mirror, unless it has failed.
+    /// The running (or failed) mirror.
     fn run(&mut self) -> Option<Arc<Run>> {
         let generation = self.control.generation.load(Ordering::Acquire);
         if self.current.as_ref().is_none_or(|(g, _)| *g != generation) {
             self.current = self.control.run().map(|run| (generation, run));
         }
-        let (_, run) = self.current.as_ref()?;
-        (!run.is_failed()).then(|| run.clone())
+        self.current.as_ref().map(|(_, run)| run.clone())
     }
 
     /// Sends `op` to both sides, answered as `tag` once both are done.
@@ -199,8 +198,7 @@ impl MirrorEngine {
             _ => Remote::Flush,
         };
         let inbox = self.inbox.clone();
-        run.destination
-            .submit(remote, Box::new(move |result| inbox.post(join, result)));
+        run.submit(remote, Box::new(move |result| inbox.post(join, result)));
         Ok(())
     }
 
@@ -232,6 +230,9 @@ impl MirrorEngine {
                 j.remote = true;
                 if let Err(why) = result {
                     j.run.fail(format!("destination: {why}"));
+                    if let Some((offset, len)) = j.range {
+                        j.run.unsynced(offset, len);
+                    }
                 }
             }
             self.side_done(join);
@@ -253,9 +254,19 @@ impl Engine for MirrorEngine {
             }
             return self.inner.push(op, tag);
         }
-        match self.run() {
-            Some(run) if !matches!(op, IoOp::Read { .. }) => self.push_joined(run, op, tag),
-            _ => self.inner.push(op, tag),
+        match (self.run(), op) {
+            (_, IoOp::Read { .. }) | (None, _) => self.inner.push(op, tag),
+            (Some(run), _) if !run.is_failed() => self.push_joined(run, op, tag),
+            // The destination misses this write: a resumed mirror copies its chunks again.
+            (Some(run), IoOp::Write { offset, iov }) => {
+                run.unsynced(offset, iov.len() as u64);
+                self.inner.push(op, tag)
+            }
+            (Some(run), IoOp::WriteZeroes { offset, len, .. } | IoOp::Discard { offset, len }) => {
+                run.unsynced(offset, len);
+                self.inner.push(op, tag)
+            }
+            (Some(_), IoOp::Flush) => self.inner.push(op, tag),
         }
     }
 

@@ -2,15 +2,19 @@
 //! the migration of a VM whose disk is on the source host's own storage (QEMU's
 //! `drive-mirror` with `copy-mode=write-blocking`, for vhost-user disks).
 //!
-//! [`MirrorDisk`] sits at the top of every disk's stack (under the test-only delay layer): the
-//! destination receives what the guest sees, and a destination disk with `encrypt=` encrypts
-//! it with its own key. From `mirror-begin` on, every guest write, write-zeroes, discard and
-//! flush goes to both sides before the guest hears of it (see `engine`), and a background copy
-//! sends every chunk of the disk once (see `copy` and `run` for why a chunk the guest writes
-//! meanwhile is never left stale). Once the copy is done, the mirror is ready: the destination
-//! holds everything the guest was told is written, and keeps holding it for as long as the
-//! mirror runs. A destination that fails or goes away fails the mirror: the guest's writes go
-//! on to the source alone and never see the error.
+//! [`MirrorDisk`] sits at the top of every disk's stack (under the test-only delay layer), or
+//! right under the cipher of an `encrypt=` disk: the destination receives the disk as it is
+//! stored, ciphertext included, and needs the key only to serve a guest (a writable export
+//! writes at the same level, see `host::exports`). From `mirror-begin` on, every guest write,
+//! write-zeroes, discard and flush goes to both sides before the guest hears of it (see
+//! `engine`), and a background copy sends every chunk of the disk once (see `copy` and `run`
+//! for why a chunk the guest writes meanwhile is never left stale). Once the copy is done, the
+//! mirror is ready: the destination holds everything the guest was told is written, and keeps
+//! holding it for as long as the mirror runs. A destination that fails or goes away fails the
+//! mirror: the guest's writes go on to the source alone and never see the error; so does one
+//! that stops answering for the mirror's timeout (see `watchdog`). A mirror begun again with
+//! `resume` after such a cut copies only the chunks the guest changed since, or that the
+//! destination missed (see `run`).
 //!
 //! Cost when no mirror runs: one acquire load of an atomic flag per operation pushed.
 
@@ -18,13 +22,15 @@ mod copy;
 pub mod destination;
 mod engine;
 mod run;
+mod watchdog;
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
-use self::destination::{Destination, Remote};
+use self::destination::Destination;
 use self::engine::MirrorEngine;
 pub use self::run::MirrorState;
 use self::run::Run;
@@ -37,7 +43,9 @@ pub(crate) struct Control {
     /// Counts the mirrors begun, so that an engine keeps the current one without a lock.
     generation: AtomicU64,
     run: Mutex<Option<Arc<Run>>>,
-    /// The background copy's threads.
+    /// The failed mirror a `resume` begun takes its synced chunks from, until the copy starts.
+    cut: Mutex<Option<Arc<Run>>>,
+    /// The background copy's threads and the watchdog.
     copiers: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -70,15 +78,24 @@ impl MirrorDisk {
                 active: AtomicBool::new(false),
                 generation: AtomicU64::new(0),
                 run: Mutex::new(None),
+                cut: Mutex::new(None),
                 copiers: Mutex::new(Vec::new()),
             }),
         }
     }
 
-    /// Begins mirroring to `destination` (an export of the disk's size that takes writes):
-    /// from now on every guest write pushed goes to both sides. The caller then waits for
-    /// the writes pushed before to complete ([`MirrorDisk::copy`] after that).
-    pub fn begin(&self, destination: Box<dyn Destination>) -> io::Result<()> {
+    /// Begins mirroring to `destination` (an export of the disk's size that takes writes),
+    /// failed if the destination leaves requests unanswered for `timeout`: from now on every
+    /// guest write pushed goes to both sides. With `resume`, the disk's last mirror must have
+    /// failed (and not been ended): the copy then sends only the chunks that destination may
+    /// not hold. The caller then waits for the writes pushed before to complete
+    /// ([`MirrorDisk::copy`] after that).
+    pub fn begin(
+        &self,
+        destination: Box<dyn Destination>,
+        timeout: Duration,
+        resume: bool,
+    ) -> io::Result<()> {
         let capacity = self.inner.geometry().capacity;
         if destination.read_only() {
             return Err(refused("the destination is read-only"));
@@ -96,17 +113,50 @@ impl MirrorDisk {
                 "a mirror of this disk runs already (mirror-end first)",
             ));
         }
-        *current = Some(Arc::new(Run::new(destination, capacity)));
+        let cut = current.take();
+        if resume && !cut.as_ref().is_some_and(|run| run.is_failed()) {
+            *current = cut;
+            return Err(refused(
+                "nothing to resume: no failed mirror of this disk (mirror-end forgets one)",
+            ));
+        }
+        *current = Some(Arc::new(Run::new(destination, capacity, timeout)));
         self.control.generation.fetch_add(1, Ordering::SeqCst);
         self.control.active.store(true, Ordering::SeqCst);
+        drop(current);
+        if let Some(cut) = cut {
+            // Its copy's threads end with it; its destination is cut off.
+            cut.destination.abort();
+            for thread in std::mem::take(&mut *lock(&self.control.copiers)) {
+                let _ = thread.join();
+            }
+            if resume {
+                *lock(&self.control.cut) = Some(cut);
+            }
+        }
         Ok(())
     }
 
-    /// Starts the background copy: every write pushed before [`MirrorDisk::begin`] is done.
+    /// Starts the background copy and the watchdog: every write pushed before
+    /// [`MirrorDisk::begin`] is done (so a resumed mirror's cut has marked them all).
     pub fn copy(&self) {
-        if let Some(run) = self.control.run() {
-            *lock(&self.control.copiers) = copy::start(self.inner.clone(), run);
+        let Some(run) = self.control.run() else {
+            return;
+        };
+        if let Some(cut) = lock(&self.control.cut).take() {
+            let kept = run.resume_from(&cut);
+            crate::limited!(
+                info,
+                "mirror resumed: {kept} of {} chunks kept from before the cut",
+                run.chunks()
+            );
         }
+        let mut threads = copy::start(self.inner.clone(), run.clone());
+        match watchdog::start(run.clone()) {
+            Ok(thread) => threads.push(thread),
+            Err(e) => run.fail(format!("no thread for the watchdog: {e}")),
+        }
+        *lock(&self.control.copiers) = threads;
     }
 
     /// The running (or last) mirror's state, if any.
@@ -132,6 +182,7 @@ impl MirrorDisk {
     /// Ends the stopped mirror: its copy's threads joined, the destination flushed (if it has
     /// not failed) and disconnected.
     pub fn finish(&self) {
+        lock(&self.control.cut).take();
         let Some(run) = lock(&self.control.run).take() else {
             return;
         };
@@ -141,7 +192,7 @@ impl MirrorDisk {
             let _ = thread.join();
         }
         if !run.is_failed()
-            && let Err(e) = destination::wait(run.destination.as_ref(), Remote::Flush)
+            && let Err(e) = run.flush()
         {
             crate::limited!(warn, "mirror-end: the destination's flush failed: {e}");
         }
@@ -178,6 +229,7 @@ impl Disk for MirrorDisk {
             };
             stats.extend([
                 ("mirror_copied_bytes", copied),
+                ("mirror_sent_bytes", run.sent()),
                 ("mirror_total_bytes", run.capacity()),
                 ("mirror_ready", ready),
                 ("mirror_failed", failed),
