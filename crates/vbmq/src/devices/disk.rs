@@ -13,8 +13,8 @@ use super::layers::{LayerInputs, TrackedFiles, open_layer};
 use crate::backend::cache::ImageId;
 use crate::backend::changes::ImageFile;
 use crate::backend::{
-    Disk, FileDisk, MemoryDisk, MirrorDisk, NullDisk, RbdDisk, RbdTarget, SnapshotDisk, ThinDisk,
-    ThinOptions, guard_probed_raw, open_qcow2,
+    Disk, FileDisk, MemoryDisk, MirrorDisk, NbdBase, NullDisk, RbdDisk, RbdTarget, SnapshotDisk,
+    ThinBase, ThinDisk, ThinOptions, guard_probed_raw, open_qcow2,
 };
 use crate::config::{BaseSpec, DiskSpec, LayerSpec, SpecError, StackSpec, Storage, StorageSpec};
 use crate::own_files::{self, Access, Create};
@@ -156,7 +156,7 @@ fn open_storage(
         }
         StorageSpec::Thin {
             path,
-            base: BaseSpec::File(base),
+            base,
             options,
         } => SnapshotDisk::over_thin(open_thin_disk(spec, path, base, *options, source)?),
         StorageSpec::Rbd(target) => {
@@ -333,7 +333,7 @@ fn open_file(
 fn open_thin_disk(
     spec: &DiskSpec,
     path: &Path,
-    base: &Path,
+    base: &BaseSpec,
     options: ThinOptions,
     mut source: Source,
 ) -> Result<ThinDisk, SpecError> {
@@ -344,6 +344,10 @@ fn open_thin_disk(
     let thin = source.thin.take();
     match (source.image.is_some(), thin) {
         (true, Some(thin)) => {
+            let BaseSpec::File(base) = base else {
+                let e = std::io::Error::other("an NBD base is connected to, not passed");
+                return Err(error("base", e));
+            };
             let confined = source.confined;
             let data = open_file(spec, path, false, source)?;
             let base_source = Source {
@@ -367,9 +371,14 @@ fn open_thin_disk(
         ..Source::default()
     };
     let data = open_file(spec, path, false, source)?;
-    // The base is the data's ring's to read: its own ring options do not apply.
-    let base = open_file(spec, base, true, Source::default())?;
-    ThinDisk::open(data, path, base, None, options).map_err(|e| error("base", e))
+    let base = match base {
+        // The base is the data's ring's to read: its own ring options do not apply.
+        BaseSpec::File(base) => ThinBase::File(open_file(spec, base, true, Source::default())?),
+        BaseSpec::Nbd { uri, timeout } => ThinBase::Nbd(Arc::new(
+            NbdBase::connect(uri, *timeout).map_err(|e| error("base", e))?,
+        )),
+    };
+    ThinDisk::open_over(data, path, base, None, options).map_err(|e| error("base", e))
 }
 
 /// A `base=` disk's DISK, made empty if missing: a file vbmq makes beside the base, so never

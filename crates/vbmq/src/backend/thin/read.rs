@@ -7,6 +7,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
+use super::base::BaseReader;
 use super::map::ThinMap;
 use crate::host_size;
 
@@ -14,7 +15,7 @@ use crate::host_size;
 pub struct ThinReader {
     map: Arc<ThinMap>,
     data: File,
-    base: File,
+    base: BaseReader,
 }
 
 /// Fills `buf` from `file` at `offset`; what lies past the file's end reads as zeros (a sparse
@@ -36,7 +37,7 @@ pub fn read_or_zeros(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()>
 }
 
 impl ThinReader {
-    pub(super) fn new(map: Arc<ThinMap>, data: File, base: File) -> Self {
+    pub(super) fn new(map: Arc<ThinMap>, data: File, base: BaseReader) -> Self {
         ThinReader { map, data, base }
     }
 
@@ -45,9 +46,11 @@ impl ThinReader {
         self.map.block_size()
     }
 
-    /// DISK and BASE.
-    pub fn files(&self) -> [&File; 2] {
-        [&self.data, &self.base]
+    /// DISK and BASE (an NBD base has no file).
+    pub fn files(&self) -> Vec<&File> {
+        std::iter::once(&self.data)
+            .chain(self.base.file())
+            .collect()
     }
 
     /// Fills `buf` with the disk's bytes at `offset`. A block being copied into DISK reads from
@@ -59,12 +62,12 @@ impl ThinReader {
             let at = offset + done as u64;
             let block = at / bs;
             let n = host_size((block + 1) * bs - at).min(buf.len() - done);
-            let file = if self.map.is_present(block) {
-                &self.data
+            let buf = &mut buf[done..done + n];
+            if self.map.is_present(block) {
+                read_or_zeros(&self.data, buf, at)?;
             } else {
-                &self.base
-            };
-            read_or_zeros(file, &mut buf[done..done + n], at)?;
+                self.base.read_at(buf, at)?;
+            }
             done += n;
         }
         Ok(())
