@@ -199,3 +199,37 @@ fn a_base_uri_that_is_not_served_is_refused_in_one_line() {
     ]);
     assert!(out.contains("base") && out.contains("TCP"), "{out}");
 }
+
+#[test]
+fn a_disk_added_at_run_time_on_a_confined_vbmq_connects_again_after_a_restart() {
+    const SIZE: usize = 4 << 20;
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let (remote, mut expected) = remote_image(dir.path(), SIZE, 354);
+    let before = sha256(&remote);
+    let nbd = dir.path().join("nbd.sock");
+    let server = NbdServer::qemu_nbd(&remote, &nbd, "golden", true);
+    let (daemon, control) = serve_with_control(dir.path(), &[]);
+    // `vbmq ctl` makes DISK and its map and passes them; vbmq connects to the export.
+    let spec = spec(dir.path(), &nbd, "");
+    common::ctl::ok(&common::ctl(&control, &["add-disk", &spec]));
+    let socket = dir.path().join("vm.sock");
+    let mut client = Client::connect(&socket, 1, false).unwrap();
+    assert_eq!(client.capacity(), SIZE as u64);
+    let data = pattern(10, BLOCK);
+    assert_eq!(client.write(0, 2 * BLOCK as u64, &data), 0);
+    expected[2 * BLOCK..3 * BLOCK].copy_from_slice(&data);
+    let (ret, head) = client.read(0, 0, 4 * BLOCK);
+    assert_eq!(ret, 0);
+    assert!(head == expected[..4 * BLOCK], "the export, and the write");
+    // The server goes and comes back: the confined fetcher connects to the same path again.
+    server.kill();
+    let server = NbdServer::qemu_nbd(&remote, &nbd, "golden", true);
+    assert!(
+        read_all(&mut client, SIZE) == expected,
+        "after the server's restart"
+    );
+    drop(client);
+    drop(server);
+    assert!(daemon.terminate().success());
+    assert_eq!(sha256(&remote), before, "the remote image changed");
+}

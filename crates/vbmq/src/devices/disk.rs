@@ -68,8 +68,8 @@ pub(crate) struct Source {
 /// What a `base=` disk's client passed beside its image: the base (buffered and `O_DIRECT`)
 /// and the map file, each checked (see `crate::passed_fds`).
 pub(crate) struct PassedThin {
-    /// The base, read-only.
-    pub base: (File, Option<File>),
+    /// The base, read-only (none for an NBD base, which vbmq connects to).
+    pub base: Option<(File, Option<File>)>,
     /// `DISK.map`, read-write.
     pub map: File,
 }
@@ -344,14 +344,29 @@ fn open_thin_disk(
     let thin = source.thin.take();
     match (source.image.is_some(), thin) {
         (true, Some(thin)) => {
-            let BaseSpec::File(base) = base else {
-                let e = std::io::Error::other("an NBD base is connected to, not passed");
-                return Err(error("base", e));
+            let (base, files) = match (base, thin.base) {
+                (BaseSpec::File(base), Some(files)) => (base, files),
+                (BaseSpec::Nbd { uri, timeout }, None) => {
+                    let base = NbdBase::connect(uri, *timeout).map_err(|e| error("base", e))?;
+                    let data = open_file(spec, path, false, source)?;
+                    return ThinDisk::open_over(
+                        data,
+                        path,
+                        ThinBase::Nbd(Arc::new(base)),
+                        Some(thin.map),
+                        options,
+                    )
+                    .map_err(|e| error("base", e));
+                }
+                _ => {
+                    let e = std::io::Error::other("a base file is passed for a file base only");
+                    return Err(error("base", e));
+                }
             };
             let confined = source.confined;
             let data = open_file(spec, path, false, source)?;
             let base_source = Source {
-                image: Some(thin.base),
+                image: Some(files),
                 confined,
                 ..Source::default()
             };
