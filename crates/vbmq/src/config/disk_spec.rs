@@ -813,6 +813,22 @@ mod tests {
     }
 
     #[test]
+    fn an_nbd_base_and_its_timeout() {
+        let nbd = "base=nbd+unix:///golden?socket=/run/nbd.sock";
+        let spec = DiskSpec::parse(&format!("socket=/s,path=/d,{nbd}"), CPUS).unwrap();
+        assert_eq!(spec.base_nbd.map(|uri| uri.export), Some("golden".into()));
+        for (bad, key) in [
+            ("base=nbd://host/golden", "base"),
+            ("base=nbd+unix:///golden", "base"),
+            ("base=/golden.raw,base-timeout=5", "base-timeout"),
+            (&format!("{nbd},base-timeout=0") as &str, "base-timeout"),
+            (&format!("{nbd},readonly=on"), "base"),
+        ] {
+            assert_eq!(key_of(&format!("socket=/s,path=/d,{bad}")), key, "{bad}");
+        }
+    }
+
+    #[test]
     fn base_and_its_options() {
         let spec = DiskSpec::parse(
             "socket=/s,path=/d.raw,base=/golden.raw,base-block=1M,base-fill=on",

@@ -287,4 +287,29 @@ mod tests {
         assert!(stack("null=1M").needed_files().is_empty());
         assert!(stack("rbd=p/i,cache=1M").needed_files().is_empty());
     }
+
+    #[test]
+    fn an_nbd_base_is_connected_to_and_needs_no_file() {
+        let text = "path=/d/disk,base=nbd+unix:///golden?socket=/run/nbd.sock,base-timeout=5";
+        let stack = stack(text);
+        let StorageSpec::Thin {
+            base: BaseSpec::Nbd { uri, timeout },
+            ..
+        } = &stack.storage
+        else {
+            panic!("not an NBD base: {:?}", stack.storage);
+        };
+        assert_eq!(
+            (uri.export.as_str(), uri.socket.as_path()),
+            ("golden", Path::new("/run/nbd.sock"))
+        );
+        assert_eq!(*timeout, Duration::from_secs(5));
+        assert_eq!(
+            stack.needed_files(),
+            [
+                NeededFile::Image("/d/disk".into()),
+                NeededFile::ThinMap("/d/disk.map".into()),
+            ]
+        );
+    }
 }

@@ -40,6 +40,7 @@ const RETRY_MAX: Duration = Duration::from_millis(500);
 /// The export a thin disk's unwritten blocks come from.
 pub struct NbdBase {
     size: u64,
+    min_block: u32,
     max_request: u32,
     timeout: Duration,
     fetches: mpsc::Sender<Message>,
@@ -48,7 +49,6 @@ pub struct NbdBase {
 
 impl NbdBase {
     /// Connects to the export `uri` names; reads wait up to `timeout` for a lost connection.
-    /// Refuses a writable export's absence of nothing: the base is only read.
     pub fn connect(uri: &NbdUri, timeout: Duration) -> io::Result<Self> {
         let client = Client::connect_uri(uri).map_err(|e| io::Error::other(e.to_string()))?;
         let info = *client.info();
@@ -63,10 +63,20 @@ impl NbdBase {
         let fetcher = std::thread::Builder::new()
             .name("vbmq-nbd-fetch".into())
             .spawn(move || Fetcher::new(client, retries).run(&inbox))?;
+        // A read is widened to the export's minimum block (at most 64 KiB), then cut back: a
+        // piece of a queue's read leaves room for that within the export's longest request.
+        let min_block = info.min_block.clamp(1, 64 << 10);
+        let max_request = (info.max_request.min(4 << 20).saturating_sub(2 * min_block)) / 512 * 512;
+        if max_request == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the export's longest request is shorter than two of its blocks",
+            ));
+        }
         Ok(NbdBase {
             size: info.size,
-            // Bounded by the client's own maximum; kept to a size a queue's read splits into.
-            max_request: info.max_request.clamp(4096, 4 << 20),
+            min_block,
+            max_request,
             timeout,
             fetches,
             fetcher: Mutex::new(Some(fetcher)),
@@ -85,9 +95,27 @@ impl NbdBase {
 
     /// Reads `len` bytes at `offset`; `done` runs once, with exactly `len` bytes or `-errno`.
     pub fn fetch(&self, offset: u64, len: u32, done: FetchDone) {
+        let min = u64::from(self.min_block);
+        let start = offset - offset % min;
+        let end = offset
+            .saturating_add(u64::from(len))
+            .next_multiple_of(min)
+            .min(self.size);
+        let (head, wide) = (offset - start, end.saturating_sub(start));
+        let done: FetchDone = match u32::try_from(wide) {
+            Ok(wide) if head == 0 && wide == len => done,
+            // `head + len <= wide`: the reply has exactly `wide` bytes (checked by the client).
+            Ok(_) => Box::new(move |result| {
+                done(result.and_then(|data| {
+                    let (from, to) = (head as usize, head as usize + len as usize);
+                    data.get(from..to).map(<[u8]>::to_vec).ok_or(-libc::EIO)
+                }))
+            }),
+            Err(_) => return done(Err(-libc::EIO)),
+        };
         let fetch = Fetch {
-            offset,
-            len,
+            offset: start,
+            len: u32::try_from(wide).unwrap_or(u32::MAX),
             deadline: Instant::now() + self.timeout,
             done,
         };
