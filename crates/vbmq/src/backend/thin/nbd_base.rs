@@ -107,7 +107,8 @@ impl NbdBase {
             // `head + len <= wide`: the reply has exactly `wide` bytes (checked by the client).
             Ok(_) => Box::new(move |result| {
                 done(result.and_then(|data| {
-                    let (from, to) = (head as usize, head as usize + len as usize);
+                    let from = crate::host_size(head);
+                    let to = from + len as usize;
                     data.get(from..to).map(<[u8]>::to_vec).ok_or(-libc::EIO)
                 }))
             }),

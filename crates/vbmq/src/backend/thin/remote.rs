@@ -16,10 +16,13 @@ use crate::backend::iovec::IovList;
 use crate::backend::uring::UringEngine;
 use crate::backend::{Engine, IoOp};
 
+/// A piece of a base read answered: its operation's tag, where it goes in the operation's
+/// buffers, its bytes or `-errno`.
+type Answer = (u64, usize, Result<Vec<u8>, i32>);
+
 /// The answers of the fetcher, from the client's thread to the queue's.
 struct Inbox {
-    /// (tag, offset in the operation's buffers, the bytes or `-errno`).
-    done: Mutex<Vec<(u64, usize, Result<Vec<u8>, i32>)>>,
+    done: Mutex<Vec<Answer>>,
     arrived: Condvar,
     /// A copy of the ring's completion eventfd, written on each answer to wake the worker.
     wake: Option<OwnedFd>,
