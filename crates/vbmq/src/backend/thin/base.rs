@@ -2,10 +2,10 @@
 
 use std::fs::File;
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use super::nbd_base::NbdBase;
-use super::read::read_or_zeros;
 use crate::backend::FileDisk;
 
 /// A thin disk's base.
@@ -55,4 +55,22 @@ impl BaseReader {
     pub fn retries(&self) -> bool {
         matches!(self, BaseReader::Nbd(_))
     }
+}
+
+/// Fills `buf` from `file` at `offset`; what lies past the file's end reads as zeros (a sparse
+/// DISK may be shorter than its blocks).
+pub fn read_or_zeros(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => {
+                buf[done..].fill(0);
+                return Ok(());
+            }
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }

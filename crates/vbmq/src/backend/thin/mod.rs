@@ -30,13 +30,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-pub use self::base::ThinBase;
+pub use self::base::{ThinBase, read_or_zeros};
 use self::engine::ThinStage;
 pub(super) use self::engine::slice as iov_slice;
 use self::map::ThinMap;
 pub use self::map::map_path;
 pub use self::nbd_base::NbdBase;
-pub use self::read::{ThinReader, read_or_zeros};
+pub use self::read::ThinReader;
 use self::remote::ThinBelow;
 use super::layer::StagedEngine;
 use super::{Disk, Engine, EngineOptions, FileDisk, Geometry};

@@ -4,10 +4,9 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use super::base::BaseReader;
+use super::base::{BaseReader, read_or_zeros};
 use super::map::ThinMap;
 use crate::host_size;
 
@@ -16,24 +15,6 @@ pub struct ThinReader {
     map: Arc<ThinMap>,
     data: File,
     base: BaseReader,
-}
-
-/// Fills `buf` from `file` at `offset`; what lies past the file's end reads as zeros (a sparse
-/// DISK may be shorter than its blocks).
-pub fn read_or_zeros(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        match file.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => {
-                buf[done..].fill(0);
-                return Ok(());
-            }
-            Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 impl ThinReader {
