@@ -129,8 +129,8 @@ fn check_passed(spec: &DiskSpec, passed: &PassedDisk) -> Result<(), HostError> {
         if passed.image.is_none() || base_passed != base_file || passed.map.is_none() {
             return Err(spec_error(
                 "base",
-                "a base= disk's image, base file (none for an NBD base) and map are passed \
-                 together"
+                "a base= disk's image, base and map are passed together (an NBD base's \
+                 image and map only)"
                     .into(),
             ));
         }
