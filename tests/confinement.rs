@@ -80,6 +80,7 @@ fn options(dir: &Path, seccomp: bool) -> ConfineOptions {
         read_dirs: Vec::new(),
         ceph: None,
         uring_register: false,
+        nbd_client: false,
         seccomp,
     }
 }

@@ -117,6 +117,9 @@ fn confine_options(
                 }
             })
             .collect(),
+        // An NBD base's fetcher connects (a run-time disk's too, with a control socket).
+        nbd_client: options.control_dir.is_some()
+            || specs.iter().any(|spec| spec.base_nbd.is_some()),
         // Buffer registrations (`fixed-buffers=on`); a spare ring's file slots.
         uring_register: specs.iter().any(|spec| spec.fixed_buffers)
             || crate::backend::ring_pool::available() > 0,

@@ -54,7 +54,7 @@ pub use null::NullDisk;
 pub use qcow2::{ImageFormat, Qcow2Disk, guard_probed_raw, open_qcow2};
 pub use rbd::{RbdDisk, RbdTarget, cluster_connected, release_clusters};
 pub use snapshot::{COPY_BLOCK, Fleece, SnapshotDisk, SnapshotMethod, SnapshotReport};
-pub use thin::{ThinDisk, ThinOptions};
+pub use thin::{NbdBase, ThinBase, ThinDisk, ThinOptions};
 pub use writable_export::WritableExport;
 
 /// One operation handed to an engine. Offsets and lengths are in bytes and already checked

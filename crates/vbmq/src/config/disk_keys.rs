@@ -85,8 +85,16 @@ pub const DISK_KEYS: &[DiskKey] = &[
         "base",
         "FILE",
         None,
-        "with path=: a read-only base image (file or block device) that DISK is a thin copy of; \
-         its map is DISK.map (docs/operate.md)",
+        "with path=: a read-only base image (file or block device), or an NBD export \
+         (nbd+unix:///NAME?socket=PATH), that DISK is a thin copy of; its map is DISK.map \
+         (docs/operate.md)",
+    ),
+    key(
+        "base-timeout",
+        "SECS",
+        Some("30"),
+        "with an NBD base: how long a read of an unfetched block waits for a lost connection \
+         to come back before it fails (1..=3600)",
     ),
     key(
         "base-block",

@@ -8,6 +8,7 @@ use super::spec_error::{SpecError, bad};
 use super::{disk_key, parse_cpu_list, parse_size};
 use crate::backend::{ImageFormat, RbdTarget};
 use crate::limits::Limits;
+use crate::nbd::uri::NbdUri;
 use crate::worker::WaitMode;
 
 /// Largest number of virtqueues a disk may have.
@@ -94,6 +95,10 @@ pub struct DiskSpec {
     pub cache_preload: bool,
     /// The read-only image a `path=` disk is a thin copy of (`base=`).
     pub base: Option<PathBuf>,
+    /// `base=nbd+unix:///NAME?socket=PATH`: the base is that NBD export (`base` holds the URI).
+    pub base_nbd: Option<NbdUri>,
+    /// Seconds a read of an NBD base waits for a lost connection (`base-timeout=`).
+    pub base_timeout: Option<u64>,
     /// Bytes per thin-disk block (`base-block=`; `None`: the map's, or 64 KiB).
     pub base_block: Option<u64>,
     /// Copy blocks read from the base into the disk (`base-copy-on-read=on`).
@@ -352,6 +357,8 @@ impl DiskSpec {
             cache: 0,
             cache_preload: false,
             base: None,
+            base_nbd: None,
+            base_timeout: None,
             base_block: None,
             base_copy_on_read: false,
             base_fill: false,
@@ -377,7 +384,23 @@ impl DiskSpec {
                 })?;
             }
             "cache-preload" => self.cache_preload = on_off(key, value)?,
-            "base" => self.base = Some(PathBuf::from(value)),
+            "base" => {
+                // A URI names an NBD export; anything else is a file's path.
+                self.base_nbd = if value.contains("://") {
+                    Some(
+                        value
+                            .parse()
+                            .map_err(|e: crate::nbd::uri::UriError| bad(key, e.to_string()))?,
+                    )
+                } else {
+                    None
+                };
+                self.base = Some(PathBuf::from(value));
+            }
+            "base-timeout" => {
+                let secs = value.parse().ok().filter(|s| (1..=3600).contains(s));
+                self.base_timeout = Some(secs.ok_or_else(|| bad(key, "must be 1..=3600 seconds"))?);
+            }
             "base-block" => {
                 let size = parse_size(value)
                     .filter(|s| s.is_power_of_two() && (4096..=16 << 20).contains(s));
@@ -569,6 +592,12 @@ impl DiskSpec {
             return Err(bad(
                 "format",
                 "a qcow2 image names its own backing file: no base=",
+            ));
+        }
+        if self.base_nbd.is_none() && self.base_timeout.is_some() {
+            return Err(bad(
+                "base-timeout",
+                "only with an NBD base (base=nbd+unix://...)",
             ));
         }
         if self.base.is_none() {
@@ -780,6 +809,22 @@ mod tests {
                 "track-block",
                 "{bad}"
             );
+        }
+    }
+
+    #[test]
+    fn an_nbd_base_and_its_timeout() {
+        let nbd = "base=nbd+unix:///golden?socket=/run/nbd.sock";
+        let spec = DiskSpec::parse(&format!("socket=/s,path=/d,{nbd}"), CPUS).unwrap();
+        assert_eq!(spec.base_nbd.map(|uri| uri.export), Some("golden".into()));
+        for (bad, key) in [
+            ("base=nbd://host/golden", "base"),
+            ("base=nbd+unix:///golden", "base"),
+            ("base=/golden.raw,base-timeout=5", "base-timeout"),
+            (&format!("{nbd},base-timeout=0") as &str, "base-timeout"),
+            (&format!("{nbd},readonly=on"), "base"),
+        ] {
+            assert_eq!(key_of(&format!("socket=/s,path=/d,{bad}")), key, "{bad}");
         }
     }
 

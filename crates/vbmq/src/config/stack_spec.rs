@@ -10,6 +10,7 @@ use super::{DiskSpec, Storage};
 use crate::backend::changes::changes_path;
 use crate::backend::thin::map_path;
 use crate::backend::{RbdTarget, ThinOptions};
+use crate::nbd::uri::NbdUri;
 
 /// What stores a disk's blocks.
 #[derive(Clone, Debug)]
@@ -48,6 +49,13 @@ pub enum StorageSpec {
 pub enum BaseSpec {
     /// A read-only raw image or block device.
     File(PathBuf),
+    /// An NBD export (`base=nbd+unix:///NAME?socket=PATH`), connected to by its socket's path.
+    Nbd {
+        /// The export.
+        uri: NbdUri,
+        /// How long a read waits for a lost connection (`base-timeout=`).
+        timeout: Duration,
+    },
 }
 
 /// One layer over the storage.
@@ -149,6 +157,8 @@ impl StackSpec {
                 files.push(NeededFile::Image(path.clone()));
                 match base {
                     BaseSpec::File(base) => files.push(NeededFile::Base(base.clone())),
+                    // Connected to by vbmq itself, at start and after a lost connection.
+                    BaseSpec::Nbd { .. } => {}
                 }
                 files.push(NeededFile::ThinMap(map_path(path)));
             }
@@ -180,7 +190,13 @@ impl DiskSpec {
             Storage::File(path) => match &self.base {
                 Some(base) => StorageSpec::Thin {
                     path: path.clone(),
-                    base: BaseSpec::File(base.clone()),
+                    base: match &self.base_nbd {
+                        Some(uri) => BaseSpec::Nbd {
+                            uri: uri.clone(),
+                            timeout: Duration::from_secs(self.base_timeout.unwrap_or(30)),
+                        },
+                        None => BaseSpec::File(base.clone()),
+                    },
                     options: ThinOptions {
                         block_size: self.base_block,
                         copy_on_read: self.base_copy_on_read,
@@ -270,5 +286,30 @@ mod tests {
         );
         assert!(stack("null=1M").needed_files().is_empty());
         assert!(stack("rbd=p/i,cache=1M").needed_files().is_empty());
+    }
+
+    #[test]
+    fn an_nbd_base_is_connected_to_and_needs_no_file() {
+        let text = "path=/d/disk,base=nbd+unix:///golden?socket=/run/nbd.sock,base-timeout=5";
+        let stack = stack(text);
+        let StorageSpec::Thin {
+            base: BaseSpec::Nbd { uri, timeout },
+            ..
+        } = &stack.storage
+        else {
+            panic!("not an NBD base: {:?}", stack.storage);
+        };
+        assert_eq!(
+            (uri.export.as_str(), uri.socket.as_path()),
+            ("golden", Path::new("/run/nbd.sock"))
+        );
+        assert_eq!(*timeout, Duration::from_secs(5));
+        assert_eq!(
+            stack.needed_files(),
+            [
+                NeededFile::Image("/d/disk".into()),
+                NeededFile::ThinMap("/d/disk.map".into()),
+            ]
+        );
     }
 }

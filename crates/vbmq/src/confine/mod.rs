@@ -63,6 +63,9 @@ pub struct ConfineOptions {
     /// `io_uring_register` stays allowed. Its rings accept only the buffer registrations; the
     /// spare rings of run-time disks (`ring_pool`) only their file slots' update.
     pub uring_register: bool,
+    /// A thin disk's base is an NBD export, or may be added as one (a control socket): its
+    /// fetcher connects to the export's Unix socket after confinement too (SECURITY.md).
+    pub nbd_client: bool,
     /// Install the seccomp filter (turned off only for debugging, e.g. under strace or gdb).
     pub seccomp: bool,
 }
@@ -130,6 +133,7 @@ pub fn confine(opts: &ConfineOptions) -> Result<Confinement, ConfineError> {
             !opts.run_time_socket_dirs.is_empty(),
             !opts.shares.is_empty(),
             opts.uring_register,
+            opts.nbd_client,
         )?;
         let clone3 = syscalls::clone3_fallback()?;
         // The allowlist forbids seccomp(2) itself, so it goes last.

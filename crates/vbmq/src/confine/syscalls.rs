@@ -144,6 +144,11 @@ const RUN_TIME_DISKS: &[libc::c_long] = &[
     libc::SYS_renameat2,
 ];
 
+/// Calls added when a thin disk's base is an NBD export (or may be, with a control socket): the
+/// fetcher connects to the export's Unix socket path, at start and after a lost connection
+/// (`socket` is limited to Unix stream sockets below), and std's socket reads are `recvfrom`.
+const NBD_CLIENT: &[libc::c_long] = &[libc::SYS_connect, libc::SYS_recvfrom, libc::SYS_sendto];
+
 /// `ioctl` requests allowed (argument 1): std's non-blocking and close-on-exec switches. Block
 /// device sizes and terminal probing happen before confinement.
 /// (`c_ulong` is `u64` on both architectures seccompiler supports.)
@@ -201,19 +206,23 @@ const BLOCK_SIZE_IOCTLS: &[u64] = &[0x8008_1272, 0x1268, 0x127b];
 const SNAPSHOT_IOCTLS: &[u64] = &[0x4004_9409];
 
 /// Compiles the allowlist; anything else raises SIGSYS (reported, then the process exits).
-/// `run_time_disks`: the calls [`RUN_TIME_DISKS`] names, and Unix sockets beside TCP ones.
+/// `run_time_disks`: the calls [`RUN_TIME_DISKS`] names, and Unix sockets beside TCP ones;
+/// `nbd_client`: those [`NBD_CLIENT`] names, and Unix sockets.
 pub(super) fn filter(
     ceph: bool,
     run_time_disks: bool,
     shares: bool,
     uring_register: bool,
+    nbd_client: bool,
 ) -> Result<BpfProgram, BackendError> {
     let extra: &[libc::c_long] = if ceph { CEPH } else { &[] };
     let run_time: &[libc::c_long] = if run_time_disks { RUN_TIME_DISKS } else { &[] };
     let share_calls: &[libc::c_long] = if shares { SHARES } else { &[] };
+    let nbd: &[libc::c_long] = if nbd_client { NBD_CLIENT } else { &[] };
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = ALLOWED
         .iter()
         .chain(extra)
+        .chain(nbd)
         .chain(run_time)
         .chain(share_calls)
         .chain(uring_register.then_some(&libc::SYS_io_uring_register))
@@ -238,7 +247,7 @@ pub(super) fn filter(
         families.push(domain(libc::AF_INET.unsigned_abs().into())?);
         families.push(domain(libc::AF_INET6.unsigned_abs().into())?);
     }
-    if run_time_disks {
+    if run_time_disks || nbd_client {
         families.push(domain(libc::AF_UNIX.unsigned_abs().into())?);
     }
     if !families.is_empty() {
@@ -262,7 +271,7 @@ pub(super) fn filter(
         })
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_ioctl, ioctl_rules);
-    socket_option_rules(&mut rules, ceph, run_time_disks)?;
+    socket_option_rules(&mut rules, ceph, run_time_disks || nbd_client)?;
     // A share's queue threads take a umask of their own (`unshare(CLONE_FS)`), and nothing
     // else: no namespace.
     if shares {
@@ -301,7 +310,9 @@ fn socket_option_rules(
     // sockets `vbmq ctl` passes (RBD disks allow every option: librados' connects check
     // SO_ERROR).
     // A mirror's destination, connected by `vbmq ctl` and passed, is given a deadline for its
-    // NBD handshake (SO_RCVTIMEO, SO_SNDTIMEO) and nothing else (RBD disks allow every option).
+    // NBD handshake (SO_RCVTIMEO, SO_SNDTIMEO) and nothing else (RBD disks allow every option);
+    // so is each connection of an NBD base's fetcher (`nbd_client`, folded into
+    // `run_time_disks` by the caller).
     if run_time_disks && !ceph {
         rules.insert(
             libc::SYS_setsockopt,
@@ -364,7 +375,10 @@ mod tests {
 
     /// Runs `body` in a child process under the allowlist; returns how the child ended.
     fn under_filter(body: fn()) -> libc::c_int {
-        under(&filter(false, false, false, false).expect("filter"), body)
+        under(
+            &filter(false, false, false, false, false).expect("filter"),
+            body,
+        )
     }
 
     /// Runs `body` in a child process under `filter`; returns how the child ended.
@@ -421,7 +435,7 @@ mod tests {
     #[test]
     fn with_a_control_socket_ficlone_is_allowed_and_other_file_ioctls_are_not() {
         use std::os::fd::AsRawFd;
-        let run_time = filter(false, true, false, false).expect("filter");
+        let run_time = filter(false, true, false, false, false).expect("filter");
         let status = under(&run_time, || {
             let (a, b) = (tempfile::tempfile(), tempfile::tempfile());
             let (Ok(a), Ok(b)) = (a, b) else {
@@ -452,7 +466,7 @@ mod tests {
 
     #[test]
     fn a_share_thread_may_unshare_its_umask_and_nothing_else() {
-        let shares = filter(false, false, true, false).expect("filter");
+        let shares = filter(false, false, true, false, false).expect("filter");
         let status = under(&shares, || {
             // SAFETY: detaches this thread's cwd, root and umask; the child exits after.
             let ret = unsafe { libc::unshare(libc::CLONE_FS) };

@@ -13,8 +13,8 @@ use super::layers::{LayerInputs, TrackedFiles, open_layer};
 use crate::backend::cache::ImageId;
 use crate::backend::changes::ImageFile;
 use crate::backend::{
-    Disk, FileDisk, MemoryDisk, MirrorDisk, NullDisk, RbdDisk, RbdTarget, SnapshotDisk, ThinDisk,
-    ThinOptions, guard_probed_raw, open_qcow2,
+    Disk, FileDisk, MemoryDisk, MirrorDisk, NbdBase, NullDisk, RbdDisk, RbdTarget, SnapshotDisk,
+    ThinBase, ThinDisk, ThinOptions, guard_probed_raw, open_qcow2,
 };
 use crate::config::{BaseSpec, DiskSpec, LayerSpec, SpecError, StackSpec, Storage, StorageSpec};
 use crate::own_files::{self, Access, Create};
@@ -68,8 +68,8 @@ pub(crate) struct Source {
 /// What a `base=` disk's client passed beside its image: the base (buffered and `O_DIRECT`)
 /// and the map file, each checked (see `crate::passed_fds`).
 pub(crate) struct PassedThin {
-    /// The base, read-only.
-    pub base: (File, Option<File>),
+    /// The base, read-only (none for an NBD base, which vbmq connects to).
+    pub base: Option<(File, Option<File>)>,
     /// `DISK.map`, read-write.
     pub map: File,
 }
@@ -158,7 +158,7 @@ fn open_storage(
         }
         StorageSpec::Thin {
             path,
-            base: BaseSpec::File(base),
+            base,
             options,
         } => SnapshotDisk::over_thin(open_thin_disk(spec, path, base, *options, source)?),
         StorageSpec::Rbd(target) => {
@@ -335,7 +335,7 @@ fn open_file(
 fn open_thin_disk(
     spec: &DiskSpec,
     path: &Path,
-    base: &Path,
+    base: &BaseSpec,
     options: ThinOptions,
     mut source: Source,
 ) -> Result<ThinDisk, SpecError> {
@@ -346,10 +346,29 @@ fn open_thin_disk(
     let thin = source.thin.take();
     match (source.image.is_some(), thin) {
         (true, Some(thin)) => {
+            let (base, files) = match (base, thin.base) {
+                (BaseSpec::File(base), Some(files)) => (base, files),
+                (BaseSpec::Nbd { uri, timeout }, None) => {
+                    let base = NbdBase::connect(uri, *timeout).map_err(|e| error("base", e))?;
+                    let data = open_file(spec, path, false, source)?;
+                    return ThinDisk::open_over(
+                        data,
+                        path,
+                        ThinBase::Nbd(Arc::new(base)),
+                        Some(thin.map),
+                        options,
+                    )
+                    .map_err(|e| error("base", e));
+                }
+                _ => {
+                    let e = std::io::Error::other("a base file is passed for a file base only");
+                    return Err(error("base", e));
+                }
+            };
             let confined = source.confined;
             let data = open_file(spec, path, false, source)?;
             let base_source = Source {
-                image: Some(thin.base),
+                image: Some(files),
                 confined,
                 ..Source::default()
             };
@@ -369,9 +388,14 @@ fn open_thin_disk(
         ..Source::default()
     };
     let data = open_file(spec, path, false, source)?;
-    // The base is the data's ring's to read: its own ring options do not apply.
-    let base = open_file(spec, base, true, Source::default())?;
-    ThinDisk::open(data, path, base, None, options).map_err(|e| error("base", e))
+    let base = match base {
+        // The base is the data's ring's to read: its own ring options do not apply.
+        BaseSpec::File(base) => ThinBase::File(open_file(spec, base, true, Source::default())?),
+        BaseSpec::Nbd { uri, timeout } => ThinBase::Nbd(Arc::new(
+            NbdBase::connect(uri, *timeout).map_err(|e| error("base", e))?,
+        )),
+    };
+    ThinDisk::open_over(data, path, base, None, options).map_err(|e| error("base", e))
 }
 
 /// A `base=` disk's DISK, made empty if missing: a file vbmq makes beside the base, so never

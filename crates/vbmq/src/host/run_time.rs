@@ -48,9 +48,13 @@ impl Host {
             }
             _ => None,
         };
+        // An NBD base has no file: the map comes alone (see `check_passed`).
         let thin = match (passed.base, passed.map) {
-            (Some(base), Some(map)) => Some(PassedThin {
-                base: base_files(base, passed.base_direct).map_err(in_path("base"))?,
+            (base, Some(map)) => Some(PassedThin {
+                base: base
+                    .map(|base| base_files(base, passed.base_direct))
+                    .transpose()
+                    .map_err(in_path("base"))?,
                 map: map_file(map, passed.client_uid).map_err(in_path("base"))?,
             }),
             _ => None,
@@ -114,19 +118,23 @@ fn check_passed(spec: &DiskSpec, passed: &PassedDisk) -> Result<(), HostError> {
     }
     let thin_passed = passed.base.is_some() || passed.map.is_some();
     if thin_passed || passed.base_direct.is_some() {
-        if !needs(|f| matches!(f, NeededFile::Base(_))) {
+        if !needs(|f| matches!(f, NeededFile::ThinMap(_))) {
             return Err(spec_error(
                 "base",
                 "a base or a map was passed for a disk without base=".into(),
             ));
         }
-        if passed.image.is_none() || passed.base.is_none() || passed.map.is_none() {
+        let base_file = needs(|f| matches!(f, NeededFile::Base(_)));
+        let base_passed = passed.base.is_some() || passed.base_direct.is_some();
+        if passed.image.is_none() || base_passed != base_file || passed.map.is_none() {
             return Err(spec_error(
                 "base",
-                "a base= disk's image, base and map are passed together".into(),
+                "a base= disk's image, base and map are passed together (an NBD base's \
+                 image and map only)"
+                    .into(),
             ));
         }
-        if spec.direct != passed.base_direct.is_some() {
+        if base_file && spec.direct != passed.base_direct.is_some() {
             let why = if spec.direct {
                 "direct=on needs the base passed with O_DIRECT too"
             } else {
@@ -321,7 +329,8 @@ impl KeptFiles {
     pub(super) fn of_source(source: &Source) -> Option<Self> {
         let image = copy_pair(source.image.as_ref()?)?;
         let thin = match &source.thin {
-            Some(thin) => Some((copy_pair(&thin.base)?, thin.map.try_clone().ok()?)),
+            // An NBD base's disk is not kept: it is not served again confined.
+            Some(thin) => Some((copy_pair(thin.base.as_ref()?)?, thin.map.try_clone().ok()?)),
             None => None,
         };
         let changes = match &source.changes {

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::map::ThinMap;
+use super::remote::ThinBelow;
 use crate::backend::iovec::IovList;
 use crate::backend::layer::{Below, Slab, Stage};
 use crate::backend::staging::Staging;
@@ -673,7 +674,7 @@ impl ThinStage {
 
 impl Stage for ThinStage {
     type Pending = Op;
-    type Below = UringEngine;
+    type Below = ThinBelow;
     const NAME: &'static str = "thin disk";
 
     fn push(&mut self, below: &mut Below<Self>, op: IoOp, tag: u64) -> io::Result<()> {
@@ -700,7 +701,7 @@ impl Stage for ThinStage {
             if below.in_flight() == 0 && !self.deferred.is_empty() {
                 // Waiting for another queue's job, which will not wake this queue: come back.
                 std::thread::sleep(Duration::from_micros(20));
-                wake(below.engine());
+                wake(below.engine().ring());
             }
         }
         if let Err(e) = below.submit() {

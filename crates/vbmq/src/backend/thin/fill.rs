@@ -1,6 +1,9 @@
 //! `base-fill=on`: a background thread copies every block DISK lacks from BASE, a batch at a
 //! time with a pause between batches, so that BASE can be retired once it is done. It claims
 //! blocks as the queues' engines do, so a guest write to a block being filled waits for it.
+//! A block is read from BASE before it is claimed (BASE never changes, and a block written
+//! meanwhile is found present once claimed, and skipped), so a guest write never waits for a
+//! base that is slow or away: an NBD base's fill waits for its server to come back, and goes on.
 
 use std::fs::File;
 use std::io;
@@ -12,6 +15,7 @@ use std::time::Duration;
 
 use tracing::{error, info};
 
+use super::base::BaseReader;
 use super::map::ThinMap;
 use crate::host_size;
 
@@ -19,11 +23,13 @@ use crate::host_size;
 const BATCH: usize = 16;
 /// Rest between batches: the guest's I/O comes first.
 const PAUSE: Duration = Duration::from_millis(2);
+/// Rest before asking a base that failed again.
+const RETRY: Duration = Duration::from_millis(200);
 
 /// Starts the fill of `data` from `base`; it stops when `stop` is set.
 pub fn start(
     map: Arc<ThinMap>,
-    base: File,
+    base: BaseReader,
     data: File,
     stop: Arc<AtomicBool>,
     name: String,
@@ -45,7 +51,7 @@ pub fn start(
 }
 
 /// Copies every block; true when all are present.
-fn fill(map: &ThinMap, base: &File, data: &File, stop: &AtomicBool) -> io::Result<bool> {
+fn fill(map: &ThinMap, base: &BaseReader, data: &File, stop: &AtomicBool) -> io::Result<bool> {
     let bs = map.block_size();
     let mut buf = vec![0u8; host_size(bs)];
     let mut batch = Vec::with_capacity(BATCH);
@@ -56,18 +62,21 @@ fn fill(map: &ThinMap, base: &File, data: &File, stop: &AtomicBool) -> io::Resul
             return Ok(false);
         }
         if block < map.blocks() && batch.len() < BATCH {
-            if !map.is_present(block) && map.try_claim(block) {
-                if map.is_present(block) {
-                    map.release(block);
-                } else {
-                    batch.push(block);
-                    let len = host_size(map.block_len(block));
-                    let copied = base
-                        .read_exact_at(&mut buf[..len], block * bs)
-                        .and_then(|()| data.write_all_at(&buf[..len], block * bs));
-                    if let Err(e) = copied {
-                        release(map, &batch);
-                        return Err(e);
+            let len = host_size(map.block_len(block));
+            if !map.is_present(block) {
+                if let Err(e) = read_base(base, &mut buf[..len], block * bs, stop) {
+                    release(map, &batch);
+                    return Err(e);
+                }
+                if map.try_claim(block) {
+                    if map.is_present(block) {
+                        map.release(block);
+                    } else {
+                        batch.push(block);
+                        if let Err(e) = data.write_all_at(&buf[..len], block * bs) {
+                            release(map, &batch);
+                            return Err(e);
+                        }
                     }
                 }
             }
@@ -82,6 +91,23 @@ fn fill(map: &ThinMap, base: &File, data: &File, stop: &AtomicBool) -> io::Resul
     }
     // Blocks claimed by a queue while the fill passed are that queue's to copy.
     Ok(map.present_count() == map.blocks())
+}
+
+/// Reads a block of BASE; a base that may come back (an NBD export) is tried again until it
+/// answers or the fill is stopped.
+fn read_base(base: &BaseReader, buf: &mut [u8], offset: u64, stop: &AtomicBool) -> io::Result<()> {
+    loop {
+        match base.read_at(buf, offset) {
+            Err(e) if base.retries() && !stop.load(Ordering::Relaxed) => {
+                crate::limited!(
+                    warn,
+                    "background fill: the base did not answer ({e}); waiting"
+                );
+                std::thread::sleep(RETRY);
+            }
+            other => return other,
+        }
+    }
 }
 
 fn release(map: &ThinMap, blocks: &[u64]) {

@@ -15,10 +15,13 @@
 //! block and no system call. Write-zeroes records the blocks it covers whole as DISK's (zeroed
 //! there); discard is advisory and leaves the map as it is.
 
+mod base;
 mod engine;
 mod fill;
 mod map;
+mod nbd_base;
 mod read;
+mod remote;
 
 use std::fs::File;
 use std::io;
@@ -28,11 +31,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+pub use self::base::{ThinBase, read_or_zeros};
 use self::engine::ThinStage;
 pub(super) use self::engine::slice as iov_slice;
 use self::map::ThinMap;
 pub use self::map::map_path;
-pub use self::read::{ThinReader, read_or_zeros};
+pub use self::nbd_base::NbdBase;
+pub use self::read::ThinReader;
+use self::remote::ThinBelow;
 use super::layer::StagedEngine;
 use super::{Disk, Engine, EngineOptions, FileDisk, Geometry};
 
@@ -61,7 +67,7 @@ pub struct ThinOptions {
 /// A disk whose unwritten blocks read from a base image.
 pub struct ThinDisk {
     data: FileDisk,
-    base: FileDisk,
+    base: ThinBase,
     map: Arc<ThinMap>,
     geometry: Geometry,
     copy_on_read: bool,
@@ -88,7 +94,24 @@ impl ThinDisk {
                  (qemu-img create -f qcow2 -b BASE -F qcow2 DISK), or convert it to raw",
             ));
         }
-        let base_geometry = base.geometry();
+        Self::open_over(data, path, ThinBase::File(base), map, options)
+    }
+
+    /// As [`ThinDisk::open`], over a base of any kind (an NBD export: its size is the disk's).
+    pub fn open_over(
+        data: FileDisk,
+        path: &Path,
+        base: ThinBase,
+        map: Option<File>,
+        options: ThinOptions,
+    ) -> io::Result<Self> {
+        let base_geometry = match &base {
+            ThinBase::File(file) => file.geometry(),
+            ThinBase::Nbd(nbd) => Geometry {
+                capacity: nbd.size(),
+                ..data.geometry()
+            },
+        };
         let block_size = data.geometry().block_size.max(base_geometry.block_size);
         if let Some(bs) = options.block_size
             && (!bs.is_power_of_two() || !(4096..=(16 << 20)).contains(&bs))
@@ -120,7 +143,7 @@ impl ThinDisk {
         let filler = if options.fill {
             Some(fill::start(
                 map.clone(),
-                base.file()?,
+                base.reader()?,
                 data.file()?,
                 stop_fill.clone(),
                 path.display().to_string(),
@@ -148,7 +171,7 @@ impl ThinDisk {
         Ok(ThinReader::new(
             self.map.clone(),
             self.data.file()?,
-            self.base.file()?,
+            self.base.reader()?,
         ))
     }
 
@@ -194,7 +217,10 @@ impl Disk for ThinDisk {
             depth: options.depth.saturating_mul(4),
             ..options
         };
-        let base = Some(self.base.as_base()?);
+        let (base, remote) = match &self.base {
+            ThinBase::File(file) => (Some(file.as_base()?), None),
+            ThinBase::Nbd(nbd) => (None, Some(nbd.clone())),
+        };
         // Added once the process is confined: no ring can be made, a spare one is taken.
         let ring = if self.data.is_pooled() {
             self.data
@@ -208,7 +234,10 @@ impl Disk for ThinDisk {
             self.data.uring_engine(ring_options, base)?
         };
         let stage = ThinStage::new(self.map.clone(), self.copy_on_read);
-        Ok(Box::new(StagedEngine::new(stage, ring)))
+        Ok(Box::new(StagedEngine::new(
+            stage,
+            ThinBelow::new(ring, remote)?,
+        )))
     }
 
     fn supports_discard(&self) -> bool {

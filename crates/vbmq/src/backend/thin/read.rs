@@ -4,9 +4,9 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
+use super::base::{BaseReader, read_or_zeros};
 use super::map::ThinMap;
 use crate::host_size;
 
@@ -14,29 +14,11 @@ use crate::host_size;
 pub struct ThinReader {
     map: Arc<ThinMap>,
     data: File,
-    base: File,
-}
-
-/// Fills `buf` from `file` at `offset`; what lies past the file's end reads as zeros (a sparse
-/// DISK may be shorter than its blocks).
-pub fn read_or_zeros(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        match file.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => {
-                buf[done..].fill(0);
-                return Ok(());
-            }
-            Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+    base: BaseReader,
 }
 
 impl ThinReader {
-    pub(super) fn new(map: Arc<ThinMap>, data: File, base: File) -> Self {
+    pub(super) fn new(map: Arc<ThinMap>, data: File, base: BaseReader) -> Self {
         ThinReader { map, data, base }
     }
 
@@ -45,20 +27,22 @@ impl ThinReader {
         self.map.block_size()
     }
 
-    /// DISK and BASE.
-    pub fn files(&self) -> [&File; 2] {
-        [&self.data, &self.base]
+    /// DISK and BASE (an NBD base has no file).
+    pub fn files(&self) -> Vec<&File> {
+        std::iter::once(&self.data)
+            .chain(self.base.file())
+            .collect()
     }
 
     /// The file the disk's byte at `offset` is read from (DISK where its block is present, BASE
-    /// elsewhere), and the bytes from `offset` to the end of its block.
-    pub fn file_at(&self, offset: u64) -> (&File, u64) {
+    /// elsewhere; none for an NBD base), and the bytes from `offset` to the end of its block.
+    pub fn file_at(&self, offset: u64) -> (Option<&File>, u64) {
         let bs = self.map.block_size();
         let block = offset / bs;
         let file = if self.map.is_present(block) {
-            &self.data
+            Some(&self.data)
         } else {
-            &self.base
+            self.base.file()
         };
         (file, (block + 1) * bs - offset)
     }
@@ -66,12 +50,18 @@ impl ThinReader {
     /// Fills `buf` with the disk's bytes at `offset`. A block being copied into DISK reads from
     /// BASE until its map bit is set, which is what the disk holds until then.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let bs = self.map.block_size();
         let mut done = 0;
         while done < buf.len() {
             let at = offset + done as u64;
-            let (file, left) = self.file_at(at);
-            let n = host_size(left).min(buf.len() - done);
-            read_or_zeros(file, &mut buf[done..done + n], at)?;
+            let block = at / bs;
+            let n = host_size((block + 1) * bs - at).min(buf.len() - done);
+            let buf = &mut buf[done..done + n];
+            if self.map.is_present(block) {
+                read_or_zeros(&self.data, buf, at)?;
+            } else {
+                self.base.read_at(buf, at)?;
+            }
             done += n;
         }
         Ok(())
