@@ -28,7 +28,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use self::engine::ThinStage;
-pub(super) use self::engine::slice as iov_slice;
 use self::map::ThinMap;
 pub use self::map::map_path;
 pub use self::read::{ThinReader, read_or_zeros};
