@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{DiskSpec, Storage};
+use super::disk_spec::on_off;
+use super::{DiskSpec, SpecError, Storage};
 use crate::backend::changes::changes_path;
 use crate::backend::thin::map_path;
 use crate::backend::{RbdTarget, ThinOptions};
@@ -51,7 +52,7 @@ pub enum BaseSpec {
 }
 
 /// One layer over the storage.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LayerSpec {
     /// `track-changes=on`: changed blocks recorded in `DISK.changes`.
     TrackChanges {
@@ -81,6 +82,36 @@ pub enum LayerSpec {
         /// `delay-every=`.
         every: u64,
     },
+}
+
+impl LayerSpec {
+    /// A key of a layer that keeps no field of its own in [`DiskSpec`] (`discard=`): sets the
+    /// layer in `layers`, in place of what the key said before; whether it is such a key. A new
+    /// layer's keys go here.
+    pub(super) fn set_key(
+        layers: &mut Vec<LayerSpec>,
+        key: &str,
+        value: &str,
+    ) -> Result<bool, SpecError> {
+        let layer = match key {
+            "discard" => (!on_off(key, value)?).then_some(LayerSpec::DiscardOff),
+            _ => return Ok(false),
+        };
+        layers.retain(|set| set.key() != Some(key));
+        layers.extend(layer);
+        Ok(true)
+    }
+
+    /// The key that sets it, for the layers [`LayerSpec::set_key`] parses.
+    fn key(&self) -> Option<&'static str> {
+        match self {
+            LayerSpec::DiscardOff => Some("discard"),
+            LayerSpec::TrackChanges { .. }
+            | LayerSpec::Encrypt { .. }
+            | LayerSpec::Cache { .. }
+            | LayerSpec::Delay { .. } => None,
+        }
+    }
 }
 
 /// A file a disk opens besides its socket: what `vbmq ctl add-disk` opens and passes, what a
@@ -174,7 +205,8 @@ impl StackSpec {
 impl DiskSpec {
     /// The disk's stack: its storage, then its layers in the one order they compose in (the
     /// changed blocks under the cipher, so they count what reaches the image; the cipher under
-    /// the cache, which holds plaintext in vbmq's memory only; the test delay on top).
+    /// the cache, which holds plaintext in vbmq's memory only; the layers of
+    /// [`LayerSpec::set_key`] above it; the test delay on top).
     pub fn stack(&self) -> StackSpec {
         let storage = match &self.storage {
             Storage::File(path) => match &self.base {
@@ -214,9 +246,7 @@ impl DiskSpec {
                 preload: self.cache_preload,
             });
         }
-        if !self.discard {
-            layers.push(LayerSpec::DiscardOff);
-        }
+        layers.extend(self.keyed_layers.iter().cloned());
         if self.delay_us > 0 {
             layers.push(LayerSpec::Delay {
                 delay: Duration::from_micros(self.delay_us),
@@ -253,6 +283,17 @@ mod tests {
             })
             .collect();
         assert_eq!(kinds, ["track", "encrypt", "cache", "discard-off", "delay"]);
+    }
+
+    #[test]
+    fn a_layer_parsing_its_own_keys_is_set_by_its_last_key() {
+        assert_eq!(stack("null=1M,discard=off").layers, [LayerSpec::DiscardOff]);
+        assert!(stack("null=1M,discard=off,discard=on").layers.is_empty());
+        assert!(
+            stack("null=1M,discard=on,discard=off,discard=off").layers == [LayerSpec::DiscardOff]
+        );
+        let refused = DiskSpec::parse("socket=/s,null=1M,discard=maybe", &[0]).unwrap_err();
+        assert_eq!(refused.key, "discard");
     }
 
     #[test]

@@ -38,6 +38,17 @@ pub use self::map::{ChangeError, ChangeMap, Changes, Checkpoint, ImageFile, chan
 use super::write_hook::HookedEngine;
 use super::{Disk, Engine, EngineOptions, Geometry};
 
+/// Refuses an image that is not a regular file: its map lives beside it.
+fn regular(image_file: &ImageFile) -> io::Result<()> {
+    if image_file.is_regular()? {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "track-changes=on needs a regular image file (its map lives beside it)",
+    ))
+}
+
 /// A disk whose changed blocks are recorded in named maps.
 pub struct TrackedDisk {
     inner: Arc<dyn Disk>,
@@ -54,12 +65,7 @@ impl TrackedDisk {
         image_file: ImageFile,
         block_size: Option<u64>,
     ) -> io::Result<Self> {
-        if !image_file.is_regular()? {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "track-changes=on needs a regular image file (its map lives beside it)",
-            ));
-        }
+        regular(&image_file)?;
         let capacity = inner.geometry().capacity;
         let map = ChangeMap::open(image, image_file, capacity, block_size)?;
         Ok(TrackedDisk {
@@ -78,12 +84,7 @@ impl TrackedDisk {
         changes: File,
         block_size: Option<u64>,
     ) -> io::Result<Self> {
-        if !image_file.is_regular()? {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "track-changes=on needs a regular image file (its map lives beside it)",
-            ));
-        }
+        regular(&image_file)?;
         let capacity = inner.geometry().capacity;
         let path = changes_path(image);
         let map = ChangeMap::from_files(changes, image_file, path, capacity, block_size)?;

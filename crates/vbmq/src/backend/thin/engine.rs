@@ -353,28 +353,9 @@ impl ThinStage {
         n: usize,
         parent: usize,
     ) -> io::Result<()> {
-        let len = host_size(self.map.block_len(block));
-        let staging = match self.spare.pop() {
-            Some(s) => s,
-            None => Staging::new(host_size(self.map.block_size()))
-                .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?,
-        };
-        let job = self.jobs.insert(Job {
-            block,
-            len,
-            staging,
-            overlay: None,
-            copy_out: None,
-            zero: Some((within, n)),
-            parent,
-        });
-        let result = self.read_block(below, job);
-        if result.is_err()
-            && let Some(job) = self.jobs.take(job)
-        {
-            self.spare.push(job.staging);
-        }
-        result
+        self.start_copy(below, block, parent, false, |job| {
+            job.zero = Some((within, n))
+        })
     }
 
     /// Gives back a block claimed after another job made it present; true if so.
@@ -398,23 +379,45 @@ impl ThinStage {
         write: bool,
         parent: usize,
     ) -> io::Result<()> {
-        let len = host_size(self.map.block_len(block));
+        let piece = Some((iov, at, within, n));
+        let whole = write && within == 0 && n == host_size(self.map.block_len(block));
+        self.start_copy(below, block, parent, whole, |job| {
+            if write {
+                job.overlay = piece;
+            } else {
+                job.copy_out = piece;
+            }
+        })
+    }
+
+    /// Copies `block` (claimed by the caller) into DISK for `parent`, doing with it what `set`
+    /// adds to the job: written at once when `whole` (the guest's bytes cover it), else read
+    /// from BASE first.
+    fn start_copy(
+        &mut self,
+        below: &mut Below<Self>,
+        block: u64,
+        parent: usize,
+        whole: bool,
+        set: impl FnOnce(&mut Job),
+    ) -> io::Result<()> {
         let staging = match self.spare.pop() {
             Some(s) => s,
             None => Staging::new(host_size(self.map.block_size()))
                 .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?,
         };
-        let piece = Some((iov, at, within, n));
-        let job = self.jobs.insert(Job {
+        let mut job = Job {
             block,
-            len,
+            len: host_size(self.map.block_len(block)),
             staging,
-            overlay: if write { piece } else { None },
-            copy_out: if write { None } else { piece },
+            overlay: None,
+            copy_out: None,
             zero: None,
             parent,
-        });
-        let result = if write && within == 0 && n == len {
+        };
+        set(&mut job);
+        let job = self.jobs.insert(job);
+        let result = if whole {
             self.write_block(below, job)
         } else {
             self.read_block(below, job)
