@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::limit_keys::set_limit;
+pub(super) use super::on_off::on_off;
 use super::spec_error::{SpecError, bad};
 use super::{LayerSpec, disk_key, parse_cpu_list, parse_size};
 use crate::backend::{ImageFormat, RbdTarget};
@@ -119,14 +120,6 @@ fn group_id(name: &str) -> Option<u32> {
         (fields.next()? == name).then_some(())?;
         fields.nth(1)?.parse().ok()
     })
-}
-
-pub(super) fn on_off(key: &str, value: &str) -> Result<bool, SpecError> {
-    match value {
-        "on" | "true" | "yes" | "1" => Ok(true),
-        "off" | "false" | "no" | "0" => Ok(false),
-        _ => Err(bad(key, format!("expected on or off, got {value:?}"))),
-    }
 }
 
 /// `queues=`: 1..=[`MAX_QUEUES`].

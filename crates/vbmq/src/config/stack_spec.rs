@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::disk_spec::on_off;
-use super::{DiskSpec, SpecError, Storage};
+use super::layer_spec::LayerFile;
+use super::{DiskSpec, LayerSpec, Storage};
 use crate::backend::changes::changes_path;
 use crate::backend::thin::map_path;
 use crate::backend::{RbdTarget, ThinOptions};
@@ -49,69 +49,6 @@ pub enum StorageSpec {
 pub enum BaseSpec {
     /// A read-only raw image or block device.
     File(PathBuf),
-}
-
-/// One layer over the storage.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LayerSpec {
-    /// `track-changes=on`: changed blocks recorded in `DISK.changes`.
-    TrackChanges {
-        /// `track-block=`.
-        block: Option<u64>,
-    },
-    /// `encrypt=aes-xts`: ciphertext below, plaintext above.
-    Encrypt {
-        /// `key-file=`.
-        key_file: PathBuf,
-        /// `encrypt-discard=on`.
-        discard: bool,
-    },
-    /// `cache=`: a DRAM read cache.
-    Cache {
-        /// Bytes.
-        bytes: u64,
-        /// `cache-preload=on`.
-        preload: bool,
-    },
-    /// `discard=off`: neither discard nor write-zeroes offered.
-    DiscardOff,
-    /// `delay-us=` (tests): every Nth completion held.
-    Delay {
-        /// How long.
-        delay: Duration,
-        /// `delay-every=`.
-        every: u64,
-    },
-}
-
-impl LayerSpec {
-    /// A key of a layer that keeps no field of its own in [`DiskSpec`] (`discard=`): sets the
-    /// layer in `layers`, in place of what the key said before; whether it is such a key. A new
-    /// layer's keys go here.
-    pub(super) fn set_key(
-        layers: &mut Vec<LayerSpec>,
-        key: &str,
-        value: &str,
-    ) -> Result<bool, SpecError> {
-        let layer = match key {
-            "discard" => (!on_off(key, value)?).then_some(LayerSpec::DiscardOff),
-            _ => return Ok(false),
-        };
-        layers.retain(|set| set.key() != Some(key));
-        layers.extend(layer);
-        Ok(true)
-    }
-
-    /// The key that sets it, for the layers [`LayerSpec::set_key`] parses.
-    fn key(&self) -> Option<&'static str> {
-        match self {
-            LayerSpec::DiscardOff => Some("discard"),
-            LayerSpec::TrackChanges { .. }
-            | LayerSpec::Encrypt { .. }
-            | LayerSpec::Cache { .. }
-            | LayerSpec::Delay { .. } => None,
-        }
-    }
 }
 
 /// A file a disk opens besides its socket: what `vbmq ctl add-disk` opens and passes, what a
@@ -186,16 +123,14 @@ impl StackSpec {
             StorageSpec::Rbd(_) | StorageSpec::Memory { .. } | StorageSpec::Null(_) => {}
         }
         for layer in &self.layers {
-            match layer {
-                LayerSpec::TrackChanges { .. } => {
+            match layer.file() {
+                Some(LayerFile::Changes) => {
                     if let Some(image) = self.image() {
                         files.push(NeededFile::Changes(changes_path(image)));
                     }
                 }
-                LayerSpec::Encrypt { key_file, .. } => {
-                    files.push(NeededFile::Key(key_file.clone()));
-                }
-                LayerSpec::Cache { .. } | LayerSpec::DiscardOff | LayerSpec::Delay { .. } => {}
+                Some(LayerFile::Key(path)) => files.push(NeededFile::Key(path)),
+                None => {}
             }
         }
         files
@@ -271,18 +206,22 @@ mod tests {
     fn layers_stack_in_one_order_whatever_the_keys_order() {
         let text = "cache=1M,delay-us=5,discard=off,key-file=/k,encrypt=aes-xts,track-changes=on,\
                     path=/d";
-        let kinds: Vec<&str> = stack(text)
+        // The variants' names, from their debug form.
+        let kinds: Vec<String> = stack(text)
             .layers
             .iter()
-            .map(|layer| match layer {
-                LayerSpec::TrackChanges { .. } => "track",
-                LayerSpec::Encrypt { .. } => "encrypt",
-                LayerSpec::Cache { .. } => "cache",
-                LayerSpec::DiscardOff => "discard-off",
-                LayerSpec::Delay { .. } => "delay",
+            .map(|layer| format!("{layer:?}").replace(['{', '('], " "))
+            .map(|text| {
+                text.split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string()
             })
             .collect();
-        assert_eq!(kinds, ["track", "encrypt", "cache", "discard-off", "delay"]);
+        assert_eq!(
+            kinds,
+            ["TrackChanges", "Encrypt", "Cache", "DiscardOff", "Delay"]
+        );
     }
 
     #[test]
