@@ -59,9 +59,8 @@ impl LayerSpec {
     }
 
     /// A key of a layer that keeps no field of its own in [`DiskSpec`](super::DiskSpec)
-    /// (`discard=`): sets the
-    /// layer in `layers`, in place of what the key said before; whether it is such a key. A new
-    /// layer's keys go here.
+    /// (`discard=`): sets the layer in `layers`, in place of what the key said before; whether
+    /// it is such a key. A new layer's keys go here.
     pub(super) fn set_key(
         layers: &mut Vec<LayerSpec>,
         key: &str,
