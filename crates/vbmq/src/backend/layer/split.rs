@@ -108,6 +108,7 @@ impl Part {
     }
 
     /// Its error (0: fine), from its `result` below.
+    #[inline]
     pub fn error(&self, result: i32) -> i32 {
         transfer_error(result, self.expect)
     }
@@ -115,6 +116,7 @@ impl Part {
 
 /// 0 when `result` (bytes or `-errno`) is the `expect` bytes asked; its error, or `-EIO` for a
 /// short transfer.
+#[inline]
 pub fn transfer_error(result: i32, expect: usize) -> i32 {
     if result < 0 {
         result
