@@ -46,6 +46,18 @@ impl IovList {
         self.iovecs().iter().map(|v| v.iov_len).sum()
     }
 
+    /// The iovecs of bytes `[at, at + len)`: pieces of the same buffers.
+    pub fn slice(&self, at: usize, len: usize) -> Vec<libc::iovec> {
+        let mut out = Vec::new();
+        self.pieces(at, len, |base, n| {
+            out.push(libc::iovec {
+                iov_base: base.cast(),
+                iov_len: n,
+            })
+        });
+        out
+    }
+
     /// Calls `f(pointer, len)` for each piece of the list's bytes `[at, at + len)`, in order.
     fn pieces(&self, mut at: usize, mut len: usize, mut f: impl FnMut(*mut u8, usize)) {
         for v in self.iovecs() {

@@ -14,7 +14,7 @@ mod file;
 mod handover;
 mod host_memory;
 mod image_lock;
-mod immediate;
+pub(crate) mod immediate;
 mod iovec;
 mod layer;
 #[cfg(test)]

@@ -4,8 +4,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::limit_keys::set_limit;
+pub(super) use super::on_off::on_off;
 use super::spec_error::{SpecError, bad};
-use super::{disk_key, parse_cpu_list, parse_size};
+use super::{LayerSpec, disk_key, parse_cpu_list, parse_size};
 use crate::backend::{ImageFormat, RbdTarget};
 use crate::limits::Limits;
 use crate::nbd::uri::NbdUri;
@@ -65,8 +66,8 @@ pub struct DiskSpec {
     pub limits: Limits,
     /// Offer in-flight tracking (`VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD`, `inflight=`).
     pub inflight: bool,
-    /// Offer discard and write-zeroes when the storage has them (`discard=`).
-    pub discard: bool,
+    /// The layers whose keys [`LayerSpec::set_key`] parses (`discard=off`), in the order given.
+    pub keyed_layers: Vec<LayerSpec>,
     /// Fault injection: hold chosen completions this long (`delay-us=`; 0: none).
     pub delay_us: u64,
     /// Fault injection: which requests are held (every Nth of a queue, `delay-every=`).
@@ -124,14 +125,6 @@ fn group_id(name: &str) -> Option<u32> {
         (fields.next()? == name).then_some(())?;
         fields.nth(1)?.parse().ok()
     })
-}
-
-pub(super) fn on_off(key: &str, value: &str) -> Result<bool, SpecError> {
-    match value {
-        "on" | "true" | "yes" | "1" => Ok(true),
-        "off" | "false" | "no" | "0" => Ok(false),
-        _ => Err(bad(key, format!("expected on or off, got {value:?}"))),
-    }
 }
 
 /// `queues=`: 1..=[`MAX_QUEUES`].
@@ -368,7 +361,7 @@ impl DiskSpec {
             track_block: None,
             limits: Limits::default(),
             inflight: true,
-            discard: true,
+            keyed_layers: Vec::new(),
             delay_us: 0,
             delay_every: 16,
         }
@@ -420,7 +413,6 @@ impl DiskSpec {
             }
             "key-file" => self.key_file = Some(PathBuf::from(value)),
             "encrypt-discard" => self.encrypt_discard = on_off(key, value)?,
-            "discard" => self.discard = on_off(key, value)?,
             "delay-us" => {
                 let us = value.parse::<u64>().ok().filter(|us| *us <= 60_000_000);
                 self.delay_us = us.ok_or_else(|| bad(key, "must be 0..=60000000"))?;
@@ -432,7 +424,7 @@ impl DiskSpec {
                     .filter(|n| (1..=1 << 20).contains(n));
                 self.delay_every = n.ok_or_else(|| bad(key, "must be 1..=1048576"))?;
             }
-            _ => return Ok(false),
+            _ => return LayerSpec::set_key(&mut self.keyed_layers, key, value),
         }
         Ok(true)
     }

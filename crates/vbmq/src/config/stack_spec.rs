@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{DiskSpec, Storage};
+use super::layer_spec::LayerFile;
+use super::{DiskSpec, LayerSpec, Storage};
 use crate::backend::changes::changes_path;
 use crate::backend::thin::map_path;
 use crate::backend::{RbdTarget, ThinOptions};
@@ -55,39 +56,6 @@ pub enum BaseSpec {
         uri: NbdUri,
         /// How long a read waits for a lost connection (`base-timeout=`).
         timeout: Duration,
-    },
-}
-
-/// One layer over the storage.
-#[derive(Clone, Debug)]
-pub enum LayerSpec {
-    /// `track-changes=on`: changed blocks recorded in `DISK.changes`.
-    TrackChanges {
-        /// `track-block=`.
-        block: Option<u64>,
-    },
-    /// `encrypt=aes-xts`: ciphertext below, plaintext above.
-    Encrypt {
-        /// `key-file=`.
-        key_file: PathBuf,
-        /// `encrypt-discard=on`.
-        discard: bool,
-    },
-    /// `cache=`: a DRAM read cache.
-    Cache {
-        /// Bytes.
-        bytes: u64,
-        /// `cache-preload=on`.
-        preload: bool,
-    },
-    /// `discard=off`: neither discard nor write-zeroes offered.
-    DiscardOff,
-    /// `delay-us=` (tests): every Nth completion held.
-    Delay {
-        /// How long.
-        delay: Duration,
-        /// `delay-every=`.
-        every: u64,
     },
 }
 
@@ -165,16 +133,14 @@ impl StackSpec {
             StorageSpec::Rbd(_) | StorageSpec::Memory { .. } | StorageSpec::Null(_) => {}
         }
         for layer in &self.layers {
-            match layer {
-                LayerSpec::TrackChanges { .. } => {
+            match layer.file() {
+                Some(LayerFile::Changes) => {
                     if let Some(image) = self.image() {
                         files.push(NeededFile::Changes(changes_path(image)));
                     }
                 }
-                LayerSpec::Encrypt { key_file, .. } => {
-                    files.push(NeededFile::Key(key_file.clone()));
-                }
-                LayerSpec::Cache { .. } | LayerSpec::DiscardOff | LayerSpec::Delay { .. } => {}
+                Some(LayerFile::Key(path)) => files.push(NeededFile::Key(path)),
+                None => {}
             }
         }
         files
@@ -184,7 +150,8 @@ impl StackSpec {
 impl DiskSpec {
     /// The disk's stack: its storage, then its layers in the one order they compose in (the
     /// changed blocks under the cipher, so they count what reaches the image; the cipher under
-    /// the cache, which holds plaintext in vbmq's memory only; the test delay on top).
+    /// the cache, which holds plaintext in vbmq's memory only; the layers of
+    /// [`LayerSpec::set_key`] above it; the test delay on top).
     pub fn stack(&self) -> StackSpec {
         let storage = match &self.storage {
             Storage::File(path) => match &self.base {
@@ -230,9 +197,7 @@ impl DiskSpec {
                 preload: self.cache_preload,
             });
         }
-        if !self.discard {
-            layers.push(LayerSpec::DiscardOff);
-        }
+        layers.extend(self.keyed_layers.iter().cloned());
         if self.delay_us > 0 {
             layers.push(LayerSpec::Delay {
                 delay: Duration::from_micros(self.delay_us),
@@ -257,18 +222,33 @@ mod tests {
     fn layers_stack_in_one_order_whatever_the_keys_order() {
         let text = "cache=1M,delay-us=5,discard=off,key-file=/k,encrypt=aes-xts,track-changes=on,\
                     path=/d";
-        let kinds: Vec<&str> = stack(text)
+        // The variants' names, from their debug form.
+        let kinds: Vec<String> = stack(text)
             .layers
             .iter()
-            .map(|layer| match layer {
-                LayerSpec::TrackChanges { .. } => "track",
-                LayerSpec::Encrypt { .. } => "encrypt",
-                LayerSpec::Cache { .. } => "cache",
-                LayerSpec::DiscardOff => "discard-off",
-                LayerSpec::Delay { .. } => "delay",
+            .map(|layer| format!("{layer:?}").replace(['{', '('], " "))
+            .map(|text| {
+                text.split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string()
             })
             .collect();
-        assert_eq!(kinds, ["track", "encrypt", "cache", "discard-off", "delay"]);
+        assert_eq!(
+            kinds,
+            ["TrackChanges", "Encrypt", "Cache", "DiscardOff", "Delay"]
+        );
+    }
+
+    #[test]
+    fn a_layer_parsing_its_own_keys_is_set_by_its_last_key() {
+        assert_eq!(stack("null=1M,discard=off").layers, [LayerSpec::DiscardOff]);
+        assert!(stack("null=1M,discard=off,discard=on").layers.is_empty());
+        assert!(
+            stack("null=1M,discard=on,discard=off,discard=off").layers == [LayerSpec::DiscardOff]
+        );
+        let refused = DiskSpec::parse("socket=/s,null=1M,discard=maybe", &[0]).unwrap_err();
+        assert_eq!(refused.key, "discard");
     }
 
     #[test]

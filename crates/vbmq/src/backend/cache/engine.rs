@@ -15,7 +15,7 @@ use super::readahead::Readahead;
 use super::stats::{DiskStats, QueueCounters};
 use super::store::{BlockCache, Filled};
 use crate::backend::iovec::IovList;
-use crate::backend::layer::{Below, Stage};
+use crate::backend::layer::{Below, Stage, transfer_error};
 use crate::backend::staging::Staging;
 use crate::backend::{Engine, IoOp};
 use crate::host_size;
@@ -245,7 +245,8 @@ impl CacheStage {
     }
 
     fn finish_read(&mut self, pending: &Pending, result: i32) -> Option<(u64, i32)> {
-        let ok = usize::try_from(result).is_ok_and(|n| n == pending.read_len);
+        let error = transfer_error(result, pending.read_len);
+        let ok = error == 0;
         if matches!(pending.kind, Kind::Prefetch) {
             self.prefetching = self.prefetching.saturating_sub(1);
         }
@@ -286,7 +287,6 @@ impl CacheStage {
             return None;
         };
         if !ok {
-            let error = if result < 0 { result } else { -libc::EIO };
             return Some((pending.tag, error));
         }
         // SAFETY: `skip + copy_len <= read_len` (the staged blocks cover the rest of the

@@ -44,6 +44,17 @@ pub use self::map::{ChangeError, ChangeMap, Changes, Checkpoint, ImageFile, chan
 use super::write_hook::HookedEngine;
 use super::{Disk, Engine, EngineOptions, Geometry};
 
+/// Refuses an image that is not a regular file: its map lives beside it.
+fn regular(image_file: &ImageFile) -> io::Result<()> {
+    if image_file.is_regular()? {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "track-changes=on needs a regular image file (its map lives beside it)",
+    ))
+}
+
 /// A disk whose changed blocks are recorded in named maps.
 pub struct TrackedDisk {
     inner: Arc<dyn Disk>,
@@ -60,12 +71,7 @@ impl TrackedDisk {
         image_file: ImageFile,
         block_size: Option<u64>,
     ) -> io::Result<Self> {
-        if !image_file.is_regular()? {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "track-changes=on needs a regular image file (its map lives beside it)",
-            ));
-        }
+        regular(&image_file)?;
         let capacity = inner.geometry().capacity;
         let map = match inner.image_bitmaps() {
             Some(store) => ChangeMap::in_image(store, image, capacity, block_size)?,
@@ -87,12 +93,7 @@ impl TrackedDisk {
         changes: File,
         block_size: Option<u64>,
     ) -> io::Result<Self> {
-        if !image_file.is_regular()? {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "track-changes=on needs a regular image file (its map lives beside it)",
-            ));
-        }
+        regular(&image_file)?;
         let capacity = inner.geometry().capacity;
         let path = changes_path(image);
         // A qcow2 image keeps its maps itself; the map file passed is left as it is.

@@ -10,7 +10,7 @@ use super::sector::SECTOR;
 use super::xts::Xts;
 use crate::backend::IoOp;
 use crate::backend::iovec::IovList;
-use crate::backend::layer::{Below, Stage};
+use crate::backend::layer::{Below, Stage, transfer_error};
 use crate::backend::staging::Staging;
 use crate::host_size;
 
@@ -253,8 +253,8 @@ impl CryptStage {
         mut p: Staged,
         result: i32,
     ) -> Option<(u64, i32)> {
-        let whole = usize::try_from(result).is_ok_and(|n| n == p.len);
-        let error = if result < 0 { result } else { -libc::EIO };
+        let error = transfer_error(result, p.len);
+        let whole = error == 0;
         let result = match (whole, p.kind) {
             (_, Kind::Zeroes(index)) => {
                 self.recycle(p.staging);

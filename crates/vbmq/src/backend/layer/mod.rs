@@ -7,15 +7,18 @@
 //!
 //! Per queue, a layer that keeps state for each operation builds its engine from a [`Stage`]
 //! (see `stage`): the tag slab, the answers decided without the engine below, the reaping pass
-//! and the wait at drop are written there once.
+//! and the wait at drop are written there once. A request served in parts counts them in
+//! [`Splits`] (see `split`).
 
 mod slab;
+mod split;
 mod stage;
 
 use std::io;
 use std::sync::Arc;
 
 pub use self::slab::Slab;
+pub use self::split::{Part, Splits, errno, transfer_error};
 pub use self::stage::{Below, Stage, StagedEngine};
 use super::{Disk, Engine, EngineOptions, Geometry};
 use crate::nbd::Export;

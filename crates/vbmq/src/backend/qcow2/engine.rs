@@ -17,44 +17,23 @@ use super::image::{Extent, Qcow2Image};
 use super::write::Writer;
 use crate::backend::IoOp;
 use crate::backend::iovec::IovList;
-use crate::backend::layer::{Below, Slab, Stage};
-use crate::backend::thin::iov_slice;
+use crate::backend::layer::{Below, Part, Splits, Stage, errno};
 use crate::backend::uring::UringEngine;
 use crate::host_size;
-
-/// A guest read split in parts.
-struct Parent {
-    tag: u64,
-    remaining: u32,
-    error: i32,
-    total: i32,
-}
 
 /// What an operation in the ring is for.
 pub enum Op {
     /// The guest's request as it came.
     Whole(u64),
-    /// A part of a split read, with its iovecs and the bytes it must move.
-    Part {
-        parent: usize,
-        _iovs: Vec<libc::iovec>,
-        expect: usize,
-    },
+    /// A part of a split read.
+    Part(Part),
 }
-
-// SAFETY: the raw pointers are guest iovecs, valid until their operation is reaped (the
-// `Engine::push` contract); it moves between threads only with its queue's engine.
-unsafe impl Send for Op {}
 
 /// The qcow2 part of a queue's engine (see [`Stage`]).
 pub struct Qcow2Stage {
     image: Arc<Qcow2Image>,
     writer: Option<Arc<Writer>>,
-    parents: Slab<Parent>,
-}
-
-fn errno(e: &io::Error) -> i32 {
-    -e.raw_os_error().unwrap_or(libc::EIO)
+    splits: Splits,
 }
 
 fn bytes(len: usize) -> i32 {
@@ -66,7 +45,7 @@ impl Qcow2Stage {
         Qcow2Stage {
             image,
             writer,
-            parents: Slab::new(),
+            splits: Splits::default(),
         }
     }
 
@@ -87,17 +66,12 @@ impl Qcow2Stage {
             Ok(_) => {}
             Err(e) => return Some(errno(&e)),
         }
-        let parent = self.parents.insert(Parent {
-            tag,
-            remaining: 1,
-            error: 0,
-            total: bytes(len),
-        });
+        let parent = self.splits.begin(tag, bytes(len));
         let error = match self.split_read(below, offset, iov, parent) {
             Ok(()) => 0,
             Err(e) => errno(&e),
         };
-        self.part_done(below, parent, error);
+        self.splits.part_done(below, parent, error);
         None
     }
 
@@ -117,28 +91,13 @@ impl Qcow2Stage {
             let (extent, n) = self.image.lookup(at, (len - done) as u64)?;
             let n = host_size(n);
             if let Extent::Data(host) = extent {
-                let iovs = iov_slice(iov, done, n);
-                let count = u32::try_from(iovs.len()).unwrap_or(u32::MAX);
-                // SAFETY: `iovs` lives in the pending operation until it is reaped.
-                let list = unsafe { IovList::new(iovs.as_ptr(), count) };
+                let (part, list) = Part::of(parent, iov, done, n);
                 let op = IoOp::Read {
                     offset: host,
                     iov: list,
                 };
-                let part = Op::Part {
-                    parent,
-                    _iovs: iovs,
-                    expect: n,
-                };
-                if let Some(p) = self.parents.get_mut(parent) {
-                    p.remaining += 1;
-                }
-                if let Err(e) = below.forward(op, part) {
-                    if let Some(p) = self.parents.get_mut(parent) {
-                        p.remaining -= 1;
-                    }
-                    return Err(e);
-                }
+                below.forward(op, Op::Part(part))?;
+                self.splits.add_part(parent);
             } else {
                 buf.resize(n, 0);
                 self.image.read_at(&mut buf, at)?;
@@ -148,21 +107,6 @@ impl Qcow2Stage {
             done += n;
         }
         Ok(())
-    }
-
-    fn part_done(&mut self, below: &mut Below<Self>, parent: usize, error: i32) {
-        let Some(p) = self.parents.get_mut(parent) else {
-            return;
-        };
-        if error < 0 && p.error == 0 {
-            p.error = error;
-        }
-        p.remaining -= 1;
-        if p.remaining == 0
-            && let Some(p) = self.parents.take(parent)
-        {
-            below.answer(p.tag, if p.error < 0 { p.error } else { p.total });
-        }
     }
 
     /// Writes; `Some(result)` when answered now rather than by the ring.
@@ -238,16 +182,9 @@ impl Stage for Qcow2Stage {
     fn complete(&mut self, below: &mut Below<Self>, pending: Op, result: i32) {
         match pending {
             Op::Whole(tag) => below.answer(tag, result),
-            Op::Part { parent, expect, .. } => {
-                let error = if result < 0 {
-                    result
-                } else if host_size(result.unsigned_abs() as u64) < expect {
-                    -libc::EIO
-                } else {
-                    0
-                };
-                self.part_done(below, parent, error);
-            }
+            Op::Part(part) => self
+                .splits
+                .part_done(below, part.parent, part.error(result)),
         }
     }
 }

@@ -15,19 +15,11 @@ use std::time::Duration;
 use super::map::ThinMap;
 use super::remote::ThinBelow;
 use crate::backend::iovec::IovList;
-use crate::backend::layer::{Below, Slab, Stage};
+use crate::backend::layer::{Below, Part, Slab, Splits, Stage, errno, transfer_error};
 use crate::backend::staging::Staging;
 use crate::backend::uring::UringEngine;
 use crate::backend::{Engine, IoOp};
 use crate::host_size;
-
-/// A guest request split in parts.
-struct Parent {
-    tag: u64,
-    remaining: u32,
-    error: i32,
-    total: i32,
-}
 
 /// A block being copied into DISK.
 struct Job {
@@ -47,12 +39,8 @@ struct Job {
 pub enum Op {
     /// The guest's request as it came: its result is the guest's.
     Whole(u64),
-    /// A part of a split request, with its own iovecs and the bytes it must move.
-    Part {
-        parent: usize,
-        _iovs: Vec<libc::iovec>,
-        expect: usize,
-    },
+    /// A part of a split request.
+    Part(Part),
     /// A job's read of its block from BASE.
     BaseRead(usize),
     /// A job's write of its block to DISK.
@@ -70,7 +58,7 @@ unsafe impl Send for Op {}
 pub struct ThinStage {
     map: Arc<ThinMap>,
     copy_on_read: bool,
-    parents: Slab<Parent>,
+    splits: Splits,
     jobs: Slab<Job>,
     /// Jobs whose block is written, to commit at the end of the pass.
     written: Vec<usize>,
@@ -86,40 +74,12 @@ pub struct ThinStage {
 // with its worker and is never shared.
 unsafe impl Send for ThinStage {}
 
-/// The iovecs of bytes `[at, at + len)` of `list`.
-pub(in crate::backend) fn slice(list: IovList, mut at: usize, mut len: usize) -> Vec<libc::iovec> {
-    let mut out = Vec::new();
-    for v in list.iovecs() {
-        if len == 0 {
-            break;
-        }
-        if at >= v.iov_len {
-            at -= v.iov_len;
-            continue;
-        }
-        let n = (v.iov_len - at).min(len);
-        // SAFETY: `at < iov_len`: inside this iovec's buffer.
-        let base = unsafe { v.iov_base.cast::<u8>().add(at) };
-        out.push(libc::iovec {
-            iov_base: base.cast(),
-            iov_len: n,
-        });
-        at = 0;
-        len -= n;
-    }
-    out
-}
-
-fn errno(e: &io::Error) -> i32 {
-    -e.raw_os_error().unwrap_or(libc::EIO)
-}
-
 impl ThinStage {
     pub fn new(map: Arc<ThinMap>, copy_on_read: bool) -> Self {
         ThinStage {
             map,
             copy_on_read,
-            parents: Slab::new(),
+            splits: Splits::default(),
             jobs: Slab::new(),
             written: Vec::new(),
             zeroed: Vec::new(),
@@ -213,12 +173,7 @@ impl ThinStage {
         };
         let bs = self.map.block_size();
         let (first, end) = self.blocks(offset, len);
-        let parent = self.parents.insert(Parent {
-            tag,
-            remaining: 1, // held until every part is queued
-            error: 0,
-            total,
-        });
+        let parent = self.splits.begin(tag, total);
         let mut block = first;
         while block < end {
             let present = self.map.is_present(block);
@@ -253,11 +208,7 @@ impl ThinStage {
                     parent,
                 )
             } else {
-                let iovs = slice(iov, at, n);
-                // No more iovecs than the guest's list, whose count is a u32.
-                let count = u32::try_from(iovs.len()).unwrap_or(u32::MAX);
-                // SAFETY: the iovecs are kept in the operation until it is reaped.
-                let list = unsafe { IovList::new(iovs.as_ptr(), count) };
+                let (part, list) = Part::of(parent, iov, at, n);
                 let io = if write {
                     IoOp::Write {
                         offset: from,
@@ -269,28 +220,15 @@ impl ThinStage {
                         iov: list,
                     }
                 };
-                Self::forward(
-                    below,
-                    io,
-                    !present,
-                    Op::Part {
-                        parent,
-                        _iovs: iovs,
-                        expect: n,
-                    },
-                )
+                Self::forward(below, io, !present, Op::Part(part))
             };
             match result {
-                Ok(()) => {
-                    if let Some(p) = self.parents.get_mut(parent) {
-                        p.remaining += 1;
-                    }
-                }
+                Ok(()) => self.splits.add_part(parent),
                 Err(e) => {
                     if claimed {
                         self.map.release(block);
                     }
-                    self.fail(parent, errno(&e));
+                    self.splits.fail(parent, errno(&e));
                     // The blocks claimed for the parts not started are given back.
                     if write {
                         for b in run_end..end {
@@ -304,7 +242,7 @@ impl ThinStage {
             }
             block = run_end;
         }
-        self.part_done(below, parent, 0);
+        self.splits.part_done(below, parent, 0);
         Ok(())
     }
 
@@ -350,12 +288,7 @@ impl ThinStage {
         let whole = whole_first..whole_end.max(whole_first);
         let (mut lacking, mut partial): (Vec<u64>, Vec<u64>) =
             claimed.into_iter().partition(|b| whole.contains(b));
-        let parent = self.parents.insert(Parent {
-            tag,
-            remaining: 1, // held until every part is queued
-            error: 0,
-            total: 0,
-        });
+        let parent = self.splits.begin(tag, 0);
         let mut result = Ok(());
         for block in (first..end).filter(|b| !whole.contains(b)) {
             let from = offset.max(block * bs);
@@ -375,19 +308,12 @@ impl ThinStage {
                     len: n as u64,
                     unmap,
                 };
-                let part = Op::Part {
-                    parent,
-                    _iovs: Vec::new(),
-                    expect: 0,
-                };
-                Self::forward(below, op, false, part)
+                Self::forward(below, op, false, Op::Part(Part::without_data(parent)))
             };
             if result.is_err() {
                 break;
             }
-            if let Some(p) = self.parents.get_mut(parent) {
-                p.remaining += 1;
-            }
+            self.splits.add_part(parent);
         }
         if result.is_ok() && !whole.is_empty() {
             let from = whole.start * bs;
@@ -400,11 +326,7 @@ impl ThinStage {
             let blocks = std::mem::take(&mut lacking);
             let forwarded = Self::forward(below, op, false, Op::Zeroed { parent, blocks });
             match forwarded {
-                Ok(()) => {
-                    if let Some(p) = self.parents.get_mut(parent) {
-                        p.remaining += 1;
-                    }
-                }
+                Ok(()) => self.splits.add_part(parent),
                 // The operation was dropped with its blocks: claim them back to release them.
                 Err(e) => {
                     lacking = whole.filter(|b| !self.map.is_present(*b)).collect();
@@ -417,9 +339,9 @@ impl ThinStage {
             self.map.release(block);
         }
         if let Err(e) = result {
-            self.fail(parent, errno(&e));
+            self.splits.fail(parent, errno(&e));
         }
-        self.part_done(below, parent, 0);
+        self.splits.part_done(below, parent, 0);
         Ok(())
     }
 
@@ -432,28 +354,9 @@ impl ThinStage {
         n: usize,
         parent: usize,
     ) -> io::Result<()> {
-        let len = host_size(self.map.block_len(block));
-        let staging = match self.spare.pop() {
-            Some(s) => s,
-            None => Staging::new(host_size(self.map.block_size()))
-                .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?,
-        };
-        let job = self.jobs.insert(Job {
-            block,
-            len,
-            staging,
-            overlay: None,
-            copy_out: None,
-            zero: Some((within, n)),
-            parent,
-        });
-        let result = self.read_block(below, job);
-        if result.is_err()
-            && let Some(job) = self.jobs.take(job)
-        {
-            self.spare.push(job.staging);
-        }
-        result
+        self.start_copy(below, block, parent, false, |job| {
+            job.zero = Some((within, n))
+        })
     }
 
     /// Gives back a block claimed after another job made it present; true if so.
@@ -477,23 +380,45 @@ impl ThinStage {
         write: bool,
         parent: usize,
     ) -> io::Result<()> {
-        let len = host_size(self.map.block_len(block));
+        let piece = Some((iov, at, within, n));
+        let whole = write && within == 0 && n == host_size(self.map.block_len(block));
+        self.start_copy(below, block, parent, whole, |job| {
+            if write {
+                job.overlay = piece;
+            } else {
+                job.copy_out = piece;
+            }
+        })
+    }
+
+    /// Copies `block` (claimed by the caller) into DISK for `parent`, doing with it what `set`
+    /// adds to the job: written at once when `whole` (the guest's bytes cover it), else read
+    /// from BASE first.
+    fn start_copy(
+        &mut self,
+        below: &mut Below<Self>,
+        block: u64,
+        parent: usize,
+        whole: bool,
+        set: impl FnOnce(&mut Job),
+    ) -> io::Result<()> {
         let staging = match self.spare.pop() {
             Some(s) => s,
             None => Staging::new(host_size(self.map.block_size()))
                 .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?,
         };
-        let piece = Some((iov, at, within, n));
-        let job = self.jobs.insert(Job {
+        let mut job = Job {
             block,
-            len,
+            len: host_size(self.map.block_len(block)),
             staging,
-            overlay: if write { piece } else { None },
-            copy_out: if write { None } else { piece },
+            overlay: None,
+            copy_out: None,
             zero: None,
             parent,
-        });
-        let result = if write && within == 0 && n == len {
+        };
+        set(&mut job);
+        let job = self.jobs.insert(job);
+        let result = if whole {
             self.write_block(below, job)
         } else {
             self.read_block(below, job)
@@ -543,31 +468,6 @@ impl ThinStage {
         )
     }
 
-    fn fail(&mut self, parent: usize, error: i32) {
-        if let Some(p) = self.parents.get_mut(parent)
-            && p.error == 0
-        {
-            p.error = error;
-        }
-    }
-
-    /// One part of `parent` finished with `error` (0: fine).
-    fn part_done(&mut self, below: &mut Below<Self>, parent: usize, error: i32) {
-        if error != 0 {
-            self.fail(parent, error);
-        }
-        let Some(p) = self.parents.get_mut(parent) else {
-            return;
-        };
-        p.remaining -= 1;
-        if p.remaining == 0
-            && let Some(p) = self.parents.take(parent)
-        {
-            let result = if p.error != 0 { p.error } else { p.total };
-            below.answer(p.tag, result);
-        }
-    }
-
     /// Ends a job: its block is given back, its parent hears `error`.
     fn end_job(&mut self, below: &mut Below<Self>, job: usize, error: i32) {
         let Some(j) = self.jobs.take(job) else {
@@ -580,24 +480,18 @@ impl ThinStage {
             unsafe { iov.copy_in(at, j.staging.as_ptr().add(within), n) };
         }
         self.map.release(j.block);
-        self.part_done(below, j.parent, error);
+        self.splits.part_done(below, j.parent, error);
         self.spare.push(j.staging);
     }
 
     /// Handles one completion of the ring.
     fn finish(&mut self, below: &mut Below<Self>, op: Op, result: i32) {
-        let short = |expect: usize| {
-            if result < 0 {
-                result
-            } else if usize::try_from(result).is_ok_and(|n| n == expect) {
-                0
-            } else {
-                -libc::EIO
-            }
-        };
+        let short = |expect: usize| transfer_error(result, expect);
         match op {
             Op::Whole(tag) => below.answer(tag, result),
-            Op::Part { parent, expect, .. } => self.part_done(below, parent, short(expect)),
+            Op::Part(part) => self
+                .splits
+                .part_done(below, part.parent, part.error(result)),
             Op::BaseRead(job) => {
                 let len = self.jobs.get_mut(job).map_or(0, |j| j.len);
                 let error = short(len);
@@ -616,7 +510,7 @@ impl ThinStage {
                     for block in blocks {
                         self.map.release(block);
                     }
-                    self.part_done(below, parent, error);
+                    self.splits.part_done(below, parent, error);
                 }
             },
             Op::DataWrite(job) => {
@@ -655,7 +549,7 @@ impl ThinStage {
             for block in blocks {
                 self.map.release(block);
             }
-            self.part_done(below, parent, error);
+            self.splits.part_done(below, parent, error);
         }
     }
 

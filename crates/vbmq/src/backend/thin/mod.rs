@@ -33,7 +33,6 @@ use std::thread::JoinHandle;
 
 pub use self::base::{ThinBase, read_or_zeros};
 use self::engine::ThinStage;
-pub(super) use self::engine::slice as iov_slice;
 use self::map::ThinMap;
 pub use self::map::map_path;
 pub use self::nbd_base::NbdBase;
