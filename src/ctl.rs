@@ -98,16 +98,15 @@ pub fn run(request: &Request) -> i32 {
                 }
             }
         }
-        R::ExportBeginWritable { address, .. } => match crate::ctl_export::open_writable(
-            address,
-            request.tls_creds.as_deref(),
-        ) {
-            Ok(opened) => export = Some(opened),
-            Err(e) => {
-                eprintln!("vbmq: {e}");
-                return 2;
+        R::ExportBeginWritable { address, .. } => {
+            match crate::ctl_export::open_writable(address, request.tls_creds.as_deref()) {
+                Ok(opened) => export = Some(opened),
+                Err(e) => {
+                    eprintln!("vbmq: {e}");
+                    return 2;
+                }
             }
-        },
+        }
         _ => {}
     }
     let mut borrowed: Vec<BorrowedFd<'_>> = opened.fds.iter().map(AsFd::as_fd).collect();

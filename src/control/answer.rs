@@ -250,7 +250,8 @@ fn mirror_begin(
     fds: Vec<OwnedFd>,
 ) -> Result<Answer, String> {
     if let Ok(AnyUri::Tls(uri)) = destination.parse::<AnyUri>() {
-        let dialer = super::passed_tls::dialer(&uri, fds).map_err(|e| format!("mirror-begin: {e}"))?;
+        let dialer =
+            super::passed_tls::dialer(&uri, fds).map_err(|e| format!("mirror-begin: {e}"))?;
         return host
             .mirror_begin_tls(Path::new(socket), dialer, &uri.export, wait_ready)
             .map(|state| Answer::Mirror(mirror_entry(&state)))

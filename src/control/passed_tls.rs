@@ -37,8 +37,8 @@ pub fn listener(
              does)"
         ));
     };
-    let tcp = vbmq::passed_fds::tcp_socket(fd, true)
-        .map_err(|e| format!("the listening socket: {e}"))?;
+    let tcp =
+        vbmq::passed_fds::tcp_socket(fd, true).map_err(|e| format!("the listening socket: {e}"))?;
     let config = server_config(&ServerFiles {
         ca: File::from(ca),
         cert: File::from(cert),

@@ -211,12 +211,7 @@ fn accept_loop(listener: &NbdListener, stopped: &File, export: &Arc<dyn Export>,
 
 /// Serves one client to its end: over TCP, TLS first (the whole handshake, TLS's and NBD's,
 /// within [`HANDSHAKE_TIMEOUT`]).
-fn client(
-    peer: Peer,
-    tls: Option<&Arc<rustls::ServerConfig>>,
-    export: &dyn Export,
-    name: &str,
-) {
+fn client(peer: Peer, tls: Option<&Arc<rustls::ServerConfig>>, export: &dyn Export, name: &str) {
     let until = Instant::now() + HANDSHAKE_TIMEOUT;
     let (stream, tls_flags) = match (peer, tls) {
         (Peer::Unix(stream), _) => (stream, None),

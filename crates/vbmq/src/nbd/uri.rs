@@ -377,10 +377,7 @@ mod tests {
         assert_eq!((u.export.as_str(), u.server_name()), ("", "localhost"));
         let u: TlsUri = "nbds://127.0.0.1:7000".parse().unwrap();
         assert_eq!((u.host.as_str(), u.port), ("127.0.0.1", 7000));
-        assert!(matches!(
-            "nbds://h/x".parse::<AnyUri>(),
-            Ok(AnyUri::Tls(_))
-        ));
+        assert!(matches!("nbds://h/x".parse::<AnyUri>(), Ok(AnyUri::Tls(_))));
         assert!(matches!(
             "nbd+unix:///x?socket=/s".parse::<AnyUri>(),
             Ok(AnyUri::Unix(_))

@@ -28,11 +28,7 @@ pub enum Accepted {
 }
 
 /// Runs the clear part and the TLS handshake of `tcp` with `config`, all before `until`.
-pub fn accept(
-    tcp: TcpStream,
-    config: &Arc<ServerConfig>,
-    until: Instant,
-) -> io::Result<Accepted> {
+pub fn accept(tcp: TcpStream, config: &Arc<ServerConfig>, until: Instant) -> io::Result<Accepted> {
     let mut armed = Armed { tcp: &tcp, until };
     let flags = match clear_options(&mut armed)? {
         Ok(flags) => flags,

@@ -96,12 +96,10 @@ pub fn server_config(files: &ServerFiles) -> io::Result<Arc<ServerConfig>> {
         .with_safe_default_protocol_versions()
         .map_err(|e| invalid("TLS", e))?;
     let builder = if files.verify_peer {
-        let verifier = WebPkiClientVerifier::builder_with_provider(
-            Arc::new(roots(&files.ca)?),
-            provider(),
-        )
-        .build()
-        .map_err(|e| invalid(CA_CERT, e))?;
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots(&files.ca)?), provider())
+                .build()
+                .map_err(|e| invalid(CA_CERT, e))?;
         builder.with_client_cert_verifier(verifier)
     } else {
         builder.with_no_client_auth()

@@ -89,8 +89,7 @@ impl Relay {
             if tcp_ready & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 && want_tcp_in {
                 self.read_tls()?;
             }
-            if plain_ready & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 && want_plain_in
-            {
+            if plain_ready & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 && want_plain_in {
                 self.read_plain()?;
             }
         }
