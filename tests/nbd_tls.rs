@@ -38,9 +38,24 @@ fn ca(dir: &Path, name: &str) {
     openssl(
         dir,
         &[
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-keyout", "ca-key.pem", "-out", "ca-cert.pem", "-days", "2", "-subj",
-            &format!("/CN={name}"), "-addext", "basicConstraints=critical,CA:TRUE", "-addext",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "ca-key.pem",
+            "-out",
+            "ca-cert.pem",
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN={name}"),
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
             "keyUsage=critical,keyCertSign,cRLSign",
         ],
     );
@@ -67,8 +82,18 @@ fn issue(ca_dir: &Path, dir: &Path, kind: &str) {
     openssl(
         dir,
         &[
-            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
-            &key, "-out", "req.csr", "-subj", &format!("/CN=vbmq-test-{kind}"),
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            "req.csr",
+            "-subj",
+            &format!("/CN=vbmq-test-{kind}"),
         ],
     );
     let ca_cert = ca_dir.join("ca-cert.pem");
@@ -76,8 +101,22 @@ fn issue(ca_dir: &Path, dir: &Path, kind: &str) {
     openssl(
         dir,
         &[
-            "x509", "-req", "-in", "req.csr", "-CA", s(&ca_cert), "-CAkey", s(&ca_key),
-            "-set_serial", "2", "-out", &cert, "-days", "2", "-extfile", "ext.cnf",
+            "x509",
+            "-req",
+            "-in",
+            "req.csr",
+            "-CA",
+            s(&ca_cert),
+            "-CAkey",
+            s(&ca_key),
+            "-set_serial",
+            "2",
+            "-out",
+            &cert,
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
         ],
     );
     std::fs::copy(&ca_cert, dir.join("ca-cert.pem")).unwrap();
@@ -198,7 +237,10 @@ fn qemu_img_and_nbdinfo_read_an_export_over_tls_and_strangers_are_refused() {
         "qemu-img read the disk over TLS"
     );
     // A client without TLS, and clients that trust another CA, are refused.
-    assert_failed(&nbdinfo(&format!("nbd://127.0.0.1:{port}/")), "nbdinfo without TLS");
+    assert_failed(
+        &nbdinfo(&format!("nbd://127.0.0.1:{port}/")),
+        "nbdinfo without TLS",
+    );
     assert_failed(
         &nbdinfo(&tls_uri(port, &creds.stranger)),
         "nbdinfo trusting another CA",
@@ -273,7 +315,10 @@ fn before_starttls_the_server_says_nothing_of_the_export() {
     let bare = dir.path().join("bare");
     std::fs::create_dir(&bare).unwrap();
     std::fs::copy(creds.client.join("ca-cert.pem"), bare.join("ca-cert.pem")).unwrap();
-    assert_failed(&nbdinfo(&tls_uri(port, &bare)), "a client with no certificate");
+    assert_failed(
+        &nbdinfo(&tls_uri(port, &bare)),
+        "a client with no certificate",
+    );
     let info = run("nbdinfo", &["--size", &tls_uri(port, &creds.client)]);
     assert_eq!(info.trim(), (1 << 20).to_string());
     assert!(daemon.alive());
@@ -304,7 +349,11 @@ fn silent_connections_past_the_limit_are_closed_and_the_export_still_serves() {
             (&*stream).read_exact(&mut hello).is_err()
         })
         .count();
-    assert!(closed >= silent.len() - 16, "{closed} of {} closed", silent.len());
+    assert!(
+        closed >= silent.len() - 16,
+        "{closed} of {} closed",
+        silent.len()
+    );
     drop(silent);
     // Once they are gone, a real client is served (their threads see the ends first).
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -342,7 +391,12 @@ fn a_mirror_over_tls_reaches_ready_and_the_images_are_equal() {
     let port = export_on_tcp(
         &target_control,
         &target_socket,
-        &["--writable", "--tls-creds", s(&creds.server), "--tls-verify-peer"],
+        &[
+            "--writable",
+            "--tls-creds",
+            s(&creds.server),
+            "--tls-verify-peer",
+        ],
     );
     // A source that trusts another CA is refused at mirror-begin.
     common::ctl::refused(
