@@ -5,8 +5,10 @@
 //!
 //! Memory is bounded: at most one read of either side is held at a time (rustls holds at most
 //! 16 KiB of received plaintext, and no plaintext is taken from the NBD side until every
-//! record before it is written). Either side's end is passed on as a half-close, so replies
-//! still in flight are delivered; an error on either side ends both.
+//! record before it is written). The peer's end is passed on as a half-close, so what it sent
+//! before is delivered; the NBD side's end (it closes, never half-closes) ends the relay once
+//! its last bytes and TLS's close_notify are written, whatever the peer does; an error on
+//! either side ends both.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -76,7 +78,7 @@ impl Relay {
             let want_tcp_out = self.tls.wants_write();
             let want_plain_in = !self.plain_ended && !self.tls.wants_write();
             let want_plain_out = !plain_idle;
-            if self.plain_ended && self.peer_ended && plain_idle && !want_tcp_out {
+            if self.plain_ended && !want_tcp_out {
                 return Ok(());
             }
             if !(want_tcp_in || want_tcp_out || want_plain_in || want_plain_out) {
@@ -140,9 +142,6 @@ impl Relay {
                 Err(e) if would_block(&e) => break,
                 Err(e) => return Err(e),
             }
-        }
-        if self.plain_ended && !self.tls.wants_write() {
-            let _ = self.tcp.shutdown(Shutdown::Write);
         }
         Ok(())
     }
