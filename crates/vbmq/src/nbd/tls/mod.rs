@@ -70,3 +70,42 @@ impl Write for Armed<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_trickling_peer_fails_the_handshake_at_its_deadline() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (tcp, _) = listener.accept().unwrap();
+        let start = Instant::now();
+        let mut armed = Armed {
+            tcp: &tcp,
+            until: start + Duration::from_millis(300),
+        };
+        let mut byte = [0; 1];
+        let mut received = 0;
+        let error = loop {
+            // A byte every 50 ms: each read is served, none stretches the deadline.
+            let _ = peer.write_all(&[1]);
+            match armed.read(&mut byte) {
+                Ok(n) => received += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => break e,
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "the peer stretched the deadline"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut, "{error}");
+        assert!(received > 0);
+        assert!(start.elapsed() >= Duration::from_millis(300));
+    }
+}
