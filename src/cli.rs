@@ -178,7 +178,8 @@ fn ctl() -> Command {
             Command::new("export-begin")
                 .about(
                     "Serve the disk on SOCKET as it is at this instant, read-only, to NBD clients \
-                     on NBD_ADDR (unix:PATH, bound 0600 by this command) while the guest keeps \
+                     on NBD_ADDR (unix:PATH, bound 0600 by this command, or tcp:HOST:PORT with \
+                     --tls-creds: TLS only) while the guest keeps \
                      writing; what the guest overwrites is saved first into an unnamed scratch \
                      file beside the image (JSON: address, bytes, block_size)",
                 )
@@ -212,6 +213,26 @@ fn ctl() -> Command {
                         ),
                 )
                 .arg(
+                    Arg::new("tls-creds")
+                        .long("tls-creds")
+                        .value_name("DIR")
+                        .value_parser(value_parser!(PathBuf))
+                        .help(
+                            "tcp: only: serve with TLS, DIR holding ca-cert.pem, \
+                             server-cert.pem and server-key.pem (QEMU's tls-creds-x509 layout)",
+                        ),
+                )
+                .arg(
+                    Arg::new("tls-verify-peer")
+                        .long("tls-verify-peer")
+                        .action(ArgAction::SetTrue)
+                        .requires("tls-creds")
+                        .help(
+                            "Clients must present a certificate signed by DIR/ca-cert.pem \
+                             (QEMU's verify-peer=on)",
+                        ),
+                )
+                .arg(
                     Arg::new("writable")
                         .long("writable")
                         .action(ArgAction::SetTrue)
@@ -227,12 +248,24 @@ fn ctl() -> Command {
             Command::new("mirror-begin")
                 .about(
                     "Mirror the disk on SOCKET to the NBD export NBD_URI \
-                     (nbd+unix:///NAME?socket=PATH, connected by this command): a background \
+                     (nbd+unix:///NAME?socket=PATH, or nbds://HOST:PORT/NAME over TLS; \
+                     connected by this command): a background \
                      copy, and every guest write to both sides before it completes; a failing \
                      destination fails the mirror, never the guest (JSON: state, copied, total)",
                 )
                 .arg(socket().required(true))
                 .arg(Arg::new("uri").value_name("NBD_URI").required(true))
+                .arg(
+                    Arg::new("tls-creds")
+                        .long("tls-creds")
+                        .value_name("DIR")
+                        .value_parser(value_parser!(PathBuf))
+                        .help(
+                            "nbds:// only: DIR holds ca-cert.pem, which the server's certificate \
+                             must chain to, and client-cert.pem and client-key.pem if the \
+                             server verifies its clients (or the URI's tls-certificates=DIR)",
+                        ),
+                )
                 .arg(
                     Arg::new("wait-ready")
                         .long("wait-ready")
@@ -503,6 +536,7 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
             use crate::control::Request;
             let mut snapshot = None;
             let mut scratch_dir = None;
+            let mut tls_creds = None;
             let command = match m.subcommand()? {
                 ("add-disk", a) => Request::AddDisk {
                     spec: a.get_one::<String>("spec")?.clone(),
@@ -538,15 +572,21 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                         name: a.get_one::<String>("name").cloned(),
                     }
                 }
-                ("export-begin", a) if a.get_flag("writable") => Request::ExportBeginWritable {
-                    socket: socket(a)?,
-                    address: a.get_one::<String>("address")?.clone(),
-                },
+                ("export-begin", a) if a.get_flag("writable") => {
+                    tls_creds = a.get_one::<PathBuf>("tls-creds").cloned();
+                    Request::ExportBeginWritable {
+                        socket: socket(a)?,
+                        address: a.get_one::<String>("address")?.clone(),
+                        tls_verify_peer: a.get_flag("tls-verify-peer"),
+                    }
+                }
                 ("export-begin", a) => {
                     scratch_dir = a.get_one::<PathBuf>("scratch-dir").cloned();
+                    tls_creds = a.get_one::<PathBuf>("tls-creds").cloned();
                     Request::ExportBegin {
                         socket: socket(a)?,
                         address: a.get_one::<String>("address")?.clone(),
+                        tls_verify_peer: a.get_flag("tls-verify-peer"),
                         bitmaps: a
                             .get_many::<String>("bitmaps")
                             .map(|names| names.cloned().collect())
@@ -554,13 +594,16 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                         checkpoint: a.get_one::<String>("checkpoint").cloned(),
                     }
                 }
-                ("mirror-begin", a) => Request::MirrorBegin {
-                    socket: socket(a)?,
-                    destination: a.get_one::<String>("uri")?.clone(),
-                    wait_ready: a.get_flag("wait-ready"),
-                    resume: a.get_flag("resume"),
-                    timeout_secs: a.get_one::<u64>("timeout").copied(),
-                },
+                ("mirror-begin", a) => {
+                    tls_creds = a.get_one::<PathBuf>("tls-creds").cloned();
+                    Request::MirrorBegin {
+                        socket: socket(a)?,
+                        destination: a.get_one::<String>("uri")?.clone(),
+                        wait_ready: a.get_flag("wait-ready"),
+                        resume: a.get_flag("resume"),
+                        timeout_secs: a.get_one::<u64>("timeout").copied(),
+                    }
+                }
                 ("mirror-end", a) => Request::MirrorEnd { socket: socket(a)? },
                 ("export-end", a) => Request::ExportEnd {
                     socket: socket(a)?,
@@ -589,6 +632,7 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                 state,
                 snapshot,
                 scratch_dir,
+                tls_creds,
             }))
         }
         ("bench", m) => Some(Job::Bench(vbmq_bench::Options {

@@ -21,6 +21,8 @@ pub struct Request {
     pub snapshot: Option<crate::ctl_snapshot::Target>,
     /// `export-begin --scratch-dir`.
     pub scratch_dir: Option<PathBuf>,
+    /// `export-begin`'s and `mirror-begin`'s `--tls-creds`.
+    pub tls_creds: Option<PathBuf>,
 }
 
 /// Sends the request; prints the result as JSON (exit 0) or the error as one line (exit 2;
@@ -73,7 +75,8 @@ pub fn run(request: &Request) -> i32 {
             socket, address, ..
         } => {
             let list = || exchange(&request.control, &R::List, &[]);
-            match crate::ctl_export::open(socket, address, request.scratch_dir.as_deref(), list) {
+            let (scratch, creds) = (request.scratch_dir.as_deref(), request.tls_creds.as_deref());
+            match crate::ctl_export::open(socket, address, scratch, creds, list) {
                 Ok(opened) => export = Some(opened),
                 Err(e) => {
                     eprintln!("vbmq: {e}");
@@ -82,23 +85,31 @@ pub fn run(request: &Request) -> i32 {
             }
         }
         R::MirrorBegin { destination, .. } => {
-            match vbmq::host::nbd_unix_uri(destination).and_then(|(_, path)| {
-                UnixStream::connect(&path).map_err(|e| format!("{}: {e}", path.display()))
+            let tls = crate::ctl_tls::connect(destination, request.tls_creds.as_deref());
+            match tls.and_then(|tls| match tls {
+                Some(fds) => Ok(fds),
+                None => vbmq::host::nbd_unix_uri(destination).and_then(|(_, path)| {
+                    UnixStream::connect(&path)
+                        .map(|s| vec![s.into()])
+                        .map_err(|e| format!("{}: {e}", path.display()))
+                }),
             }) {
-                Ok(stream) => mirror = Some(stream),
+                Ok(fds) => mirror = Some(fds),
                 Err(e) => {
                     eprintln!("vbmq: mirror-begin: {e}");
                     return 2;
                 }
             }
         }
-        R::ExportBeginWritable { address, .. } => match crate::ctl_export::open_writable(address) {
-            Ok(opened) => export = Some(opened),
-            Err(e) => {
-                eprintln!("vbmq: {e}");
-                return 2;
+        R::ExportBeginWritable { address, .. } => {
+            match crate::ctl_export::open_writable(address, request.tls_creds.as_deref()) {
+                Ok(opened) => export = Some(opened),
+                Err(e) => {
+                    eprintln!("vbmq: {e}");
+                    return 2;
+                }
             }
-        },
+        }
         _ => {}
     }
     let mut borrowed: Vec<BorrowedFd<'_>> = opened.fds.iter().map(AsFd::as_fd).collect();
@@ -111,8 +122,8 @@ pub fn run(request: &Request) -> i32 {
     if let Some(export) = &export {
         borrowed.extend(export.fds());
     }
-    if let Some(stream) = &mirror {
-        borrowed.push(stream.as_fd());
+    if let Some(fds) = &mirror {
+        borrowed.extend(fds.iter().map(AsFd::as_fd));
     }
     let result = exchange(&request.control, &command, &borrowed);
     drop(borrowed);

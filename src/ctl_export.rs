@@ -2,10 +2,11 @@
 //! export's socket (0600) and makes its scratch file with the operator's rights, and passes
 //! both (a confined vbmq makes neither). The scratch is an unnamed file (`O_TMPFILE`) in the
 //! image's directory or `--scratch-dir`: it goes with the export or the process, whichever
-//! ends first, and nothing is left to clean after a crash.
+//! ends first, and nothing is left to clean after a crash. A `tcp:HOST:PORT` export is bound
+//! with its TLS credentials by [`crate::ctl_tls`].
 
 use std::fs::File;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -14,10 +15,13 @@ use crate::control::protocol::{Answer, DeviceEntry, Reply};
 
 /// What `export-begin` passes, held until the reply.
 pub struct Opened {
-    listener: UnixListener,
+    listener: OwnedFd,
     /// None for a writable export, which saves nothing.
     scratch: Option<File>,
-    path: PathBuf,
+    /// The socket file of a `unix:` export.
+    path: Option<PathBuf>,
+    /// A `tcp:` export's TLS credentials, passed last.
+    creds: Vec<File>,
 }
 
 impl Opened {
@@ -25,17 +29,20 @@ impl Opened {
     pub fn fds(&self) -> Vec<BorrowedFd<'_>> {
         std::iter::once(self.listener.as_fd())
             .chain(self.scratch.as_ref().map(AsFd::as_fd))
+            .chain(self.creds.iter().map(AsFd::as_fd))
             .collect()
     }
 
     /// The request was refused: the socket made for it goes.
     pub fn discard(self) {
         drop(self.listener);
-        remove_socket(&self.path);
+        if let Some(path) = &self.path {
+            remove_socket(path);
+        }
     }
 }
 
-/// The socket path of `unix:PATH`; TCP is refused until the server has TLS.
+/// The socket path of `unix:PATH`.
 pub fn unix_path(address: &str) -> Result<PathBuf, String> {
     if let Some(path) = address.strip_prefix("unix:") {
         let path = PathBuf::from(path);
@@ -44,13 +51,9 @@ pub fn unix_path(address: &str) -> Result<PathBuf, String> {
         }
         return Ok(path);
     }
-    if address.starts_with("tcp:") {
-        return Err(format!(
-            "{address}: NBD over TCP needs TLS, which vbmq's NBD server does not have yet: \
-             use unix:PATH (and a TLS proxy or an SSH tunnel to reach another host)"
-        ));
-    }
-    Err(format!("{address}: NBD_ADDR is unix:PATH"))
+    Err(format!(
+        "{address}: NBD_ADDR is unix:PATH or tcp:HOST:PORT (with --tls-creds DIR)"
+    ))
 }
 
 /// Binds the export's socket at `address` and makes the scratch file in `scratch_dir`, or
@@ -59,9 +62,9 @@ pub fn open(
     socket: &str,
     address: &str,
     scratch_dir: Option<&Path>,
+    tls_creds: Option<&Path>,
     list: impl FnOnce() -> std::io::Result<Reply>,
 ) -> Result<Opened, String> {
-    let path = unix_path(address)?;
     let dir = match scratch_dir {
         Some(dir) => dir.to_path_buf(),
         None => image_dir(socket, list)?,
@@ -78,21 +81,32 @@ pub fn open(
                 dir.display()
             )
         })?;
-    let (listener, path) = bind(address, path)?;
-    Ok(Opened {
-        listener,
-        scratch: Some(scratch),
-        path,
-    })
+    let mut opened = listen(address, tls_creds)?;
+    opened.scratch = Some(scratch);
+    Ok(opened)
 }
 
 /// `export-begin --writable`: binds the export's socket at `address` (no scratch).
-pub fn open_writable(address: &str) -> Result<Opened, String> {
+pub fn open_writable(address: &str, tls_creds: Option<&Path>) -> Result<Opened, String> {
+    listen(address, tls_creds)
+}
+
+/// Binds `address`: a Unix socket file, or a TCP socket with its TLS credentials.
+fn listen(address: &str, tls_creds: Option<&Path>) -> Result<Opened, String> {
+    if let Some(tcp) = crate::ctl_tls::bind(address, tls_creds)? {
+        return Ok(Opened {
+            listener: tcp.listener.into(),
+            scratch: None,
+            path: None,
+            creds: tcp.creds,
+        });
+    }
     let (listener, path) = bind(address, unix_path(address)?)?;
     Ok(Opened {
-        listener,
+        listener: listener.into(),
         scratch: None,
-        path,
+        path: Some(path),
+        creds: Vec::new(),
     })
 }
 

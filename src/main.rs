@@ -10,6 +10,7 @@ mod ctl_disk;
 mod ctl_export;
 mod ctl_fs;
 mod ctl_snapshot;
+mod ctl_tls;
 mod fd_wait;
 mod metrics;
 mod state_file;

@@ -89,7 +89,7 @@ fn a_full_backup_read_under_writes_is_the_disk_at_export_begin() {
     assert!(daemon.alive());
 }
 
-/// TCP (until TLS), bad addresses, and disks with no export (memory) are refused with a
+/// TCP without TLS, bad addresses, and disks with no export (memory) are refused with a
 /// reason, and nothing is left bound. (Encrypted disks export their plaintext: nbd_backup.rs.)
 #[test]
 fn tcp_bad_addresses_and_disks_without_exports_are_refused_with_a_reason() {

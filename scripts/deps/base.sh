@@ -3,14 +3,15 @@
 # bookworm mirror, and a C/C++ toolchain: rustc links through `cc`, and libfuzzer-sys compiles
 # libFuzzer's C++. (The `blkio` crate is pure Rust: no meson, ninja, pkg-config or libclang.)
 # ca-certificates lets cargo fetch crates over HTTPS. xfsprogs: the snapshot test's XFS with
-# reflink (mkfs.xfs). libnbd-bin: nbdinfo and nbdcopy, the NBD export tests' clients.
+# reflink (mkfs.xfs). libnbd-bin: nbdinfo and nbdcopy, the NBD export tests' clients. openssl:
+# the NBD-over-TLS tests' certificates.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 ensure_backports
-mapfile -t missing < <(missing_packages gcc g++ libc6-dev ca-certificates xfsprogs libnbd-bin)
+mapfile -t missing < <(missing_packages gcc g++ libc6-dev ca-certificates xfsprogs libnbd-bin openssl)
 if ((${#missing[@]})); then
     apt_install "${missing[@]}"
 else
-    say "gcc, g++, libc6-dev, ca-certificates, xfsprogs, libnbd-bin: installed"
+    say "gcc, g++, libc6-dev, ca-certificates, xfsprogs, libnbd-bin, openssl: installed"
 fi

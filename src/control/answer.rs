@@ -6,6 +6,7 @@ use std::os::unix::net::UnixListener;
 use std::path::Path;
 
 use vbmq::host::{DeviceInfo, DeviceKind, DiskCounters, DiskInfo, Host, PassedShare, ShareInfo};
+use vbmq::nbd::uri::AnyUri;
 use vbmq::passed_fds::PassedDisk;
 
 use super::protocol::{
@@ -44,6 +45,7 @@ fn dispatch(
     if let Request::ExportBegin {
         socket,
         address,
+        tls_verify_peer,
         bitmaps,
         checkpoint,
     } = request
@@ -52,10 +54,15 @@ fn dispatch(
             bitmaps,
             begin: checkpoint,
         };
-        return export_begin(host, &socket, &address, &checkpoints, fds);
+        return export_begin(host, &socket, &address, tls_verify_peer, &checkpoints, fds);
     }
-    if let Request::ExportBeginWritable { socket, address } = request {
-        return export_begin_writable(host, &socket, &address, fds);
+    if let Request::ExportBeginWritable {
+        socket,
+        address,
+        tls_verify_peer,
+    } = request
+    {
+        return export_begin_writable(host, &socket, &address, tls_verify_peer, fds);
     }
     if let Request::MirrorBegin {
         socket,
@@ -187,24 +194,26 @@ fn snapshot(
     }))
 }
 
-/// `export-begin`: the listening socket and the scratch file passed, in that order.
+/// `export-begin`: the listening socket and the scratch file passed, in that order (then a TCP
+/// export's credentials).
 fn export_begin(
     host: &Host,
     socket: &str,
     address: &str,
+    verify_peer: bool,
     checkpoints: &vbmq::host::ExportCheckpoints,
     fds: Vec<OwnedFd>,
 ) -> Result<Answer, String> {
     let mut fds = fds.into_iter();
-    let (Some(listener), Some(scratch), None) = (fds.next(), fds.next(), fds.next()) else {
+    let (Some(listener), Some(scratch)) = (fds.next(), fds.next()) else {
         return Err(
             "export-begin: send the export's listening socket and its scratch file (open for \
              reading and writing) as 2 descriptors with the request (vbmq ctl export-begin does)"
                 .into(),
         );
     };
-    let listener = vbmq::passed_fds::listening_unix_socket(listener)
-        .map_err(|e| format!("export-begin: the first descriptor: {e}"))?;
+    let listener = super::passed_tls::listener(address, listener, fds, verify_peer)
+        .map_err(|e| format!("export-begin: {e}"))?;
     let info = host
         .export_begin(
             Path::new(socket),
@@ -226,18 +235,19 @@ fn export_begin_writable(
     host: &Host,
     socket: &str,
     address: &str,
+    verify_peer: bool,
     fds: Vec<OwnedFd>,
 ) -> Result<Answer, String> {
     let mut fds = fds.into_iter();
-    let (Some(listener), None) = (fds.next(), fds.next()) else {
+    let Some(listener) = fds.next() else {
         return Err(
             "export-begin --writable: send the export's listening socket as 1 descriptor with \
              the request (vbmq ctl export-begin --writable does)"
                 .into(),
         );
     };
-    let listener = vbmq::passed_fds::listening_unix_socket(listener)
-        .map_err(|e| format!("export-begin: the descriptor: {e}"))?;
+    let listener = super::passed_tls::listener(address, listener, fds, verify_peer)
+        .map_err(|e| format!("export-begin: {e}"))?;
     let info = host
         .export_begin_writable(Path::new(socket), address, listener)
         .map_err(|e| e.to_string())?;
@@ -256,6 +266,14 @@ fn mirror_begin(
     options: vbmq::host::MirrorOptions,
     fds: Vec<OwnedFd>,
 ) -> Result<Answer, String> {
+    if let Ok(AnyUri::Tls(uri)) = destination.parse::<AnyUri>() {
+        let dialer =
+            super::passed_tls::dialer(&uri, fds).map_err(|e| format!("mirror-begin: {e}"))?;
+        return host
+            .mirror_begin_tls(Path::new(socket), dialer, &uri.export, options)
+            .map(|state| Answer::Mirror(mirror_entry(&state)))
+            .map_err(|e| e.to_string());
+    }
     let mut fds = fds.into_iter();
     let (Some(stream), None) = (fds.next(), fds.next()) else {
         return Err(

@@ -4,6 +4,7 @@
 
 mod answer;
 pub mod passed_fds;
+mod passed_tls;
 pub mod protocol;
 mod server;
 

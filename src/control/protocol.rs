@@ -111,8 +111,13 @@ pub enum Request {
     ExportBegin {
         /// The disk's socket path.
         socket: String,
-        /// Where the export is served, as the operator named it (`unix:PATH`).
+        /// Where the export is served, as the operator named it (`unix:PATH`, or
+        /// `tcp:HOST:PORT`: then TLS only, its `ca-cert.pem`, `server-cert.pem` and
+        /// `server-key.pem` passed after the other descriptors).
         address: String,
+        /// TCP: clients must present a certificate the CA signed.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        tls_verify_peer: bool,
         /// Checkpoints served as `qemu:dirty-bitmap:NAME` contexts (`track-changes=on`).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         bitmaps: Vec<String>,
@@ -126,10 +131,16 @@ pub enum Request {
     ExportBeginWritable {
         /// The disk's socket path.
         socket: String,
-        /// Where the export is served, as the operator named it (`unix:PATH`).
+        /// Where the export is served, as the operator named it (`unix:PATH`, or
+        /// `tcp:HOST:PORT` with its credentials, as for `ExportBegin`).
         address: String,
+        /// TCP: clients must present a certificate the CA signed.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        tls_verify_peer: bool,
     },
-    /// Mirror the disk to the NBD export `destination` (`nbd+unix:///NAME?socket=PATH`),
+    /// Mirror the disk to the NBD export `destination` (`nbd+unix:///NAME?socket=PATH`, or
+    /// `nbds://HOST:PORT/NAME`: then its `ca-cert.pem`, and `client-cert.pem` and
+    /// `client-key.pem` if the client has them, are passed after the socket),
     /// whose socket is connected by the sender and passed with the request (one descriptor):
     /// a background copy, and every guest write to both sides from now on.
     MirrorBegin {

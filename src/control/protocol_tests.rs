@@ -116,6 +116,7 @@ fn requests() -> Vec<(Request, Value)> {
             Request::ExportBegin {
                 socket: "/r/a.sock".into(),
                 address: "unix:/r/a.nbd".into(),
+                tls_verify_peer: false,
                 bitmaps: Vec::new(),
                 checkpoint: None,
             },
@@ -125,6 +126,7 @@ fn requests() -> Vec<(Request, Value)> {
             Request::ExportBegin {
                 socket: "/r/a.sock".into(),
                 address: "unix:/r/a.nbd".into(),
+                tls_verify_peer: false,
                 bitmaps: vec!["mon".into(), "tue".into()],
                 checkpoint: Some("wed".into()),
             },
@@ -135,8 +137,18 @@ fn requests() -> Vec<(Request, Value)> {
             Request::ExportBeginWritable {
                 socket: "/r/a.sock".into(),
                 address: "unix:/r/a.nbd".into(),
+                tls_verify_peer: false,
             },
             json!({"command": "export-begin-writable", "socket": "/r/a.sock", "address": "unix:/r/a.nbd"}),
+        ),
+        (
+            Request::ExportBeginWritable {
+                socket: "/r/a.sock".into(),
+                address: "tcp:[::1]:10809".into(),
+                tls_verify_peer: true,
+            },
+            json!({"command": "export-begin-writable", "socket": "/r/a.sock",
+                   "address": "tcp:[::1]:10809", "tls_verify_peer": true}),
         ),
         (
             Request::MirrorBegin {

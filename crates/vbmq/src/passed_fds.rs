@@ -149,6 +149,28 @@ pub fn connected_unix_socket(fd: OwnedFd) -> io::Result<std::os::unix::net::Unix
     Ok(std::os::unix::net::UnixStream::from(fd))
 }
 
+/// The descriptor as a TCP socket (IPv4 or IPv6) that listens (`listening`: an NBD export's
+/// over TLS) or is connected (a mirror's destination over TLS).
+pub fn tcp_socket(fd: OwnedFd, listening: bool) -> io::Result<OwnedFd> {
+    let what = if listening {
+        "a listening TCP socket"
+    } else {
+        "a connected TCP socket"
+    };
+    let kind = file_type(fd.as_fd())?;
+    if kind != libc::S_IFSOCK {
+        return Err(refused(what, type_name(kind)));
+    }
+    let domain = socket_option(fd.as_fd(), libc::SO_DOMAIN)?;
+    if (domain != libc::AF_INET && domain != libc::AF_INET6)
+        || socket_option(fd.as_fd(), libc::SO_TYPE)? != libc::SOCK_STREAM
+        || (socket_option(fd.as_fd(), libc::SO_ACCEPTCONN)? != 0) != listening
+    {
+        return Err(refused(what, "another kind of socket"));
+    }
+    Ok(fd)
+}
+
 fn refused_image(what: &str, why: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, format!("passed {what}: {why}"))
 }

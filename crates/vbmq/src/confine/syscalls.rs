@@ -253,6 +253,14 @@ pub(super) fn filter(
     if !families.is_empty() {
         rules.insert(libc::SYS_socket, families);
     }
+    // An NBD connection over TLS is relayed to the NBD code through a Unix socket pair
+    // (nbd/tls/relay.rs); exports and mirrors come with a control socket.
+    if run_time_disks {
+        rules.insert(
+            libc::SYS_socketpair,
+            vec![domain(libc::AF_UNIX.unsigned_abs().into())?],
+        );
+    }
     let ioctl_rules = IOCTLS
         .iter()
         .chain(if run_time_disks {

@@ -11,14 +11,13 @@
 //! every block written between A and the instant, and at most a few written just after it.
 
 use std::fs::File;
-use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::{Host, HostError, SHRINK_WAIT, lock};
 use crate::backend::{ChangeMap, WritableExport};
 use crate::devices::Handles;
-use crate::nbd::{DirtyBitmap, Export, NbdServer, WithBitmaps};
+use crate::nbd::{DirtyBitmap, Export, NbdListener, NbdServer, WithBitmaps};
 use crate::virtio_blk::BlkDevice;
 
 /// An export's server, taken by whichever ends it first: `export-end`, or a guest starting on
@@ -29,7 +28,7 @@ type ServerSlot = Arc<Mutex<Option<NbdServer>>>;
 pub(super) struct RunningExport {
     /// The disk's socket.
     socket: PathBuf,
-    /// Where it is served, as the operator named it (`unix:PATH`).
+    /// Where it is served, as the operator named it (`unix:PATH`, `tcp:HOST:PORT`).
     address: String,
     /// The verbs of the disk's layers: its export ends there.
     handles: Handles,
@@ -77,7 +76,7 @@ impl Host {
         &self,
         socket: &Path,
         address: &str,
-        listener: UnixListener,
+        listener: impl Into<NbdListener>,
         scratch: File,
         checkpoints: &ExportCheckpoints,
     ) -> Result<ExportInfo, HostError> {
@@ -197,7 +196,7 @@ impl Host {
         &self,
         socket: &Path,
         address: &str,
-        listener: UnixListener,
+        listener: impl Into<NbdListener>,
     ) -> Result<ExportInfo, HostError> {
         let (disk, handles, device) = {
             let disks = lock(&self.disks);

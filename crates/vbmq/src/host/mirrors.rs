@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::{Host, HostError, lock};
 use crate::backend::{MirrorDisk, MirrorState};
-use crate::nbd::client::{Client, Connector};
+use crate::nbd::client::{Client, Connector, TlsDialer};
 use crate::virtio_blk::BlkDevice;
 
 /// How long `mirror-begin` waits for the guest writes pushed before it to complete (they are
@@ -103,6 +103,31 @@ impl Host {
     ) -> Result<MirrorState, HostError> {
         let (mirror, device) = self.mirror_and_device(socket)?;
         let client = Client::connect(passed_once(stream), name).map_err(refused)?;
+        self.mirror_with(socket, mirror, &device, client, options)
+    }
+
+    /// `mirror-begin` to an export over TCP with TLS: as [`Host::mirror_begin`], the
+    /// connection (passed once, as the Unix one) made by `dialer`.
+    pub fn mirror_begin_tls(
+        &self,
+        socket: &Path,
+        dialer: TlsDialer,
+        name: &str,
+        options: MirrorOptions,
+    ) -> Result<MirrorState, HostError> {
+        let (mirror, device) = self.mirror_and_device(socket)?;
+        let client = Client::connect_tls(dialer, name).map_err(refused)?;
+        self.mirror_with(socket, mirror, &device, client, options)
+    }
+
+    fn mirror_with(
+        &self,
+        socket: &Path,
+        mirror: Arc<MirrorDisk>,
+        device: &BlkDevice,
+        client: Client,
+        options: MirrorOptions,
+    ) -> Result<MirrorState, HostError> {
         mirror
             .begin(Box::new(client), options.timeout, options.resume)
             .map_err(refused)?;

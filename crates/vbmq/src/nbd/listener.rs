@@ -1,16 +1,71 @@
 //! An export's listening socket: each client on a thread of its own (never a guest's queue
-//! thread), [`MAX_CONNECTIONS`] at most, every one closed when the export ends.
+//! thread), [`MAX_CONNECTIONS`] at most, every one closed when the export ends. A Unix socket
+//! serves NBD in the clear; a TCP socket only with TLS ([`super::tls`]).
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::server::{self, End, Export};
+use super::tls::accept::Accepted;
+
+/// Where an export listens.
+pub enum NbdListener {
+    /// A Unix socket: NBD in the clear (the socket file is 0600).
+    Unix(UnixListener),
+    /// A TCP socket: every client must start TLS with these credentials.
+    Tls(TcpListener, Arc<rustls::ServerConfig>),
+}
+
+impl From<UnixListener> for NbdListener {
+    fn from(listener: UnixListener) -> Self {
+        NbdListener::Unix(listener)
+    }
+}
+
+impl NbdListener {
+    fn fd(&self) -> RawFd {
+        match self {
+            NbdListener::Unix(l) => l.as_raw_fd(),
+            NbdListener::Tls(l, _) => l.as_raw_fd(),
+        }
+    }
+
+    fn accept(&self) -> io::Result<Peer> {
+        match self {
+            NbdListener::Unix(l) => l.accept().map(|(s, _)| Peer::Unix(s)),
+            NbdListener::Tls(l, _) => l.accept().map(|(s, _)| Peer::Tcp(s)),
+        }
+    }
+}
+
+/// A client's connection as accepted.
+enum Peer {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Peer {
+    fn try_clone(&self) -> io::Result<Peer> {
+        match self {
+            Peer::Unix(s) => s.try_clone().map(Peer::Unix),
+            Peer::Tcp(s) => s.try_clone().map(Peer::Tcp),
+        }
+    }
+
+    fn shutdown(&self) {
+        let _ = match self {
+            Peer::Unix(s) => s.shutdown(Shutdown::Both),
+            Peer::Tcp(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+}
 
 /// Clients served at once; one more is closed at once (each holds up to 32 MiB).
 pub const MAX_CONNECTIONS: usize = 16;
@@ -27,7 +82,7 @@ pub struct NbdServer {
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The clients being served, by number: a clone of each stream, to shut it down.
-type Clients = Arc<Mutex<HashMap<u64, UnixStream>>>;
+type Clients = Arc<Mutex<HashMap<u64, Peer>>>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -36,10 +91,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl NbdServer {
     /// Serves `export` on `listener` until [`NbdServer::stop`]; `name` prefixes log lines.
     pub fn start(
-        listener: UnixListener,
+        listener: impl Into<NbdListener>,
         export: Arc<dyn Export>,
         name: String,
     ) -> io::Result<Self> {
+        let listener = listener.into();
         // SAFETY: eventfd(2) with constant arguments; the result is checked.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -77,10 +133,10 @@ impl Drop for NbdServer {
 }
 
 /// Waits for a client or the stop byte; `true`: a client is waiting.
-fn wait(listener: &UnixListener, stopped: &File) -> bool {
+fn wait(listener: &NbdListener, stopped: &File) -> bool {
     let mut fds = [
         libc::pollfd {
-            fd: listener.as_raw_fd(),
+            fd: listener.fd(),
             events: libc::POLLIN,
             revents: 0,
         },
@@ -100,13 +156,13 @@ fn wait(listener: &UnixListener, stopped: &File) -> bool {
     }
 }
 
-fn accept_loop(listener: &UnixListener, stopped: &File, export: &Arc<dyn Export>, name: &str) {
+fn accept_loop(listener: &NbdListener, stopped: &File, export: &Arc<dyn Export>, name: &str) {
     let clients: Clients = Arc::default();
     let mut threads: Vec<JoinHandle<()>> = Vec::new();
     let mut next = 0u64;
     while wait(listener, stopped) {
         let stream = match listener.accept() {
-            Ok((stream, _)) => stream,
+            Ok(stream) => stream,
             Err(e) => {
                 crate::limited!(warn, "{name}: accept: {e}");
                 continue;
@@ -127,10 +183,14 @@ fn accept_loop(listener: &UnixListener, stopped: &File, export: &Arc<dyn Export>
         let id = next;
         lock(&clients).insert(id, clone);
         let (export, clients_of_thread, owned) = (export.clone(), clients.clone(), name.to_owned());
+        let tls = match listener {
+            NbdListener::Tls(_, config) => Some(config.clone()),
+            NbdListener::Unix(_) => None,
+        };
         let spawned = std::thread::Builder::new()
             .name("vbmq-nbd-client".into())
             .spawn(move || {
-                client(stream, export.as_ref(), &owned);
+                client(stream, tls.as_ref(), export.as_ref(), &owned);
                 lock(&clients_of_thread).remove(&id);
             });
         match spawned {
@@ -142,24 +202,41 @@ fn accept_loop(listener: &UnixListener, stopped: &File, export: &Arc<dyn Export>
         }
     }
     for stream in lock(&clients).values() {
-        let _ = stream.shutdown(std::net::Shutdown::Both);
+        stream.shutdown();
     }
     for thread in threads {
         let _ = thread.join();
     }
 }
 
-/// Serves one client to its end.
-fn client(stream: UnixStream, export: &dyn Export, name: &str) {
+/// Serves one client to its end: over TCP, TLS first (the whole handshake, TLS's and NBD's,
+/// within [`HANDSHAKE_TIMEOUT`]).
+fn client(peer: Peer, tls: Option<&Arc<rustls::ServerConfig>>, export: &dyn Export, name: &str) {
+    let until = Instant::now() + HANDSHAKE_TIMEOUT;
+    let (stream, tls_flags) = match (peer, tls) {
+        (Peer::Unix(stream), _) => (stream, None),
+        (Peer::Tcp(tcp), Some(config)) => match super::tls::accept(tcp, config, until) {
+            Ok(Accepted::Tls(stream, flags)) => (stream, Some(flags)),
+            Ok(Accepted::Ended(why)) => {
+                crate::limited!(info, "{name}: NBD client disconnected: {why}");
+                return;
+            }
+            Err(e) => {
+                crate::limited!(info, "{name}: NBD client's TLS failed: {e}");
+                return;
+            }
+        },
+        (Peer::Tcp(_), None) => return,
+    };
     let mut stream = Deadline {
         stream,
-        until: Some(Instant::now() + HANDSHAKE_TIMEOUT),
+        until: Some(until),
     };
     let transmission = |s: &mut Deadline| {
         s.until = None;
         s.stream.try_clone()
     };
-    match server::serve(&mut stream, export, transmission) {
+    match server::serve_greeted(&mut stream, export, tls_flags, transmission) {
         Ok(End::Client) => {}
         Ok(End::Protocol(why)) => crate::limited!(info, "{name}: NBD client disconnected: {why}"),
         Err(e) => crate::limited!(info, "{name}: NBD client gone: {e}"),

@@ -11,7 +11,9 @@
 //! - [`listener`]: an export's socket, a thread per client, bounded;
 //! - [`client`]: a pipelined client of one export (a `base=nbd` disk's base, a mirror's
 //!   destination);
-//! - [`uri`]: NBD URIs (`nbd+unix:///NAME?socket=PATH`), how an operator names an export.
+//! - [`tls`]: NBD over TCP, only with TLS (`NBD_OPT_STARTTLS`, certificates in QEMU's layout);
+//! - [`uri`]: NBD URIs (`nbd+unix:///NAME?socket=PATH`, `nbds://HOST:PORT/NAME`), how an
+//!   operator names an export.
 //!
 //! No maintained crate has the protocol with structured replies and metadata contexts (the
 //! `nbd` crate is a sketch with neither; `tokio-nbd` needs tokio), so it is here, small.
@@ -22,12 +24,13 @@ mod in_flight;
 pub mod listener;
 pub mod meta_context;
 pub mod server;
+pub mod tls;
 mod transmission;
 pub mod uri;
 pub mod wire;
 pub mod with_bitmaps;
 
-pub use listener::NbdServer;
+pub use listener::{NbdListener, NbdServer};
 pub use meta_context::DirtyBitmap;
 pub use server::Export;
 pub use with_bitmaps::WithBitmaps;

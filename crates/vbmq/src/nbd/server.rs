@@ -26,14 +26,26 @@ pub fn serve<S: Read + Write, W: Write + Send>(
     export: &dyn Export,
     transmission: impl FnOnce(&mut S) -> io::Result<W>,
 ) -> io::Result<End> {
+    serve_greeted(stream, export, None, transmission)
+}
+
+/// As [`serve`], on a connection whose hello is over and whose options go on inside TLS
+/// (`Some`: the client's flags, as [`super::tls::accept`] read them before `STARTTLS`).
+pub fn serve_greeted<S: Read + Write, W: Write + Send>(
+    stream: &mut S,
+    export: &dyn Export,
+    tls_flags: Option<u32>,
+    transmission: impl FnOnce(&mut S) -> io::Result<W>,
+) -> io::Result<End> {
     let mut conn = Connection {
         stream,
         export,
         structured: false,
         contexts: Vec::new(),
         no_zeroes: false,
+        tls: tls_flags.is_some(),
     };
-    match conn.negotiate()? {
+    match conn.negotiate(tls_flags)? {
         Negotiated::Transmission => {
             let writer = transmission(conn.stream)?;
             let settled = Settled {
@@ -58,6 +70,8 @@ struct Connection<'a, S> {
     /// The metadata contexts selected (`SET_META_CONTEXT`), each once.
     contexts: Vec<Context>,
     no_zeroes: bool,
+    /// The connection is inside TLS.
+    tls: bool,
 }
 
 /// A client's bytes, read from in order, every length checked.
@@ -106,15 +120,12 @@ impl<S: Read + Write> Connection<'_, S> {
         flags
     }
 
-    fn negotiate(&mut self) -> io::Result<Negotiated> {
-        let mut hello = Vec::with_capacity(18);
-        hello.extend_from_slice(&wire::NBD_MAGIC.to_be_bytes());
-        hello.extend_from_slice(&wire::IHAVEOPT.to_be_bytes());
-        hello.extend_from_slice(&(handshake::FIXED_NEWSTYLE | handshake::NO_ZEROES).to_be_bytes());
-        self.stream.write_all(&hello)?;
-        let mut client = [0; 4];
-        self.stream.read_exact(&mut client)?;
-        let client = u32::from_be_bytes(client);
+    /// The hello (unless TLS began after it: `tls_flags`), then the options.
+    fn negotiate(&mut self, tls_flags: Option<u32>) -> io::Result<Negotiated> {
+        let client = match tls_flags {
+            Some(flags) => flags,
+            None => self.hello()?,
+        };
         let known = u32::from(handshake::FIXED_NEWSTYLE | handshake::NO_ZEROES);
         if client & !known != 0 {
             return Ok(Negotiated::Ended(End::Protocol("unknown client flags")));
@@ -142,6 +153,18 @@ impl<S: Read + Write> Connection<'_, S> {
         Ok(Negotiated::Ended(End::Protocol("too many options")))
     }
 
+    /// Sends the server's hello; the client's flags.
+    fn hello(&mut self) -> io::Result<u32> {
+        let mut hello = Vec::with_capacity(18);
+        hello.extend_from_slice(&wire::NBD_MAGIC.to_be_bytes());
+        hello.extend_from_slice(&wire::IHAVEOPT.to_be_bytes());
+        hello.extend_from_slice(&(handshake::FIXED_NEWSTYLE | handshake::NO_ZEROES).to_be_bytes());
+        self.stream.write_all(&hello)?;
+        let mut client = [0; 4];
+        self.stream.read_exact(&mut client)?;
+        Ok(u32::from_be_bytes(client))
+    }
+
     /// Answers one option; `Some` when negotiation is over.
     fn option(&mut self, option: u32, data: &[u8]) -> io::Result<Option<Negotiated>> {
         let answered = match option {
@@ -166,6 +189,7 @@ impl<S: Read + Write> Connection<'_, S> {
                 return Ok(Some(Negotiated::Ended(End::Client)));
             }
             opt::LIST => self.list(option, data)?,
+            opt::STARTTLS if self.tls => Err((rep::ERR_INVALID, "TLS is on already")),
             opt::STARTTLS => Err((rep::ERR_POLICY, "TLS is not offered on this socket")),
             opt::INFO | opt::GO => self.info(option, data)?,
             opt::STRUCTURED_REPLY => {

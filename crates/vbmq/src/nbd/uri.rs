@@ -1,8 +1,8 @@
 //! NBD URIs (the NetworkBlockDevice project's `doc/uri.md`, over RFC 3986), the form in which an
-//! operator names a remote export: `nbd+unix:///NAME?socket=PATH`. Only Unix sockets are served
-//! this round: `nbd://`, `nbds://`, `nbds+unix://` and `nbd+vsock://` are refused with a line
-//! that says so, as is anything the spec says a parser should diagnose (an unknown query
-//! parameter, a host on a Unix socket).
+//! operator names a remote export: `nbd+unix:///NAME?socket=PATH` ([`NbdUri`]) and, over TCP,
+//! only with TLS, `nbds://HOST[:PORT]/NAME` ([`TlsUri`]). `nbd://` (TCP in the clear),
+//! `nbds+unix://` and `nbd+vsock://` are refused with a line that says so, as is anything the
+//! spec says a parser should diagnose (an unknown query parameter, a host on a Unix socket).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -28,6 +28,156 @@ fn refuse<T>(why: impl Into<String>) -> Result<T, UriError> {
 }
 
 const FORM: &str = "nbd+unix:///NAME?socket=PATH";
+const TLS_FORM: &str = "nbds://HOST:PORT/NAME";
+const NO_CLEAR_TCP: &str =
+    "nbd:// (TCP) is refused: NBD over TCP is only with TLS: use nbds://HOST:PORT/NAME";
+
+/// The NBD protocol's port, when a URI names none.
+pub const DEFAULT_PORT: u16 = 10809;
+
+/// A parsed `nbds://HOST[:PORT]/NAME` URI: an export over TCP, with TLS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsUri {
+    /// The server's host name or address (an IPv6 address without its brackets).
+    pub host: String,
+    /// Its port ([`DEFAULT_PORT`] when none is given).
+    pub port: u16,
+    /// The export's name.
+    pub export: String,
+    /// `tls-certificates=DIR`: the client's credentials in QEMU's layout (`ca-cert.pem`,
+    /// optionally `client-cert.pem` and `client-key.pem`).
+    pub certificates: Option<PathBuf>,
+    /// `tls-hostname=NAME`: the name the server's certificate must carry, if not `host`.
+    pub hostname: Option<String>,
+}
+
+impl TlsUri {
+    /// The name the server's certificate is checked against.
+    pub fn server_name(&self) -> &str {
+        self.hostname.as_deref().unwrap_or(&self.host)
+    }
+}
+
+/// A URI of either kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AnyUri {
+    /// `nbd+unix://`.
+    Unix(NbdUri),
+    /// `nbds://`.
+    Tls(TlsUri),
+}
+
+impl std::str::FromStr for AnyUri {
+    type Err = UriError;
+
+    fn from_str(uri: &str) -> Result<Self, UriError> {
+        let scheme = uri.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+        match scheme.as_deref() {
+            Some("nbds") => uri.parse().map(AnyUri::Tls),
+            _ => uri.parse().map(AnyUri::Unix),
+        }
+    }
+}
+
+impl std::str::FromStr for TlsUri {
+    type Err = UriError;
+
+    fn from_str(uri: &str) -> Result<Self, UriError> {
+        let rest = match uri.split_once("://") {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("nbds") => rest,
+            _ => return refuse(format!("not an nbds:// URI (expected {TLS_FORM})")),
+        };
+        if rest.contains('#') {
+            return refuse("an NBD URI has no fragment (#)");
+        }
+        let (authority_and_path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (authority, path) = match authority_and_path.find('/') {
+            Some(at) => authority_and_path.split_at(at),
+            None => (authority_and_path, ""),
+        };
+        let (host, port) = host_and_port(authority)?;
+        let export = decode(path.strip_prefix('/').unwrap_or(path), "the export name")?;
+        let export =
+            String::from_utf8(export).or_else(|_| refuse("the export name is not UTF-8"))?;
+        if export.len() > MAX_NAME {
+            return refuse("the export name is longer than 4096 bytes");
+        }
+        let mut parsed = TlsUri {
+            host,
+            port,
+            export,
+            certificates: None,
+            hostname: None,
+        };
+        tls_query(query, &mut parsed)?;
+        Ok(parsed)
+    }
+}
+
+/// `HOST[:PORT]`, `[IPV6][:PORT]`; no user (TLS with a username is PSK, not served).
+fn host_and_port(authority: &str) -> Result<(String, u16), UriError> {
+    if authority.contains('@') {
+        return refuse("a user in the URI (TLS-PSK) is not supported: use X.509 certificates");
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let Some((host, after)) = v6.split_once(']') else {
+            return refuse("an IPv6 address without its closing ]");
+        };
+        let port = match after.strip_prefix(':') {
+            Some(port) => Some(port),
+            None if after.is_empty() => None,
+            None => return refuse(format!("{authority:?}: not HOST[:PORT]")),
+        };
+        (host, port)
+    } else {
+        match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return refuse(format!("nbds:// needs a host: {TLS_FORM}"));
+    }
+    let port = match port {
+        None | Some("") => DEFAULT_PORT,
+        Some(port) => match port.parse::<u16>() {
+            Ok(port) if port > 0 => port,
+            _ => return refuse(format!("{port:?} is not a TCP port")),
+        },
+    };
+    let host = String::from_utf8(decode(host, "the host")?)
+        .or_else(|_| refuse("the host is not UTF-8"))?;
+    Ok((host, port))
+}
+
+/// The query of an `nbds://` URI: `tls-certificates=DIR`, `tls-hostname=NAME`,
+/// `tls-type=x509`, `tls-verify-peer=true`; nothing else.
+fn tls_query(query: &str, uri: &mut TlsUri) -> Result<(), UriError> {
+    let text = |value: &str, what: &str| -> Result<String, UriError> {
+        String::from_utf8(decode(value, what)?).or_else(|_| refuse(format!("{what} is not UTF-8")))
+    };
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "tls-certificates" if uri.certificates.is_none() => {
+                uri.certificates = Some(PathBuf::from(text(value, "tls-certificates=")?));
+            }
+            "tls-hostname" if uri.hostname.is_none() => {
+                uri.hostname = Some(text(value, "tls-hostname=")?);
+            }
+            "tls-certificates" | "tls-hostname" => return refuse(format!("{key}= is given twice")),
+            "tls-type" if value == "x509" => {}
+            "tls-type" => return refuse("tls-type= must be x509 (TLS-PSK is not supported)"),
+            "tls-verify-peer" if value == "true" => {}
+            "tls-verify-peer" => {
+                return refuse("tls-verify-peer= must be true: vbmq always verifies the server");
+            }
+            "socket" => return refuse("nbds:// takes no socket=: it is TCP"),
+            key => return refuse(format!("unknown query parameter {key:?}")),
+        }
+    }
+    Ok(())
+}
 
 impl std::str::FromStr for NbdUri {
     type Err = UriError;
@@ -38,10 +188,11 @@ impl std::str::FromStr for NbdUri {
         };
         match scheme.to_ascii_lowercase().as_str() {
             "nbd+unix" => {}
-            "nbd" => return refuse(format!("nbd:// (TCP) is not supported yet: use {FORM}")),
-            "nbds" | "nbds+unix" => {
+            "nbd" => return refuse(NO_CLEAR_TCP),
+            "nbds" => return refuse(format!("nbds:// (TLS) is not taken here: use {FORM}")),
+            "nbds+unix" => {
                 return refuse(format!(
-                    "{scheme}:// (TLS) is not supported yet: use {FORM}"
+                    "nbds+unix:// (TLS on a Unix socket) is not supported: use {FORM}"
                 ));
             }
             "nbd+vsock" => return refuse(format!("nbd+vsock:// is not supported: use {FORM}")),
@@ -178,7 +329,7 @@ mod tests {
     #[test]
     fn what_is_not_served_is_refused_with_a_reason() {
         for (uri, why) in [
-            ("nbd://host:10809/disk", "TCP"),
+            ("nbd://host:10809/disk", "only with TLS"),
             ("nbds://host/disk", "TLS"),
             ("nbds+unix:///disk?socket=/s", "TLS"),
             ("nbd+vsock://2/disk", "vsock"),
@@ -206,5 +357,47 @@ mod tests {
         }
         let long = format!("nbd+unix:///{}?socket=/s", "a".repeat(MAX_NAME + 1));
         assert!(parse(&long).is_err());
+    }
+
+    #[test]
+    fn tls_uris_as_the_spec_reads_them() {
+        let u: TlsUri = "nbds://backup.example:10810/disk%201?tls-certificates=/etc/pki/vbmq"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            (u.host.as_str(), u.port, u.export.as_str()),
+            ("backup.example", 10810, "disk 1")
+        );
+        assert_eq!(u.certificates, Some(PathBuf::from("/etc/pki/vbmq")));
+        assert_eq!(u.server_name(), "backup.example");
+        let u: TlsUri = "NBDS://[::1]/?tls-hostname=localhost&tls-type=x509"
+            .parse()
+            .unwrap();
+        assert_eq!((u.host.as_str(), u.port), ("::1", DEFAULT_PORT));
+        assert_eq!((u.export.as_str(), u.server_name()), ("", "localhost"));
+        let u: TlsUri = "nbds://127.0.0.1:7000".parse().unwrap();
+        assert_eq!((u.host.as_str(), u.port), ("127.0.0.1", 7000));
+        assert!(matches!("nbds://h/x".parse::<AnyUri>(), Ok(AnyUri::Tls(_))));
+        assert!(matches!(
+            "nbd+unix:///x?socket=/s".parse::<AnyUri>(),
+            Ok(AnyUri::Unix(_))
+        ));
+        for (uri, why) in [
+            ("nbds:///disk", "needs a host"),
+            ("nbds://h:0/d", "not a TCP port"),
+            ("nbds://h:99999/d", "not a TCP port"),
+            ("nbds://user@h/d", "PSK"),
+            ("nbds://[::1/d", "closing"),
+            ("nbds://h/d?tls-type=psk", "x509"),
+            ("nbds://h/d?tls-verify-peer=false", "always verifies"),
+            ("nbds://h/d?socket=/s", "TCP"),
+            ("nbds://h/d?tls-hostname=a&tls-hostname=b", "twice"),
+            ("nbds://h/d?color=red", "unknown query parameter"),
+            ("nbds://h/d#f", "fragment"),
+            ("nbd://h/d", "only with TLS"),
+        ] {
+            let e = uri.parse::<AnyUri>().expect_err(uri);
+            assert!(e.to_string().contains(why), "{uri}: {e}");
+        }
     }
 }

@@ -64,6 +64,8 @@ pub mod rep {
     pub const ERR_POLICY: u32 = ERROR | 2;
     /// Malformed or out of place.
     pub const ERR_INVALID: u32 = ERROR | 3;
+    /// Refused until TLS is on (`NBD_OPT_STARTTLS`).
+    pub const ERR_TLS_REQD: u32 = ERROR | 5;
     /// No such export.
     pub const ERR_UNKNOWN: u32 = ERROR | 6;
     /// The request is too big.

@@ -1,5 +1,6 @@
-//! The client's side of the fixed newstyle handshake: `NBD_OPT_GO` for one export by name,
-//! asking for its block size constraints. Every reply is untrusted: lengths are bounded before
+//! The client's side of the fixed newstyle handshake: the hello, `NBD_OPT_STARTTLS` when the
+//! server requires TLS, and `NBD_OPT_GO` for one export by name, asking for its block size
+//! constraints. Every reply is untrusted: lengths are bounded before
 //! anything is allocated, and a server that breaks the protocol ends the handshake with an
 //! error.
 
@@ -45,12 +46,8 @@ impl ExportInfo {
     }
 }
 
-/// Runs the handshake on a fresh connection to `name`; on success the stream is in
-/// transmission.
-pub fn negotiate<S: Read + Write>(stream: &mut S, name: &str) -> Result<ExportInfo, ClientError> {
-    if name.len() > wire::MAX_NAME {
-        return Err(ClientError::Invalid("export name longer than 4096 bytes"));
-    }
+/// The server's hello and the client's flags.
+pub fn hello<S: Read + Write>(stream: &mut S) -> Result<(), ClientError> {
     let mut hello = [0; 18];
     stream.read_exact(&mut hello)?;
     if u64::from_be_bytes(array(&hello[0..8])) != wire::NBD_MAGIC {
@@ -67,8 +64,50 @@ pub fn negotiate<S: Read + Write>(stream: &mut S, name: &str) -> Result<ExportIn
     }
     let client = handshake::FIXED_NEWSTYLE | (server & handshake::NO_ZEROES);
     stream.write_all(&u32::from(client).to_be_bytes())?;
+    Ok(())
+}
+
+/// `NBD_OPT_GO` for export `name`, after the hello (and `STARTTLS`); on success the stream is
+/// in transmission.
+pub fn go<S: Read + Write>(stream: &mut S, name: &str) -> Result<ExportInfo, ClientError> {
+    if name.len() > wire::MAX_NAME {
+        return Err(ClientError::Invalid("export name longer than 4096 bytes"));
+    }
     send_go(stream, name)?;
     receive_go(stream)
+}
+
+/// `NBD_OPT_STARTTLS`, after the hello: `Ok` once the server acknowledged it (TLS begins).
+pub fn starttls<S: Read + Write>(stream: &mut S) -> Result<(), ClientError> {
+    let header = OptionHeader {
+        magic: wire::IHAVEOPT,
+        option: opt::STARTTLS,
+        length: 0,
+    };
+    stream.write_all(&header.encode())?;
+    let mut reply = [0; 20];
+    stream.read_exact(&mut reply)?;
+    if u64::from_be_bytes(array(&reply[0..8])) != wire::OPTION_REPLY_MAGIC {
+        return Err(ClientError::Protocol("bad option reply magic"));
+    }
+    if u32::from_be_bytes(array(&reply[8..12])) != opt::STARTTLS {
+        return Err(ClientError::Protocol("a reply to an option not sent"));
+    }
+    let kind = u32::from_be_bytes(array(&reply[12..16]));
+    let length = u32::from_be_bytes(array(&reply[16..20]));
+    if length > MAX_REPLY {
+        return Err(ClientError::Protocol("option reply too long"));
+    }
+    let mut data = vec![0; length as usize];
+    stream.read_exact(&mut data)?;
+    match kind {
+        rep::ACK if data.is_empty() => Ok(()),
+        kind if kind & rep::ERROR != 0 => Err(ClientError::Refused {
+            kind,
+            message: String::from_utf8_lossy(&data).chars().take(200).collect(),
+        }),
+        _ => Err(ClientError::Protocol("unexpected reply to STARTTLS")),
+    }
 }
 
 fn send_go<S: Write>(stream: &mut S, name: &str) -> Result<(), ClientError> {

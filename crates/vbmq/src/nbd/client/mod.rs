@@ -10,6 +10,7 @@
 
 mod connection;
 mod handshake;
+mod tls;
 
 use std::io;
 use std::os::unix::net::UnixStream;
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant};
 pub use connection::Completion;
 use connection::Connection;
 pub use handshake::{ExportInfo, MAX_REQUEST};
+pub use tls::TlsDialer;
 
 use super::wire::{self, Request, cmd, cmd_flag, flag};
 
@@ -94,9 +96,17 @@ pub enum Command<'a> {
     },
 }
 
+/// How a connection is opened.
+enum Dialer {
+    /// A stream in the clear (a Unix socket).
+    Clear(Connector),
+    /// TCP, then TLS.
+    Tls(TlsDialer),
+}
+
 /// A client of one export.
 pub struct Client {
-    connector: Connector,
+    connector: Dialer,
     name: String,
     info: ExportInfo,
     handshake_timeout: Duration,
@@ -124,6 +134,15 @@ impl Client {
 
     /// Connects to export `name` over the streams `connector` opens.
     pub fn connect(connector: Connector, name: &str) -> Result<Self, ClientError> {
+        Self::dial(Dialer::Clear(connector), name)
+    }
+
+    /// Connects to export `name` of a server that requires TLS.
+    pub fn connect_tls(dialer: TlsDialer, name: &str) -> Result<Self, ClientError> {
+        Self::dial(Dialer::Tls(dialer), name)
+    }
+
+    fn dial(connector: Dialer, name: &str) -> Result<Self, ClientError> {
         let (conn, info) = open(&connector, name, HANDSHAKE_TIMEOUT)?;
         Ok(Client {
             connector,
@@ -376,14 +395,21 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Connects and negotiates, the handshake bounded by `timeout`; the connection's reply thread
 /// runs on return.
 fn open(
-    connector: &Connector,
+    connector: &Dialer,
     name: &str,
     timeout: Duration,
 ) -> Result<(Arc<Connection>, ExportInfo), ClientError> {
-    let mut stream = connector()?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    let info = handshake::negotiate(&mut stream, name)?;
+    let mut stream = match connector {
+        Dialer::Clear(connector) => {
+            let mut stream = connector()?;
+            stream.set_read_timeout(Some(timeout))?;
+            stream.set_write_timeout(Some(timeout))?;
+            handshake::hello(&mut stream)?;
+            stream
+        }
+        Dialer::Tls(dialer) => dialer.dial(timeout)?,
+    };
+    let info = handshake::go(&mut stream, name)?;
     stream.set_read_timeout(None)?;
     stream.set_write_timeout(None)?;
     Ok((Connection::start(stream)?, info))
