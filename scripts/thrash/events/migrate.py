@@ -34,7 +34,7 @@ def migrate(t):
             return
         source.take_over(proc, qmp_socket, stderr, socket)
         proc = None
-        check_image(t, [f"guest{i}" for i in range(GUEST_WRITERS)])
+        check_image(t, [f"guest{i}" for i in range(GUEST_WRITERS)], "guest migration")
         log(f"guest migrated to {os.path.basename(socket)} in {time.monotonic() - began:.1f} s "
             f"({info.get('ram', {}).get('dirty-sync-count', 0)} rounds, "
             f"downtime {info.get('downtime', 0)} ms)")
