@@ -157,20 +157,45 @@ class Guest:
         with open(initrd, "wb") as out, open(base, "rb") as first:
             shutil.copyfileobj(first, out)
             out.write(archive)
+        self.dir = workdir
+        self.kernel = kernel
+        self.initrd = initrd
         self.console = os.path.join(workdir, "console.log")
-        self.qmp_socket = os.path.join(workdir, "qmp.sock")
-        self.stderr = open(os.path.join(workdir, "qemu.log"), "wb")
-        self.proc = subprocess.Popen(
+        self.starts = 0
+        self.proc, self.qmp_socket, self.stderr = self.start(socket)
+        self.socket = socket
+
+    def start(self, socket, incoming=None):
+        """Starts a QEMU of this guest on vbmq's `socket`; with `incoming` (a Unix socket's
+        path), one waiting there for the guest's live migration. Every QEMU of the guest appends
+        to the one console file, so that its lines read on across a migration."""
+        self.starts += 1
+        qmp_socket = os.path.join(self.dir, f"qmp-{self.starts}.sock")
+        stderr = open(os.path.join(self.dir, f"qemu-{self.starts}.log"), "wb")
+        proc = subprocess.Popen(
             [QEMU, "-nodefaults", "-nographic", "-accel", "tcg", "-cpu", "max",
              "-smp", "1", "-m", "512M",
              "-object", "memory-backend-memfd,id=mem,size=512M,share=on",
-             "-numa", "node,memdev=mem", "-kernel", kernel, "-initrd", initrd,
-             "-append", "console=ttyS0 quiet panic=-1", "-serial", f"file:{self.console}",
-             "-qmp", f"unix:{self.qmp_socket},server=on,wait=off",
+             "-numa", "node,memdev=mem", "-kernel", self.kernel, "-initrd", self.initrd,
+             "-append", "console=ttyS0 quiet panic=-1",
+             "-chardev", f"file,id=console,path={self.console},append=on",
+             "-serial", "chardev:console",
+             "-qmp", f"unix:{qmp_socket},server=on,wait=off",
              "-chardev", f"socket,id=disk0,path={socket},reconnect-ms=500",
-             "-device", "vhost-user-blk-pci,chardev=disk0,num-queues=1"],
-            stdin=subprocess.DEVNULL, stdout=self.stderr, stderr=subprocess.STDOUT,
+             "-device", "vhost-user-blk-pci,chardev=disk0,num-queues=1",
+             *(["-incoming", f"unix:{incoming}"] if incoming else [])],
+            stdin=subprocess.DEVNULL, stdout=stderr, stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent)
+        return proc, qmp_socket, stderr
+
+    def take_over(self, proc, qmp_socket, stderr, socket):
+        """The destination of a completed migration becomes this guest; its source QEMU (the
+        one this guest started) is stopped by its PID."""
+        old, old_stderr = self.proc, self.stderr
+        self.proc, self.qmp_socket, self.stderr, self.socket = proc, qmp_socket, stderr, socket
+        old.kill()
+        old.wait()
+        old_stderr.close()
 
     def lines(self, stopping):
         """The console's lines as they come, until QEMU exits or `stopping()`."""
@@ -193,15 +218,17 @@ class Guest:
                     return
                 time.sleep(0.1)
 
-    def qmp(self, command, timeout=60):
-        """Runs one QMP command; returns its `return`, raises RuntimeError on its `error`."""
+    def qmp(self, command, timeout=60, qmp_socket=None, **arguments):
+        """Runs one QMP command (on this guest's QEMU, or the one at `qmp_socket`); returns its
+        `return`, raises RuntimeError on its `error`."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(timeout)
-            conn.connect(self.qmp_socket)
+            conn.connect(qmp_socket or self.qmp_socket)
             replies = conn.makefile("r")
             replies.readline()  # the greeting
-            for execute in ("qmp_capabilities", command):
-                conn.sendall(json.dumps({"execute": execute}).encode() + b"\n")
+            for execute, args in (("qmp_capabilities", {}), (command, arguments)):
+                request = {"execute": execute, **({"arguments": args} if args else {})}
+                conn.sendall(json.dumps(request).encode() + b"\n")
                 while True:
                     reply = json.loads(replies.readline())
                     if "error" in reply:

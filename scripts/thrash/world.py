@@ -94,8 +94,12 @@ class World:
         lines = [self.disk_line(n) for n in self.disks]
         # Every 8th completion of the guest's disk held 0.3 s: a kill finds requests in flight
         # behind completed ones, which the next vbmq must resubmit (docs/design.md).
-        lines.append(f"socket={self.sock('guest')},queues=1,path={self.path('guest.img')},"
-                     f"delay-us=300000,delay-every=8" + ("" if self.inflight else ",inflight=off"))
+        # Two sockets on the guest's image, `handover=on`: its QEMU on one, the destination of
+        # its live migration on the other (events/migrate.py), and back.
+        for guest in ("guest", "guest-b"):
+            lines.append(f"socket={self.sock(guest)},queues=1,path={self.path('guest.img')},"
+                         f"delay-us=300000,delay-every=8,handover=on"
+                         + ("" if self.inflight else ",inflight=off"))
         if self.limits:
             lines[0] += f",iops={self.limits}"
         os.makedirs(self.path("etc"), exist_ok=True)

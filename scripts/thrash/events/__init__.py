@@ -2,7 +2,7 @@
 (qcow2, base=nbd, mirror, ...) is one function in a module of this package and one row here;
 `needs` names a disk of `Thrash.disks` that must exist for the kind to run (None: always)."""
 
-from . import export, faults, frontend, guest, life, mirror, qcow2, shares, snapshots
+from . import export, faults, frontend, guest, life, migrate, mirror, qcow2, shares, snapshots
 
 EVENTS = {
     "kill": (life.kill, 3, None),
@@ -19,6 +19,7 @@ EVENTS = {
     "export": (export.export, 1, None),
     "drop": (frontend.drop, 1, None),
     "reboot": (guest.reboot, 1, None),
+    "migrate": (migrate.migrate, 1, None),
     "move": (shares.move, 1, None),
     "qcow2": (qcow2.crash_mid_allocation, 1, "qcow2"),
     "mirror": (mirror.mirror, 1, None),

@@ -27,10 +27,10 @@ def reboot(t):
     t.fault_windows.extend((w, began, time.monotonic()) for w in writers)
 
 
-def check_image(t, writers):
-    """No flushed write lost across the reset: a writer's block holds its last flushed
-    generation or a later one (later ones whose `GW` line the console had not delivered yet
-    included)."""
+def check_image(t, writers, what="guest reset"):
+    """No flushed write lost across the reset (or `what`): a writer's block holds its last
+    flushed generation or a later one (later ones whose `GW` line the console had not delivered
+    yet included)."""
     with t.lock:
         flushed = [t.ledger.flushed_map(w) for w in writers]
     with open(t.path("guest.img"), "rb") as f:
@@ -43,10 +43,10 @@ def check_image(t, writers):
         number, generation = struct.unpack_from("<QQ", chunk)
         uniform = chunk == chunk[:16] * (BLOCK // 16)
         if not (uniform and number == block and generation >= low):
-            t.error(f"guest reboot: block {block} holds ({number}, {generation}) where "
+            t.error(f"{what}: block {block} holds ({number}, {generation}) where "
                     f"generation {low} or later was flushed")
             return
-    log("guest reset: every flushed block holds its generation or a later one")
+    log(f"{what}: every flushed block holds its generation or a later one")
 
 
 def wait_resumed(t, writers, began):

@@ -20,8 +20,10 @@ def term(t):
 def resize(t):
     name = t.rng.choice(["guest", "thin"])
     listing = json.loads(t.ctl("list").stdout)
-    size = next(d["size"] for d in listing if d.get("socket") == t.sock(name))
-    t.ctl("resize", t.sock(name), str(size + MIB))
+    # The guest's disk: the socket its QEMU is on (the other one's after a live migration).
+    sock = t.qemu.socket if name == "guest" else t.sock(name)
+    size = next(d["size"] for d in listing if d.get("socket") == sock)
+    t.ctl("resize", sock, str(size + MIB))
 
 
 def add_remove_disk(t):
