@@ -85,14 +85,6 @@ impl ThinDisk {
         map: Option<File>,
         options: ThinOptions,
     ) -> io::Result<Self> {
-        // BASE's bytes are served as they are: a qcow2 image's would show the guest its tables.
-        if starts_as_qcow2(&base.file()?)? {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "BASE is a qcow2 image, which base= does not read: serve a qcow2 overlay over it \
-                 (qemu-img create -f qcow2 -b BASE -F qcow2 DISK), or convert it to raw",
-            ));
-        }
         Self::open_over(data, path, ThinBase::File(base), map, options)
     }
 
@@ -104,6 +96,9 @@ impl ThinDisk {
         map: Option<File>,
         options: ThinOptions,
     ) -> io::Result<Self> {
+        if let ThinBase::File(file) = &base {
+            refuse_qcow2(file)?;
+        }
         let base_geometry = match &base {
             ThinBase::File(file) => file.geometry(),
             ThinBase::Nbd(nbd) => Geometry {
@@ -262,4 +257,16 @@ impl Drop for ThinDisk {
     fn drop(&mut self) {
         self.stop_filling();
     }
+}
+
+/// BASE's bytes are served as they are: a qcow2 image's would show the guest its tables.
+fn refuse_qcow2(base: &FileDisk) -> io::Result<()> {
+    if starts_as_qcow2(&base.file()?)? {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "BASE is a qcow2 image, which base= does not read: serve a qcow2 overlay over it \
+             (qemu-img create -f qcow2 -b BASE -F qcow2 DISK), or convert it to raw",
+        ));
+    }
+    Ok(())
 }
