@@ -87,14 +87,7 @@ impl std::str::FromStr for TlsUri {
             Some((scheme, rest)) if scheme.eq_ignore_ascii_case("nbds") => rest,
             _ => return refuse(format!("not an nbds:// URI (expected {TLS_FORM})")),
         };
-        if rest.contains('#') {
-            return refuse("an NBD URI has no fragment (#)");
-        }
-        let (authority_and_path, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, path) = match authority_and_path.find('/') {
-            Some(at) => authority_and_path.split_at(at),
-            None => (authority_and_path, ""),
-        };
+        let (authority, path, query) = split_after_scheme(rest)?;
         let (host, port) = host_and_port(authority)?;
         let export = decode(path.strip_prefix('/').unwrap_or(path), "the export name")?;
         let export =
@@ -198,14 +191,7 @@ impl std::str::FromStr for NbdUri {
             "nbd+vsock" => return refuse(format!("nbd+vsock:// is not supported: use {FORM}")),
             _ => return refuse(format!("unknown scheme {scheme:?} (expected {FORM})")),
         }
-        if rest.contains('#') {
-            return refuse("an NBD URI has no fragment (#)");
-        }
-        let (authority_and_path, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, path) = match authority_and_path.find('/') {
-            Some(at) => authority_and_path.split_at(at),
-            None => (authority_and_path, ""),
-        };
+        let (authority, path, query) = split_after_scheme(rest)?;
         if !authority.is_empty() {
             return refuse(format!(
                 "nbd+unix takes no host ({authority:?}): use {FORM}"
@@ -299,6 +285,20 @@ impl fmt::Display for NbdUri {
             encode(&self.socket.to_string_lossy())
         )
     }
+}
+
+/// What follows `SCHEME://`, split as RFC 3986 does: authority, path (from its `/`) and query;
+/// a fragment is refused.
+fn split_after_scheme(rest: &str) -> Result<(&str, &str, &str), UriError> {
+    if rest.contains('#') {
+        return refuse("an NBD URI has no fragment (#)");
+    }
+    let (authority_and_path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (authority, path) = match authority_and_path.find('/') {
+        Some(at) => authority_and_path.split_at(at),
+        None => (authority_and_path, ""),
+    };
+    Ok((authority, path, query))
 }
 
 #[cfg(test)]
