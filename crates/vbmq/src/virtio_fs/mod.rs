@@ -3,6 +3,7 @@
 //! directory. Its queue handler ([`queue`]) calls [`FsDevice::handle`] with each descriptor chain.
 
 mod config_space;
+mod fd_path;
 mod features;
 mod id_map;
 mod id_map_fs;

@@ -14,6 +14,7 @@ use virtio_queue::DescriptorChain;
 use vm_memory::ByteValued;
 
 use super::ShareFeatures;
+use super::fd_path::fd_path;
 use super::id_map_fs::IdMapFs;
 use super::on_error::OnError;
 use super::readonly::ReadOnlyFs;
@@ -107,7 +108,7 @@ impl FsDevice {
     ) -> Result<Self, ShareError> {
         let error = |e| ShareError::Dir(dir.to_path_buf(), e);
         // Where the directory is now: the containment check's first guess at the root's path.
-        let hint = descriptor_path(&root).unwrap_or_else(|| dir.to_path_buf());
+        let hint = fd_path(&root).unwrap_or_else(|_| dir.to_path_buf());
         let fs = passthrough(&hint, features).map_err(|e| e.at(dir))?;
         let held = root.try_clone().map_err(error)?;
         fs.import_from(root).map_err(error)?;
@@ -279,27 +280,6 @@ fn passthrough(
     PassthroughFs::<()>::new(config)
         .map(Arc::new)
         .map_err(PassthroughError::Io)
-}
-
-/// The path of the file `file` is open on, read from `/proc/self/fd` (`readlinkat`, which a
-/// confined vbmq serving shares may call).
-fn descriptor_path(file: &std::fs::File) -> Option<PathBuf> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::ffi::OsStringExt;
-    let link = std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()?;
-    let mut buf = vec![0u8; libc::PATH_MAX as usize];
-    // SAFETY: readlinkat writes at most `buf.len()` bytes into `buf`; `link` is NUL-terminated.
-    let len = unsafe {
-        libc::readlinkat(
-            libc::AT_FDCWD,
-            link.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    let len = usize::try_from(len).ok().filter(|&n| n < buf.len())?;
-    buf.truncate(len);
-    Some(PathBuf::from(std::ffi::OsString::from_vec(buf)))
 }
 
 fn serve<'a, F: FileSystem + Sync>(

@@ -7,10 +7,11 @@ use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::format::{FileIdentity, MAX_HANDLE, check_path};
+use crate::virtio_fs::fd_path::fd_path;
 
 /// `struct open_how` of `openat2(2)` (libc's is `non_exhaustive`).
 #[repr(C)]
@@ -62,29 +63,6 @@ pub fn path_in_share(root_path: &Path, root: &File, file: &File) -> io::Result<V
         return Err(moved());
     }
     Ok(relative)
-}
-
-/// The path the kernel gives `file`'s descriptor (`readlinkat`: the confinement allows no
-/// `readlink`).
-pub fn fd_path(file: &File) -> io::Result<std::path::PathBuf> {
-    let link = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
-    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`, which lives meanwhile.
-    let len = unsafe {
-        libc::readlinkat(
-            libc::AT_FDCWD,
-            link.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    let len = usize::try_from(len).map_err(|_| io::Error::last_os_error())?;
-    if len >= buf.len() {
-        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
-    }
-    buf.truncate(len);
-    Ok(std::path::PathBuf::from(std::ffi::OsString::from_vec(buf)))
 }
 
 fn dev_ino(file: &File) -> io::Result<(u64, u64)> {
