@@ -530,22 +530,10 @@ mod tests {
     /// Every method of the trait is written out here (see `readonly_tests.rs`).
     #[test]
     fn every_trait_method_is_forwarded() {
-        let methods = |source: &str, header: &str| -> Vec<String> {
-            let body = source.split(header).nth(1).unwrap_or_default();
-            let body = body.split("\n}\n").next().unwrap_or_default();
-            body.lines()
-                .filter_map(|line| line.strip_prefix("    fn "))
-                .filter_map(|rest| rest.split(['(', '<']).next())
-                .map(str::to_string)
-                .collect()
-        };
-        let trait_source =
-            include_str!("../../../../vendor/fuse-backend-rs/src/api/filesystem/sync_io.rs");
-        let all = methods(trait_source, "pub trait FileSystem {");
-        assert!(all.len() > 40, "the trait was not found: {all:?}");
-        let ours = methods(include_str!("id_map_fs.rs"), "for IdMapFs<F> {");
-        for method in &all {
-            assert!(ours.contains(method), "IdMapFs does not forward `{method}`");
-        }
+        crate::virtio_fs::readonly::tests::assert_every_method_written(
+            include_str!("id_map_fs.rs"),
+            "for IdMapFs<F> {",
+            "IdMapFs does not forward",
+        );
     }
 }

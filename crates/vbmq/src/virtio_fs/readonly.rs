@@ -441,4 +441,4 @@ impl<F: FileSystem> FileSystem for ReadOnlyFs<F> {
 
 #[cfg(test)]
 #[path = "readonly_tests.rs"]
-mod tests;
+pub(super) mod tests;
