@@ -398,14 +398,7 @@ impl Host {
                 "the target is a file vbmq uses (an image, a map or a key file): refused".into(),
             ));
         }
-        let (handles, device) = {
-            let disks = lock(&self.disks);
-            let running = disks
-                .iter()
-                .find(|r| r.spec.socket == socket)
-                .ok_or_else(|| HostError::NoSuchDisk(socket.to_path_buf()))?;
-            (running.handles.clone(), Arc::clone(&running.device))
-        };
+        let (handles, device) = self.handles_and_device(socket)?;
         // A named snapshot begins a changed-block map first, then lets every write pushed
         // before it complete: each later write is in the map, each earlier one in the snapshot.
         let map = match name {
@@ -440,6 +433,16 @@ impl Host {
             report.duration.as_millis()
         );
         Ok(report)
+    }
+
+    /// The layers' verbs and the device of the disk on `socket`, without holding the disk list.
+    fn handles_and_device(&self, socket: &Path) -> Result<(Handles, Arc<BlkDevice>), HostError> {
+        let disks = lock(&self.disks);
+        let running = disks
+            .iter()
+            .find(|r| r.spec.socket == socket)
+            .ok_or_else(|| HostError::NoSuchDisk(socket.to_path_buf()))?;
+        Ok((running.handles.clone(), Arc::clone(&running.device)))
     }
 
     /// `set-limits`: the disk's I/O limits from now on, across all its queues.

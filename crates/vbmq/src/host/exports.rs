@@ -80,14 +80,7 @@ impl Host {
         scratch: File,
         checkpoints: &ExportCheckpoints,
     ) -> Result<ExportInfo, HostError> {
-        let (handles, device) = {
-            let disks = lock(&self.disks);
-            let running = disks
-                .iter()
-                .find(|r| r.spec.socket == socket)
-                .ok_or_else(|| HostError::NoSuchDisk(socket.to_path_buf()))?;
-            (running.handles.clone(), Arc::clone(&running.device))
-        };
+        let (handles, device) = self.handles_and_device(socket)?;
         let map = match (checkpoints.bitmaps.is_empty(), &checkpoints.begin) {
             (true, None) => None,
             _ => Some(
