@@ -341,58 +341,43 @@ impl UringEngine {
         types::Fixed(shift + if aligned { DIRECT.0 } else { BUFFERED.0 })
     }
 
-    /// The registered buffer holding a one-segment operation's whole buffer, if any.
-    fn fixed_buffer(&self, iov: IovList) -> Option<(libc::iovec, u16)> {
+    /// The registered buffer holding a one-segment operation's whole buffer, if any: the
+    /// segment (as [`one_segment`]) and the buffer's index.
+    fn fixed_buffer(&self, iov: IovList) -> Option<(*mut u8, u32, u16)> {
         let fixed = self.fixed.as_ref()?;
-        match iov.iovecs() {
-            [one] => Some((*one, fixed.index_of(one.iov_base, one.iov_len)?)),
-            _ => None,
-        }
+        let [one] = iov.iovecs() else {
+            return None;
+        };
+        let index = fixed.index_of(one.iov_base, one.iov_len)?;
+        let (base, len) = one_segment(iov)?;
+        Some((base, len, index))
     }
 
     fn entry(&self, op: IoOp) -> squeue::Entry {
         match op {
             // A buffer in registered guest memory: the kernel pins nothing per request.
-            IoOp::Read { offset, iov } if let Some((one, index)) = self.fixed_buffer(iov) => {
-                opcode::ReadFixed::new(
-                    self.file_for(offset, iov),
-                    one.iov_base.cast(),
-                    u32::try_from(one.iov_len).unwrap_or(u32::MAX),
-                    index,
-                )
-                .offset(offset)
-                .build()
+            IoOp::Read { offset, iov } if let Some((base, len, index)) = self.fixed_buffer(iov) => {
+                opcode::ReadFixed::new(self.file_for(offset, iov), base, len, index)
+                    .offset(offset)
+                    .build()
             }
-            IoOp::Write { offset, iov } if let Some((one, index)) = self.fixed_buffer(iov) => {
-                opcode::WriteFixed::new(
-                    self.file_for(offset, iov),
-                    one.iov_base.cast(),
-                    u32::try_from(one.iov_len).unwrap_or(u32::MAX),
-                    index,
-                )
-                .offset(offset)
-                .build()
+            IoOp::Write { offset, iov }
+                if let Some((base, len, index)) = self.fixed_buffer(iov) =>
+            {
+                opcode::WriteFixed::new(self.file_for(offset, iov), base.cast_const(), len, index)
+                    .offset(offset)
+                    .build()
             }
             // One segment (most requests) skips the kernel's iovec import.
-            IoOp::Read { offset, iov } if iov.count() == 1 => {
-                let one = iov.iovecs()[0];
-                opcode::Read::new(
-                    self.file_for(offset, iov),
-                    one.iov_base.cast(),
-                    u32::try_from(one.iov_len).unwrap_or(u32::MAX),
-                )
-                .offset(offset)
-                .build()
+            IoOp::Read { offset, iov } if let Some((base, len)) = one_segment(iov) => {
+                opcode::Read::new(self.file_for(offset, iov), base, len)
+                    .offset(offset)
+                    .build()
             }
-            IoOp::Write { offset, iov } if iov.count() == 1 => {
-                let one = iov.iovecs()[0];
-                opcode::Write::new(
-                    self.file_for(offset, iov),
-                    one.iov_base.cast(),
-                    u32::try_from(one.iov_len).unwrap_or(u32::MAX),
-                )
-                .offset(offset)
-                .build()
+            IoOp::Write { offset, iov } if let Some((base, len)) = one_segment(iov) => {
+                opcode::Write::new(self.file_for(offset, iov), base.cast_const(), len)
+                    .offset(offset)
+                    .build()
             }
             IoOp::Read { offset, iov } => {
                 opcode::Readv::new(self.file_for(offset, iov), iov.as_ptr(), iov.count())
@@ -572,5 +557,16 @@ impl Drop for UringEngine {
         {
             ring.drained();
         }
+    }
+}
+
+/// The one segment of a one-segment operation, as a ring entry takes it.
+fn one_segment(iov: IovList) -> Option<(*mut u8, u32)> {
+    match iov.iovecs() {
+        [one] => Some((
+            one.iov_base.cast(),
+            u32::try_from(one.iov_len).unwrap_or(u32::MAX),
+        )),
+        _ => None,
     }
 }
