@@ -15,7 +15,7 @@ pub use crate::devices::PassedShare;
 use crate::devices::build_passed_share;
 use crate::passed_fds::{check_directory, check_listening_socket, check_regular_file};
 use crate::vhost_user::ShareServer;
-use crate::virtio_fs::{RootWall, check_passed_mount, mount_readable};
+use crate::virtio_fs::{RootWall, check_passed_mount, dev_ino, mount_readable, open_dir_at};
 use crate::worker::online_cpus;
 
 /// A directory beneath which `add-fs` may share (`--fs-root`), as it was at start.
@@ -36,48 +36,22 @@ impl ShareRoot {
             .open(path)?;
         Ok(ShareRoot {
             path: path.to_path_buf(),
-            id: identity(&file)?,
+            id: dev_ino(&file)?,
         })
     }
-}
-
-/// `(st_dev, st_ino)` of an open file.
-fn identity(file: &impl AsRawFd) -> io::Result<(u64, u64)> {
-    // SAFETY: an all-zero stat is a valid value; fstat writes it.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat on an open descriptor into a local struct.
-    if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((st.st_dev, st.st_ino))
 }
 
 /// Whether `dir` is one of `roots` or lies beneath one: its real `..` chain is walked (`O_PATH`
 /// opens, which the confinement allows anywhere) up to the process's `/`.
 fn beneath_a_root(dir: &File, roots: &[ShareRoot]) -> io::Result<bool> {
-    let mut id = identity(dir)?;
+    let mut id = dev_ino(dir)?;
     let mut parent_of: Option<File> = None;
     for _ in 0..4096 {
         if roots.iter().any(|root| root.id == id) {
             return Ok(true);
         }
-        let from = parent_of
-            .as_ref()
-            .map_or(dir.as_raw_fd(), AsRawFd::as_raw_fd);
-        // SAFETY: openat of ".." relative to an open directory; the result is checked.
-        let fd = unsafe {
-            libc::openat(
-                from,
-                c"..".as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh descriptor nothing else owns.
-        let parent = unsafe { File::from_raw_fd(fd) };
-        let parent_id = identity(&parent)?;
+        let parent = open_dir_at(parent_of.as_ref().unwrap_or(dir), c"..", libc::O_PATH)?;
+        let parent_id = dev_ino(&parent)?;
         if parent_id == id {
             return Ok(false);
         }

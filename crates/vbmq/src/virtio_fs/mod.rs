@@ -3,7 +3,7 @@
 //! directory. Its queue handler ([`queue`]) calls [`FsDevice::handle`] with each descriptor chain.
 
 mod config_space;
-mod fd_path;
+mod fds;
 mod features;
 mod id_map;
 mod id_map_fs;
@@ -18,6 +18,7 @@ mod share;
 pub mod thread_umask;
 
 pub use config_space::{TAG_LEN, config_space};
+pub use fds::{dev_ino, open_dir_at};
 pub use features::{FsCache, ShareFeatures, check_xattrmap};
 pub use id_map::{IdMap, IdRule};
 pub use on_error::OnError;

@@ -8,6 +8,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
 
+use super::fds::{dev_ino, open_dir_at};
+
 /// `open_tree(2)`: a clone of the mount tree at the path, attached nowhere.
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 /// `open_tree(2)`: submounts beneath the path too, so the share serves what it served before.
@@ -60,43 +62,20 @@ pub fn detached_mount(dir: &File) -> io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
-/// `(st_dev, st_ino)` of an open file.
-fn identity(file: &impl AsRawFd) -> io::Result<(u64, u64)> {
-    // SAFETY: an all-zero stat is a valid value; fstat writes it.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat on an open descriptor into a local struct.
-    if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((st.st_dev, st.st_ino))
-}
-
 /// Checks that `mount`, passed as the detached mount of the directory `dir` (both opened by
 /// another process, `vbmq ctl add-fs`), is one: its root is `dir` itself, and its `..` is
 /// its root (the kernel keeps `..` inside it), so that serving from it serves `dir` and no
 /// more. `dir` is the descriptor every other check (beneath `--fs-root`) was made on.
 pub fn check_passed_mount(dir: &File, mount: &File) -> io::Result<()> {
     let refused = |what: &str| io::Error::new(io::ErrorKind::InvalidInput, what.to_string());
-    let root = identity(mount)?;
-    if root != identity(dir)? {
+    let root = dev_ino(mount)?;
+    if root != dev_ino(dir)? {
         return Err(refused(
             "the mount passed is not a mount of the directory passed (another root)",
         ));
     }
-    // SAFETY: openat of ".." relative to an open directory; the result is checked.
-    let fd = unsafe {
-        libc::openat(
-            mount.as_raw_fd(),
-            c"..".as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor nothing else owns.
-    let parent = unsafe { File::from_raw_fd(fd) };
-    if identity(&parent)? != root {
+    let parent = open_dir_at(mount, c"..", libc::O_PATH)?;
+    if dev_ino(&parent)? != root {
         return Err(refused(
             "the mount passed is not a detached mount (its `..` leads out of it)",
         ));
@@ -109,20 +88,7 @@ pub fn check_passed_mount(dir: &File, mount: &File) -> io::Result<()> {
 /// no rule), so a confined vbmq cannot serve from a run-time share's mount and keeps its
 /// directory instead.
 pub fn mount_readable(mount: &File) -> io::Result<()> {
-    // SAFETY: openat of "." relative to an open directory; the result is checked and closed.
-    let fd = unsafe {
-        libc::openat(
-            mount.as_raw_fd(),
-            c".".as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor nothing else owns, closed here.
-    drop(unsafe { File::from_raw_fd(fd) });
-    Ok(())
+    open_dir_at(mount, c".", libc::O_RDONLY).map(drop)
 }
 
 impl RootWall {

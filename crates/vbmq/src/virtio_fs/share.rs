@@ -14,7 +14,7 @@ use virtio_queue::DescriptorChain;
 use vm_memory::ByteValued;
 
 use super::ShareFeatures;
-use super::fd_path::fd_path;
+use super::fds::fd_path;
 use super::id_map_fs::IdMapFs;
 use super::on_error::OnError;
 use super::readonly::ReadOnlyFs;

@@ -31,7 +31,7 @@ impl FsDevice {
     pub fn save_state(&self) -> io::Result<ShareState> {
         let root = &self.root;
         // Where the share's directory is now, to read each held inode's path relative to it.
-        let root_path = super::fd_path::fd_path(root)?;
+        let root_path = super::fds::fd_path(root)?;
         let mut inodes = Vec::new();
         for export in self.fs.export_inodes()? {
             let (path, lost) = match paths::path_in_share(&root_path, root, &export.file) {

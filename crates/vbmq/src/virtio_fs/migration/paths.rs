@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::format::{FileIdentity, MAX_HANDLE, check_path};
-use crate::virtio_fs::fd_path::fd_path;
+use crate::virtio_fs::fds::fd_path;
 
 /// `struct open_how` of `openat2(2)` (libc's is `non_exhaustive`).
 #[repr(C)]
