@@ -121,15 +121,12 @@ impl Qcow2Stage {
             return Some(-libc::EROFS);
         };
         let len = iov.len();
-        match writer.in_place(offset, len as u64) {
-            Ok(Some(host)) => {
-                let op = IoOp::Write { offset: host, iov };
-                return below.forward(op, Op::Whole(tag)).err().map(|e| errno(&e));
-            }
-            Ok(None) => {}
-            Err(e) => return Some(errno(&e)),
-        }
-        match writer.allocate_zeroed(offset, len as u64) {
+        // Where the data goes as it is: in place, else in a cluster allocated zeroed for it.
+        let placed = match writer.in_place(offset, len as u64) {
+            Ok(None) => writer.allocate_zeroed(offset, len as u64),
+            found => found,
+        };
+        match placed {
             Ok(Some(host)) => {
                 let op = IoOp::Write { offset: host, iov };
                 return below.forward(op, Op::Whole(tag)).err().map(|e| errno(&e));
