@@ -1,9 +1,10 @@
 """Host faults that stay on across the events that follow until their next turn clears them:
-a full file system, a device range returning EIO, a slow device."""
+a full file system, a device range returning EIO, a slow device (device-mapper's `delay`, or
+without device-mapper a loop device throttled by a blkio cgroup)."""
 
 import time
 
-from ..common import STALL
+from ..common import STALL, log
 
 
 def toggle(t, writer, on, off):
@@ -49,6 +50,21 @@ def dm_delay(t):
         t.host.dm_set("delay")
 
 
+def slow(t):
+    """The loop device throttled to 1 MiB/s for vbmq (slow.py), or not: as `dm-delay`, a slow
+    device fails nothing; its writer's rounds while slow show the throttle bit."""
+    device = t.slow_device
+    if not device.slow:
+        t.slowed = (time.monotonic(), t.ledger.rounds("slow"), device.bytes_served())
+        device.set(True)
+        return
+    device.set(False)
+    began, rounds, served = t.slowed
+    log(f"slow device: fast again after {time.monotonic() - began:.1f} s, "
+        f"{t.ledger.rounds('slow') - rounds} rounds, "
+        f"{(device.bytes_served() - served) >> 10} KiB through the throttle")
+
+
 def clear_all(t):
     """Clears every fault still on at the end of the events, each disk then serving again."""
     for writer in list(t.faulted):
@@ -56,3 +72,5 @@ def clear_all(t):
         after_fault(t, writer)
     if t.host.dm_mode not in (None, "linear"):
         t.host.dm_set("linear")
+    if t.slow_device.slow:
+        t.slow_device.set(False)
