@@ -21,7 +21,7 @@ import time
 
 from . import events, host
 from .checks import Ledger
-from .common import VBMQ, log
+from .common import VBMQ, Failed, log
 from .load import Load
 from .report import Report
 from .share_load import ShareLoad
@@ -77,6 +77,9 @@ class Thrash(World, VbmqControl, Load, ShareLoad, Report):
 
     def run_events(self):
         kinds = events.kinds(self.disks, self.only)
+        if not kinds:
+            raise Failed(f"no event kind to run: --only {','.join(self.only)} needs disks "
+                         "this host cannot make (see above)")
         first = kinds[:]
         self.rng.shuffle(first)  # every kind once, early, then at random by weight
         weights = [events.EVENTS[k][1] for k in kinds]

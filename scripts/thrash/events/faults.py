@@ -52,7 +52,9 @@ def dm_delay(t):
 
 def slow(t):
     """The loop device throttled to 1 MiB/s for vbmq (slow.py), or not: as `dm-delay`, a slow
-    device fails nothing; its writer's rounds while slow show the throttle bit."""
+    device fails nothing. Its writer may pause up to 4 * STALL while slow (a read-back of its
+    disk after a restart takes seconds), and must flush at once when fast again; the log line
+    says its rounds while slow and the bytes the throttle counted, that it did bite."""
     device = t.slow_device
     if not device.slow:
         t.slowed = (time.monotonic(), t.ledger.rounds("slow"), device.bytes_served())
@@ -60,8 +62,20 @@ def slow(t):
         return
     device.set(False)
     began, rounds, served = t.slowed
-    log(f"slow device: fast again after {time.monotonic() - began:.1f} s, "
-        f"{t.ledger.rounds('slow') - rounds} rounds, "
+    fast = time.monotonic()
+    after = t.ledger.rounds("slow")
+    while t.ledger.rounds("slow") <= after + 1:  # its writer flushes at full speed again
+        if time.monotonic() - fast > STALL:
+            t.error(f"slow: no flushed round {STALL:.0f} s after the throttle was lifted")
+            break
+        t.check_alive()
+        time.sleep(0.1)
+    # Its pauses while slow are the fault's own, left out of the events' worst pauses.
+    gap = t.ledger.longest_gap("slow", began, fast)
+    t.fault_windows.append(("slow", began, time.monotonic()))
+    t.slowed = None
+    log(f"slow device: fast again after {fast - began:.1f} s, "
+        f"{after - rounds} rounds while slow (longest gap {gap:.1f} s), "
         f"{(device.bytes_served() - served) >> 10} KiB through the throttle")
 
 
@@ -73,4 +87,4 @@ def clear_all(t):
     if t.host.dm_mode not in (None, "linear"):
         t.host.dm_set("linear")
     if t.slow_device.slow:
-        t.slow_device.set(False)
+        slow(t)
