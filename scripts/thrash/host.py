@@ -165,10 +165,11 @@ class Guest:
         self.proc, self.qmp_socket, self.stderr = self.start(socket)
         self.socket = socket
 
-    def start(self, socket, incoming=None):
+    def start(self, socket, incoming=None, paused=False):
         """Starts a QEMU of this guest on vbmq's `socket`; with `incoming` (a Unix socket's
-        path), one waiting there for the guest's live migration. Every QEMU of the guest appends
-        to the one console file, so that its lines read on across a migration."""
+        path), one waiting there for the guest's live migration (`paused`: and paused once it
+        has it, `-S`, until QMP `cont`). Every QEMU of the guest appends to the one console
+        file, so that its lines read on across a migration."""
         self.starts += 1
         qmp_socket = os.path.join(self.dir, f"qmp-{self.starts}.sock")
         stderr = open(os.path.join(self.dir, f"qemu-{self.starts}.log"), "wb")
@@ -183,7 +184,8 @@ class Guest:
              "-qmp", f"unix:{qmp_socket},server=on,wait=off",
              "-chardev", f"socket,id=disk0,path={socket},reconnect-ms=500",
              "-device", "vhost-user-blk-pci,chardev=disk0,num-queues=1",
-             *(["-incoming", f"unix:{incoming}"] if incoming else [])],
+             *(["-incoming", f"unix:{incoming}"] if incoming else []),
+             *(["-S"] if paused else [])],
             stdin=subprocess.DEVNULL, stdout=stderr, stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent)
         return proc, qmp_socket, stderr

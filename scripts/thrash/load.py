@@ -110,7 +110,9 @@ class Load:
             # A faulted disk's writer waits for its fault; once cleared, after_fault waits for it.
             # A rebooting guest's writers wait for its boot; events/guest.py waits for them.
             excused = name in self.faulted or (self.rebooting and name.startswith("guest"))
-            if not excused and last and now - last > STALL:
+            # A slow disk's writer may wait longer, never forever (events/faults.py `slow`).
+            limit = 4 * STALL if name == "slow" and self.slowed else STALL
+            if not excused and last and now - last > limit:
                 self.error(f"{name}: no flushed round for {now - last:.0f} s")
                 raise Failed("stall")
         if self.errors:

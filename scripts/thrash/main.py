@@ -1,4 +1,6 @@
-"""The command line: `python3 -m thrash [--minutes N] [--seed S] [--inflight off]`."""
+"""The command line: `python3 -m thrash [--minutes N] [--seed S] [--inflight off] [--only KINDS]`.
+
+`VBMQ_THRASH_BREAK=KIND` breaks that event on purpose (events/breaks.py): a mutation check."""
 
 import argparse
 import os
@@ -16,10 +18,13 @@ def main():
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--inflight", default="on", choices=["on", "off"],
                         help="off: the mutation check (the disks keep no in-flight record)")
+    parser.add_argument("--only", default=None,
+                        help="KIND,KIND...: only these events (an event's own run, a mutation's)")
     args = parser.parse_args()
     if args.seed is None:
         args.seed = int.from_bytes(os.urandom(4), "little")
     args.inflight = args.inflight == "on"
+    args.only = args.only.split(",") if args.only else None
     log(f"seed {args.seed} (reproduce with --seed {args.seed})")
     thrash = Thrash(args)
 

@@ -21,10 +21,11 @@ import time
 
 from . import events, host
 from .checks import Ledger
-from .common import log
+from .common import VBMQ, Failed, log
 from .load import Load
 from .report import Report
 from .share_load import ShareLoad
+from .slow import SlowDevice
 from .vbmq import VbmqControl
 from .world import World
 
@@ -35,6 +36,7 @@ class Thrash(World, VbmqControl, Load, ShareLoad, Report):
         self.seed = args.seed
         self.minutes = args.minutes
         self.inflight = args.inflight
+        self.only = args.only
         self.dir = f"/tmp/vbmq-thrash-{os.getpid()}"
         self.lock = threading.Lock()
         self.errors = []
@@ -42,12 +44,15 @@ class Thrash(World, VbmqControl, Load, ShareLoad, Report):
         self.events = []  # (kind, start, end)
         self.counts = {}
         self.vbmq = None
+        self.binary = VBMQ  # the build `vbmq serve` runs (events/upgrade.py changes it)
         self.runs = 0
         self.qcow2_status = None  # qemu-img check's exit status at the last stop of vbmq
         self.mirrors = 0  # starts of a mirror's destination vbmq
         self.client = None
         self.qemu = None
         self.host = host.Host(self.dir, log)
+        self.slow_device = SlowDevice(self.dir, log)  # the loop device vbmq's cgroup throttles
+        self.slowed = None  # (time, rounds of its writer) when it was slowed
         self.faulted = {}  # writer -> fault start time (its IOERRs and pauses are expected)
         self.fault_windows = []  # (writer, start, end) of each fault cleared
         self.kills_since_checkpoint = 0
@@ -62,6 +67,8 @@ class Thrash(World, VbmqControl, Load, ShareLoad, Report):
         self.rebooting = False
         self.moved_out = None  # the outside's tree while a share's directory is out of it
         self.share_client = None
+        self.base_server = None  # the nbdbase disk's qemu-nbd (events/nbd_base.py)
+        self.back = 0  # run-time disks a mirror-migrate came back on (events/mirror_migrate.py)
 
     def error(self, what):
         with self.lock:
@@ -69,7 +76,10 @@ class Thrash(World, VbmqControl, Load, ShareLoad, Report):
         log(f"ERROR: {what}")
 
     def run_events(self):
-        kinds = events.kinds(self.disks)
+        kinds = events.kinds(self.disks, self.only)
+        if not kinds:
+            raise Failed(f"no event kind to run: --only {','.join(self.only)} needs disks "
+                         "this host cannot make (see above)")
         first = kinds[:]
         self.rng.shuffle(first)  # every kind once, early, then at random by weight
         weights = [events.EVENTS[k][1] for k in kinds]
@@ -125,6 +135,9 @@ class Thrash(World, VbmqControl, Load, ShareLoad, Report):
                 proc.wait()
         if self.qemu is not None:
             self.qemu.stop()
+        if self.base_server is not None:
+            self.base_server.kill()
+        self.slow_device.cleanup()
         self.host.cleanup()
         if not self.errors:
             shutil.rmtree(self.dir, ignore_errors=True)

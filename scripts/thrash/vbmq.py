@@ -27,7 +27,10 @@ class VbmqControl:
             return None
         return run
 
-    def start_vbmq(self):
+    def start_vbmq(self, binary=None, state=True):
+        """Starts `vbmq serve` (`binary`: another build of it, used from then on; `state`
+        False: without `--state`, a broken upgrade's)."""
+        self.binary = binary or self.binary
         self.runs += 1
         logfile = open(self.path(f"vbmq-{self.runs}.log"), "wb")
         try:
@@ -35,10 +38,10 @@ class VbmqControl:
         except FileNotFoundError:
             pass
         self.vbmq = subprocess.Popen(
-            [VBMQ, "serve", "--config", self.path("etc/vbmq.toml"),
-             "--state", self.path("state.toml")],
+            [self.binary, "serve", "--config", self.path("etc/vbmq.toml"),
+             *(["--state", self.path("state.toml")] if state else [])],
             stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, "RUST_LOG": "info"}, preexec_fn=host.die_with_parent)
+            env={**os.environ, "RUST_LOG": "info"}, preexec_fn=self.in_child)
         logfile.close()
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -54,6 +57,11 @@ class VbmqControl:
             raise Failed("vbmq did not answer on its control socket within 120 s")
         if self.share_added:
             self.add_share()
+
+    def in_child(self):
+        """Before exec of vbmq: dies with the thrasher, joins the slow device's cgroup."""
+        host.die_with_parent()
+        self.slow_device.join()
 
     def stop_vbmq(self, sig):
         self.vbmq.send_signal(sig)

@@ -6,6 +6,7 @@ import subprocess
 import time
 
 from .checks import stamped_blocks
+from .events import nbd_base
 from .common import BLOCKS, FULL_BLOCKS, MIB, Failed
 
 
@@ -76,9 +77,13 @@ class World:
             "track": f"path={self.path('track.img')},track-changes=on,track-block=4K",
             "full": f"path={full_dir}/full.img",
             "qcow2": f"path={self.path('qcow2.img')},format=qcow2",
+            "nbdbase": nbd_base.spec(self),
         }
         if dm:
             self.disks["dm"] = f"path={dm}"
+        slow = self.slow_device.make(BLOCKS * 4096 // MIB)
+        if slow:
+            self.disks["slow"] = f"path={slow}"
         # The full disk is large beside its file system, so that its writes keep allocating.
         self.blocks = {name: BLOCKS for name in self.disks}
         self.blocks["full"] = FULL_BLOCKS

@@ -2,7 +2,8 @@
 (qcow2, base=nbd, mirror, ...) is one function in a module of this package and one row here;
 `needs` names a disk of `Thrash.disks` that must exist for the kind to run (None: always)."""
 
-from . import export, faults, frontend, guest, life, migrate, mirror, qcow2, shares, snapshots
+from . import (export, faults, frontend, guest, life, migrate, mirror, mirror_migrate, nbd_base,
+               qcow2, shares, snapshots, tls_export, upgrade)
 
 EVENTS = {
     "kill": (life.kill, 3, None),
@@ -16,6 +17,7 @@ EVENTS = {
     "fs-full": (faults.fs_full, 1, None),
     "dm-error": (faults.dm_error, 1, "dm"),
     "dm-delay": (faults.dm_delay, 1, "dm"),
+    "slow": (faults.slow, 1, "slow"),
     "export": (export.export, 1, None),
     "drop": (frontend.drop, 1, None),
     "reboot": (guest.reboot, 1, None),
@@ -23,9 +25,17 @@ EVENTS = {
     "move": (shares.move, 1, None),
     "qcow2": (qcow2.crash_mid_allocation, 1, "qcow2"),
     "mirror": (mirror.mirror, 1, None),
+    "mirror-migrate": (mirror_migrate.mirror_migrate, 1, None),
+    "nbd-base": (nbd_base.nbd_base, 1, "nbdbase"),
+    "tls-export": (tls_export.tls_export, 1, None),
+    "upgrade": (upgrade.upgrade, 1, None),
 }
 
 
-def kinds(disks):
-    """The kinds this run can have, given its disks."""
-    return [k for k, (_, _, needs) in EVENTS.items() if needs is None or needs in disks]
+def kinds(disks, only=None):
+    """The kinds this run can have, given its disks (and `only` these, when given)."""
+    unknown = set(only or []) - set(EVENTS)
+    if unknown:
+        raise ValueError(f"--only: no event kind {', '.join(sorted(unknown))}")
+    return [k for k, (_, _, needs) in EVENTS.items()
+            if (needs is None or needs in disks) and (only is None or k in only)]

@@ -27,13 +27,13 @@ def reboot(t):
     t.fault_windows.extend((w, began, time.monotonic()) for w in writers)
 
 
-def check_image(t, writers, what="guest reset"):
-    """No flushed write lost across the reset (or `what`): a writer's block holds its last
-    flushed generation or a later one (later ones whose `GW` line the console had not delivered
-    yet included)."""
+def check_image(t, writers, what="guest reset", image=None):
+    """No flushed write lost across the reset (or `what`) on the guest's image (or `image`): a
+    writer's block holds its last flushed generation or a later one (later ones whose `GW`
+    line the console had not delivered yet included). Returns whether it does."""
     with t.lock:
         flushed = [t.ledger.flushed_map(w) for w in writers]
-    with open(t.path("guest.img"), "rb") as f:
+    with open(image or t.path("guest.img"), "rb") as f:
         data = f.read(GUEST_BLOCKS * BLOCK)
     for block in range(GUEST_BLOCKS):
         low = flushed[block % GUEST_WRITERS].get(block, 0)
@@ -45,8 +45,9 @@ def check_image(t, writers, what="guest reset"):
         if not (uniform and number == block and generation >= low):
             t.error(f"{what}: block {block} holds ({number}, {generation}) where "
                     f"generation {low} or later was flushed")
-            return
+            return False
     log(f"{what}: every flushed block holds its generation or a later one")
+    return True
 
 
 def wait_resumed(t, writers, began):
