@@ -8,4 +8,5 @@ mod shares {
     pub mod fs_escape;
     pub mod fs_moving;
     pub mod fs_share;
+    pub mod fs_used_ring;
 }

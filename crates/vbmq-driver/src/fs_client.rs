@@ -179,6 +179,28 @@ impl FsClient {
         Ok(())
     }
 
+    /// Writes `request` into `slot` again, over the chain [`Self::submit`] framed there for a
+    /// request of the same length, without making it available ([`Self::offer`] does): a
+    /// driver reusing its buffers writes only what changed.
+    pub fn rewrite(&mut self, slot: u16, request: &[u8]) -> io::Result<()> {
+        let (req_at, _) = Self::slot_addrs(slot);
+        if request.len() as u64 > REQUEST_ROOM {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        self.ram
+            .mem
+            .write_slice(request, GuestAddress(req_at))
+            .map_err(other)
+    }
+
+    /// Makes the chains framed in `slots` available together, with one update of the avail
+    /// index.
+    pub fn offer(&mut self, slots: &[u16]) {
+        let queue = &mut self.queues[1];
+        let heads: Vec<u16> = slots.iter().map(|slot| (slot % SLOTS) * 2).collect();
+        queue.ring.publish(&self.ram.mem, &heads);
+    }
+
     /// Makes any chain available in `slot` (a request the tests frame by hand; at most two
     /// buffers, the slot's share of the table).
     pub fn submit_buffers(&mut self, slot: u16, buffers: &[Buffer]) {
@@ -230,13 +252,19 @@ impl FsClient {
     /// As [`Self::submit_buffers`] with up to four buffers: the chain also takes the table
     /// entries of slot `slot + 1`, which must not be in flight.
     pub fn submit_wide(&mut self, slot: u16, buffers: &[Buffer]) {
-        let mem = &self.ram.mem;
+        let head = self.frame(slot, buffers);
         let queue = &mut self.queues[1];
+        queue.ring.publish(&self.ram.mem, &[head]);
+    }
+
+    /// Writes a chain of up to four buffers in `slot` (and `slot + 1`'s table entries, as
+    /// [`Self::submit_wide`]) without making it available: [`Self::offer`] makes several
+    /// available at once. Returns its head.
+    pub fn frame(&mut self, slot: u16, buffers: &[Buffer]) -> u16 {
         let first = (slot % (SLOTS - 1)) * 2;
-        let head = queue
+        self.queues[1]
             .ring
-            .write_chain(mem, first, &buffers[..buffers.len().min(4)]);
-        queue.ring.publish(mem, &[head]);
+            .write_chain(&self.ram.mem, first, &buffers[..buffers.len().min(4)])
     }
 
     /// Cuts the memory file to `len` bytes under the backend's mapping, as a hostile frontend
