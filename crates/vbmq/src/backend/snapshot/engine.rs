@@ -43,6 +43,8 @@ pub(super) struct SaveFirstEngine {
     /// Guest operations held until their blocks are saved, in arrival order.
     waiting: Vec<(IoOp, u64)>,
     reaped: Vec<(u64, i32)>,
+    /// Held operations the engine below refused once let go, answered at the next reap.
+    refused: Vec<(u64, i32)>,
     /// A copy of the engine below's completion eventfd, written to come back for operations
     /// that wait for another thread's save (no completion of this queue's would wake it).
     wake: Option<OwnedFd>,
@@ -85,6 +87,7 @@ impl SaveFirstEngine {
             saves: Slab::new(),
             waiting: Vec::new(),
             reaped: Vec::new(),
+            refused: Vec::new(),
             wake,
         })
     }
@@ -183,9 +186,12 @@ impl SaveFirstEngine {
             match self.start(op, tag) {
                 Ok(None) => pushed = true,
                 Ok(Some(held)) => self.waiting.push(held),
+                // A full ring: tried again at the next pass.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.waiting.push((op, tag)),
                 Err(e) => {
                     crate::limited!(warn, "snapshot: a held write could not be queued: {e}");
-                    self.waiting.push((op, tag));
+                    self.refused
+                        .push((tag, -e.raw_os_error().unwrap_or(libc::EIO)));
                 }
             }
         }
@@ -256,6 +262,9 @@ impl Engine for SaveFirstEngine {
             if let Err(e) = self.inner.submit() {
                 crate::limited!(debug, "snapshot: submit: {e}");
             }
+        }
+        for (tag, result) in self.refused.drain(..) {
+            done(tag, result);
         }
         self.wake_later();
     }
