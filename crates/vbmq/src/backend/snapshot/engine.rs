@@ -157,10 +157,10 @@ impl SaveFirstEngine {
             len,
             buffer,
         });
-        if let Err(e) = self.inner.push(read, SAVE | slot as u64) {
-            if let Some(save) = self.saves.take(slot) {
-                save.session.abandon(first, count, e);
-            }
+        if let Err(e) = self.inner.push(read, SAVE | slot as u64)
+            && let Some(save) = self.saves.take(slot)
+        {
+            save.session.abandon(first, count, e);
         }
     }
 

@@ -11,6 +11,7 @@ use super::claims::Claimed;
 use super::{COPY_BLOCK, Fleece, SnapshotDisk};
 use crate::backend::staging::Staging;
 use crate::backend::{Disk, Engine, EngineOptions, FileDisk, IoOp};
+use crate::host_size;
 use crate::nbd::Export;
 
 const OLD: u8 = 0x11;
@@ -58,7 +59,7 @@ fn byte_at(image: &File, offset: u64) -> u8 {
 
 /// The export's view of `block`: every byte `OLD`.
 fn export_keeps_old(fleece: &Fleece, block: u64) -> bool {
-    let mut view = vec![0; COPY_BLOCK as usize];
+    let mut view = vec![0; host_size(COPY_BLOCK)];
     fleece.read(block * COPY_BLOCK, &mut view).unwrap();
     view.iter().all(|&b| b == OLD)
 }
@@ -121,7 +122,7 @@ fn a_write_to_a_block_another_thread_saves_is_held_while_the_queue_serves() {
         "held while another thread saves"
     );
     // That thread saves the block and lets it go: the write goes on.
-    let mut old = vec![0; COPY_BLOCK as usize];
+    let mut old = vec![0; host_size(COPY_BLOCK)];
     image.read_exact_at(&mut old, held).unwrap();
     session.saved(2, 1, &old);
     assert_eq!(reap_until(engine.as_mut(), 9), 4096);
