@@ -11,7 +11,7 @@
 //! - **copy** (copy-before-write) everywhere else: the snapshot's instant is when a flag the
 //!   queues' engines read is raised. From then on, a write, write-zeroes or discard to a block
 //!   not yet copied is held while the queue's own engine reads that block's contents (io_uring,
-//!   `O_DIRECT` where the disk uses it; adjacent blocks in one read); once they are in the file,
+//!   `O_DIRECT` where the disk uses it, inline on tmpfs; adjacent blocks in one read); once they are in the file,
 //!   the operation goes on (`engine.rs`). The queue's thread never waits for a copy: other
 //!   requests proceed, and a write to a block being copied is held until it is. A bitmap of
 //!   copied blocks is checked first; a block is claimed by one copier at a time. The control
