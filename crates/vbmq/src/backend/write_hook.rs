@@ -1,6 +1,5 @@
 //! A queue's engine that sees the range of every write, write-zeroes and discard before it
-//! passes the operation on unchanged: the changed-block maps mark it, a running snapshot
-//! copies it first.
+//! passes the operation on unchanged: the changed-block maps mark it.
 
 use std::io;
 use std::os::fd::RawFd;

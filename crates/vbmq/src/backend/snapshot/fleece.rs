@@ -17,6 +17,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use super::claims::{Claimed, bit, claim_unsettled, let_go, set_run};
 use super::session::{CopyFirst, Source, is_hole};
 use crate::host_size;
 use crate::nbd::wire::{allocation, errno};
@@ -39,22 +40,10 @@ pub struct Fleece {
     ended: AtomicBool,
 }
 
-/// A block's word and bit.
-fn bit(block: u64) -> (usize, u64) {
-    (host_size(block / 64), 1 << (block % 64))
-}
-
 fn test(bits: &[AtomicU64], block: u64) -> bool {
     let (word, bit) = bit(block);
     bits.get(word)
         .is_none_or(|w| w.load(Ordering::Acquire) & bit != 0)
-}
-
-fn set(bits: &[AtomicU64], block: u64) {
-    let (word, bit) = bit(block);
-    if let Some(w) = bits.get(word) {
-        w.fetch_or(bit, Ordering::AcqRel);
-    }
 }
 
 /// Holds a block's claim; lets it go when dropped.
@@ -113,45 +102,42 @@ impl Fleece {
         (offset, self.block.min(self.capacity - offset))
     }
 
-    /// Saves `block` into the scratch, through `buffer`.
-    fn save(&self, block: u64, buffer: &mut Vec<u8>) -> io::Result<()> {
-        let (offset, len) = self.extent(block);
-        let len = host_size(len);
-        if buffer.len() < len {
-            buffer
-                .try_reserve_exact(len - buffer.len())
-                .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
-            buffer.resize(len, 0);
-        }
-        let bytes = &mut buffer[..len];
-        self.source.read_at(bytes, offset)?;
-        // The scratch is sparse at this size: zeros are there already.
-        if bytes.iter().any(|&b| b != 0) {
-            self.scratch.write_all_at(bytes, offset)?;
-        }
-        Ok(())
-    }
-
-    /// Reads `buf` from `offset` within one block of the view.
-    fn read_in_block(&self, block: u64, offset: u64, buf: &mut [u8]) -> Result<(), u32> {
+    /// Reads the start of `buf` from `offset` (in `block`) from one place: a run of blocks the
+    /// disk still holds, claimed together (in order: two readers never wait for each other)
+    /// and read at once, or one saved block from the scratch. Returns the bytes read.
+    fn read_from(&self, block: u64, offset: u64, buf: &mut [u8]) -> Result<usize, u32> {
         if test(&self.released, block) {
             return Err(errno::EPERM);
         }
-        if !test(&self.settled, block) {
-            let claim = self.claim(block).ok_or(errno::EIO)?;
-            if !test(&self.settled, block) {
-                // Not saved: the disk still holds it, and keeps it while the claim is held.
-                let read = self.source.read_at(buf, offset);
-                drop(claim);
-                return read.map_err(|_| errno::EIO);
+        let end = (offset + buf.len() as u64).div_ceil(self.block);
+        let mut claims = Vec::new();
+        for b in block..end {
+            if test(&self.settled, b) {
+                break;
             }
+            let claim = self.claim(b).ok_or(errno::EIO)?;
+            if test(&self.settled, b) {
+                break;
+            }
+            claims.push(claim);
+        }
+        let count = claims.len() as u64;
+        if count > 0 {
+            // Not saved: the disk still holds them, and keeps them while the claims are held.
+            let len = host_size((block + count) * self.block - offset).min(buf.len());
+            self.source
+                .read_at(&mut buf[..len], offset)
+                .map_err(|_| errno::EIO)?;
+            return Ok(len);
         }
         if test(&self.released, block) {
             return Err(errno::EPERM);
         }
+        let len = host_size((block + 1) * self.block - offset).min(buf.len());
         self.scratch
-            .read_exact_at(buf, offset)
-            .map_err(|_| errno::EIO)
+            .read_exact_at(&mut buf[..len], offset)
+            .map_err(|_| errno::EIO)?;
+        Ok(len)
     }
 
     /// Releases the whole blocks of `[offset, offset + len)`: punched out of the scratch.
@@ -167,8 +153,8 @@ impl Fleece {
         }
         for block in first..end {
             let _claim = self.claim(block);
-            set(&self.released, block);
-            set(&self.settled, block);
+            set_run(&self.released, block, 1);
+            set_run(&self.settled, block, 1);
         }
         let start = first * self.block;
         let bytes = (end * self.block).min(self.capacity) - start;
@@ -212,37 +198,58 @@ impl Fleece {
 }
 
 impl CopyFirst for Fleece {
-    fn before_write(&self, offset: u64, len: u64, buffer: &mut Vec<u8>) {
-        if len == 0 || offset >= self.capacity || self.ended.load(Ordering::Acquire) {
-            return;
+    fn claim(&self, offset: u64, len: u64) -> Claimed {
+        if len == 0
+            || offset >= self.capacity
+            || self.ended.load(Ordering::Acquire)
+            || self.failed.load(Ordering::Acquire)
+        {
+            return Claimed::Runs(Vec::new());
         }
         let end = offset.saturating_add(len).min(self.capacity);
-        for block in offset / self.block..end.div_ceil(self.block) {
-            // The only cost once the block is saved or released.
-            if test(&self.settled, block) {
-                continue;
+        // Saved or released blocks are skipped: the only cost once the export has them.
+        claim_unsettled(
+            &self.settled,
+            &self.claimed,
+            offset / self.block,
+            end.div_ceil(self.block),
+        )
+    }
+
+    fn run_bytes(&self, first: u64, count: u64) -> (u64, u64) {
+        let offset = first * self.block;
+        (offset, (count * self.block).min(self.capacity - offset))
+    }
+
+    fn saved(&self, first: u64, count: u64, data: &[u8]) {
+        let (offset, _) = self.run_bytes(first, count);
+        // The scratch is sparse at this size: zeros are there already. Once the export ended,
+        // nothing reads it.
+        let written = if self.ended.load(Ordering::Acquire) || data.iter().all(|&b| b == 0) {
+            Ok(())
+        } else {
+            self.scratch.write_all_at(data, offset)
+        };
+        match written {
+            Ok(()) => {
+                set_run(&self.settled, first, count);
+                self.saved.fetch_add(count, Ordering::Relaxed);
             }
-            if self.failed.load(Ordering::Acquire) {
-                return;
-            }
-            let Some(_claim) = self.claim(block) else {
-                continue;
-            };
-            if test(&self.settled, block) {
-                continue;
-            }
-            match self.save(block, buffer) {
-                Ok(()) => {
-                    set(&self.settled, block);
-                    self.saved.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) => {
-                    crate::limited!(warn, "export: saving a block before a write failed: {e}");
-                    self.failed.store(true, Ordering::Release);
-                    return;
-                }
+            Err(e) => {
+                crate::limited!(warn, "export: saving a block before a write failed: {e}");
+                self.failed.store(true, Ordering::Release);
             }
         }
+        let_go(&self.claimed, first, count);
+    }
+
+    fn abandon(&self, first: u64, count: u64, error: io::Error) {
+        crate::limited!(
+            warn,
+            "export: reading a block before a write failed: {error}"
+        );
+        self.failed.store(true, Ordering::Release);
+        let_go(&self.claimed, first, count);
     }
 }
 
@@ -262,10 +269,7 @@ impl crate::nbd::Export for Fleece {
                 return Err(errno::EIO);
             }
             let at = offset + done as u64;
-            let block = at / self.block;
-            let in_block = host_size((block + 1) * self.block - at).min(buf.len() - done);
-            self.read_in_block(block, at, &mut buf[done..done + in_block])?;
-            done += in_block;
+            done += self.read_from(at / self.block, at, &mut buf[done..])?;
         }
         Ok(())
     }

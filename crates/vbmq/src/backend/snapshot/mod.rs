@@ -10,22 +10,27 @@
 //!   the image's writes.
 //! - **copy** (copy-before-write) everywhere else: the snapshot's instant is when a flag the
 //!   queues' engines read is raised. From then on, a write, write-zeroes or discard to a block
-//!   not yet copied first copies that block's contents into the file, on the queue's thread (a
-//!   bitmap of copied blocks is checked first; a block is claimed by one copier, and a write
-//!   to a block another copies waits for that one block); the control thread copies every
-//!   other block in order the same way. Reads never copy.
+//!   not yet copied is held while the queue's own engine reads that block's contents (io_uring,
+//!   `O_DIRECT` where the disk uses it, inline on tmpfs; adjacent blocks in one read); once they are in the file,
+//!   the operation goes on (`engine.rs`). The queue's thread never waits for a copy: other
+//!   requests proceed, and a write to a block being copied is held until it is. A bitmap of
+//!   copied blocks is checked first; a block is claimed by one copier at a time. The control
+//!   thread copies every other block in order. Reads never copy.
 //!
 //! What the file holds: every write acknowledged before the instant (so everything a guest
 //! flush acknowledged before it covered), none issued after it; a write in flight at the
 //! instant may or may not be there, as after a power loss. One snapshot at a time per disk, and
 //! no resize during one.
 //!
-//! Cost when no snapshot runs: one acquire load of an atomic flag per write, write-zeroes or
-//! discard pushed (reads and flushes: none); no system call. During a copy, the first write to
-//! each block waits for that block's copy (a read and a write of [`COPY_BLOCK`] bytes, or of the
-//! thin disk's block, through a buffer the queue keeps), and its queue's thread with it.
+//! Cost when no snapshot runs: one acquire load of an atomic flag per operation pushed; no
+//! system call. During a copy, the first write to each block waits for that block's read
+//! (of [`COPY_BLOCK`] bytes, or of the thin disk's block) and its store into the file; its
+//! queue's thread goes on serving meanwhile.
 
+mod claims;
 mod engine;
+#[cfg(test)]
+mod engine_tests;
 mod fleece;
 mod reflink;
 mod session;
@@ -38,14 +43,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use self::engine::SnapshotHook;
+use self::engine::SaveFirstEngine;
 pub use self::fleece::Fleece;
 use self::session::{CopyFirst, Session, Source};
-use super::write_hook::HookedEngine;
 use super::{Disk, Engine, EngineOptions, FileDisk, Geometry, ThinDisk};
 
 /// Bytes copied at a time from a file image: the unit of copy-before-write (a guest write
-/// waits for the copy of the 64 KiB around it; the background copy takes 16 at a time).
+/// is held for the copy of the 64 KiB around it; the background copy takes 16 at a time).
 pub const COPY_BLOCK: u64 = 64 << 10;
 
 /// How a snapshot was taken.
@@ -269,14 +273,10 @@ impl Disk for SnapshotDisk {
     }
 
     fn engine(&self, options: EngineOptions) -> io::Result<Box<dyn Engine>> {
-        Ok(Box::new(HookedEngine::new(
+        Ok(Box::new(SaveFirstEngine::new(
             self.inner.engine(options)?,
-            SnapshotHook {
-                shared: self.shared.clone(),
-                buffer: Vec::new(),
-                current: None,
-            },
-        )))
+            self.shared.clone(),
+        )?))
     }
 
     fn supports_discard(&self) -> bool {
@@ -380,8 +380,14 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
         // A guest write across blocks 1 and 2, as a queue's hook makes it.
         let session = disk.shared.session().unwrap();
-        let mut buffer = Vec::new();
-        session.before_write(COPY_BLOCK + 100, COPY_BLOCK, &mut buffer);
+        let self::claims::Claimed::Runs(runs) = session.claim(COPY_BLOCK + 100, COPY_BLOCK) else {
+            panic!("nothing else saves");
+        };
+        assert_eq!(runs, [(1, 2)], "one run of the two blocks");
+        let (offset, len) = session.run_bytes(1, 2);
+        let mut old = vec![0; host_size(len)];
+        disk.source.read_at(&mut old, offset).unwrap();
+        session.saved(1, 2, &old);
         let image = File::options().write(true).open(&path).unwrap();
         image
             .write_all_at(&vec![0xEE; 64 << 10], COPY_BLOCK + 100)

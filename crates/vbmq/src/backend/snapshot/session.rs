@@ -7,6 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::claims::{Claimed, bit, claim_unsettled, let_go, set_run};
 use super::lock;
 use crate::backend::thin::{ThinReader, read_or_zeros};
 use crate::host_size;
@@ -25,12 +26,20 @@ pub(crate) enum Source {
     Thin(ThinReader),
 }
 
-/// What a queue's engine does before a write while a snapshot or an export runs: save what
-/// the write would change.
+/// What a queue's engine asks of a running snapshot or export before a guest write,
+/// write-zeroes or discard: which blocks to save first, and where their old contents go. The
+/// engine reads them itself (see `engine.rs`). Nothing here fails the guest's write: an error
+/// fails the snapshot or the export.
 pub(crate) trait CopyFirst: Send + Sync {
-    /// Before a guest write, write-zeroes or discard of `[offset, offset + len)`, through the
-    /// queue's `buffer`. Never fails the guest's write.
-    fn before_write(&self, offset: u64, len: u64, buffer: &mut Vec<u8>);
+    /// Claims the blocks `[offset, offset + len)` touches that are not saved yet (see
+    /// [`claim_unsettled`]).
+    fn claim(&self, offset: u64, len: u64) -> Claimed;
+    /// The bytes of the run of `count` blocks from `first` (cut at the capacity): offset, length.
+    fn run_bytes(&self, first: u64, count: u64) -> (u64, u64);
+    /// The old contents of a claimed run, read: stores them, marks the run saved, lets it go.
+    fn saved(&self, first: u64, count: u64, data: &[u8]);
+    /// A claimed run could not be read: fails the snapshot or export, lets the run go.
+    fn abandon(&self, first: u64, count: u64, error: io::Error);
 }
 
 impl Source {
@@ -101,16 +110,6 @@ pub(crate) struct Session {
     error: Mutex<Option<io::Error>>,
 }
 
-fn bit(block: u64) -> (usize, u64) {
-    (host_size(block / 64), 1 << (block % 64))
-}
-
-fn is_set(bits: &[AtomicU64], block: u64) -> bool {
-    let (word, bit) = bit(block);
-    bits.get(word)
-        .is_none_or(|w| w.load(Ordering::Acquire) & bit != 0)
-}
-
 /// A buffer of `len` bytes, or an error if memory is short.
 fn buffer(len: usize) -> io::Result<Vec<u8>> {
     let mut buffer = Vec::new();
@@ -144,8 +143,8 @@ impl Session {
     }
 
     /// Copies block `block` unless it is copied already (waiting for a copy someone else
-    /// makes of it); `buffer` is made on first use. `early`: for a guest write.
-    fn copy_block(&self, block: u64, buffer: &mut Vec<u8>, early: bool) -> io::Result<()> {
+    /// makes of it); `buffer` is made on first use.
+    fn copy_block(&self, block: u64, buffer: &mut Vec<u8>) -> io::Result<()> {
         let (word, bit) = bit(block);
         let (Some(copied), Some(claimed)) = (self.copied.get(word), self.claimed.get(word)) else {
             return Ok(());
@@ -164,9 +163,6 @@ impl Session {
         let result = self.copy_claimed(block, buffer);
         if result.is_ok() {
             copied.fetch_or(bit, Ordering::Release);
-            if early {
-                self.early.fetch_add(1, Ordering::Relaxed);
-            }
         }
         claimed.fetch_and(!bit, Ordering::AcqRel);
         result
@@ -199,23 +195,52 @@ impl Session {
 }
 
 impl CopyFirst for Session {
-    /// Copies the blocks a write touches first. An error fails the snapshot, never the
-    /// guest's write.
-    fn before_write(&self, offset: u64, len: u64, buffer: &mut Vec<u8>) {
+    fn claim(&self, offset: u64, len: u64) -> Claimed {
         if len == 0 || offset >= self.capacity || self.failed.load(Ordering::Acquire) {
-            return;
+            return Claimed::Runs(Vec::new());
         }
         let end = offset.saturating_add(len).min(self.capacity);
-        for block in offset / self.block..end.div_ceil(self.block) {
-            if is_set(&self.copied, block) {
-                continue;
+        claim_unsettled(
+            &self.copied,
+            &self.claimed,
+            offset / self.block,
+            end.div_ceil(self.block),
+        )
+    }
+
+    fn run_bytes(&self, first: u64, count: u64) -> (u64, u64) {
+        let offset = first * self.block;
+        (offset, (count * self.block).min(self.capacity - offset))
+    }
+
+    fn saved(&self, first: u64, count: u64, data: &[u8]) {
+        let (offset, _) = self.run_bytes(first, count);
+        // The target was made empty at this size: zeros are a hole already.
+        let written = if data.iter().any(|&b| b != 0) {
+            self.target.write_all_at(data, offset)
+        } else {
+            Ok(())
+        };
+        match written {
+            Ok(()) => {
+                set_run(&self.copied, first, count);
+                self.early.fetch_add(count, Ordering::Relaxed);
             }
-            if let Err(e) = self.copy_block(block, buffer, true) {
+            Err(e) => {
                 crate::limited!(warn, "snapshot: a copy before a write failed: {e}");
                 self.fail(e);
-                return;
             }
         }
+        let_go(&self.claimed, first, count);
+    }
+
+    fn abandon(&self, first: u64, count: u64, error: io::Error) {
+        crate::limited!(
+            warn,
+            "snapshot: reading a block before a write failed: {error}"
+        );
+        self.fail(error);
+        let_go(&self.claimed, first, count);
     }
 }
 
@@ -228,7 +253,7 @@ impl Session {
             let claimed = self.claim_run(block);
             let result = if claimed == 0 {
                 // Copied, or being copied by a guest write: wait for that one.
-                self.copy_block(block, &mut buffer, false).map(|()| 1)
+                self.copy_block(block, &mut buffer).map(|()| 1)
             } else {
                 self.copy_run(block, claimed, &mut buffer).map(|()| claimed)
             };
