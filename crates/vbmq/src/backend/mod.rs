@@ -52,7 +52,8 @@ pub use memory::MemoryDisk;
 pub use mirror::{MirrorDisk, MirrorState};
 pub use null::NullDisk;
 pub use qcow2::{
-    BackingFile, Backings, ImageFormat, Qcow2Disk, guard_probed_raw, has_magic as has_qcow2_magic,
+    BackingFile, Backings, CreateOptions as Qcow2CreateOptions, ImageFormat, Qcow2Disk,
+    create_image as create_qcow2_image, guard_probed_raw, has_magic as has_qcow2_magic,
     open_backing_files, open_qcow2, thin_base,
 };
 pub use rbd::{RbdDisk, RbdTarget, cluster_connected, release_clusters};
