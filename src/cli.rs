@@ -638,7 +638,10 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                 tls_creds,
             }))
         }
-        ("image", m) => crate::image_create::job(m),
+        ("image", m) => {
+            let (path, options) = crate::image_create::job(m)?;
+            Some(Job::ImageCreate(path, options))
+        }
         ("bench", m) => Some(Job::Bench(vbmq_bench::Options {
             quick: m.get_flag("quick"),
             out: m.get_one::<PathBuf>("out").cloned(),

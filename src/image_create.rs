@@ -7,8 +7,6 @@ use clap::{Arg, ArgMatches, Command, value_parser};
 use vbmq::backend::Qcow2CreateOptions;
 use vbmq::config::parse_size;
 
-use crate::cli::Job;
-
 fn size(text: &str) -> Result<u64, String> {
     parse_size(text).ok_or_else(|| format!("{text:?} is not a size (4096, 512K, 8G, 1T)"))
 }
@@ -60,8 +58,8 @@ pub fn command() -> Command {
         )
 }
 
-/// The job `vbmq image ...` asks for.
-pub fn job(matches: &ArgMatches) -> Option<Job> {
+/// The image `vbmq image create` asks for: its path and options.
+pub fn job(matches: &ArgMatches) -> Option<(PathBuf, Qcow2CreateOptions)> {
     let ("create", m) = matches.subcommand()? else {
         return None;
     };
@@ -75,10 +73,7 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
         backing: m.get_one::<String>("backing").cloned(),
         backing_format: m.get_one::<String>("backing-format").cloned(),
     };
-    Some(Job::ImageCreate(
-        m.get_one::<PathBuf>("path")?.clone(),
-        options,
-    ))
+    Some((m.get_one::<PathBuf>("path")?.clone(), options))
 }
 
 /// Writes the image: 0, or 1 with one line saying why not.

@@ -12,7 +12,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::header::{Header, has_magic};
-use super::image::backing_path;
 
 /// Deepest backing chain opened (a chain that loops ends here).
 pub const MAX_CHAIN: usize = 64;
@@ -38,6 +37,16 @@ impl BackingFormat {
             None => Ok(Self::Raw),
         }
     }
+}
+
+/// Where QEMU finds a backing file named `name` by the image at `image`: as it is if absolute,
+/// else relative to the image's directory.
+pub fn backing_path(image: &Path, name: &str) -> PathBuf {
+    let name = Path::new(name);
+    if name.is_absolute() {
+        return name.to_path_buf();
+    }
+    image.parent().unwrap_or(Path::new("")).join(name)
 }
 
 /// A file of a chain, and where its name led (for messages).

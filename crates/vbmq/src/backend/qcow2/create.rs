@@ -8,9 +8,8 @@ use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
-use super::chain::BackingFormat;
+use super::chain::{BackingFormat, backing_path};
 use super::header::{Header, MAGIC};
-use super::image::backing_path;
 
 /// Largest L1 table written (QEMU's `QCOW_MAX_L1_SIZE`).
 const MAX_L1_BYTES: u64 = 32 << 20;
@@ -151,6 +150,11 @@ impl Layout {
     }
 }
 
+/// A length the header holds in 32 bits (each bounded far below).
+fn len32(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
+}
+
 /// Cluster 0: the v3 header, its extensions, the backing file's name.
 fn header_cluster(
     layout: &Layout,
@@ -185,11 +189,11 @@ fn header_cluster(
     u64s(&mut h, 0); // compatible features
     u64s(&mut h, 0); // autoclear features
     u32s(&mut h, REFCOUNT_ORDER);
-    u32s(&mut h, HEADER_LENGTH as u32);
+    u32s(&mut h, len32(HEADER_LENGTH));
     h.resize(HEADER_LENGTH, 0); // compression type 0 (zlib), padding
     if let Some((_, format)) = backing {
         u32s(&mut h, EXT_BACKING_FORMAT);
-        u32s(&mut h, format.len() as u32);
+        u32s(&mut h, len32(format.len()));
         h.extend_from_slice(format.as_bytes());
         h.resize(h.len().next_multiple_of(8), 0);
     }
@@ -200,7 +204,7 @@ fn header_cluster(
         }
         let at = h.len() as u64;
         h[8..16].copy_from_slice(&at.to_be_bytes());
-        h[16..20].copy_from_slice(&(name.len() as u32).to_be_bytes());
+        h[16..20].copy_from_slice(&len32(name.len()).to_be_bytes());
         h.extend_from_slice(name.as_bytes());
     }
     if h.len() as u64 > cs {

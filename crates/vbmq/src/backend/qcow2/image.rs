@@ -6,11 +6,11 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use super::chain::{BackingFormat, Backings, ChainFiles, MAX_CHAIN};
+use super::chain::{BackingFormat, Backings, ChainFiles, MAX_CHAIN, backing_path};
 use super::compressed::{Compressed, decompress};
 use super::header::Header;
 use crate::backend::image_lock::ImageLock;
@@ -75,16 +75,6 @@ struct L2Cache {
 
 fn corrupt(why: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, why.into())
-}
-
-/// Where QEMU finds a backing file named `name` by the image at `image`: as it is if absolute,
-/// else relative to the image's directory.
-pub fn backing_path(image: &Path, name: &str) -> PathBuf {
-    let name = Path::new(name);
-    if name.is_absolute() {
-        return name.to_path_buf();
-    }
-    image.parent().unwrap_or(Path::new("")).join(name)
 }
 
 impl Qcow2Image {
