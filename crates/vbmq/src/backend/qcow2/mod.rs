@@ -13,9 +13,11 @@
 //! (tests/qcow2.rs).
 //!
 //! Below the top image every file of the chain is opened read-only (shared lock), its backing
-//! file named relative to the image that names it, as QEMU resolves it. Images with an external
-//! data file or encryption are refused; internal snapshots are left as they are (an image that
-//! has them is served read-only).
+//! file named relative to the image that names it, as QEMU resolves it (`chain`), or passed by
+//! `vbmq ctl add-disk`, which walks the chain the same way. Images with an external data file
+//! or encryption are refused; internal snapshots are left as they are (an image that has them
+//! is served read-only). A qcow2 image is also a thin disk's base (`as_base`), and `create`
+//! writes new ones (`vbmq image create`).
 
 mod as_base;
 mod bitmap_dir;
