@@ -21,6 +21,8 @@ pub enum Job {
     Bench(vbmq_bench::Options),
     /// Send one request to a running `vbmq serve`.
     Ctl(crate::ctl::Request),
+    /// `vbmq image create`: write a new qcow2 image.
+    ImageCreate(PathBuf, vbmq::backend::Qcow2CreateOptions),
 }
 
 /// The whole command line, with every flag and `--disk` key described.
@@ -33,6 +35,7 @@ pub fn command() -> Command {
         .subcommand(serve())
         .subcommand(bench())
         .subcommand(ctl())
+        .subcommand(crate::image_create::command())
         .subcommand(virtiofsd())
         .subcommand(vhost_user_blk())
 }
@@ -634,6 +637,10 @@ pub fn job(matches: &ArgMatches) -> Option<Job> {
                 scratch_dir,
                 tls_creds,
             }))
+        }
+        ("image", m) => {
+            let (path, options) = crate::image_create::job(m)?;
+            Some(Job::ImageCreate(path, options))
         }
         ("bench", m) => Some(Job::Bench(vbmq_bench::Options {
             quick: m.get_flag("quick"),

@@ -4,7 +4,8 @@
 //! `direct=off`; read-only with `readonly=on`); with `base=`, the base the same way but
 //! read-only, and the image's map (`DISK.map`), the image and map made if missing; with
 //! `key-file=`, the key file or pipe (the key itself never goes in the request); with
-//! `track-changes=on`, the map file `DISK.changes` (made if missing); the socket
+//! `track-changes=on`, the map file `DISK.changes` (made if missing); for a qcow2 image or
+//! base, every file of its backing chain, read-only, found as QEMU finds them; the socket
 //! bound at its path, with its mode and group, wherever the operator names it.
 
 use std::fs::{File, OpenOptions};
@@ -88,14 +89,18 @@ fn open_files(spec: &DiskSpec, opened: &mut Opened) -> Result<(), String> {
                     open_pair("path", &path, spec.readonly, spec.direct)?
                 };
                 empty = metadata("path", &image, &path)?.len() == 0;
+                if !thin && spec.format != vbmq::backend::ImageFormat::Raw {
+                    pass_chain("path", &image, &path, opened)?;
+                }
                 opened.pass(image, Passed::Image);
                 if let Some(direct) = direct {
                     opened.pass(direct, Passed::ImageDirect);
                 }
             }
             NeededFile::Base(base) => {
-                let (base, direct) = open_pair("base", &base, true, spec.direct)?;
-                opened.pass(base, Passed::Base);
+                let (file, direct) = open_pair("base", &base, true, spec.direct)?;
+                pass_chain("base", &file, &base, opened)?;
+                opened.pass(file, Passed::Base);
                 if let Some(direct) = direct {
                     opened.pass(direct, Passed::BaseDirect);
                 }
@@ -116,6 +121,19 @@ fn open_files(spec: &DiskSpec, opened: &mut Opened) -> Result<(), String> {
                 opened.pass(file, Passed::Key);
             }
         }
+    }
+    Ok(())
+}
+
+/// The backing chain below `image` (at `path`) if it is a qcow2 image: each file opened
+/// read-only, by its name relative to the image naming it, as vbmq would open it by name.
+fn pass_chain(key: &str, image: &File, path: &Path, opened: &mut Opened) -> Result<(), String> {
+    let error = |e: std::io::Error| format!("--disk {key}: {}: {e}", path.display());
+    if !vbmq::backend::has_qcow2_magic(image).map_err(error)? {
+        return Ok(());
+    }
+    for backing in vbmq::backend::open_backing_files(image, path).map_err(error)? {
+        opened.pass(backing.file, Passed::Backing);
     }
     Ok(())
 }

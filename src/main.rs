@@ -12,6 +12,7 @@ mod ctl_fs;
 mod ctl_snapshot;
 mod ctl_tls;
 mod fd_wait;
+mod image_create;
 mod metrics;
 mod state_file;
 mod syslog;
@@ -46,6 +47,7 @@ fn main() {
         }
         Some(cli::Job::Ctl(request)) => ctl::run(&request),
         Some(cli::Job::Bench(options)) => vbmq_bench::run(&options),
+        Some(cli::Job::ImageCreate(path, options)) => image_create::run(&path, &options),
         None => 2,
     };
     std::process::exit(status);

@@ -328,39 +328,6 @@ fn encrypt_and_cache_compose_over_a_qcow2_disk() {
     assert!(daemon.terminate().success());
 }
 
-/// `base=` reads BASE as raw bytes: a qcow2 golden image is refused with the way to serve it
-/// (a qcow2 overlay over it), rather than its tables shown to the guest.
-#[test]
-fn a_qcow2_base_is_refused_with_the_way_to_serve_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let raw = raw_data(dir.path(), "golden.raw", 7);
-    let golden = convert(
-        dir.path(),
-        &raw,
-        "golden.qcow2",
-        "cluster_size=65536",
-        false,
-    );
-    let socket = dir.path().join("s.sock");
-    let refused = common::serve::exits_2_at_start(&[
-        "--disk".to_string(),
-        format!(
-            "socket={},path={},base={}",
-            socket.display(),
-            dir.path().join("vm.raw").display(),
-            golden.display()
-        ),
-    ]);
-    assert!(
-        refused.contains("--disk base") && refused.contains("qemu-img create -f qcow2 -b"),
-        "{refused}"
-    );
-    // The overlay it names is served, and reads as the golden image.
-    let overlay = dir.path().join("vm.qcow2");
-    qcow2_over(&overlay, "qcow2", "golden.qcow2", &[]);
-    assert!(vbmq_view(&overlay, "") == std::fs::read(&raw).unwrap());
-}
-
 /// `qemu-img check`: 0 clean, 3 leaked clusters only (allowed after a crash, as QEMU allows
 /// them); anything else is corruption.
 fn qemu_check(image: &Path, leaks_allowed: bool) {

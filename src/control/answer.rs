@@ -347,6 +347,10 @@ fn passed_disk(names: &[Passed], fds: Vec<OwnedFd>) -> Result<PassedDisk, String
     }
     let mut passed = PassedDisk::default();
     for (name, fd) in names.iter().zip(fds) {
+        if *name == Passed::Backing {
+            passed.backing.push(fd);
+            continue;
+        }
         let slot = match name {
             Passed::Socket => &mut passed.socket,
             Passed::Image => &mut passed.image,
@@ -356,6 +360,7 @@ fn passed_disk(names: &[Passed], fds: Vec<OwnedFd>) -> Result<PassedDisk, String
             Passed::Map => &mut passed.map,
             Passed::Key => &mut passed.key,
             Passed::Changes => &mut passed.changes,
+            Passed::Backing => return Err("add-disk: a backing file out of place: a defect".into()),
         };
         if slot.replace(fd).is_some() {
             return Err(format!("add-disk: {name:?} passed twice"));

@@ -206,6 +206,9 @@ pub enum Passed {
     Key,
     /// `track-changes=on`: the image's changed-block maps (`DISK.changes`), read-write.
     Changes,
+    /// A file of a qcow2 image's (or qcow2 base's) backing chain, read-only; one per level,
+    /// top's backing file first.
+    Backing,
 }
 
 /// A capacity as sent: a number of bytes or a size text such as `40G`.

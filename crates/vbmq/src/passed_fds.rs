@@ -33,6 +33,8 @@ pub struct PassedDisk {
     pub key: Option<OwnedFd>,
     /// `track-changes=on`: the image's changed-block maps (`DISK.changes`), read-write.
     pub changes: Option<OwnedFd>,
+    /// A qcow2 image's or base's backing chain, read-only, top's backing file first.
+    pub backing: Vec<OwnedFd>,
     /// The user the control client runs as (`SO_PEERCRED`): the map, the changes file and a
     /// regular key file must be its or root's, with one link. `None`: copies of files the
     /// daemon holds already (`reload --replace`), not checked again.
@@ -214,6 +216,19 @@ fn file_pair(
     Ok((image, Some(direct)))
 }
 
+/// A qcow2 backing chain's files, if each is a regular file or block device opened read-only
+/// (without `O_DIRECT`: the qcow2 reader reads them on the queue's thread).
+pub fn backing_files(chain: Vec<OwnedFd>) -> io::Result<Vec<File>> {
+    chain
+        .into_iter()
+        .map(|fd| {
+            let file = File::from(fd);
+            check_image_file("backing file", &file, true, false)?;
+            Ok(file)
+        })
+        .collect()
+}
+
 /// A `base=` disk's map (`DISK.map`) as a file, if it is a regular file opened read-write,
 /// the client's own (see [`check_owner`]).
 pub fn map_file(map: OwnedFd, client_uid: Option<u32>) -> io::Result<File> {
@@ -321,6 +336,8 @@ fn check_image_file(what: &str, file: &File, readonly: bool, direct: bool) -> io
             what,
             if what.ends_with("base") {
                 format!("not opened {mode} (a base is never written)")
+            } else if what == "backing file" {
+                format!("not opened {mode} (a backing file is never written)")
             } else {
                 format!("not opened {mode} (readonly= says it must be)")
             },

@@ -51,7 +51,11 @@ pub use layer::{Layer, Layered};
 pub use memory::MemoryDisk;
 pub use mirror::{MirrorDisk, MirrorState};
 pub use null::NullDisk;
-pub use qcow2::{ImageFormat, Qcow2Disk, guard_probed_raw, open_qcow2};
+pub use qcow2::{
+    BackingFile, Backings, CreateOptions as Qcow2CreateOptions, ImageFormat, Qcow2Disk,
+    create_image as create_qcow2_image, guard_probed_raw, has_magic as has_qcow2_magic,
+    open_backing_files, open_qcow2, thin_base,
+};
 pub use rbd::{RbdDisk, RbdTarget, cluster_connected, release_clusters};
 pub use snapshot::{COPY_BLOCK, Fleece, SnapshotDisk, SnapshotMethod, SnapshotReport};
 pub use thin::{NbdBase, ThinBase, ThinDisk, ThinOptions};

@@ -13,8 +13,8 @@ use super::layers::{LayerInputs, TrackedFiles, open_layer};
 use crate::backend::cache::ImageId;
 use crate::backend::changes::ImageFile;
 use crate::backend::{
-    Disk, FileDisk, MemoryDisk, MirrorDisk, NbdBase, NullDisk, RbdDisk, RbdTarget, SnapshotDisk,
-    ThinBase, ThinDisk, ThinOptions, guard_probed_raw, open_qcow2,
+    Backings, Disk, FileDisk, MemoryDisk, MirrorDisk, NbdBase, NullDisk, RbdDisk, RbdTarget,
+    SnapshotDisk, ThinBase, ThinDisk, ThinOptions, guard_probed_raw, open_qcow2, thin_base,
 };
 use crate::config::{BaseSpec, DiskSpec, LayerSpec, SpecError, StackSpec, Storage, StorageSpec};
 use crate::own_files::{self, Access, Create};
@@ -60,6 +60,9 @@ pub(crate) struct Source {
     pub key: Option<File>,
     /// `track-changes=on`: the image's map file (`DISK.changes`), passed (with the image).
     pub changes: Option<File>,
+    /// The backing chain of a qcow2 image or base, passed (with it), top's backing file first;
+    /// `None`: opened by name.
+    pub backing: Option<Vec<File>>,
     /// The process is confined: every queue does its I/O with positional system calls (no ring
     /// can be made), and an RBD image is opened only through a cluster connection made at start.
     pub confined: bool,
@@ -89,6 +92,7 @@ fn open_disk(
         key,
         changes,
         confined,
+        backing,
     } = source;
     let mut inputs = LayerInputs {
         key,
@@ -112,6 +116,7 @@ fn open_disk(
         image,
         thin,
         confined,
+        backing,
         ..Source::default()
     };
     let (mut disk, files) = open_storage(spec, &stack.storage, source, handles)?;
@@ -142,13 +147,14 @@ fn mirrored(disk: Arc<dyn Disk>, handles: &mut Handles) -> Arc<dyn Disk> {
 fn open_storage(
     spec: &DiskSpec,
     storage: &StorageSpec,
-    source: Source,
+    mut source: Source,
     handles: &mut Handles,
 ) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
     let snapshots = match storage {
         StorageSpec::File { path } => {
+            let backings = backings(source.backing.take());
             let file = open_file(spec, path, spec.readonly, source)?;
-            let file = match open_qcow2(file, path, spec.format, spec.readonly) {
+            let file = match open_qcow2(file, path, spec.format, spec.readonly, backings) {
                 Ok(Ok(qcow2)) => return Ok((Arc::new(qcow2), Vec::new())),
                 Ok(Err(raw)) => raw,
                 Err(e) => return Err(path_error(path, e)),
@@ -178,6 +184,11 @@ fn open_storage(
         _ => snapshots as Arc<dyn Disk>,
     };
     Ok((disk, Vec::new()))
+}
+
+/// Where a qcow2 image's or base's chain comes from: the files passed, or their names.
+fn backings(passed: Option<Vec<File>>) -> Backings {
+    passed.map_or(Backings::ByName, Backings::Given)
 }
 
 fn path_error(path: &Path, e: std::io::Error) -> SpecError {
@@ -344,6 +355,7 @@ fn open_thin_disk(
         reason: format!("{}: {e}", path.display()),
     };
     let thin = source.thin.take();
+    let backings = backings(source.backing.take());
     match (source.image.is_some(), thin) {
         (true, Some(thin)) => {
             let (base, files) = match (base, thin.base) {
@@ -372,8 +384,9 @@ fn open_thin_disk(
                 confined,
                 ..Source::default()
             };
-            let base = open_file(spec, base, true, base_source)?;
-            return ThinDisk::open(data, path, base, Some(thin.map), options)
+            let file = open_file(spec, base, true, base_source)?;
+            let base = thin_base(file, base, backings).map_err(|e| error("base", e))?;
+            return ThinDisk::open_over(data, path, base, Some(thin.map), options)
                 .map_err(|e| error("base", e));
         }
         (false, None) => {}
@@ -390,7 +403,10 @@ fn open_thin_disk(
     let data = open_file(spec, path, false, source)?;
     let base = match base {
         // The base is the data's ring's to read: its own ring options do not apply.
-        BaseSpec::File(base) => ThinBase::File(open_file(spec, base, true, Source::default())?),
+        BaseSpec::File(base) => {
+            let file = open_file(spec, base, true, Source::default())?;
+            thin_base(file, base, backings).map_err(|e| error("base", e))?
+        }
         BaseSpec::Nbd { uri, timeout } => ThinBase::Nbd(Arc::new(
             NbdBase::connect(uri, *timeout).map_err(|e| error("base", e))?,
         )),

@@ -10,7 +10,8 @@ use super::{DiskInfo, Host, HostError, RunTimePolicy, lock, spec_error};
 use crate::config::{DiskSpec, NeededFile, Storage};
 use crate::devices::{PassedThin, Source};
 use crate::passed_fds::{
-    PassedDisk, base_files, changes_file, image_files, key_file, listening_unix_socket, map_file,
+    PassedDisk, backing_files, base_files, changes_file, image_files, key_file,
+    listening_unix_socket, map_file,
 };
 use crate::worker::online_cpus;
 
@@ -35,6 +36,13 @@ impl Host {
                 _ => Default::default(),
             };
             move |e: std::io::Error| spec_error(key, format!("{}: {e}", path.display()))
+        };
+        // A passed image's chain is passed too (none for a raw or flat image): never by name.
+        let backing = if passed.image.is_some() {
+            let base_or_image = if spec.base.is_some() { "base" } else { "path" };
+            Some(backing_files(passed.backing).map_err(in_path(base_or_image))?)
+        } else {
+            None
         };
         let image = match (passed.image, &spec.storage) {
             (Some(image), Storage::File(_)) => {
@@ -75,6 +83,7 @@ impl Host {
             key,
             changes,
             confined,
+            backing,
         };
         let prepared = self.prepare_from(text, spec, source, listener)?;
         self.start(prepared)
@@ -142,6 +151,18 @@ fn check_passed(spec: &DiskSpec, passed: &PassedDisk) -> Result<(), HostError> {
             };
             return Err(spec_error("direct", why.into()));
         }
+    }
+    if !passed.backing.is_empty() && passed.image.is_none() {
+        return Err(spec_error(
+            "path",
+            "a backing chain is passed with its image (and a base= disk's base)".into(),
+        ));
+    }
+    if !passed.backing.is_empty() && spec.base.is_some() && passed.base.is_none() {
+        return Err(spec_error(
+            "base",
+            "a backing chain was passed for a base that is not a file".into(),
+        ));
     }
     if passed.key.is_some() && !needs(|f| matches!(f, NeededFile::Key(_))) {
         return Err(spec_error(
@@ -314,6 +335,8 @@ pub(super) struct KeptFiles {
     thin: Option<((File, Option<File>), File)>,
     /// `track-changes=on`: the map file `DISK.changes`.
     changes: Option<File>,
+    /// A qcow2 image's or base's backing chain, top's backing file first.
+    backing: Vec<File>,
 }
 
 fn copy_pair(pair: &(File, Option<File>)) -> Option<(File, Option<File>)> {
@@ -337,10 +360,18 @@ impl KeptFiles {
             Some(changes) => Some(changes.try_clone().ok()?),
             None => None,
         };
+        let backing = match &source.backing {
+            Some(chain) => chain
+                .iter()
+                .map(|f| f.try_clone().ok())
+                .collect::<Option<_>>()?,
+            None => Vec::new(),
+        };
         Some(KeptFiles {
             image,
             thin,
             changes,
+            backing,
         })
     }
 
@@ -365,10 +396,21 @@ impl KeptFiles {
             Some((buffered, direct))
         };
         let (mut image, mut base, mut map, mut changes) = (None, None, None, None);
+        let mut backing = Vec::new();
         for needed in spec.stack().needed_files() {
             match needed {
-                NeededFile::Image(path) => image = Some(pair(&path, !spec.readonly)?),
-                NeededFile::Base(path) => base = Some(pair(&path, false)?),
+                NeededFile::Image(path) => {
+                    let files = pair(&path, !spec.readonly)?;
+                    if spec.format != crate::backend::ImageFormat::Raw {
+                        backing = chain_below(&files.0, &path)?;
+                    }
+                    image = Some(files);
+                }
+                NeededFile::Base(path) => {
+                    let files = pair(&path, false)?;
+                    backing = chain_below(&files.0, &path)?;
+                    base = Some(files);
+                }
                 NeededFile::ThinMap(path) => map = Some(open(&path, true, false)?),
                 NeededFile::Changes(path) => changes = Some(open(&path, true, false)?),
                 // A key is never kept: an encrypted disk is not served again confined.
@@ -379,6 +421,7 @@ impl KeptFiles {
             image: image?,
             thin: base.zip(map),
             changes,
+            backing,
         })
     }
 
@@ -399,8 +442,20 @@ impl KeptFiles {
         if tracked {
             passed.changes = Some(self.changes.as_ref()?.try_clone().ok()?.into());
         }
+        for file in &self.backing {
+            passed.backing.push(file.try_clone().ok()?.into());
+        }
         Some(passed)
     }
+}
+
+/// The backing chain below `image` (at `path`) if it is a qcow2 image, opened by name.
+fn chain_below(image: &File, path: &Path) -> Option<Vec<File>> {
+    if !crate::backend::has_qcow2_magic(image).ok()? {
+        return Some(Vec::new());
+    }
+    let chain = crate::backend::open_backing_files(image, path).ok()?;
+    Some(chain.into_iter().map(|backing| backing.file).collect())
 }
 
 /// The inherited listening socket `socket-fd=` names, owned from now on.

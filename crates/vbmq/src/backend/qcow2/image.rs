@@ -3,15 +3,16 @@
 //! compressed clusters).
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+use super::chain::{BackingFormat, Backings, ChainFiles, MAX_CHAIN, backing_path};
 use super::compressed::{Compressed, decompress};
-use super::header::{Header, has_magic};
+use super::header::Header;
 use crate::backend::image_lock::ImageLock;
 use crate::backend::thin::read_or_zeros;
 use crate::host_size;
@@ -26,8 +27,6 @@ pub const ZERO: u64 = 1;
 /// Subclusters per cluster with extended L2 entries.
 pub const SUBCLUSTERS: u64 = 32;
 
-/// Deepest backing chain opened (a chain that loops ends here).
-const MAX_CHAIN: usize = 64;
 /// L2 tables kept in memory, in bytes (QEMU's default L2 cache on Linux).
 const L2_CACHE_BYTES: usize = 32 << 20;
 
@@ -78,21 +77,14 @@ fn corrupt(why: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, why.into())
 }
 
-/// Where QEMU finds a backing file named `name` by the image at `image`: as it is if absolute,
-/// else relative to the image's directory.
-pub fn backing_path(image: &Path, name: &str) -> PathBuf {
-    let name = Path::new(name);
-    if name.is_absolute() {
-        return name.to_path_buf();
-    }
-    image.parent().unwrap_or(Path::new("")).join(name)
-}
-
 impl Qcow2Image {
     /// Opens the image in `file` (found at `path`, which its backing file is relative to) and
-    /// the chain below it, read-only and locked shared.
-    pub fn open(file: File, path: &Path) -> io::Result<Self> {
-        Self::open_at_depth(file, path, 0, None)
+    /// the chain below it from `backings`, read-only and locked shared.
+    pub fn open(file: File, path: &Path, backings: Backings) -> io::Result<Self> {
+        let mut chain = ChainFiles::new(&file, path, backings)?;
+        let image = Self::open_at_depth(file, path, 0, None, &mut chain)?;
+        chain.finish()?;
+        Ok(image)
     }
 
     fn open_at_depth(
@@ -100,6 +92,7 @@ impl Qcow2Image {
         path: &Path,
         depth: usize,
         lock: Option<ImageLock>,
+        chain: &mut ChainFiles,
     ) -> io::Result<Self> {
         let header = Header::read(&file)?;
         let mut l1_bytes = vec![0; host_size(u64::from(header.l1_size) * 8)];
@@ -113,6 +106,7 @@ impl Qcow2Image {
                 &backing_path(path, name),
                 header.backing_format.as_deref(),
                 depth + 1,
+                chain,
             )?),
             None => None,
         };
@@ -127,36 +121,32 @@ impl Qcow2Image {
         })
     }
 
-    fn open_backing(path: &Path, format: Option<&str>, depth: usize) -> io::Result<Backing> {
+    fn open_backing(
+        path: &Path,
+        format: Option<&str>,
+        depth: usize,
+        chain: &mut ChainFiles,
+    ) -> io::Result<Backing> {
         if depth > MAX_CHAIN {
             return Err(corrupt(format!("backing chain deeper than {MAX_CHAIN}")));
         }
         let with_name = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
-        let file = OpenOptions::new()
-            .read(true)
-            .open(path)
-            .map_err(with_name)?;
+        let file = chain.next(path)?;
         let lock = ImageLock::take(&file, false).map_err(with_name)?;
-        let qcow2 = match format {
-            Some("qcow2") => true,
-            Some("raw") => false,
-            Some(other) => {
-                return Err(corrupt(format!(
-                    "backing format {other:?} is not supported"
-                )));
+        match BackingFormat::of(format, &file).map_err(with_name)? {
+            BackingFormat::Qcow2 => {
+                let image =
+                    Self::open_at_depth(file, path, depth, Some(lock), chain).map_err(with_name)?;
+                Ok(Backing::Qcow2(Box::new(image)))
             }
-            None => has_magic(&file).map_err(with_name)?,
-        };
-        if qcow2 {
-            let image = Self::open_at_depth(file, path, depth, Some(lock)).map_err(with_name)?;
-            Ok(Backing::Qcow2(Box::new(image)))
-        } else {
-            let size = file.metadata()?.len();
-            Ok(Backing::Raw {
-                file,
-                size,
-                _lock: lock,
-            })
+            BackingFormat::Raw => {
+                let size = file.metadata()?.len();
+                Ok(Backing::Raw {
+                    file,
+                    size,
+                    _lock: lock,
+                })
+            }
         }
     }
 

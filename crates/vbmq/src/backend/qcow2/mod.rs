@@ -13,13 +13,18 @@
 //! (tests/qcow2.rs).
 //!
 //! Below the top image every file of the chain is opened read-only (shared lock), its backing
-//! file named relative to the image that names it, as QEMU resolves it. Images with an external
-//! data file or encryption are refused; internal snapshots are left as they are (an image that
-//! has them is served read-only).
+//! file named relative to the image that names it, as QEMU resolves it (`chain`), or passed by
+//! `vbmq ctl add-disk`, which walks the chain the same way. Images with an external data file
+//! or encryption are refused; internal snapshots are left as they are (an image that has them
+//! is served read-only). A qcow2 image is also a thin disk's base (`as_base`), and `create`
+//! writes new ones (`vbmq image create`).
 
+mod as_base;
 mod bitmap_dir;
 mod bitmaps;
+mod chain;
 mod compressed;
+mod create;
 mod engine;
 mod header;
 mod image;
@@ -31,7 +36,10 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+pub use self::as_base::thin_base;
 use self::bitmaps::Qcow2Bitmaps;
+pub use self::chain::{BackingFile, Backings, open_backing_files};
+pub use self::create::{CreateOptions, create_image};
 use self::engine::Qcow2Stage;
 pub use self::header::has_magic;
 use self::image::Qcow2Image;
@@ -78,17 +86,19 @@ impl ImageFormat {
     }
 }
 
-/// The qcow2 disk `file` (opened at `path`) holds, or `file` back when `format` says it is raw.
+/// The qcow2 disk `file` (opened at `path`, its chain from `backings`) holds, or `file` back
+/// when `format` says it is raw.
 pub fn open_qcow2(
     file: FileDisk,
     path: &Path,
     format: ImageFormat,
     readonly: bool,
+    backings: Backings,
 ) -> io::Result<Result<Qcow2Disk, FileDisk>> {
     if !format.is_qcow2(&file.file()?)? {
         return Ok(Err(file));
     }
-    let disk = Qcow2Disk::open(file, path, readonly).map_err(|e| {
+    let disk = Qcow2Disk::open(file, path, readonly, backings).map_err(|e| {
         if format == ImageFormat::Auto && e.kind() == io::ErrorKind::InvalidData {
             io::Error::new(
                 e.kind(),
@@ -123,9 +133,14 @@ pub struct Qcow2Disk {
 }
 
 impl Qcow2Disk {
-    /// Serves the qcow2 image `file` (opened at `path`; its backing file is found from there),
+    /// Serves the qcow2 image `file` (opened at `path`; its backing files from `backings`),
     /// writable unless `readonly`.
-    pub fn open(file: FileDisk, path: &Path, readonly: bool) -> io::Result<Self> {
+    pub fn open(
+        file: FileDisk,
+        path: &Path,
+        readonly: bool,
+        backings: Backings,
+    ) -> io::Result<Self> {
         // Two writers of one image would each allocate from the end of the file they saw.
         if file.writer_seat().is_some() {
             return Err(io::Error::new(
@@ -133,7 +148,7 @@ impl Qcow2Disk {
                 "handover=on is for raw images: a qcow2 image has one writer",
             ));
         }
-        let image = Arc::new(Qcow2Image::open(file.file()?, path)?);
+        let image = Arc::new(Qcow2Image::open(file.file()?, path, backings)?);
         let writer = if readonly {
             None
         } else {

@@ -1,4 +1,5 @@
-//! Where a thin disk's unwritten blocks come from: a read-only file, or an NBD export.
+//! Where a thin disk's unwritten blocks come from: a read-only raw file, an image read through
+//! its format's reader (a qcow2 image and its chain), or an NBD export.
 
 use std::fs::File;
 use std::io;
@@ -12,14 +13,27 @@ use crate::backend::FileDisk;
 pub enum ThinBase {
     /// A read-only raw image or block device, read through the queues' rings.
     File(FileDisk),
+    /// An image whose bytes are not its guest's (qcow2), read on the queue's thread through
+    /// its reader.
+    Image(Arc<dyn BaseImage>),
     /// An NBD export, read through its fetcher (see [`NbdBase`]).
     Nbd(Arc<NbdBase>),
+}
+
+/// A read-only image read through its format's reader, on the caller's thread.
+pub trait BaseImage: Send + Sync {
+    /// The guest's size in bytes.
+    fn size(&self) -> u64;
+    /// Fills `buf` with the guest's bytes at `offset`; past the end, zeros.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
 }
 
 /// The base read on the caller's thread: by the fill and by a snapshot's copies.
 pub enum BaseReader {
     /// A file, with positional reads.
     File(File),
+    /// An image, through its reader.
+    Image(Arc<dyn BaseImage>),
     /// An export, through its fetcher.
     Nbd(Arc<NbdBase>),
 }
@@ -29,6 +43,7 @@ impl ThinBase {
     pub(super) fn reader(&self) -> io::Result<BaseReader> {
         Ok(match self {
             ThinBase::File(file) => BaseReader::File(file.file()?),
+            ThinBase::Image(image) => BaseReader::Image(image.clone()),
             ThinBase::Nbd(nbd) => BaseReader::Nbd(nbd.clone()),
         })
     }
@@ -39,15 +54,16 @@ impl BaseReader {
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         match self {
             BaseReader::File(file) => read_or_zeros(file, buf, offset),
+            BaseReader::Image(image) => image.read_at(buf, offset),
             BaseReader::Nbd(nbd) => nbd.read_at(buf, offset),
         }
     }
 
-    /// The file, for a base that is one.
+    /// The file, for a raw base.
     pub fn file(&self) -> Option<&File> {
         match self {
             BaseReader::File(file) => Some(file),
-            BaseReader::Nbd(_) => None,
+            BaseReader::Image(_) | BaseReader::Nbd(_) => None,
         }
     }
 

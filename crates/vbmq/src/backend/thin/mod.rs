@@ -31,13 +31,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-pub use self::base::{ThinBase, read_or_zeros};
+pub use self::base::{BaseImage, ThinBase, read_or_zeros};
 use self::engine::ThinStage;
 use self::map::ThinMap;
 pub use self::map::map_path;
 pub use self::nbd_base::NbdBase;
 pub use self::read::ThinReader;
-use self::remote::ThinBelow;
+use self::remote::{BaseSource, ThinBelow};
 use super::layer::StagedEngine;
 use super::{Disk, Engine, EngineOptions, FileDisk, Geometry};
 
@@ -101,6 +101,10 @@ impl ThinDisk {
         }
         let base_geometry = match &base {
             ThinBase::File(file) => file.geometry(),
+            ThinBase::Image(image) => Geometry {
+                capacity: image.size(),
+                ..data.geometry()
+            },
             ThinBase::Nbd(nbd) => Geometry {
                 capacity: nbd.size(),
                 ..data.geometry()
@@ -213,7 +217,8 @@ impl Disk for ThinDisk {
         };
         let (base, remote) = match &self.base {
             ThinBase::File(file) => (Some(file.as_base()?), None),
-            ThinBase::Nbd(nbd) => (None, Some(nbd.clone())),
+            ThinBase::Image(image) => (None, Some(BaseSource::Image(image.clone()))),
+            ThinBase::Nbd(nbd) => (None, Some(BaseSource::Nbd(nbd.clone()))),
         };
         // Added once the process is confined: no ring can be made, a spare one is taken.
         let ring = if self.data.is_pooled() {
@@ -259,13 +264,14 @@ impl Drop for ThinDisk {
     }
 }
 
-/// BASE's bytes are served as they are: a qcow2 image's would show the guest its tables.
+/// A file base's bytes are served as they are: a qcow2 image's would show the guest its
+/// tables. A qcow2 BASE comes as [`ThinBase::Image`] (`backend::qcow2::thin_base`).
 fn refuse_qcow2(base: &FileDisk) -> io::Result<()> {
     if starts_as_qcow2(&base.file()?)? {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "BASE is a qcow2 image, which base= does not read: serve a qcow2 overlay over it \
-             (qemu-img create -f qcow2 -b BASE -F qcow2 DISK), or convert it to raw",
+            "BASE is a qcow2 image opened as raw bytes: it is read through its qcow2 reader \
+             (the caller's defect)",
         ));
     }
     Ok(())

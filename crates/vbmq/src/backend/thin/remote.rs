@@ -1,9 +1,10 @@
-//! The engine below a thin disk's queue: its ring, and for a base on an NBD export the reads
-//! of that base, which complete as the ring's do. A base read is handed to the disk's fetcher
-//! (see [`NbdBase`]) and its bytes come back through an inbox on the client's thread; the
-//! queue's thread copies them into the operation's buffers when it reaps, so that nothing but
-//! the queue's thread touches the guest's memory or the staging buffers, and wakes through the
-//! ring's completion eventfd like any completion.
+//! The engine below a thin disk's queue: its ring, and for a base on an NBD export or in an
+//! image format (qcow2) the reads of that base, which complete as the ring's do. A base read is
+//! handed to the disk's fetcher (see [`NbdBase`]), or read at once through the image's reader
+//! (see [`BaseImage`]), and its bytes come back through an inbox; the queue's thread copies
+//! them into the operation's buffers when it reaps, so that nothing but the queue's thread
+//! touches the guest's memory or the staging buffers, and wakes through the ring's completion
+//! eventfd like any completion.
 
 use std::collections::HashMap;
 use std::io;
@@ -11,7 +12,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use super::nbd_base::NbdBase;
+use super::base::BaseImage;
+use super::nbd_base::{FetchDone, NbdBase};
 use crate::backend::iovec::IovList;
 use crate::backend::uring::UringEngine;
 use crate::backend::{Engine, IoOp};
@@ -52,14 +54,51 @@ struct Pending {
     error: i32,
 }
 
-/// A queue's reads of an NBD base.
+/// A base read apart from the ring.
+pub enum BaseSource {
+    /// On the queue's thread, through the image's reader.
+    Image(Arc<dyn BaseImage>),
+    /// Through the export's fetcher.
+    Nbd(Arc<NbdBase>),
+}
+
+/// The longest piece of a base read an image reads at once.
+const IMAGE_PIECE: usize = 1 << 20;
+
+impl BaseSource {
+    /// The longest read sent at once.
+    fn max_request(&self) -> usize {
+        match self {
+            BaseSource::Image(_) => IMAGE_PIECE,
+            BaseSource::Nbd(nbd) => nbd.max_request() as usize,
+        }
+    }
+
+    /// Reads `len` bytes at `offset`; `done` runs once, with exactly `len` bytes or `-errno`.
+    fn fetch(&self, offset: u64, len: usize, done: FetchDone) {
+        match self {
+            BaseSource::Image(image) => {
+                let mut buf = vec![0; len];
+                let read = image.read_at(&mut buf, offset);
+                done(read.map(|()| buf).map_err(|e| {
+                    crate::limited!(warn, "thin disk: a read of its base image failed: {e}");
+                    -e.raw_os_error().unwrap_or(libc::EIO)
+                }));
+            }
+            // `len <= max_request`, a u32.
+            BaseSource::Nbd(nbd) => nbd.fetch(offset, u32::try_from(len).unwrap_or(u32::MAX), done),
+        }
+    }
+}
+
+/// A queue's reads of a base apart from its ring.
 struct RemoteReads {
-    base: Arc<NbdBase>,
+    base: BaseSource,
     inbox: Arc<Inbox>,
     pending: HashMap<u64, Pending>,
 }
 
-/// A thin disk queue's ring, with the reads of an NBD base beside it.
+/// A thin disk queue's ring, with the reads of an NBD or image base beside it.
 pub struct ThinBelow {
     ring: UringEngine,
     remote: Option<RemoteReads>,
@@ -81,8 +120,8 @@ fn duplicate(fd: RawFd) -> io::Result<OwnedFd> {
 }
 
 impl ThinBelow {
-    /// `ring`, reading the base from `remote` when the base is an NBD export.
-    pub fn new(ring: UringEngine, remote: Option<Arc<NbdBase>>) -> io::Result<Self> {
+    /// `ring`, reading the base from `remote` when the base is not a raw file.
+    pub fn new(ring: UringEngine, remote: Option<BaseSource>) -> io::Result<Self> {
         let remote = match remote {
             Some(base) => {
                 let wake = ring.completion_fd().map(duplicate).transpose()?;
@@ -119,7 +158,7 @@ impl ThinBelow {
             );
             return Ok(());
         }
-        let piece = remote.base.max_request() as usize;
+        let piece = remote.base.max_request();
         remote.pending.insert(
             tag,
             Pending {
@@ -133,8 +172,7 @@ impl ThinBelow {
             let inbox = remote.inbox.clone();
             remote.base.fetch(
                 offset + at as u64,
-                // `n <= max_request`, a u32.
-                u32::try_from(n).unwrap_or(u32::MAX),
+                n,
                 Box::new(move |result| inbox.post(tag, at, result)),
             );
         }
