@@ -24,6 +24,7 @@ mod engine;
 mod header;
 mod image;
 mod probed_raw;
+mod view;
 mod write;
 
 use std::fs::File;
@@ -36,6 +37,7 @@ use self::engine::Qcow2Stage;
 pub use self::header::has_magic;
 use self::image::Qcow2Image;
 use self::probed_raw::ProbedRaw;
+pub use self::view::Qcow2Reader;
 use self::write::Writer;
 use super::changes::ImageBitmaps;
 use super::layer::{Layered, StagedEngine};
@@ -144,6 +146,11 @@ impl Qcow2Disk {
             image,
             file,
         })
+    }
+
+    /// The guest's view, for snapshots and exports.
+    pub fn reader(&self) -> Qcow2Reader {
+        Qcow2Reader::new(self.image.clone())
     }
 }
 
