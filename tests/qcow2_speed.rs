@@ -205,7 +205,7 @@ fn chain_reads_against_a_flat_image() {
     let vbmq = |image: &Path| {
         let _ = std::fs::remove_file(&socket);
         let spec = format!(
-            "socket={},path={},queues=1,cpus={cpu},mode=adaptive,readonly=on",
+            "socket={},path={},queues=1,cpus={cpu},mode=adaptive",
             socket.display(),
             image.display()
         );
