@@ -4,7 +4,7 @@
 //! `base:allocation` from the image's clusters (and a raw backing file's holes), and
 //! `qemu:dirty-bitmap:Q` as QEMU's own NBD server (`qemu-nbd -B`) serves the same bitmap;
 //! `ctl snapshot` of a qcow2 disk over a backing file writes the guest's bytes, raw, at one
-//! instant.
+//! instant, and no snapshot is written into a backing file.
 
 mod common;
 #[path = "common/stamp_writer.rs"]
@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use common::ctl::ctl_json_or_null;
 use common::run_time::changed_blocks;
 use common::tool::{nbd_uri as uri, qcow2_over, run_tool as run};
-use common::{ctl_json, s, serve_with_control as serve, wait_for};
+use common::{ctl, ctl_json, s, serve_with_control as serve, wait_for};
 use serde_json::Value;
 use stamp_writer::Writer;
 use stamps::{BLOCK, check_one_instant, stamped_image};
@@ -270,10 +270,24 @@ fn a_qcow2_chains_snapshot_is_the_guests_bytes_raw_at_one_instant_and_its_export
         ],
         "QEMU's map of the chain"
     );
-    let socket = dir.path().join("top.sock");
+    let (socket, other) = (dir.path().join("top.sock"), dir.path().join("other.sock"));
+    let other_image = common::image(dir.path(), "other.raw", MIB as usize, 3);
     let (mut daemon, control) = serve(
         dir.path(),
-        &[format!("socket={},path={}", s(&socket), s(&image))],
+        &[
+            format!("socket={},path={}", s(&socket), s(&image)),
+            format!("socket={},path={}", s(&other), s(&other_image)),
+        ],
+    );
+    // The chain's files are in use: no disk's snapshot is written into the backing file.
+    let base_before = std::fs::read(&base).unwrap();
+    let out = ctl(&control, &["snapshot", s(&other), s(&base), "--force"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("a file vbmq uses"), "{stderr}");
+    assert!(
+        std::fs::read(&base).unwrap() == base_before,
+        "the backing file is untouched"
     );
     // The export's map before any write: the chain's holes, as QEMU maps them.
     let export = dir.path().join("export.sock");

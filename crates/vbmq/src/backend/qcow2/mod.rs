@@ -148,8 +148,9 @@ impl Qcow2Disk {
         })
     }
 
-    /// The guest's view, for snapshots and exports.
-    pub fn reader(&self) -> Qcow2Reader {
+    /// The guest's view, for snapshots and exports; the chain's files are held as in use
+    /// while it lives.
+    pub fn reader(&self) -> io::Result<Qcow2Reader> {
         Qcow2Reader::new(self.image.clone())
     }
 }

@@ -10,15 +10,23 @@ use std::io;
 use std::sync::Arc;
 
 use super::image::{Backing, Extent, Qcow2Image};
+use crate::held_files::{self, Held};
 
 /// A read-only look at a qcow2 disk's contents (see the module's comment).
 pub struct Qcow2Reader {
     image: Arc<Qcow2Image>,
+    /// Every file of the chain, recorded as in use while the disk is open: no snapshot of any
+    /// disk may be written into a backing file (it would truncate it).
+    _held: Vec<Held>,
 }
 
 impl Qcow2Reader {
-    pub(super) fn new(image: Arc<Qcow2Image>) -> Self {
-        Qcow2Reader { image }
+    pub(super) fn new(image: Arc<Qcow2Image>) -> io::Result<Self> {
+        let held = chain_files(&image)
+            .into_iter()
+            .map(held_files::hold)
+            .collect::<io::Result<_>>()?;
+        Ok(Qcow2Reader { image, _held: held })
     }
 
     /// Fills `buf` with the guest's bytes at `offset` (zeros past the end).
@@ -35,19 +43,23 @@ impl Qcow2Reader {
 
     /// Every file of the chain, the top image first.
     pub fn files(&self) -> Vec<&File> {
-        let mut files = vec![&self.image.file];
-        let mut image = &*self.image;
-        loop {
-            match &image.backing {
-                None => return files,
-                Some(Backing::Raw { file, .. }) => {
-                    files.push(file);
-                    return files;
-                }
-                Some(Backing::Qcow2(below)) => {
-                    files.push(&below.file);
-                    image = below;
-                }
+        chain_files(&self.image)
+    }
+}
+
+/// Every file of `image`'s chain, `image`'s first.
+fn chain_files(mut image: &Qcow2Image) -> Vec<&File> {
+    let mut files = vec![&image.file];
+    loop {
+        match &image.backing {
+            None => return files,
+            Some(Backing::Raw { file, .. }) => {
+                files.push(file);
+                return files;
+            }
+            Some(Backing::Qcow2(below)) => {
+                files.push(&below.file);
+                image = below;
             }
         }
     }

@@ -175,7 +175,7 @@ impl SnapshotDisk {
     /// Over a qcow2 disk (read through its tables: a snapshot or an export holds the guest's
     /// bytes, raw).
     pub fn over_qcow2(disk: Qcow2Disk) -> io::Result<Self> {
-        let reader = disk.reader();
+        let reader = disk.reader()?;
         Ok(Self::over(Arc::new(disk), Source::Qcow2(reader)))
     }
 
