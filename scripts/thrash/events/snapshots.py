@@ -10,7 +10,7 @@ from ..common import BLOCKS, log
 
 
 def snapshot(t):
-    name = t.rng.choice(["plain", "track"])
+    name = t.rng.choice(["plain", "track", "qcow2"])
     target = t.path(f"snap/{name}.raw")
     t.sync_client()
     with t.lock:

@@ -150,17 +150,20 @@ fn open_storage(
     mut source: Source,
     handles: &mut Handles,
 ) -> Result<(Arc<dyn Disk>, Vec<PathBuf>), SpecError> {
+    let mut raw_file = false;
     let snapshots = match storage {
         StorageSpec::File { path } => {
             let backings = backings(source.backing.take());
             let file = open_file(spec, path, spec.readonly, source)?;
-            let file = match open_qcow2(file, path, spec.format, spec.readonly, backings) {
-                Ok(Ok(qcow2)) => return Ok((Arc::new(qcow2), Vec::new())),
-                Ok(Err(raw)) => raw,
+            match open_qcow2(file, path, spec.format, spec.readonly, backings) {
+                Ok(Ok(qcow2)) => SnapshotDisk::over_qcow2(qcow2),
+                Ok(Err(raw)) => {
+                    raw_file = true;
+                    handles.writer_seat = raw.writer_seat();
+                    SnapshotDisk::over_file(raw)
+                }
                 Err(e) => return Err(path_error(path, e)),
-            };
-            handles.writer_seat = file.writer_seat();
-            SnapshotDisk::over_file(file)
+            }
         }
         StorageSpec::Thin {
             path,
@@ -179,9 +182,12 @@ fn open_storage(
     };
     let snapshots = Arc::new(snapshots.map_err(|e| path_error(path, e))?);
     handles.snapshots = Some(Arc::clone(&snapshots));
-    let disk = match storage {
-        StorageSpec::File { .. } => guard_probed_raw(snapshots, spec.format, spec.readonly),
-        _ => snapshots as Arc<dyn Disk>,
+    // A raw image is guarded against a guest writing the qcow2 magic; a qcow2 disk's guest
+    // bytes are not the file's.
+    let disk = if raw_file {
+        guard_probed_raw(snapshots, spec.format, spec.readonly)
+    } else {
+        snapshots as Arc<dyn Disk>
     };
     Ok((disk, Vec::new()))
 }

@@ -29,6 +29,7 @@ mod engine;
 mod header;
 mod image;
 mod probed_raw;
+mod view;
 mod write;
 
 use std::fs::File;
@@ -44,6 +45,7 @@ use self::engine::Qcow2Stage;
 pub use self::header::has_magic;
 use self::image::Qcow2Image;
 use self::probed_raw::ProbedRaw;
+pub use self::view::Qcow2Reader;
 use self::write::Writer;
 use super::changes::ImageBitmaps;
 use super::layer::{Layered, StagedEngine};
@@ -159,6 +161,12 @@ impl Qcow2Disk {
             image,
             file,
         })
+    }
+
+    /// The guest's view, for snapshots and exports; the chain's files are held as in use
+    /// while it lives.
+    pub fn reader(&self) -> io::Result<Qcow2Reader> {
+        Qcow2Reader::new(self.image.clone())
     }
 }
 

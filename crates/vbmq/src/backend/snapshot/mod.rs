@@ -2,8 +2,9 @@
 //! opened, while the guest keeps writing.
 //!
 //! [`SnapshotDisk`] sits directly above the storage of every `path=` disk (a file, a block
-//! device or a thin disk), below encryption and the cache: a snapshot of an encrypted disk holds
-//! its ciphertext, as its image does. Two methods:
+//! device, a thin disk or a qcow2 disk, read through its tables: its snapshot is the guest's
+//! bytes, raw), below encryption and the cache: a snapshot of an encrypted disk holds its
+//! ciphertext, as its image does. Two methods:
 //!
 //! - **reflink**: a plain image file on a file system that clones (XFS, btrfs) is synced and
 //!   cloned whole into the file (`FICLONE`), which those file systems do atomically against
@@ -46,7 +47,7 @@ use std::time::{Duration, Instant};
 use self::engine::SaveFirstEngine;
 pub use self::fleece::Fleece;
 use self::session::{CopyFirst, Session, Source};
-use super::{Disk, Engine, EngineOptions, FileDisk, Geometry, ThinDisk};
+use super::{Disk, Engine, EngineOptions, FileDisk, Geometry, Qcow2Disk, ThinDisk};
 
 /// Bytes copied at a time from a file image: the unit of copy-before-write (a guest write
 /// is held for the copy of the 64 KiB around it; the background copy takes 16 at a time).
@@ -175,6 +176,13 @@ impl SnapshotDisk {
         Ok(Self::over(Arc::new(disk), Source::Thin(reader)))
     }
 
+    /// Over a qcow2 disk (read through its tables: a snapshot or an export holds the guest's
+    /// bytes, raw).
+    pub fn over_qcow2(disk: Qcow2Disk) -> io::Result<Self> {
+        let reader = disk.reader()?;
+        Ok(Self::over(Arc::new(disk), Source::Qcow2(reader)))
+    }
+
     fn over(inner: Arc<dyn Disk>, source: Source) -> Self {
         SnapshotDisk {
             inner,
@@ -294,6 +302,10 @@ impl Disk for SnapshotDisk {
 
     fn on_resize(&self, listener: Box<dyn Fn(u64) + Send + Sync>) {
         self.inner.on_resize(listener);
+    }
+
+    fn image_bitmaps(&self) -> Option<Arc<dyn super::changes::ImageBitmaps>> {
+        self.inner.image_bitmaps()
     }
 
     fn close(&self) {

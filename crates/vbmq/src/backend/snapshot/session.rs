@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use super::claims::{Claimed, bit, claim_unsettled, let_go, set_run};
 use super::lock;
+use crate::backend::qcow2::Qcow2Reader;
 use crate::backend::thin::{ThinReader, read_or_zeros};
 use crate::host_size;
 
@@ -24,6 +25,8 @@ pub(crate) enum Source {
     },
     /// A thin disk, by its map.
     Thin(ThinReader),
+    /// A qcow2 disk, by its tables (the chain below included).
+    Qcow2(Qcow2Reader),
 }
 
 /// What a queue's engine asks of a running snapshot or export before a guest write,
@@ -47,6 +50,7 @@ impl Source {
         match self {
             Source::File { file, .. } => read_or_zeros(file, buf, offset),
             Source::Thin(reader) => reader.read_at(buf, offset),
+            Source::Qcow2(reader) => reader.read_at(buf, offset),
         }
     }
 
@@ -69,13 +73,14 @@ impl Source {
                 }
                 true
             }
+            Source::Qcow2(reader) => reader.is_hole(offset, len, is_hole),
         }
     }
 
     /// The unit of copy, if the storage has one (a thin disk's block).
     pub(super) fn block_size(&self) -> Option<u64> {
         match self {
-            Source::File { .. } => None,
+            Source::File { .. } | Source::Qcow2(_) => None,
             Source::Thin(reader) => Some(reader.block_size()),
         }
     }
@@ -85,6 +90,7 @@ impl Source {
         match self {
             Source::File { file, .. } => vec![file],
             Source::Thin(reader) => reader.files().to_vec(),
+            Source::Qcow2(reader) => reader.files(),
         }
     }
 }
