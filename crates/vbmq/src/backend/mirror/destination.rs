@@ -5,6 +5,9 @@
 /// A request's outcome: `Err` says why it failed.
 pub type Done = Box<dyn FnOnce(Result<(), String>) + Send>;
 
+/// Requests sent together, each with what to do with its outcome.
+pub type Batch<'a> = Vec<(Remote<'a>, Done)>;
+
 /// One request to the destination.
 #[derive(Clone, Copy, Debug)]
 pub enum Remote<'a> {
@@ -35,7 +38,7 @@ pub trait Destination: Send + Sync {
     /// Sends `requests` together (one system call where it can: a queue's guest writes of one
     /// pass); each `Done` runs once with its request's outcome (at once if it cannot be sent).
     /// The destination may run them in any order.
-    fn submit_all(&self, requests: Vec<(Remote<'_>, Done)>);
+    fn submit_all(&self, requests: Batch<'_>);
     /// Ends the connection: every request in flight fails.
     fn abort(&self);
 }
@@ -49,7 +52,7 @@ impl Destination for crate::nbd::client::Client {
         self.info().read_only()
     }
 
-    fn submit_all(&self, requests: Vec<(Remote<'_>, Done)>) {
+    fn submit_all(&self, requests: Batch<'_>) {
         use crate::nbd::client::{Command, Completion};
         let commands = requests.into_iter().map(|(request, done)| {
             let command = match request {

@@ -18,7 +18,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use super::Control;
-use super::destination::{Done, Remote};
+use super::destination::{Batch, Done, Remote};
 use super::run::Run;
 use crate::backend::layer::Slab;
 use crate::backend::staging::Staging;
@@ -56,15 +56,15 @@ impl Inbox {
 
 /// The destination's answers to one batch, handed to the queue's thread when the last comes
 /// (one wake-up per batch).
-struct Batch {
+struct Answers {
     left: AtomicUsize,
-    answers: Mutex<Vec<(usize, Result<(), String>)>>,
+    arrived: Mutex<Vec<(usize, Result<(), String>)>>,
     inbox: Arc<Inbox>,
 }
 
-impl Batch {
+impl Answers {
     fn answer(&self, join: usize, result: Result<(), String>) {
-        let mut answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut answers = self.arrived.lock().unwrap_or_else(|p| p.into_inner());
         answers.push((join, result));
         if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
             let all = std::mem::take(&mut *answers);
@@ -254,13 +254,13 @@ impl MirrorEngine {
         let mut unsent = std::mem::take(&mut self.unsent);
         unsent.retain(|&index| self.joins.get(index).is_some());
         if !unsent.is_empty() {
-            let batch = Arc::new(Batch {
+            let answers = Arc::new(Answers {
                 left: AtomicUsize::new(unsent.len()),
-                answers: Mutex::new(Vec::with_capacity(unsent.len())),
+                arrived: Mutex::new(Vec::with_capacity(unsent.len())),
                 inbox: self.inbox.clone(),
             });
             // In order, a group per mirror: one that ended and the next may share a pass.
-            let mut group: Option<(Arc<Run>, Vec<(Remote<'_>, Done)>)> = None;
+            let mut group: Option<(Arc<Run>, Batch<'_>)> = None;
             for &index in &unsent {
                 let Some(join) = self.joins.get(index) else {
                     continue;
@@ -271,8 +271,8 @@ impl MirrorEngine {
                     run.submit_all(requests);
                 }
                 let (_, requests) = group.get_or_insert_with(|| (join.run.clone(), Vec::new()));
-                let batch = batch.clone();
-                let done: Done = Box::new(move |result| batch.answer(index, result));
+                let answers = answers.clone();
+                let done: Done = Box::new(move |result| answers.answer(index, result));
                 requests.push((join.remote(), done));
             }
             if let Some((run, requests)) = group {

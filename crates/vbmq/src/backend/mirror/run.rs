@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::destination::{Destination, Done, Remote};
+use super::destination::{Batch, Destination, Done, Remote};
 
 /// The background copy's unit, and the granularity of the race rule above.
 pub const CHUNK: u64 = 1 << 20;
@@ -202,7 +202,7 @@ impl Run {
     }
 
     /// Sends `requests` together, watched as [`Run::submit`].
-    pub fn submit_all(&self, requests: Vec<(Remote<'_>, Done)>) {
+    pub fn submit_all(&self, requests: Batch<'_>) {
         let watched = requests
             .into_iter()
             .map(|(request, done)| {

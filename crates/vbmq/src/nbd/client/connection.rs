@@ -71,7 +71,7 @@ impl Connection {
 
     /// Sends `batch`, each request with a write's data, together: one vectored write where
     /// the socket takes it all. Each completion is called with its request's reply.
-    pub(super) fn send_all<'a>(&self, batch: Vec<(Request, &'a [u8], Completion)>) {
+    pub(super) fn send_all(&self, batch: Vec<(Request, &[u8], Completion)>) {
         if batch.is_empty() {
             return;
         }
