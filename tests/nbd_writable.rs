@@ -1,16 +1,20 @@
 //! `vbmq ctl export-begin --writable` against the real `vbmq serve`, written by real NBD
 //! clients (`qemu-img convert -n`, `nbdcopy`): a disk no guest runs on receives a whole
 //! image through its stack (an encrypted disk from under its cipher: it stores the ciphertext
-//! a mirror sends as it comes), and the first ring a guest starts ends the export before the
-//! guest's first request.
+//! a mirror sends as it comes), the first ring a guest starts ends the export before the
+//! guest's first request, and the export takes one client at a time: the next is refused until
+//! everything the last one sent is done.
 
 mod common;
 
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use common::{Client, ctl, ctl_json, s, serve_with_control as serve};
 use serde_json::Value;
+use vbmq::nbd::client::{Client as NbdClient, ClientError, Command as NbdCommand};
+use vbmq::nbd::wire::flag;
 
 const SIZE: usize = 16 << 20;
 
@@ -189,6 +193,80 @@ fn a_guest_starting_ends_the_writable_export_and_none_begins_after() {
     // The ended export's place is freed by export-end, as any export's.
     ctl_json_or_nothing(&control, &["export-end", s(&a), &address]);
     assert!(!export.exists());
+    assert!(daemon.alive());
+}
+
+/// What the export says to a client while another is connected.
+const BUSY: &str = "one client at a time";
+
+/// Connects to the export at `socket` once the client before is gone (refused meanwhile).
+fn connect_when_free(socket: &Path) -> NbdClient {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match NbdClient::connect_unix(socket.to_path_buf(), "") {
+            Ok(client) => return client,
+            Err(ClientError::Refused { message, .. })
+                if message.contains(BUSY) && Instant::now() < deadline =>
+            {
+                // The last client's requests are still being answered: a condition polled.
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("connect: {e}"),
+        }
+    }
+}
+
+/// A stopped mirror destination's connection, cut by the source, still holds the writes it had
+/// buffered; a resumed mirror must not be served beside it (they could land after its copy).
+#[test]
+fn a_writable_export_takes_one_client_at_a_time_and_the_next_after_all_the_last_sent() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let image = common::sparse_image(dir.path(), "a.raw", SIZE as u64);
+    let a = dir.path().join("a.sock");
+    let (mut daemon, control) = serve(
+        dir.path(),
+        &[format!("socket={},path={}", s(&a), s(&image))],
+    );
+    let export = dir.path().join("a.nbd");
+    let address = format!("unix:{}", s(&export));
+    ctl_json(&control, &["export-begin", s(&a), &address, "--writable"]);
+    let first = connect_when_free(&export);
+    assert!(
+        !first.info().has(flag::CAN_MULTI_CONN),
+        "no multi-conn on a writable export"
+    );
+    match NbdClient::connect_unix(export.clone(), "") {
+        Err(ClientError::Refused { message, .. }) => assert!(message.contains(BUSY), "{message}"),
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(_) => panic!("a second client was taken while the first lives"),
+    }
+    // libnbd shows the refusal, not the server's message.
+    let refused = run("nbdinfo", &[&uri(&export)]).expect_err("nbdinfo refused");
+    assert!(refused.contains("opt_go"), "{refused}");
+    // The first sends a burst of writes over one range and goes without their answers...
+    let old = vec![0xaa; 1 << 20];
+    for _ in 0..32 {
+        first.submit(
+            NbdCommand::Write {
+                offset: 0,
+                data: &old,
+                fua: false,
+            },
+            Box::new(drop),
+        );
+    }
+    drop(first);
+    // ...and the next is taken only once they are all done: its write is the last.
+    let second = connect_when_free(&export);
+    second.write(0, &[0xbb; 1 << 20], false).expect("write");
+    second.flush().expect("flush");
+    drop(second);
+    ctl_json_or_nothing(&control, &["export-end", s(&a), &address]);
+    let bytes = std::fs::read(&image).unwrap();
+    assert!(
+        bytes[..1 << 20].iter().all(|&b| b == 0xbb),
+        "a write of the client before landed after the next one's"
+    );
     assert!(daemon.alive());
 }
 

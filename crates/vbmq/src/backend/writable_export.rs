@@ -3,6 +3,11 @@
 //! level a mirror sends from (an engine of its own per client at work): under the cipher of an
 //! `encrypt=` disk, so the ciphertext a mirror sends is stored as it is, and above
 //! `track-changes=on`, which marks it as for a guest's writes.
+//!
+//! One client at a time: a mirror's destination cut off while it was stopped still holds, in
+//! its socket, writes of the cut connection; served beside the connection of a resumed
+//! mirror, they could land after the resumed copy of their chunks. The next client is taken
+//! once the last one's connection is over, every request it sent answered or dropped.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +26,8 @@ pub struct WritableExport {
     idle: Mutex<Vec<EngineIo>>,
     /// Set when a guest starts: from then on, every operation is refused.
     ended: AtomicBool,
+    /// A client is in transmission.
+    attached: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -46,6 +53,7 @@ impl WritableExport {
             disk,
             idle: Mutex::new(vec![first]),
             ended: AtomicBool::new(false),
+            attached: AtomicBool::new(false),
         })
     }
 
@@ -130,5 +138,19 @@ impl Export for WritableExport {
 
     fn flush(&self) -> Result<(), u32> {
         self.with_engine(EngineIo::flush)
+    }
+
+    fn attach(&self) -> Result<(), &'static str> {
+        self.attached
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .map(drop)
+            .map_err(|_| {
+                "this writable export takes one client at a time: another is connected (try \
+                 again once it is gone)"
+            })
+    }
+
+    fn detach(&self) {
+        self.attached.store(false, Ordering::SeqCst);
     }
 }

@@ -46,6 +46,14 @@ pub trait Export: Send + Sync {
     fn flush(&self) -> Result<(), u32> {
         Ok(())
     }
+    /// A client enters transmission: `Err` says why it may not (another is in it, on an export
+    /// that takes one at a time). [`Export::detach`] follows an `Ok` once every request of
+    /// that client has been answered or dropped.
+    fn attach(&self) -> Result<(), &'static str> {
+        Ok(())
+    }
+    /// The client attached last is gone, with everything it sent.
+    fn detach(&self) {}
 }
 
 /// How the connection ended, for the log.

@@ -44,6 +44,7 @@ pub fn serve_greeted<S: Read + Write, W: Write + Send>(
         contexts: Vec::new(),
         no_zeroes: false,
         tls: tls_flags.is_some(),
+        attached: None,
     };
     match conn.negotiate(tls_flags)? {
         Negotiated::Transmission => {
@@ -52,6 +53,7 @@ pub fn serve_greeted<S: Read + Write, W: Write + Send>(
                 structured: conn.structured,
                 contexts: conn.contexts,
             };
+            // Detached (`conn.attached` dropped) once every request read is answered.
             transmission::serve(conn.stream, writer, export, settled)
         }
         Negotiated::Ended(end) => Ok(end),
@@ -72,6 +74,17 @@ struct Connection<'a, S> {
     no_zeroes: bool,
     /// The connection is inside TLS.
     tls: bool,
+    /// Set when the client enters transmission: the export is its until this drops.
+    attached: Option<Attached<'a>>,
+}
+
+/// A client in transmission, as the export counts it (see [`Export::attach`]).
+struct Attached<'a>(&'a dyn Export);
+
+impl Drop for Attached<'_> {
+    fn drop(&mut self) {
+        self.0.detach();
+    }
 }
 
 /// A client's bytes, read from in order, every length checked.
@@ -105,19 +118,25 @@ type Refusal = (u32, &'static str);
 
 impl<S: Read + Write> Connection<'_, S> {
     fn transmission_flags(&self) -> u16 {
-        // Multi-conn is safe on both kinds: a read-only view is the same on every connection,
-        // and a writable export's flush goes to the disk, whose flush covers every write
-        // completed on any of its engines (as a guest's flush on one queue covers the others').
-        let mut flags = flag::HAS_FLAGS | flag::SEND_FLUSH | flag::SEND_TRIM | flag::CAN_MULTI_CONN;
+        // Multi-conn on a read-only view only, the same on every connection: a writable
+        // export takes one client at a time (see `Export::attach`).
+        let mut flags = flag::HAS_FLAGS | flag::SEND_FLUSH | flag::SEND_TRIM;
         flags |= if self.export.writable() {
             flag::SEND_FUA | flag::SEND_WRITE_ZEROES
         } else {
-            flag::READ_ONLY
+            flag::READ_ONLY | flag::CAN_MULTI_CONN
         };
         if self.structured {
             flags |= flag::SEND_DF;
         }
         flags
+    }
+
+    /// The client enters transmission, if the export takes it.
+    fn attach(&mut self) -> Result<(), &'static str> {
+        self.export.attach()?;
+        self.attached = Some(Attached(self.export));
+        Ok(())
     }
 
     /// The hello (unless TLS began after it: `tls_flags`), then the options.
@@ -174,6 +193,9 @@ impl<S: Read + Write> Connection<'_, S> {
                     return Ok(Some(Negotiated::Ended(End::Protocol(
                         "unknown export name",
                     ))));
+                }
+                if let Err(why) = self.attach() {
+                    return Ok(Some(Negotiated::Ended(End::Protocol(why))));
                 }
                 let mut reply = Vec::with_capacity(10 + 124);
                 reply.extend_from_slice(&self.export.size().to_be_bytes());
@@ -245,6 +267,11 @@ impl<S: Read + Write> Connection<'_, S> {
                 rep::ERR_UNKNOWN,
                 "the only export is the default (empty name)",
             )));
+        }
+        if option == opt::GO
+            && let Err(why) = self.attach()
+        {
+            return Ok(Err((rep::ERR_POLICY, why)));
         }
         let mut export = Vec::with_capacity(12);
         export.extend_from_slice(&info::EXPORT.to_be_bytes());

@@ -1,9 +1,12 @@
 //! Where a mirror writes: an NBD export (another vbmq's `export-begin --writable`), reached
-//! through the NBD client. Requests are pipelined; each one's outcome comes back through its
-//! [`Done`], on the client's thread.
+//! through the NBD client. Requests are pipelined, and sent in batches; each one's outcome
+//! comes back through its [`Done`], on the client's thread.
 
 /// A request's outcome: `Err` says why it failed.
 pub type Done = Box<dyn FnOnce(Result<(), String>) + Send>;
+
+/// Requests sent together, each with what to do with its outcome.
+pub type Batch<'a> = Vec<(Remote<'a>, Done)>;
 
 /// One request to the destination.
 #[derive(Clone, Copy, Debug)]
@@ -32,8 +35,10 @@ pub trait Destination: Send + Sync {
     fn size(&self) -> u64;
     /// Whether it refuses writes.
     fn read_only(&self) -> bool;
-    /// Sends `request`; `done` runs once with its outcome (at once if it cannot be sent).
-    fn submit(&self, request: Remote<'_>, done: Done);
+    /// Sends `requests` together (one system call where it can: a queue's guest writes of one
+    /// pass); each `Done` runs once with its request's outcome (at once if it cannot be sent).
+    /// The destination may run them in any order.
+    fn submit_all(&self, requests: Batch<'_>);
     /// Ends the connection: every request in flight fails.
     fn abort(&self);
 }
@@ -47,26 +52,27 @@ impl Destination for crate::nbd::client::Client {
         self.info().read_only()
     }
 
-    fn submit(&self, request: Remote<'_>, done: Done) {
-        use crate::nbd::client::Command;
-        let command = match request {
-            Remote::Write { offset, data } => Command::Write {
-                offset,
-                data,
-                fua: false,
-            },
-            Remote::Zeroes { offset, len } => Command::WriteZeroes {
-                offset,
-                len,
-                may_trim: true,
-            },
-            Remote::Flush => Command::Flush,
-        };
-        crate::nbd::client::Client::submit(
-            self,
-            command,
-            Box::new(move |result| done(result.map(drop).map_err(|e| e.to_string()))),
-        );
+    fn submit_all(&self, requests: Batch<'_>) {
+        use crate::nbd::client::{Command, Completion};
+        let commands = requests.into_iter().map(|(request, done)| {
+            let command = match request {
+                Remote::Write { offset, data } => Command::Write {
+                    offset,
+                    data,
+                    fua: false,
+                },
+                Remote::Zeroes { offset, len } => Command::WriteZeroes {
+                    offset,
+                    len,
+                    may_trim: true,
+                },
+                Remote::Flush => Command::Flush,
+            };
+            let done: Completion =
+                Box::new(move |result| done(result.map(drop).map_err(|e| e.to_string())));
+            (command, done)
+        });
+        crate::nbd::client::Client::submit_all(self, commands);
     }
 
     fn abort(&self) {

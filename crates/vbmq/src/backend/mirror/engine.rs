@@ -5,15 +5,20 @@
 //! request is answered with the disk's result once both are done (QEMU's `write-blocking`
 //! copy mode). Write-zeroes and discards become write-zeroes on the destination, flushes
 //! flush it too. The destination's failure fails the mirror, never the guest's request.
+//!
+//! The writes of one pass of the queue go to the destination together, when the pass submits
+//! (one system call, replies read in few), and the destination's answers to them come back to
+//! the queue's thread together, through its completion eventfd: the queue's thread never
+//! waits for the network, and a pass of 32 writes costs one round trip, not 32.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use super::Control;
-use super::destination::Remote;
+use super::destination::{Batch, Done, Remote};
 use super::run::Run;
 use crate::backend::layer::Slab;
 use crate::backend::staging::Staging;
@@ -34,17 +39,37 @@ struct Inbox {
 }
 
 impl Inbox {
-    fn post(&self, join: usize, result: Result<(), String>) {
+    fn post(&self, answers: Vec<(usize, Result<(), String>)>) {
         self.done
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push((join, result));
+            .extend(answers);
         self.arrived.notify_one();
         if let Some(fd) = &self.wake {
             let one = 1u64;
             // SAFETY: writes 8 bytes from a u64 to an eventfd; a full counter only means the
             // worker is being woken already.
             let _ = unsafe { libc::write(fd.as_raw_fd(), (&raw const one).cast(), 8) };
+        }
+    }
+}
+
+/// The destination's answers to one batch, handed to the queue's thread when the last comes
+/// (one wake-up per batch).
+struct Answers {
+    left: AtomicUsize,
+    arrived: Mutex<Vec<(usize, Result<(), String>)>>,
+    inbox: Arc<Inbox>,
+}
+
+impl Answers {
+    fn answer(&self, join: usize, result: Result<(), String>) {
+        let mut answers = self.arrived.lock().unwrap_or_else(|p| p.into_inner());
+        answers.push((join, result));
+        if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let all = std::mem::take(&mut *answers);
+            drop(answers);
+            self.inbox.post(all);
         }
     }
 }
@@ -57,9 +82,34 @@ struct Join {
     /// The range a write changes (none for a flush).
     range: Option<(u64, u64)>,
     run: Arc<Run>,
-    /// A write's copy of the guest's data, which the disk below reads from.
-    _buffer: Option<Staging>,
+    /// A write's copy of the guest's data, which the disk below and the destination read
+    /// from.
+    buffer: Option<Staging>,
 }
+
+impl Join {
+    /// What the destination is sent for this operation.
+    fn remote(&self) -> Remote<'_> {
+        match (self.range, &self.buffer) {
+            (Some((offset, len)), Some(buffer)) => Remote::Write {
+                offset,
+                // SAFETY: the buffer holds at least `len` bytes, copied from the guest; the
+                // disk below only reads it meanwhile.
+                data: unsafe { std::slice::from_raw_parts(buffer.as_ptr(), host_size(len)) },
+            },
+            (Some((offset, len)), None) => Remote::Zeroes {
+                offset,
+                len: u32::try_from(len).unwrap_or(u32::MAX),
+            },
+            (None, _) => Remote::Flush,
+        }
+    }
+}
+
+/// Copies of guest data kept for reuse, at most this many...
+const SPARE_BUFFERS: usize = 64;
+/// ...each of at most this many bytes.
+const SPARE_BYTES: usize = 128 << 10;
 
 /// A queue's engine under a mirror.
 pub(super) struct MirrorEngine {
@@ -68,6 +118,10 @@ pub(super) struct MirrorEngine {
     /// The running mirror as last seen, and its generation: no lock per write.
     current: Option<(u64, Arc<Run>)>,
     joins: Slab<Join>,
+    /// Joins pushed in this pass whose destination side is not sent yet.
+    unsent: Vec<usize>,
+    /// Buffers of joins done, for the next writes.
+    spare: Vec<Staging>,
     inbox: Arc<Inbox>,
     /// Answers decided in this pass (joins done by the destination's answer).
     answers: Vec<(u64, i32)>,
@@ -117,6 +171,8 @@ impl MirrorEngine {
             control,
             current: None,
             joins: Slab::new(),
+            unsent: Vec::new(),
+            spare: Vec::new(),
             inbox: Arc::new(Inbox {
                 done: Mutex::new(Vec::new()),
                 arrived: Condvar::new(),
@@ -137,12 +193,21 @@ impl MirrorEngine {
         self.current.as_ref().map(|(_, run)| run.clone())
     }
 
-    /// Sends `op` to both sides, answered as `tag` once both are done.
+    /// A buffer of at least `len` bytes for a write's copy.
+    fn buffer(&mut self, len: usize) -> io::Result<Staging> {
+        match self.spare.pop() {
+            Some(spare) if spare.capacity() >= len => Ok(spare),
+            _ => Staging::new(len).ok_or_else(|| io::ErrorKind::OutOfMemory.into()),
+        }
+    }
+
+    /// Pushes `op` to the disk below and queues it for the destination (sent when the pass
+    /// submits), answered as `tag` once both sides are done.
     fn push_joined(&mut self, run: Arc<Run>, op: IoOp, tag: u64) -> io::Result<()> {
         let (range, mut buffer) = match op {
             IoOp::Write { offset, iov } => {
                 let len = iov.len();
-                let buffer = Staging::new(len).ok_or(io::ErrorKind::OutOfMemory)?;
+                let buffer = self.buffer(len)?;
                 // SAFETY: the buffer holds at least `len` bytes and is not the guest's.
                 unsafe { iov.copy_out(0, buffer.as_ptr(), len) };
                 (Some((offset, len as u64)), Some(buffer))
@@ -163,43 +228,59 @@ impl MirrorEngine {
         if let Some((offset, len)) = range {
             run.write_begins(offset, len);
         }
-        let data = buffer
-            .as_mut()
-            .zip(range)
-            .map(|(b, (_, len))| (b.as_ptr().cast_const(), host_size(len)));
         let join = self.joins.insert(Join {
             tag,
             local: None,
             remote: false,
             range,
-            run: run.clone(),
-            _buffer: buffer,
+            run,
+            buffer,
         });
         if let Err(e) = self.inner.push(local, JOINED | join as u64) {
-            self.joins.take(join);
-            if let Some((offset, len)) = range {
-                run.write_ends(offset, len);
+            if let Some(join) = self.joins.take(join)
+                && let Some((offset, len)) = join.range
+            {
+                join.run.write_ends(offset, len);
             }
             return Err(e);
         }
-        let remote = match (op, data) {
-            (IoOp::Write { offset, .. }, Some((ptr, len))) => Remote::Write {
-                offset,
-                // SAFETY: the buffer is the join's, kept until both sides are done; the disk
-                // below only reads it meanwhile, as the client does until `submit` returns.
-                data: unsafe { std::slice::from_raw_parts(ptr, len) },
-            },
-            (IoOp::WriteZeroes { offset, len, .. } | IoOp::Discard { offset, len }, _) => {
-                Remote::Zeroes {
-                    offset,
-                    len: u32::try_from(len).unwrap_or(u32::MAX),
-                }
-            }
-            _ => Remote::Flush,
-        };
-        let inbox = self.inbox.clone();
-        run.submit(remote, Box::new(move |result| inbox.post(join, result)));
+        self.unsent.push(join);
         Ok(())
+    }
+
+    /// Sends the destination side of the joins pushed since the last call, together; the
+    /// answers come back as one batch.
+    fn send_unsent(&mut self) {
+        let mut unsent = std::mem::take(&mut self.unsent);
+        unsent.retain(|&index| self.joins.get(index).is_some());
+        if !unsent.is_empty() {
+            let answers = Arc::new(Answers {
+                left: AtomicUsize::new(unsent.len()),
+                arrived: Mutex::new(Vec::with_capacity(unsent.len())),
+                inbox: self.inbox.clone(),
+            });
+            // In order, a group per mirror: one that ended and the next may share a pass.
+            let mut group: Option<(Arc<Run>, Batch<'_>)> = None;
+            for &index in &unsent {
+                let Some(join) = self.joins.get(index) else {
+                    continue;
+                };
+                if let Some((run, requests)) =
+                    group.take_if(|(run, _)| !Arc::ptr_eq(run, &join.run))
+                {
+                    run.submit_all(requests);
+                }
+                let (_, requests) = group.get_or_insert_with(|| (join.run.clone(), Vec::new()));
+                let answers = answers.clone();
+                let done: Done = Box::new(move |result| answers.answer(index, result));
+                requests.push((join.remote(), done));
+            }
+            if let Some((run, requests)) = group {
+                run.submit_all(requests);
+            }
+        }
+        unsent.clear();
+        self.unsent = unsent;
     }
 
     /// One side of `join` is done: answers the guest once both are.
@@ -219,6 +300,12 @@ impl MirrorEngine {
         }
         self.answers
             .push((join.tag, join.local.unwrap_or(-libc::EIO)));
+        if let Some(buffer) = join.buffer
+            && buffer.capacity() <= SPARE_BYTES
+            && self.spare.len() < SPARE_BUFFERS
+        {
+            self.spare.push(buffer);
+        }
     }
 
     /// Takes the destination's answers.
@@ -270,11 +357,16 @@ impl Engine for MirrorEngine {
         }
     }
 
+    /// Starts the disk's side first, then sends the destination's, the pass's writes together.
     fn submit(&mut self) -> io::Result<()> {
-        self.inner.submit()
+        let submitted = self.inner.submit();
+        self.send_unsent();
+        submitted
     }
 
     fn wait(&mut self) -> io::Result<()> {
+        // A caller that waits without submitting still gets its joins answered.
+        self.send_unsent();
         if !self.only_remote_pending() {
             return self.inner.wait();
         }
@@ -291,6 +383,7 @@ impl Engine for MirrorEngine {
     }
 
     fn reap(&mut self, done: &mut dyn FnMut(u64, i32)) {
+        self.send_unsent();
         if let Some(fd) = self.own_fd {
             let mut value = 0u64;
             // SAFETY: reads 8 bytes into a u64 from this engine's non-blocking eventfd.
@@ -334,6 +427,7 @@ impl Drop for MirrorEngine {
     /// Waits for the disk's side of every join (the kernel reads their buffers); the
     /// destination's answers may still come, to an inbox no one reads.
     fn drop(&mut self) {
+        self.send_unsent();
         while self.joins.values().any(|j| j.local.is_none()) {
             if self.inner.wait().is_err() {
                 for join in self.joins.drain() {

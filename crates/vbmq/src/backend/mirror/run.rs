@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::destination::{Destination, Done, Remote};
+use super::destination::{Batch, Destination, Done, Remote};
 
 /// The background copy's unit, and the granularity of the race rule above.
 pub const CHUNK: u64 = 1 << 20;
@@ -198,15 +198,24 @@ impl Run {
     /// Sends `request` to the destination, watched: the watchdog fails the mirror if no
     /// answer comes for the timeout while requests are in flight.
     pub fn submit(&self, request: Remote<'_>, done: Done) {
-        let progress = self.progress.clone();
-        progress.sent();
-        self.destination.submit(
-            request,
-            Box::new(move |result| {
-                progress.answered();
-                done(result);
-            }),
-        );
+        self.submit_all(vec![(request, done)]);
+    }
+
+    /// Sends `requests` together, watched as [`Run::submit`].
+    pub fn submit_all(&self, requests: Batch<'_>) {
+        let watched = requests
+            .into_iter()
+            .map(|(request, done)| {
+                let progress = self.progress.clone();
+                progress.sent();
+                let done: Done = Box::new(move |result| {
+                    progress.answered();
+                    done(result);
+                });
+                (request, done)
+            })
+            .collect();
+        self.destination.submit_all(watched);
     }
 
     /// Sends `request` and waits for its outcome (watched as [`Run::submit`]).

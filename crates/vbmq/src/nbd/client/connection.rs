@@ -1,11 +1,12 @@
-//! One connection in transmission: requests written under a lock (a header and a write's data
-//! together), replies read by a thread of their own and matched to their requests by cookie,
-//! so that any number of requests are in flight at once. A reply the client did not ask for,
+//! One connection in transmission: requests written under a lock (a batch of headers and
+//! writes' data in one vectored write), replies read by a thread of their own through a buffer
+//! (many replies in one read) and matched to their requests by cookie, so that any number of
+//! requests are in flight at once. A reply the client did not ask for,
 //! or a broken one, ends the connection: every request still in flight then completes with
 //! [`ClientError::Disconnected`], and the connection takes no more.
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io::{self, BufReader, IoSlice, Read, Write};
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -68,27 +69,41 @@ impl Connection {
         !lock(&self.inflight).ended
     }
 
-    /// Sends `request` (and a write's `data`); `done` is called with its reply.
-    pub(super) fn send(&self, request: Request, data: &[u8], done: Completion) {
-        let read_len = (request.kind == cmd::READ).then_some(request.length);
+    /// Sends `batch`, each request with a write's data, together: one vectored write where
+    /// the socket takes it all. Each completion is called with its request's reply.
+    pub(super) fn send_all(&self, batch: Vec<(Request, &[u8], Completion)>) {
+        if batch.is_empty() {
+            return;
+        }
+        let mut headers = Vec::with_capacity(batch.len());
+        let mut data = Vec::with_capacity(batch.len());
         {
             let mut inflight = lock(&self.inflight);
             if inflight.ended {
                 drop(inflight);
-                return done(Err(ClientError::Disconnected));
+                for (_, _, done) in batch {
+                    done(Err(ClientError::Disconnected));
+                }
+                return;
             }
-            inflight
-                .by_cookie
-                .insert(request.cookie, Pending { read_len, done });
+            for (request, bytes, done) in batch {
+                let read_len = (request.kind == cmd::READ).then_some(request.length);
+                inflight
+                    .by_cookie
+                    .insert(request.cookie, Pending { read_len, done });
+                headers.push(request.encode());
+                data.push(bytes);
+            }
         }
-        let sent = {
-            let mut writer = lock(&self.writer);
-            writer
-                .write_all(&request.encode())
-                .and_then(|()| writer.write_all(data))
-        };
-        if sent.is_err() {
-            // The reply thread sees the end too and fails this request with the rest.
+        let mut slices = Vec::with_capacity(2 * headers.len());
+        for (header, bytes) in headers.iter().zip(&data) {
+            slices.push(IoSlice::new(header));
+            if !bytes.is_empty() {
+                slices.push(IoSlice::new(bytes));
+            }
+        }
+        if write_all_vectored(&mut *lock(&self.writer), &mut slices).is_err() {
+            // The reply thread sees the end too and fails these requests with the rest.
             self.shut_down();
         }
     }
@@ -133,7 +148,9 @@ impl Connection {
         }
     }
 
-    fn read_replies(&self, mut reader: UnixStream) {
+    fn read_replies(&self, reader: UnixStream) {
+        // Replies to a batch arrive together: read them in few system calls.
+        let mut reader = BufReader::with_capacity(64 << 10, reader);
         let why = loop {
             if let Err(e) = self.read_reply(&mut reader) {
                 break e;
@@ -154,7 +171,7 @@ impl Connection {
     }
 
     /// Reads one reply and completes its request; an error ends the connection.
-    fn read_reply(&self, reader: &mut UnixStream) -> Result<(), ClientError> {
+    fn read_reply(&self, reader: &mut impl Read) -> Result<(), ClientError> {
         let mut header = [0; 16];
         match reader.read_exact(&mut header) {
             Ok(()) => {}
@@ -196,4 +213,17 @@ impl Connection {
         (pending.done)(Ok(data));
         Ok(())
     }
+}
+
+/// Writes every byte of `slices` (the standard library's own is unstable).
+fn write_all_vectored(writer: &mut impl Write, mut slices: &mut [IoSlice<'_>]) -> io::Result<()> {
+    while !slices.is_empty() {
+        match writer.write_vectored(slices) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut slices, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }

@@ -1,7 +1,8 @@
 //! An NBD client (fixed newstyle, `NBD_OPT_GO`, simple replies) for vbmq's own use: the base of
 //! a `base=nbd` disk, a mirror's destination. Requests are pipelined: [`Client::submit`] sends
-//! one and returns, its [`Completion`] runs when its reply comes, matched by cookie; the
-//! blocking verbs ([`Client::read`], [`Client::write`], ...) are that and a wait.
+//! one ([`Client::submit_all`] several, in one system call) and returns, its [`Completion`]
+//! runs when its reply comes, matched by cookie; the blocking verbs ([`Client::read`],
+//! [`Client::write`], ...) are that and a wait.
 //!
 //! The server is untrusted: every length it sends is bounded before use, a reply the client did
 //! not ask for ends the connection, nothing it sends can panic the client. A lost connection
@@ -227,12 +228,23 @@ impl Client {
 
     /// Sends `command`; `done` runs once with its outcome (at once if it cannot be sent).
     pub fn submit(&self, command: Command<'_>, done: Completion) {
-        match self.request(command) {
-            Ok(Some((request, data))) => self.connection().send(request, data, done),
-            // A flush on a server that has none: nothing is cached there.
-            Ok(None) => done(Ok(Vec::new())),
-            Err(e) => done(Err(e)),
+        self.submit_all([(command, done)]);
+    }
+
+    /// Sends `commands` together, in one system call where the socket takes them all (a
+    /// mirror's guest writes of one pass): each completion runs once with its command's
+    /// outcome (at once if it cannot be sent). The server may run them in any order.
+    pub fn submit_all<'a>(&self, commands: impl IntoIterator<Item = (Command<'a>, Completion)>) {
+        let mut batch = Vec::new();
+        for (command, done) in commands {
+            match self.request(command) {
+                Ok(Some((request, data))) => batch.push((request, data, done)),
+                // A flush on a server that has none: nothing is cached there.
+                Ok(None) => done(Ok(Vec::new())),
+                Err(e) => done(Err(e)),
+            }
         }
+        self.connection().send_all(batch);
     }
 
     /// Reads `buf.len()` bytes at `offset`.
