@@ -34,18 +34,6 @@ fn spec(dir: &Path, nbd: &Path, extra: &str) -> String {
     )
 }
 
-/// Reads `len` bytes from the start, in chunks of `common::BUF_LEN`.
-fn read_all(client: &mut Client, len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len);
-    while out.len() < len {
-        let n = (len - out.len()).min(common::BUF_LEN);
-        let (ret, data) = client.read(0, out.len() as u64, n);
-        assert_eq!(ret, 0, "read at {}", out.len());
-        out.extend_from_slice(&data);
-    }
-    out
-}
-
 /// Waits until every block of the disk on `socket` is in DISK.
 fn wait_filled(control: &Path, socket: &Path) {
     let blocks = engine_stat(control, socket, "thin_blocks");
@@ -73,7 +61,7 @@ fn reads_the_remote_image_and_writes_land_in_disk_only() {
         "the disk takes the export's size"
     );
     assert!(
-        read_all(&mut client, SIZE) == expected,
+        client.read_all(SIZE) == expected,
         "an untouched disk is the export"
     );
     // Reads fetch without copying: DISK holds nothing yet.
@@ -96,7 +84,7 @@ fn reads_the_remote_image_and_writes_land_in_disk_only() {
         span == expected[..12 * BLOCK],
         "a read across present and absent blocks"
     );
-    assert!(read_all(&mut client, SIZE) == expected, "after the writes");
+    assert!(client.read_all(SIZE) == expected, "after the writes");
     drop(client);
     assert!(daemon.terminate().success());
     drop(server);
@@ -131,7 +119,7 @@ fn copy_on_read_and_fill_let_the_server_go() {
     wait_filled(&control, &socket);
     server.kill();
     assert!(
-        read_all(&mut client, SIZE) == expected,
+        client.read_all(SIZE) == expected,
         "every block reads right with the server gone"
     );
     drop(client);
@@ -184,7 +172,7 @@ fn a_server_killed_mid_fill_and_started_again_loses_nothing() {
     wait_filled(&control, &socket);
     drop(server);
     assert!(
-        read_all(&mut client, SIZE) == expected,
+        client.read_all(SIZE) == expected,
         "after the fill, without the server"
     );
     drop(client);
@@ -225,7 +213,7 @@ fn a_disk_added_at_run_time_on_a_confined_vbmq_connects_again_after_a_restart() 
     server.kill();
     let server = NbdServer::qemu_nbd(&remote, &nbd, "golden", true);
     assert!(
-        read_all(&mut client, SIZE) == expected,
+        client.read_all(SIZE) == expected,
         "after the server's restart"
     );
     drop(client);

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::ctl::ctl_json_or_null;
 use common::tool::{nbd_uri as uri, run_tool as run};
-use common::{s, serve_with_control as serve};
+use common::{s, serve::serve_one};
 
 /// A raw client in transmission with structured replies.
 struct Raw(UnixStream);
@@ -112,11 +112,8 @@ fn many_reads_in_flight_on_one_connection_are_each_answered_once_by_cookie() {
     let size = 4 << 20;
     let image = common::image(dir.path(), "a.raw", size, 5);
     let bytes = std::fs::read(&image).unwrap();
-    let (a, export) = (dir.path().join("a.sock"), dir.path().join("export.sock"));
-    let (mut daemon, control) = serve(
-        dir.path(),
-        &[format!("socket={},path={}", s(&a), s(&image))],
-    );
+    let (mut daemon, control, a) = serve_one(dir.path(), "a", &image);
+    let export = dir.path().join("export.sock");
     ctl_json_or_null(
         &control,
         &["export-begin", s(&a), &format!("unix:{}", s(&export))],
@@ -153,11 +150,8 @@ fn a_client_that_never_reads_its_replies_gets_backpressure_not_memory() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let size = 32 << 20;
     let image = common::image(dir.path(), "a.raw", size, 9);
-    let (a, export) = (dir.path().join("a.sock"), dir.path().join("export.sock"));
-    let (mut daemon, control) = serve(
-        dir.path(),
-        &[format!("socket={},path={}", s(&a), s(&image))],
-    );
+    let (mut daemon, control, a) = serve_one(dir.path(), "a", &image);
+    let export = dir.path().join("export.sock");
     let address = format!("unix:{}", s(&export));
     ctl_json_or_null(&control, &["export-begin", s(&a), &address]);
     let pid = daemon.child.id();
@@ -296,11 +290,8 @@ fn nbd_export_speed() {
     let (by_qsd, qsd_cpu) = nbdcopy_speed(&uri(&qsd_socket), bytes, qsd.pid);
     qsd.kill();
 
-    let (a, export) = (dir.path().join("a.sock"), dir.path().join("export.sock"));
-    let (daemon, control) = serve(
-        dir.path(),
-        &[format!("socket={},path={}", s(&a), s(&image))],
-    );
+    let (daemon, control, a) = serve_one(dir.path(), "a", &image);
+    let export = dir.path().join("export.sock");
     let pid = i32::try_from(daemon.child.id()).unwrap();
     let mut client = common::Client::connect(&a, 1, false).unwrap();
     let alone = common::qd32(&mut client, true, bytes as u64, 5.0, None);

@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Client, ctl, ctl_json, s, serve_with_control as serve};
+use common::{Client, ctl, ctl_json, disk_spec, s, serve_with_control as serve};
 use serde_json::Value;
 
 const SIZE: usize = 16 << 20;
@@ -52,14 +52,7 @@ fn a_writable_export_takes_a_whole_image_through_the_disk_stack() {
     let enciphered = common::sparse_image(dir.path(), "enciphered.raw", SIZE as u64);
     let (p, e) = (dir.path().join("p.sock"), dir.path().join("e.sock"));
     let c = dir.path().join("c.sock");
-    let encrypted = |socket: &Path, image: &Path| {
-        format!(
-            "socket={},path={},encrypt=aes-xts,key-file={}",
-            s(socket),
-            s(image),
-            s(&key)
-        )
-    };
+    let encrypted = |socket: &Path, image: &Path| disk_spec::encrypted(socket, image, &key);
     let (mut daemon, control) = serve(
         dir.path(),
         &[

@@ -36,18 +36,6 @@ fn fingerprint(base: &Path) -> (Vec<u8>, i64, i64) {
     )
 }
 
-/// Reads the whole disk, in chunks of `common::BUF_LEN`.
-fn read_all(client: &mut Client, len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len);
-    while out.len() < len {
-        let n = (len - out.len()).min(common::BUF_LEN);
-        let (ret, data) = client.read(0, out.len() as u64, n);
-        assert_eq!(ret, 0, "read at {}", out.len());
-        out.extend_from_slice(&data);
-    }
-    out
-}
-
 #[test]
 fn untouched_blocks_read_the_base_and_writes_land_in_disk_only() {
     let dir = tempfile::tempdir().unwrap();
@@ -61,7 +49,7 @@ fn untouched_blocks_read_the_base_and_writes_land_in_disk_only() {
         let mut client = Client::connect(&socket, 1, false).unwrap();
         assert_eq!(client.capacity(), SIZE as u64, "DISK takes the base's size");
         assert_eq!(
-            read_all(&mut client, SIZE),
+            client.read_all(SIZE),
             expected,
             "an untouched disk is the base"
         );
@@ -88,7 +76,7 @@ fn untouched_blocks_read_the_base_and_writes_land_in_disk_only() {
             span == expected[..12 * BLOCK],
             "a read across present and absent blocks"
         );
-        assert_eq!(read_all(&mut client, SIZE), expected);
+        assert_eq!(client.read_all(SIZE), expected);
         // Write-zeroes over part of a block DISK lacks, two whole ones and part of a fourth,
         // and over part of a block it holds: zeros there, the base's bytes around.
         let (z, zlen) = (4 * BLOCK + 4096, 3 * BLOCK);
@@ -96,10 +84,7 @@ fn untouched_blocks_read_the_base_and_writes_land_in_disk_only() {
         expected[z..z + zlen].fill(0);
         assert_eq!(client.write_zeroes(0, BLOCK as u64 + 512, 1024, false), 0);
         expected[BLOCK + 512..BLOCK + 1536].fill(0);
-        assert!(
-            read_all(&mut client, SIZE) == expected,
-            "after write-zeroes"
-        );
+        assert!(client.read_all(SIZE) == expected, "after write-zeroes");
         // Discard is advisory: it succeeds.
         assert_eq!(client.discard(0, 20 * BLOCK as u64, BLOCK as u64), 0);
         drop(client);
@@ -126,7 +111,7 @@ fn untouched_blocks_read_the_base_and_writes_land_in_disk_only() {
     // A restart serves the same disk from DISK and its map.
     let daemon = Daemon::start(&[spec(dir.path(), "vm.sock", &disk, &base, "")]);
     let mut client = Client::connect(&socket, 1, false).unwrap();
-    assert!(read_all(&mut client, SIZE) == expected, "after a restart");
+    assert!(client.read_all(SIZE) == expected, "after a restart");
     drop(client);
     assert!(daemon.terminate().success());
     assert!(fingerprint(&base) == before, "the base changed");
@@ -327,7 +312,7 @@ fn kill_9_under_writes_loses_no_acknowledged_write_and_shows_no_half_copied_bloc
         // write in flight), and every other byte the base's.
         let daemon = Daemon::start(std::slice::from_ref(&spec));
         let mut client = Client::connect(&socket, 1, false).unwrap();
-        let now = read_all(&mut client, CRASH_SIZE);
+        let now = client.read_all(CRASH_SIZE);
         let base_bytes = &before.0;
         for (sector, got) in now.chunks(SECTOR).enumerate() {
             let at = sector * SECTOR;
@@ -396,7 +381,7 @@ fn two_queues_writing_one_new_block_keep_both_writes() {
             }
         }
     }
-    assert!(read_all(&mut client, SIZE) == expected, "a write was lost");
+    assert!(client.read_all(SIZE) == expected, "a write was lost");
     drop(client);
     assert!(daemon.terminate().success());
 }

@@ -17,6 +17,9 @@ mod daemon;
 mod qemu;
 mod qmp;
 mod scripts;
+#[allow(clippy::duplicate_mod)] // Tests that take `common` load it a second time.
+#[path = "../common/tool.rs"]
+pub mod tool;
 
 #[allow(unused_imports)] // guest_libvirt: libvirt starts vbmq, the test does not.
 pub use daemon::Vbmq;
@@ -124,19 +127,13 @@ pub fn read_consoles(paths: &[PathBuf]) -> Vec<String> {
 pub fn build_c(dir: &TestDir, name: &str, flags: &[&str]) -> Vec<u8> {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/guest/{name}.c"));
     let out = dir.join(name);
-    let built = std::process::Command::new("cc")
-        .args(["-O2", "-static"])
-        .args(flags)
-        .arg("-o")
-        .arg(&out)
-        .arg(&source)
-        .output()
-        .expect("run cc (scripts/deps/base.sh installs it)");
-    assert!(
-        built.status.success(),
-        "cc {}: {}",
-        source.display(),
-        String::from_utf8_lossy(&built.stderr)
+    tool::run_command(
+        std::process::Command::new("cc")
+            .args(["-O2", "-static"])
+            .args(flags)
+            .arg("-o")
+            .arg(&out)
+            .arg(&source),
     );
     std::fs::read(&out).unwrap()
 }
@@ -150,16 +147,11 @@ pub fn golden_ext4(dir: &TestDir, name: &str, mib: u64) -> (PathBuf, PathBuf) {
     let golden = content.join("golden.txt");
     std::fs::write(&golden, &text).unwrap();
     let image = dir.disk(name, mib);
-    let mkfs = std::process::Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-d"])
-        .arg(&content)
-        .arg(&image)
-        .output()
-        .expect("run mkfs.ext4");
-    assert!(
-        mkfs.status.success(),
-        "mkfs.ext4: {}",
-        String::from_utf8_lossy(&mkfs.stderr)
+    tool::run_command(
+        std::process::Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-d"])
+            .arg(&content)
+            .arg(&image),
     );
     (image, golden)
 }
