@@ -9,6 +9,7 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use common::disk_spec;
 use common::{Client, Daemon, pattern, sparse_image};
 
 const SIZE: usize = 4 << 20;
@@ -158,11 +159,11 @@ fn write_zeroes_leave_ciphertext_and_discard_is_dropped() {
     assert!(back == expected, "write-zeroes did not read back as zeros");
     // Dropped: the range reads back its old data.
     assert_eq!(client.discard(0, 0, 4096), 0);
-    let (ret, back) = client.read(0, 0, 4096);
-    assert_eq!(ret, 0);
-    assert!(
-        back == expected[..4096],
-        "a dropped discard changed the data"
+    client.assert_reads(
+        0,
+        0,
+        &expected[..4096],
+        "a dropped discard changed the data",
     );
     drop(client);
     assert!(daemon.terminate().success());
@@ -243,9 +244,7 @@ fn encrypted_disk_with_cache_and_base_reads_back_what_was_written() {
         assert!(daemon.terminate().success());
         let daemon = Daemon::start(&[spec(dir.path(), &image, &key, extra)]);
         let mut client = Client::connect(&socket, 1, false).unwrap();
-        let (ret, back) = client.read(0, 0, expected.len());
-        assert_eq!(ret, 0);
-        assert!(back == expected, "{extra}: lost at restart");
+        client.assert_reads(0, 0, &expected, &format!("{extra}: lost at restart"));
         drop(client);
         assert!(daemon.terminate().success());
     }
@@ -376,11 +375,8 @@ fn crypt_speed_against_the_plain_disk() {
                     String::new()
                 };
                 let _ = std::fs::remove_file(&socket);
-                let spec = format!(
-                    "socket={},path={}{crypt},queues=1,cpus={cpu}",
-                    socket.display(),
-                    image.display()
-                );
+                let spec =
+                    disk_spec::with(&socket, &image, &format!("{crypt},queues=1,cpus={cpu}"));
                 let daemon = Daemon::start(&[spec]);
                 let span = (BENCH_SIZE as u64, secs, None);
                 let (iops, cpu_per_mio) = common::speed(daemon, &socket, write, span);

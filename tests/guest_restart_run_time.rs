@@ -12,6 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::ctl::{ok, wait_for_requests_in_flight};
+use common::disk_spec;
 use common::{ctl_state, s};
 use guest::{
     RESTART_DELAY as DELAY, RESTART_JOB as JOB, TestDir, Vbmq, Vm, script, wait_for_console,
@@ -67,11 +68,7 @@ fn a_disk_added_at_run_time_survives_an_upgrade_and_a_crash_under_io() {
         runs: 0,
     };
     let vbmq = starter.start();
-    let spec = format!(
-        "socket={},path={},queues=2,{DELAY}",
-        s(&starter.socket),
-        s(&image)
-    );
+    let spec = disk_spec::with(&starter.socket, &image, &format!(",queues=2,{DELAY}"));
     ok(&ctl_state(
         &starter.control,
         &starter.state,

@@ -23,21 +23,28 @@ fn openssl(dir: &Path, args: &[&str]) {
     run_command(Command::new("openssl").current_dir(dir).args(args));
 }
 
+/// `openssl req ARGS` in `dir` with a new P-256 key, written to `key`.
+fn req_with_new_key(dir: &Path, key: &str, args: &[&str]) {
+    let mut all = vec![
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+    ];
+    all.extend_from_slice(&["-nodes", "-keyout", key]);
+    all.extend_from_slice(args);
+    openssl(dir, &all);
+}
+
 /// A CA in `dir` (`ca-key.pem`, `ca-cert.pem`).
 fn ca(dir: &Path, name: &str) {
     std::fs::create_dir_all(dir).unwrap();
-    openssl(
+    req_with_new_key(
         dir,
+        "ca-key.pem",
         &[
-            "req",
             "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            "ca-key.pem",
             "-out",
             "ca-cert.pem",
             "-days",
@@ -70,22 +77,10 @@ fn issue(ca_dir: &Path, dir: &Path, kind: &str) {
     )
     .unwrap();
     let (key, cert) = (format!("{kind}-key.pem"), format!("{kind}-cert.pem"));
-    openssl(
+    req_with_new_key(
         dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            "req.csr",
-            "-subj",
-            &format!("/CN=vbmq-test-{kind}"),
-        ],
+        &key,
+        &["-out", "req.csr", "-subj", &format!("/CN=vbmq-test-{kind}")],
     );
     let ca_cert = ca_dir.join("ca-cert.pem");
     let ca_key = ca_dir.join("ca-key.pem");

@@ -85,11 +85,11 @@ fn a_snapshot_under_writes_is_the_disk_at_one_instant_on_tmpfs_and_on_a_thin_dis
     ctl_json(&control, &["snapshot", s(&b), s(&quiet)]);
     let snapshot = std::fs::read(&quiet).unwrap();
     for (i, chunk) in snapshot.chunks(1 << 20).enumerate() {
-        let (ret, back) = client.read(0, (i << 20) as u64, 1 << 20);
-        assert_eq!(ret, 0);
-        assert!(
-            back == chunk,
-            "thin snapshot differs from the disk in MiB {i}"
+        client.assert_reads(
+            0,
+            (i << 20) as u64,
+            chunk,
+            &format!("thin snapshot differs from the disk in MiB {i}"),
         );
     }
     assert!(daemon.alive());

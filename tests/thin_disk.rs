@@ -70,11 +70,11 @@ fn untouched_blocks_read_the_base_and_writes_land_in_disk_only() {
         expected[at + 512..at + 1024].copy_from_slice(&data4);
         assert_eq!(client.flush(0), 0);
         // Reads spanning blocks DISK holds and blocks it lacks.
-        let (ret, span) = client.read(0, 0, 12 * BLOCK);
-        assert_eq!(ret, 0);
-        assert!(
-            span == expected[..12 * BLOCK],
-            "a read across present and absent blocks"
+        client.assert_reads(
+            0,
+            0,
+            &expected[..12 * BLOCK],
+            "a read across present and absent blocks",
         );
         assert_eq!(client.read_all(SIZE), expected);
         // Write-zeroes over part of a block DISK lacks, two whole ones and part of a fourth,
@@ -275,11 +275,8 @@ fn kill_9_under_writes_loses_no_acknowledged_write_and_shows_no_half_copied_bloc
     };
     while rounds < 5 || (rounds < 60 && start.elapsed() < Duration::from_secs(25)) {
         rounds += 1;
-        let mut daemon = Daemon::start(std::slice::from_ref(&spec));
-        let mut client = Client::connect(&socket, 1, false).unwrap();
-        let child = daemon.child.id();
         let delay = Duration::from_millis(10 + rng.next(150));
-        let killer = Killer::after(child, delay);
+        let (mut daemon, mut client, killer) = Killer::start_doomed(&spec, &socket, delay);
         let killed = killer.killed.clone();
         // Batches of writes to distinct sectors, so that several copies are in flight at once.
         let mut in_flight: Vec<(usize, u64)> = Vec::new();

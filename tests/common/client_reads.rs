@@ -22,4 +22,12 @@ impl Client {
         let len = usize::try_from(self.capacity()).expect("a capacity that fits in memory");
         self.read_all(len)
     }
+
+    /// Reads `expected.len()` bytes at `offset` on queue `q`: the read must succeed and return
+    /// `expected` (`what` names the case).
+    pub fn assert_reads(&mut self, q: usize, offset: u64, expected: &[u8], what: &str) {
+        let (ret, data) = self.read(q, offset, expected.len());
+        assert_eq!(ret, 0, "{what}: read at {offset}");
+        assert!(data == expected, "{what}");
+    }
 }

@@ -18,3 +18,8 @@ pub fn encrypted(socket: &Path, image: &Path, key: &Path) -> String {
         s(key)
     )
 }
+
+/// `socket=SOCKET,path=IMAGE` followed by `extra` (`,key=value…`).
+pub fn with(socket: &Path, image: &Path, extra: &str) -> String {
+    format!("{}{extra}", plain(socket, image))
+}

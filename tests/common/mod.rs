@@ -5,6 +5,7 @@ pub mod client_reads;
 pub mod crash_io;
 pub mod ctl;
 pub mod disk_spec;
+pub mod files;
 pub mod fs;
 pub mod loop_device;
 pub mod run_time;
