@@ -15,7 +15,8 @@ use common::ctl::{ok, wait_for_requests_in_flight};
 use common::disk_spec;
 use common::{ctl_state, s};
 use guest::{
-    RESTART_DELAY as DELAY, RESTART_JOB as JOB, TestDir, Vbmq, Vm, script, wait_for_console,
+    RESTART_DELAY as DELAY, RESTART_JOB as JOB, TestDir, Vbmq, Vm,
+    assert_image_holds_the_restart_job, script, wait_for_console,
 };
 
 struct Starter {
@@ -126,15 +127,5 @@ fn a_disk_added_at_run_time_survives_an_upgrade_and_a_crash_under_io() {
         "no restart found requests in flight: the test did not reach the case it is for"
     );
     vbmq.stop();
-    let out = Command::new("fio")
-        .arg(format!("--filename={}", image.display()))
-        .args(JOB.split_whitespace())
-        .arg("--verify_only")
-        .output()
-        .expect("fio on the host");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && text.contains("err= 0"),
-        "the image lost acknowledged writes:\n{text}"
-    );
+    assert_image_holds_the_restart_job(&image);
 }

@@ -44,6 +44,23 @@ pub const RESTART_JOB: &str = "--name=restart --ioengine=libaio --iodepth=16 --d
     --rw=randwrite --bs=4k --size=12M --numjobs=2 --offset_increment=12M --verify=crc32c \
     --verify_fatal=1 --verify_state_save=0 --group_reporting --rate_iops=150";
 
+/// Checks on the host that `image` holds every block [`RESTART_JOB`] wrote in a guest (and was
+/// told was written): fio replays the same job, reading and verifying only.
+pub fn assert_image_holds_the_restart_job(image: &Path) {
+    let out = std::process::Command::new("fio")
+        .arg(format!("--filename={}", image.display()))
+        .args(RESTART_JOB.split_whitespace())
+        .arg("--verify_only")
+        .output()
+        .expect("fio on the host (scripts/deps/guest.sh installs it)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("err= 0"),
+        "the image lost acknowledged writes:\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A `--disk` spec serving `image` on `socket`, with `extra` (",queues=2", …) appended.
 pub fn disk_spec(socket: &Path, image: &Path, extra: &str) -> String {
     format!(
