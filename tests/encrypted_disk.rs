@@ -28,6 +28,15 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
+/// Neither the guest's marker nor `plaintext` stands in `stored` (the bytes of `what`).
+fn assert_no_plaintext(stored: &[u8], plaintext: &[u8], what: &str) {
+    assert!(
+        !contains(stored, b"PLAINTEXT-MARKER"),
+        "the marker is in {what}"
+    );
+    assert!(!contains(stored, plaintext), "plaintext is in {what}");
+}
+
 /// The guest's data: a text marker repeated, then a pattern, then a sector of zeros.
 fn plaintext() -> Vec<u8> {
     let mut data = b"PLAINTEXT-MARKER-".repeat(4096 / 17 + 1);
@@ -58,14 +67,7 @@ fn the_image_holds_no_plaintext_and_reads_back_with_its_key() {
     assert!(daemon.terminate().success());
 
     let raw = std::fs::read(&image).unwrap();
-    assert!(
-        !contains(&raw, b"PLAINTEXT-MARKER"),
-        "the marker is in the image"
-    );
-    assert!(
-        !contains(&raw, &pattern(3, 8192)[..64]),
-        "the pattern is in the image"
-    );
+    assert_no_plaintext(&raw, &pattern(3, 8192)[..64], "the image");
     let zeros = &raw[(1 << 20) + 12288..(1 << 20) + 16384];
     assert!(
         zeros.iter().any(|b| *b != 0),
@@ -430,14 +432,7 @@ fn an_encrypted_thin_disk_over_an_encrypted_base() {
     drop(client);
     assert!(daemon.terminate().success());
     let raw = std::fs::read(&disk).unwrap();
-    assert!(
-        !contains(&raw, b"PLAINTEXT-MARKER"),
-        "the marker is in DISK"
-    );
-    assert!(
-        !contains(&raw, &golden[..64]),
-        "the base's plaintext is in DISK"
-    );
+    assert_no_plaintext(&raw, &golden[..64], "DISK");
     assert!(
         std::fs::read(&base).unwrap() == base_bytes,
         "the base changed"

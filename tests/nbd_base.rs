@@ -60,10 +60,7 @@ fn reads_the_remote_image_and_writes_land_in_disk_only() {
         SIZE as u64,
         "the disk takes the export's size"
     );
-    assert!(
-        client.read_all(SIZE) == expected,
-        "an untouched disk is the export"
-    );
+    client.assert_all(&expected, "an untouched disk is the export");
     // Reads fetch without copying: DISK holds nothing yet.
     assert_eq!(engine_stat(&control, &socket, "thin_present_blocks"), 0);
     // A partial write, a write across two blocks, a whole block.
@@ -84,7 +81,7 @@ fn reads_the_remote_image_and_writes_land_in_disk_only() {
         &expected[..12 * BLOCK],
         "a read across present and absent blocks",
     );
-    assert!(client.read_all(SIZE) == expected, "after the writes");
+    client.assert_all(&expected, "after the writes");
     drop(client);
     assert!(daemon.terminate().success());
     drop(server);
@@ -118,10 +115,7 @@ fn copy_on_read_and_fill_let_the_server_go() {
     expected[5 * BLOCK + 512..5 * BLOCK + 512 + 4096].copy_from_slice(&data);
     wait_filled(&control, &socket);
     server.kill();
-    assert!(
-        client.read_all(SIZE) == expected,
-        "every block reads right with the server gone"
-    );
+    client.assert_all(&expected, "every block reads right with the server gone");
     drop(client);
     assert!(daemon.terminate().success());
 }
@@ -171,10 +165,7 @@ fn a_server_killed_mid_fill_and_started_again_loses_nothing() {
     assert!(data == expected[SIZE - 4096..]);
     wait_filled(&control, &socket);
     drop(server);
-    assert!(
-        client.read_all(SIZE) == expected,
-        "after the fill, without the server"
-    );
+    client.assert_all(&expected, "after the fill, without the server");
     drop(client);
     assert!(daemon.terminate().success());
 }
@@ -210,10 +201,7 @@ fn a_disk_added_at_run_time_on_a_confined_vbmq_connects_again_after_a_restart() 
     // The server goes and comes back: the confined fetcher connects to the same path again.
     server.kill();
     let server = NbdServer::qemu_nbd(&remote, &nbd, "golden", true);
-    assert!(
-        client.read_all(SIZE) == expected,
-        "after the server's restart"
-    );
+    client.assert_all(&expected, "after the server's restart");
     drop(client);
     drop(server);
     assert!(daemon.terminate().success());

@@ -150,9 +150,7 @@ impl Raw {
         stream
             .set_read_timeout(Some(Duration::from_secs(60)))
             .ok()?;
-        let mut hello = [0; 18];
-        stream.read_exact(&mut hello).ok()?;
-        assert_eq!(&hello[..16], b"NBDMAGICIHAVEOPT");
+        common::nbd_wire::read_greeting(&mut stream).ok()?;
         Some(Raw(stream))
     }
 

@@ -15,6 +15,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::ctl::ctl_json_or_null;
+use common::nbd_wire::{FIXED_NEWSTYLE_NO_ZEROES, read_greeting};
 use common::tool::{nbd_uri as uri, run_tool as run};
 use common::{s, serve::serve_one};
 
@@ -27,11 +28,11 @@ impl Raw {
         stream
             .set_read_timeout(Some(Duration::from_secs(120)))
             .unwrap();
-        let mut hello = [0; 18];
-        stream.read_exact(&mut hello).unwrap();
-        assert_eq!(&hello[..16], b"NBDMAGICIHAVEOPT");
-        // Fixed newstyle, no zeroes; structured replies; GO on the default export.
-        stream.write_all(&3u32.to_be_bytes()).unwrap();
+        read_greeting(&mut stream).unwrap();
+        // Structured replies, then GO on the default export.
+        stream
+            .write_all(&FIXED_NEWSTYLE_NO_ZEROES.to_be_bytes())
+            .unwrap();
         let mut raw = Raw(stream);
         raw.option(8, &[]);
         raw.option(7, &[0; 6]);

@@ -15,6 +15,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use common::ctl::{ctl_json_or_null, free_port};
+use common::nbd_wire::{FIXED_NEWSTYLE_NO_ZEROES, read_greeting};
 use common::tool::{run_command, run_tool as run};
 use common::{ctl, s, serve::serve_one};
 
@@ -267,10 +268,10 @@ fn before_starttls_the_server_says_nothing_of_the_export() {
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
-    let mut hello = [0; 18];
-    stream.read_exact(&mut hello).unwrap();
-    assert_eq!(&hello[..16], b"NBDMAGICIHAVEOPT");
-    stream.write_all(&3u32.to_be_bytes()).unwrap();
+    read_greeting(&mut stream).unwrap();
+    stream
+        .write_all(&FIXED_NEWSTYLE_NO_ZEROES.to_be_bytes())
+        .unwrap();
     const ERR_TLS_REQD: u32 = (1 << 31) | 5;
     let go = [0u8, 0, 0, 0, 0, 0];
     for option in [7, 6, 3, 8, 9, 10] {

@@ -30,4 +30,10 @@ impl Client {
         assert_eq!(ret, 0, "{what}: read at {offset}");
         assert!(data == expected, "{what}");
     }
+
+    /// Reads the first `expected.len()` bytes as [`Self::read_all`] does: they must be
+    /// `expected` (`what` names the case).
+    pub fn assert_all(&mut self, expected: &[u8], what: &str) {
+        assert!(self.read_all(expected.len()) == expected, "{what}");
+    }
 }

@@ -8,6 +8,7 @@ pub mod disk_spec;
 pub mod files;
 pub mod fs;
 pub mod loop_device;
+pub mod nbd_wire;
 pub mod run_time;
 pub mod serve;
 pub mod tool;

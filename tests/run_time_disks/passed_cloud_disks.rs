@@ -449,10 +449,7 @@ fn bad_bases_maps_and_keys_are_refused_and_the_daemon_goes_on() {
     );
     assert_eq!(reply["ok"], true, "{reply}");
     let mut client = Client::connect(&sock, 1, false).expect("connect");
-    assert!(
-        client.read(0, 0, 4096).1 == pattern(3, 4096),
-        "the base's bytes"
-    );
+    client.assert_reads(0, 0, &pattern(3, 4096), "the base's bytes");
     drop(client);
     assert!(daemon.terminate().success());
 }

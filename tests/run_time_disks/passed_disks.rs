@@ -171,10 +171,7 @@ fn descriptors_that_are_not_what_the_disk_needs_are_refused() {
     );
     assert_eq!(reply["ok"], true, "{reply}");
     let mut client = Client::connect(&sock_path, 1, false).expect("connect");
-    assert!(
-        client.read(0, 0, 4096).1 == pattern(2, 4096),
-        "b.raw's bytes"
-    );
+    client.assert_reads(0, 0, &pattern(2, 4096), "b.raw's bytes");
     drop(client);
     assert!(daemon.terminate().success());
 }
