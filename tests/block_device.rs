@@ -4,6 +4,7 @@ mod common;
 
 use std::process::Command;
 
+use common::disk_spec;
 use common::loop_device::{FourKn, Loop};
 use common::{Client, Daemon, pattern};
 
@@ -136,11 +137,7 @@ fn image_on_a_4096_byte_sector_file_system_serves_512_byte_requests() {
     let image = fs.mount.path().join("vm.raw");
     std::fs::write(&image, pattern(11, 4 << 20)).unwrap();
     let socket = dir.path().join("4kn.sock");
-    let daemon = Daemon::start(&[format!(
-        "socket={},path={},queues=2",
-        socket.display(),
-        image.display()
-    )]);
+    let daemon = Daemon::start(&[disk_spec::with(&socket, &image, ",queues=2")]);
     let mut client = Client::connect(&socket, 2, false).unwrap();
     assert_eq!(client.capacity(), 4 << 20);
     // Every 512-byte sector of the first 8 KiB, one request each.

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use common::disk_spec;
 use common::{Client, Serve, image, pattern};
 use vbmq::backend::{
     CachedDisk, Disk, Engine, EngineOptions, FileDisk, Geometry, IoOp, IovList, cache::CacheStats,
@@ -437,10 +438,10 @@ fn daemon_disks_share_a_cache_and_report_statistics() {
     let mut serve = Serve::new().log(&log);
     // A read-only disk and a writable one on one image.
     for (socket, extra) in sockets.iter().zip([",readonly=on", ""]) {
-        serve = serve.disk(&format!(
-            "socket={},path={},cache=2M,queues=2{extra}",
-            socket.display(),
-            path.display()
+        serve = serve.disk(&disk_spec::with(
+            socket,
+            &path,
+            &format!(",cache=2M,queues=2{extra}"),
         ));
     }
     let daemon = serve.start();
@@ -492,11 +493,7 @@ fn cache_with_handover_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let path = image(dir.path(), "base.raw", 1 << 20, 10);
     let socket = dir.path().join("vm.sock");
-    let spec = format!(
-        "socket={},path={},cache=2M,handover=on",
-        socket.display(),
-        path.display()
-    );
+    let spec = disk_spec::with(&socket, &path, ",cache=2M,handover=on");
     let stderr = common::serve::exits_2_at_start(&["--disk", &spec]);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(

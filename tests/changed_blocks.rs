@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use blkio::{Completion, ReqFlags};
 use common::crash_io::Killer;
 use common::ctl::ok;
+use common::disk_spec;
 use common::run_time::{changed_blocks, checkpoint, no_extents};
 use common::serve::refused_at_start;
 use common::{Client, Daemon, ctl, image, serve_with_control, sparse_image};
@@ -300,12 +301,7 @@ fn kill_9_under_writes_makes_every_map_invalid_never_wrong() {
     let disk = image(dir.path(), "vm.raw", SIZE, 1);
     let disk_spec = spec(dir.path(), &disk, ",direct=off");
     let socket = dir.path().join("vm.sock");
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
-    eprintln!("seed {seed}");
+    let seed = common::crash_io::clock_seed();
     let mut rng = seed;
     // A map that survived a clean stop first: its file says "clean" before the kill.
     let (daemon, control, mut client) = restart(dir.path(), &disk_spec);
@@ -406,10 +402,10 @@ fn tracking_speed_against_the_plain_disk() {
     let socket = dir.path().join("vm.sock");
     let run = |name: &str, extra: &str, maps: usize| {
         let _ = std::fs::remove_file(dir.path().join("vm.raw.changes"));
-        let spec = format!(
-            "socket={},path={},queues=1,cpus=1,direct=off{extra}",
-            socket.display(),
-            disk.display()
+        let spec = disk_spec::with(
+            &socket,
+            &disk,
+            &format!(",queues=1,cpus=1,direct=off{extra}"),
         );
         let (daemon, control) = serve_with_control(dir.path(), &[spec]);
         for i in 0..maps {

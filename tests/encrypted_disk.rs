@@ -9,6 +9,7 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use common::disk_spec;
 use common::{Client, Daemon, pattern, sparse_image};
 
 const SIZE: usize = 4 << 20;
@@ -25,6 +26,15 @@ fn spec(dir: &Path, image: &Path, key: &Path, extra: &str) -> String {
 /// Whether `needle` occurs anywhere in `hay`.
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Neither the guest's marker nor `plaintext` stands in `stored` (the bytes of `what`).
+fn assert_no_plaintext(stored: &[u8], plaintext: &[u8], what: &str) {
+    assert!(
+        !contains(stored, b"PLAINTEXT-MARKER"),
+        "the marker is in {what}"
+    );
+    assert!(!contains(stored, plaintext), "plaintext is in {what}");
 }
 
 /// The guest's data: a text marker repeated, then a pattern, then a sector of zeros.
@@ -57,14 +67,7 @@ fn the_image_holds_no_plaintext_and_reads_back_with_its_key() {
     assert!(daemon.terminate().success());
 
     let raw = std::fs::read(&image).unwrap();
-    assert!(
-        !contains(&raw, b"PLAINTEXT-MARKER"),
-        "the marker is in the image"
-    );
-    assert!(
-        !contains(&raw, &pattern(3, 8192)[..64]),
-        "the pattern is in the image"
-    );
+    assert_no_plaintext(&raw, &pattern(3, 8192)[..64], "the image");
     let zeros = &raw[(1 << 20) + 12288..(1 << 20) + 16384];
     assert!(
         zeros.iter().any(|b| *b != 0),
@@ -158,11 +161,11 @@ fn write_zeroes_leave_ciphertext_and_discard_is_dropped() {
     assert!(back == expected, "write-zeroes did not read back as zeros");
     // Dropped: the range reads back its old data.
     assert_eq!(client.discard(0, 0, 4096), 0);
-    let (ret, back) = client.read(0, 0, 4096);
-    assert_eq!(ret, 0);
-    assert!(
-        back == expected[..4096],
-        "a dropped discard changed the data"
+    client.assert_reads(
+        0,
+        0,
+        &expected[..4096],
+        "a dropped discard changed the data",
     );
     drop(client);
     assert!(daemon.terminate().success());
@@ -243,9 +246,7 @@ fn encrypted_disk_with_cache_and_base_reads_back_what_was_written() {
         assert!(daemon.terminate().success());
         let daemon = Daemon::start(&[spec(dir.path(), &image, &key, extra)]);
         let mut client = Client::connect(&socket, 1, false).unwrap();
-        let (ret, back) = client.read(0, 0, expected.len());
-        assert_eq!(ret, 0);
-        assert!(back == expected, "{extra}: lost at restart");
+        client.assert_reads(0, 0, &expected, &format!("{extra}: lost at restart"));
         drop(client);
         assert!(daemon.terminate().success());
     }
@@ -376,11 +377,8 @@ fn crypt_speed_against_the_plain_disk() {
                     String::new()
                 };
                 let _ = std::fs::remove_file(&socket);
-                let spec = format!(
-                    "socket={},path={}{crypt},queues=1,cpus={cpu}",
-                    socket.display(),
-                    image.display()
-                );
+                let spec =
+                    disk_spec::with(&socket, &image, &format!("{crypt},queues=1,cpus={cpu}"));
                 let daemon = Daemon::start(&[spec]);
                 let span = (BENCH_SIZE as u64, secs, None);
                 let (iops, cpu_per_mio) = common::speed(daemon, &socket, write, span);
@@ -434,14 +432,7 @@ fn an_encrypted_thin_disk_over_an_encrypted_base() {
     drop(client);
     assert!(daemon.terminate().success());
     let raw = std::fs::read(&disk).unwrap();
-    assert!(
-        !contains(&raw, b"PLAINTEXT-MARKER"),
-        "the marker is in DISK"
-    );
-    assert!(
-        !contains(&raw, &golden[..64]),
-        "the base's plaintext is in DISK"
-    );
+    assert_no_plaintext(&raw, &golden[..64], "DISK");
     assert!(
         std::fs::read(&base).unwrap() == base_bytes,
         "the base changed"

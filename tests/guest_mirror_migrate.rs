@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use guest::tool::run_command;
 use guest::{Qmp, RunningVm, TestDir, Vbmq, Vm, print_log, read_consoles, result_of, script};
 
 const DATA_MIB: u64 = 64;
@@ -51,19 +52,14 @@ dmesg | grep -i 'i/o error\|blk_update' && echo DMESG-ERRORS || true
 
 /// `vbmq ctl --control CONTROL ARGS`: its JSON answer; panics if it fails.
 fn ctl(control: &Path, args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_vbmq"))
-        .arg("ctl")
-        .arg("--control")
-        .arg(control)
-        .args(args)
-        .output()
-        .expect("run vbmq ctl");
-    assert!(
-        out.status.success(),
-        "vbmq ctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_command(
+        Command::new(env!("CARGO_BIN_EXE_vbmq"))
+            .arg("ctl")
+            .arg("--control")
+            .arg(control)
+            .args(args),
     );
-    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    serde_json::from_str(&out).unwrap_or(Value::Null)
 }
 
 /// A `vbmq serve` with a control socket and `disks`.

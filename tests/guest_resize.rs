@@ -5,7 +5,6 @@
 mod common;
 mod guest;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::ctl::ok;
@@ -22,15 +21,8 @@ fn a_running_guest_sees_the_disk_grow_and_uses_the_tail() {
     let socket = dir.join("disk.sock");
     let control = dir.join("ctl.sock");
     let image = dir.disk("disk.img", 64);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
-    cmd.args(["serve", "--control"])
-        .arg(&control)
-        .args(["--disk", &disk_spec(&socket, &image, ",queues=2")]);
-    let vbmq = Vbmq::spawn(
-        cmd,
-        vec![socket.clone(), control.clone()],
-        dir.join("vbmq.log"),
-    );
+    let spec = disk_spec(&socket, &image, ",queues=2");
+    let vbmq = Vbmq::serve_controlled(&control, &[spec], dir.join("vbmq.log"));
     let console = dir.join("console.log");
     let mut vm = Vm::new(2).disk(&socket, 2);
     vm.console = Some(console.clone());

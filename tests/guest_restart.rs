@@ -5,13 +5,13 @@
 
 mod guest;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use guest::{
-    GuestRun, RESTART_DELAY as DELAY, RESTART_JOB as JOB, TestDir, Vbmq, Vm, script, tagged,
-    wait_for_console,
+    GuestRun, RESTART_DELAY as DELAY, RESTART_JOB as JOB, TestDir, Vbmq, Vm,
+    assert_image_holds_the_restart_job, script, tagged, wait_for_console,
 };
 
 /// One vbmq command line, started again after each kill, each run logging to its own file.
@@ -121,23 +121,6 @@ fn run_with_restarts(
     (run, restarter, vbmq, image)
 }
 
-/// Checks on the host that the image holds every block fio wrote in the guest (and was told was
-/// written): fio replays the same job, reading and verifying only.
-fn assert_image_holds_the_job(image: &Path) {
-    let out = Command::new("fio")
-        .arg(format!("--filename={}", image.display()))
-        .args(JOB.split_whitespace())
-        .arg("--verify_only")
-        .output()
-        .expect("fio on the host (scripts/deps/guest.sh installs it)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && text.contains("err= 0"),
-        "the image lost acknowledged writes:\n{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn report(what: &str, run: &GuestRun, restarter: &Restarter, stops: &[Stop]) {
     eprintln!(
         "{what}: {} stops {stops:?}, requests resubmitted per restart {:?}, fio: {:?}",
@@ -174,7 +157,7 @@ fn crashes_and_upgrades_under_io_lose_nothing() {
         "no restart found requests in flight: the test did not reach the case it is for"
     );
     vbmq.stop();
-    assert_image_holds_the_job(&image);
+    assert_image_holds_the_restart_job(&image);
 }
 
 /// The same crash without in-flight tracking (`inflight=off`, as qemu-storage-daemon): the ring

@@ -12,9 +12,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::ctl::{ok, wait_for_requests_in_flight};
+use common::disk_spec;
 use common::{ctl_state, s};
 use guest::{
-    RESTART_DELAY as DELAY, RESTART_JOB as JOB, TestDir, Vbmq, Vm, script, wait_for_console,
+    RESTART_DELAY as DELAY, RESTART_JOB as JOB, TestDir, Vbmq, Vm,
+    assert_image_holds_the_restart_job, script, wait_for_console,
 };
 
 struct Starter {
@@ -67,11 +69,7 @@ fn a_disk_added_at_run_time_survives_an_upgrade_and_a_crash_under_io() {
         runs: 0,
     };
     let vbmq = starter.start();
-    let spec = format!(
-        "socket={},path={},queues=2,{DELAY}",
-        s(&starter.socket),
-        s(&image)
-    );
+    let spec = disk_spec::with(&starter.socket, &image, &format!(",queues=2,{DELAY}"));
     ok(&ctl_state(
         &starter.control,
         &starter.state,
@@ -129,15 +127,5 @@ fn a_disk_added_at_run_time_survives_an_upgrade_and_a_crash_under_io() {
         "no restart found requests in flight: the test did not reach the case it is for"
     );
     vbmq.stop();
-    let out = Command::new("fio")
-        .arg(format!("--filename={}", image.display()))
-        .args(JOB.split_whitespace())
-        .arg("--verify_only")
-        .output()
-        .expect("fio on the host");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && text.contains("err= 0"),
-        "the image lost acknowledged writes:\n{text}"
-    );
+    assert_image_holds_the_restart_job(&image);
 }

@@ -9,7 +9,6 @@ mod guest;
 use common::ctl::{ctl_json, ctl_json_or_null, s};
 use common::tool::{nbd_uri, run_tool};
 use guest::{TestDir, Vbmq, Vm, disk_spec, reread_sums, script, tagged};
-use std::process::Command;
 
 const DISK_MIB: u64 = 64;
 
@@ -23,15 +22,8 @@ fn a_backup_restored_into_a_new_disk_serves_a_guest_its_files() {
     let image = dir.disk("disk.img", DISK_MIB);
     let socket = dir.join("disk.sock");
     let control = dir.join("ctl.sock");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
-    cmd.args(["serve", "--control"])
-        .arg(&control)
-        .args(["--disk", &disk_spec(&socket, &image, "")]);
-    let vbmq = Vbmq::spawn(
-        cmd,
-        vec![socket.clone(), control.clone()],
-        dir.join("vbmq.log"),
-    );
+    let spec = disk_spec(&socket, &image, "");
+    let vbmq = Vbmq::serve_controlled(&control, &[spec], dir.join("vbmq.log"));
     let first = Vm::new(2).disk(&socket, 1).run(&script(
         "mkfs.ext4 -q /dev/vda
          mount /dev/vda /mnt

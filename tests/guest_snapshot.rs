@@ -9,7 +9,6 @@ mod guest;
 mod stamps;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use common::ctl::ok;
@@ -42,15 +41,8 @@ fn a_snapshot_under_a_guests_writes_holds_the_rounds_done_before_it() {
     stamped_image(&image, BLOCKS);
     let socket = dir.join("disk.sock");
     let control = dir.join("ctl.sock");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
-    cmd.args(["serve", "--control"])
-        .arg(&control)
-        .args(["--disk", &disk_spec(&socket, &image, "")]);
-    let vbmq = Vbmq::spawn(
-        cmd,
-        vec![socket.clone(), control.clone()],
-        dir.join("vbmq.log"),
-    );
+    let spec = disk_spec(&socket, &image, "");
+    let vbmq = Vbmq::serve_controlled(&control, &[spec], dir.join("vbmq.log"));
     let writer = build_c(&dir, "stamp_writer", &[]);
     let initrd = dir.join("initrd");
     Vm::initramfs(

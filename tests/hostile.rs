@@ -70,24 +70,37 @@ fn report(name: &str, ran: usize, failures: &[String], names: &[String]) {
     );
 }
 
+/// Runs (with `run`, by index) the cases whose name contains `HOSTILE_FILTER` (all when unset;
+/// for debugging), then reports them as `name`.
+fn run_filtered(
+    mut battery: Battery,
+    name: &str,
+    names: &[&str],
+    run: impl Fn(&mut Battery, usize),
+) {
+    let filter = std::env::var("HOSTILE_FILTER").unwrap_or_default();
+    let selected: Vec<usize> = (0..names.len())
+        .filter(|&i| names[i].contains(&filter))
+        .collect();
+    for &i in &selected {
+        run(&mut battery, i);
+    }
+    let ran = battery.ran;
+    let failures = battery.finish();
+    let names: Vec<String> = selected.iter().map(|&i| names[i].to_string()).collect();
+    report(name, ran, &failures, &names);
+}
+
 /// Runs the request and ring cases against a battery whose attacked disk has `target_opts`.
 fn request_battery(name: &str, target_opts: &str) {
-    let mut battery = Battery::start_with(name, target_opts);
+    let battery = Battery::start_with(name, target_opts);
     let cases: Vec<_> = hostile::requests::cases()
         .into_iter()
         .chain(hostile::rings::cases())
         .collect();
     assert!(cases.len() >= 200, "only {} cases", cases.len());
-    // HOSTILE_FILTER=text runs only the cases whose name contains it (for debugging).
-    let filter = std::env::var("HOSTILE_FILTER").unwrap_or_default();
-    let selected: Vec<_> = cases.iter().filter(|c| c.name.contains(&filter)).collect();
-    for case in &selected {
-        battery.run(case);
-    }
-    let ran = battery.ran;
-    let failures = battery.finish();
-    let names: Vec<String> = selected.iter().map(|c| c.name.clone()).collect();
-    report(name, ran, &failures, &names);
+    let names: Vec<&str> = cases.iter().map(|c| c.name.as_str()).collect();
+    run_filtered(battery, name, &names, |battery, i| battery.run(&cases[i]));
 }
 
 #[test]
@@ -103,17 +116,12 @@ fn malformed_requests_and_rings_adaptive_mode() {
 
 #[test]
 fn lying_frontend() {
-    let mut battery = Battery::start("vhost");
+    let battery = Battery::start("vhost");
     let cases = hostile::vhost::cases();
-    let filter = std::env::var("HOSTILE_FILTER").unwrap_or_default();
-    let selected: Vec<_> = cases.iter().filter(|c| c.name.contains(&filter)).collect();
-    for case in &selected {
-        battery.run_vhost(case);
-    }
-    let ran = battery.ran;
-    let failures = battery.finish();
-    let names: Vec<String> = selected.iter().map(|c| c.name.clone()).collect();
-    report("vhost-user battery", ran, &failures, &names);
+    let names: Vec<&str> = cases.iter().map(|c| c.name.as_str()).collect();
+    run_filtered(battery, "vhost-user battery", &names, |battery, i| {
+        battery.run_vhost(&cases[i]);
+    });
 }
 
 /// The battery's own baseline: good requests wrap the 256-entry rings several times.
@@ -311,12 +319,7 @@ fn repeated_guest_errors_cannot_flood_the_log_in_any_mode() {
             "{mode}: the broken ring left the connection open"
         );
         drop(guest);
-        let mut guest = Guest::connect(&daemon.path("target.sock"), QUEUE_SIZE).unwrap();
-        let mut model = std::fs::read(daemon.path("target.img")).unwrap();
-        hostile::battery::good_request(&mut guest, &mut model, 1)
-            .unwrap_or_else(|e| panic!("{mode}: after the reset: {e}"));
-        drop(guest);
-        assert!(daemon.stop().success(), "{mode}: vbmq must exit 0");
+        hostile::battery::next_frontend_served_then_stop(daemon, 1, mode);
     }
 }
 

@@ -143,11 +143,7 @@ fn read_only_disks_share_an_image_across_processes_and_disks_of_one_process_shar
 /// Whether another process could lock the whole image for writing now (as QEMU would).
 fn lockable(path: &std::path::Path) -> bool {
     use std::os::fd::AsRawFd;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
+    let file = common::files::open_rw(path);
     // SAFETY: an all-zero flock is valid; F_WRLCK over the whole file, on our own descriptor.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
     lock.l_type = libc::F_WRLCK as i16;

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::ctl::ctl_json_or_null;
-use common::{Daemon, ctl, s, serve_with_control as serve};
+use common::{Daemon, ctl, disk_spec, s, serve::serve_one, serve_with_control as serve};
 use serde_json::Value;
 use stamp_writer::Writer;
 use stamps::{BLOCK, stamped_image};
@@ -72,6 +72,33 @@ impl Destination {
     fn uri(&self) -> String {
         format!("nbd+unix:///?socket={}", s(&self.export))
     }
+
+    /// Ends the export, then checks that the image equals `source` and the daemon still runs.
+    fn end_equal_to(&mut self, source: &Path) {
+        let export = format!("unix:{}", s(&self.export));
+        ctl_json_or_null(&self.control, &["export-end", s(&self.socket), &export]);
+        assert!(
+            std::fs::read(&self.image).unwrap() == std::fs::read(source).unwrap(),
+            "the destination's image is the source's"
+        );
+        assert!(self.daemon.alive());
+    }
+}
+
+/// Two directories in /dev/shm: the source's and the destination's.
+fn two_dirs() -> (tempfile::TempDir, tempfile::TempDir) {
+    (
+        tempfile::tempdir_in("/dev/shm").unwrap(),
+        tempfile::tempdir_in("/dev/shm").unwrap(),
+    )
+}
+
+/// `mirror-begin SOCKET DESTINATION --wait-ready EXTRA...`: the mirror's answer.
+fn mirror_until_ready(control: &Path, socket: &Path, to: &Destination, extra: &[&str]) -> Value {
+    let uri = to.uri();
+    let mut args = vec!["mirror-begin", s(socket), &uri, "--wait-ready"];
+    args.extend_from_slice(extra);
+    ctl_json_or_null(control, &args)
 }
 
 /// A source: a vbmq serving `blocks` stamped blocks in `dir`, with a control socket: its
@@ -86,24 +113,13 @@ fn stamped_source(dir: &Path, blocks: u64) -> (PathBuf, PathBuf, Daemon, PathBuf
 
 #[test]
 fn a_mirror_under_a_writer_converges_and_the_destination_equals_the_source() {
-    let (a, b) = (
-        tempfile::tempdir_in("/dev/shm").unwrap(),
-        tempfile::tempdir_in("/dev/shm").unwrap(),
-    );
+    let (a, b) = two_dirs();
     let blocks = 16384; // 64 MiB
     let (image, socket, mut source, control) = stamped_source(a.path(), blocks);
     let mut destination = Destination::start(b.path(), blocks);
     let writer = Writer::start(&socket, blocks);
     writer.wait_writes(100);
-    let answer = ctl_json_or_null(
-        &control,
-        &[
-            "mirror-begin",
-            s(&socket),
-            &destination.uri(),
-            "--wait-ready",
-        ],
-    );
+    let answer = mirror_until_ready(&control, &socket, &destination, &[]);
     assert_eq!(answer["state"], "ready", "{answer}");
     assert_eq!(answer["copied"], blocks * BLOCK as u64, "{answer}");
     assert_eq!(listed_mirror(&control, &socket)["state"], "ready");
@@ -113,27 +129,13 @@ fn a_mirror_under_a_writer_converges_and_the_destination_equals_the_source() {
     let ended = ctl_json_or_null(&control, &["mirror-end", s(&socket)]);
     assert_eq!(ended["state"], "ready", "{ended}");
     assert!(listed_mirror(&control, &socket).is_null(), "ended");
-    ctl_json_or_null(
-        &destination.control,
-        &[
-            "export-end",
-            s(&destination.socket),
-            &format!("unix:{}", s(&destination.export)),
-        ],
-    );
-    assert!(
-        std::fs::read(&destination.image).unwrap() == std::fs::read(&image).unwrap(),
-        "the destination's image is the source's"
-    );
-    assert!(source.alive() && destination.daemon.alive());
+    destination.end_equal_to(&image);
+    assert!(source.alive());
 }
 
 #[test]
 fn a_destination_killed_mid_copy_fails_the_mirror_and_never_the_guest() {
-    let (a, b) = (
-        tempfile::tempdir_in("/dev/shm").unwrap(),
-        tempfile::tempdir_in("/dev/shm").unwrap(),
-    );
+    let (a, b) = two_dirs();
     let blocks = 32768; // 128 MiB
     let (_, socket, mut source, control) = stamped_source(a.path(), blocks);
     let destination = Destination::start(b.path(), blocks);
@@ -232,26 +234,13 @@ fn writes_go_on(writer: &Writer, writes: u64) {
 /// equal.
 #[test]
 fn a_hung_destination_fails_the_mirror_and_a_resumed_mirror_copies_only_what_changed() {
-    let (a, b) = (
-        tempfile::tempdir_in("/dev/shm").unwrap(),
-        tempfile::tempdir_in("/dev/shm").unwrap(),
-    );
+    let (a, b) = two_dirs();
     let blocks = 16384; // 64 MiB: 64 chunks
     let (image, socket, mut source, control) = stamped_source(a.path(), blocks);
     let mut destination = Destination::start(b.path(), blocks);
     let writer = Writer::start(&socket, blocks);
     writer.wait_writes(100);
-    let ready = ctl_json_or_null(
-        &control,
-        &[
-            "mirror-begin",
-            s(&socket),
-            &destination.uri(),
-            "--wait-ready",
-            "--timeout",
-            "5",
-        ],
-    );
+    let ready = mirror_until_ready(&control, &socket, &destination, &["--timeout", "5"]);
     assert_eq!(ready["state"], "ready", "{ready}");
     writer.wait_writes(100);
     signal(&destination.daemon, libc::SIGSTOP);
@@ -306,19 +295,8 @@ fn a_hung_destination_fails_the_mirror_and_a_resumed_mirror_copies_only_what_cha
     writer.stop();
     let ended = ctl_json_or_null(&control, &["mirror-end", s(&socket)]);
     assert_eq!(ended["state"], "ready", "{ended}");
-    ctl_json_or_null(
-        &destination.control,
-        &[
-            "export-end",
-            s(&destination.socket),
-            &format!("unix:{}", s(&destination.export)),
-        ],
-    );
-    assert!(
-        std::fs::read(&destination.image).unwrap() == std::fs::read(&image).unwrap(),
-        "the destination's image is the source's"
-    );
-    assert!(source.alive() && destination.daemon.alive());
+    destination.end_equal_to(&image);
+    assert!(source.alive());
 }
 
 /// An `encrypt=` disk's mirror carries ciphertext: its destination, a disk with no key,
@@ -326,37 +304,19 @@ fn a_hung_destination_fails_the_mirror_and_a_resumed_mirror_copies_only_what_cha
 /// guest wrote.
 #[test]
 fn an_encrypted_disk_is_mirrored_as_ciphertext() {
-    let (a, b) = (
-        tempfile::tempdir_in("/dev/shm").unwrap(),
-        tempfile::tempdir_in("/dev/shm").unwrap(),
-    );
+    let (a, b) = two_dirs();
     let bytes = 8u64 << 20;
     let image = common::sparse_image(a.path(), "src.raw", bytes);
     let key = a.path().join("key");
     std::fs::write(&key, common::pattern(77, 64)).unwrap();
     let socket = a.path().join("src.sock");
-    let encrypted = |socket: &Path, image: &Path| {
-        format!(
-            "socket={},path={},encrypt=aes-xts,key-file={}",
-            s(socket),
-            s(image),
-            s(&key)
-        )
-    };
+    let encrypted = |socket: &Path, image: &Path| disk_spec::encrypted(socket, image, &key);
     let (_source, control) = serve(a.path(), &[encrypted(&socket, &image)]);
     let data = common::pattern(5, 3 << 20);
     let mut client = common::Client::connect(&socket, 1, false).unwrap();
     assert_eq!(client.write(0, 1 << 20, &data), 0);
     let destination = Destination::start(b.path(), bytes / BLOCK as u64);
-    let ready = ctl_json_or_null(
-        &control,
-        &[
-            "mirror-begin",
-            s(&socket),
-            &destination.uri(),
-            "--wait-ready",
-        ],
-    );
+    let ready = mirror_until_ready(&control, &socket, &destination, &[]);
     assert_eq!(ready["state"], "ready", "{ready}");
     // A guest write while mirrored goes as ciphertext too.
     assert_eq!(client.write(0, 5 << 20, &data[..1 << 20]), 0);
@@ -393,10 +353,7 @@ fn an_encrypted_disk_is_mirrored_as_ciphertext() {
 #[test]
 #[ignore]
 fn mirror_speed() {
-    let (a, b) = (
-        tempfile::tempdir_in("/dev/shm").unwrap(),
-        tempfile::tempdir_in("/dev/shm").unwrap(),
-    );
+    let (a, b) = two_dirs();
     let bytes = 1usize << 30;
     let blocks = (bytes / BLOCK) as u64;
     let image = a.path().join("src.raw");
@@ -410,24 +367,12 @@ fn mirror_speed() {
     assert!(status.success());
     let cp = start.elapsed();
     std::fs::remove_file(b.path().join("cp.raw")).unwrap();
-    let socket = a.path().join("src.sock");
-    let (_source, control) = serve(
-        a.path(),
-        &[format!("socket={},path={}", s(&socket), s(&image))],
-    );
+    let (_source, control, socket) = serve_one(a.path(), "src", &image);
     let destination = Destination::start(b.path(), blocks);
     let mut client = common::Client::connect(&socket, 1, false).unwrap();
     let alone = common::qd32(&mut client, true, bytes as u64, 5.0, None);
     let start = Instant::now();
-    let answer = ctl_json_or_null(
-        &control,
-        &[
-            "mirror-begin",
-            s(&socket),
-            &destination.uri(),
-            "--wait-ready",
-        ],
-    );
+    let answer = mirror_until_ready(&control, &socket, &destination, &[]);
     let ready = start.elapsed();
     assert_eq!(answer["state"], "ready", "{answer}");
     let mirrored = common::qd32(&mut client, true, bytes as u64, 5.0, None);

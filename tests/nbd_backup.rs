@@ -9,6 +9,7 @@ mod common;
 use std::path::Path;
 
 use common::ctl::ok;
+use common::disk_spec;
 use common::tool::{nbd_uri as uri, run_tool as run};
 use common::{Client, ctl, ctl_json, s, serve_with_control as serve};
 use serde_json::Value;
@@ -231,11 +232,7 @@ fn dirty_bitmaps_list_the_blocks_written_since_a_checkpoint_and_rebuild_the_next
     let (a, export) = (dir.path().join("a.sock"), dir.path().join("export.sock"));
     let (mut daemon, control) = serve(
         dir.path(),
-        &[format!(
-            "socket={},path={},track-changes=on",
-            s(&a),
-            s(&image)
-        )],
+        &[disk_spec::with(&a, &image, ",track-changes=on")],
     );
     let model = std::fs::read(&image).unwrap();
     let mut disk = Disk {
@@ -440,11 +437,7 @@ fn kill_9_during_an_export_leaves_the_disk_and_its_maps_as_a_crash_does() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let image = common::image(dir.path(), "a.raw", SIZE as usize, 8);
     let a = dir.path().join("a.sock");
-    let spec = [format!(
-        "socket={},path={},track-changes=on,direct=off",
-        s(&a),
-        s(&image)
-    )];
+    let spec = [disk_spec::with(&a, &image, ",track-changes=on,direct=off")];
     let (mut daemon, control) = serve(dir.path(), &spec);
     let mut disk = Disk {
         client: Client::connect(&a, 1, false).unwrap(),
@@ -471,9 +464,7 @@ fn kill_9_during_an_export_leaves_the_disk_and_its_maps_as_a_crash_does() {
     }
     let (mut daemon, control) = serve(dir.path(), &spec);
     let mut client = Client::connect(&a, 1, false).unwrap();
-    let (ret, back) = client.read(0, 0, SIZE as usize);
-    assert_eq!(ret, 0);
-    assert!(back == disk.model, "an acknowledged write is lost");
+    client.assert_reads(0, 0, &disk.model, "an acknowledged write is lost");
     for name in ["A", "B"] {
         let err = common::run_time::no_extents(&control, &a, name);
         assert!(err.contains("did not stop cleanly"), "{name}: {err}");

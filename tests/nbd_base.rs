@@ -34,18 +34,6 @@ fn spec(dir: &Path, nbd: &Path, extra: &str) -> String {
     )
 }
 
-/// Reads `len` bytes from the start, in chunks of `common::BUF_LEN`.
-fn read_all(client: &mut Client, len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len);
-    while out.len() < len {
-        let n = (len - out.len()).min(common::BUF_LEN);
-        let (ret, data) = client.read(0, out.len() as u64, n);
-        assert_eq!(ret, 0, "read at {}", out.len());
-        out.extend_from_slice(&data);
-    }
-    out
-}
-
 /// Waits until every block of the disk on `socket` is in DISK.
 fn wait_filled(control: &Path, socket: &Path) {
     let blocks = engine_stat(control, socket, "thin_blocks");
@@ -72,10 +60,7 @@ fn reads_the_remote_image_and_writes_land_in_disk_only() {
         SIZE as u64,
         "the disk takes the export's size"
     );
-    assert!(
-        read_all(&mut client, SIZE) == expected,
-        "an untouched disk is the export"
-    );
+    client.assert_all(&expected, "an untouched disk is the export");
     // Reads fetch without copying: DISK holds nothing yet.
     assert_eq!(engine_stat(&control, &socket, "thin_present_blocks"), 0);
     // A partial write, a write across two blocks, a whole block.
@@ -90,13 +75,13 @@ fn reads_the_remote_image_and_writes_land_in_disk_only() {
     }
     assert_eq!(client.flush(1), 0);
     // Across blocks DISK holds and blocks it lacks, on the other queue.
-    let (ret, span) = client.read(0, 0, 12 * BLOCK);
-    assert_eq!(ret, 0);
-    assert!(
-        span == expected[..12 * BLOCK],
-        "a read across present and absent blocks"
+    client.assert_reads(
+        0,
+        0,
+        &expected[..12 * BLOCK],
+        "a read across present and absent blocks",
     );
-    assert!(read_all(&mut client, SIZE) == expected, "after the writes");
+    client.assert_all(&expected, "after the writes");
     drop(client);
     assert!(daemon.terminate().success());
     drop(server);
@@ -130,10 +115,7 @@ fn copy_on_read_and_fill_let_the_server_go() {
     expected[5 * BLOCK + 512..5 * BLOCK + 512 + 4096].copy_from_slice(&data);
     wait_filled(&control, &socket);
     server.kill();
-    assert!(
-        read_all(&mut client, SIZE) == expected,
-        "every block reads right with the server gone"
-    );
+    client.assert_all(&expected, "every block reads right with the server gone");
     drop(client);
     assert!(daemon.terminate().success());
 }
@@ -183,10 +165,7 @@ fn a_server_killed_mid_fill_and_started_again_loses_nothing() {
     assert!(data == expected[SIZE - 4096..]);
     wait_filled(&control, &socket);
     drop(server);
-    assert!(
-        read_all(&mut client, SIZE) == expected,
-        "after the fill, without the server"
-    );
+    client.assert_all(&expected, "after the fill, without the server");
     drop(client);
     assert!(daemon.terminate().success());
 }
@@ -218,16 +197,11 @@ fn a_disk_added_at_run_time_on_a_confined_vbmq_connects_again_after_a_restart() 
     let data = pattern(10, BLOCK);
     assert_eq!(client.write(0, 2 * BLOCK as u64, &data), 0);
     expected[2 * BLOCK..3 * BLOCK].copy_from_slice(&data);
-    let (ret, head) = client.read(0, 0, 4 * BLOCK);
-    assert_eq!(ret, 0);
-    assert!(head == expected[..4 * BLOCK], "the export, and the write");
+    client.assert_reads(0, 0, &expected[..4 * BLOCK], "the export, and the write");
     // The server goes and comes back: the confined fetcher connects to the same path again.
     server.kill();
     let server = NbdServer::qemu_nbd(&remote, &nbd, "golden", true);
-    assert!(
-        read_all(&mut client, SIZE) == expected,
-        "after the server's restart"
-    );
+    client.assert_all(&expected, "after the server's restart");
     drop(client);
     drop(server);
     assert!(daemon.terminate().success());

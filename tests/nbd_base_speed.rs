@@ -12,6 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::ctl::engine_stat;
+use common::disk_spec;
 use common::serve_with_control;
 use nbd_servers::NbdServer;
 
@@ -28,10 +29,10 @@ fn filled_randread(dir: &Path, base: &str, cpu: &str, secs: f64) -> f64 {
     let _ = std::fs::remove_file(&disk);
     let _ = std::fs::remove_file(dir.join("vm.raw.map"));
     let _ = std::fs::remove_dir_all(dir.join("run"));
-    let spec = format!(
-        "socket={},path={},base={base},base-fill=on,queues=1,cpus={cpu},mode=adaptive",
-        socket.display(),
-        disk.display(),
+    let spec = disk_spec::with(
+        &socket,
+        &disk,
+        &format!(",base={base},base-fill=on,queues=1,cpus={cpu},mode=adaptive"),
     );
     let (daemon, control) = serve_with_control(dir, &[spec]);
     let blocks = engine_stat(&control, &socket, "thin_blocks");

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use common::ctl::ctl_json_or_null;
 use common::tool::{nbd_uri as uri, run_tool as run};
-use common::{Client, ctl, s, serve_with_control as serve};
+use common::{Client, ctl, s, serve::serve_one};
 use serde_json::Value;
 use stamp_writer::Writer;
 use stamps::{BLOCK, check_one_instant, stamped_image};
@@ -30,11 +30,8 @@ fn a_full_backup_read_under_writes_is_the_disk_at_export_begin() {
     let blocks = 8192; // 32 MiB
     let image = dir.path().join("a.raw");
     stamped_image(&image, blocks);
-    let (a, export) = (dir.path().join("a.sock"), dir.path().join("export.sock"));
-    let (mut daemon, control) = serve(
-        dir.path(),
-        &[format!("socket={},path={}", s(&a), s(&image))],
-    );
+    let (mut daemon, control, a) = serve_one(dir.path(), "a", &image);
+    let export = dir.path().join("export.sock");
     let address = format!("unix:{}", s(&export));
     let writer = Writer::start(&a, blocks);
     writer.wait_writes(blocks / 4);
@@ -95,11 +92,7 @@ fn a_full_backup_read_under_writes_is_the_disk_at_export_begin() {
 fn tcp_bad_addresses_and_disks_without_exports_are_refused_with_a_reason() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let image = common::image(dir.path(), "a.raw", 1 << 20, 1);
-    let a = dir.path().join("a.sock");
-    let (mut daemon, control) = serve(
-        dir.path(),
-        &[format!("socket={},path={}", s(&a), s(&image))],
-    );
+    let (mut daemon, control, a) = serve_one(dir.path(), "a", &image);
     for (address, says) in [
         ("tcp:127.0.0.1:10809", "TLS"),
         ("nbd.sock", "unix:PATH"),
@@ -157,9 +150,7 @@ impl Raw {
         stream
             .set_read_timeout(Some(Duration::from_secs(60)))
             .ok()?;
-        let mut hello = [0; 18];
-        stream.read_exact(&mut hello).ok()?;
-        assert_eq!(&hello[..16], b"NBDMAGICIHAVEOPT");
+        common::nbd_wire::read_greeting(&mut stream).ok()?;
         Some(Raw(stream))
     }
 
@@ -247,11 +238,8 @@ fn hostile_nbd_clients_leave_vbmq_serving_its_guests_and_its_export() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let size = 4 << 20;
     let image = common::image(dir.path(), "a.raw", size, 3);
-    let (a, export) = (dir.path().join("a.sock"), dir.path().join("export.sock"));
-    let (mut daemon, control) = serve(
-        dir.path(),
-        &[format!("socket={},path={}", s(&a), s(&image))],
-    );
+    let (mut daemon, control, a) = serve_one(dir.path(), "a", &image);
+    let export = dir.path().join("export.sock");
     ctl_json_or_null(
         &control,
         &["export-begin", s(&a), &format!("unix:{}", s(&export))],

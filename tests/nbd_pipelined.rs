@@ -15,8 +15,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::ctl::ctl_json_or_null;
+use common::nbd_wire::{FIXED_NEWSTYLE_NO_ZEROES, read_greeting};
 use common::tool::{nbd_uri as uri, run_tool as run};
-use common::{s, serve_with_control as serve};
+use common::{s, serve::serve_one};
 
 /// A raw client in transmission with structured replies.
 struct Raw(UnixStream);
@@ -27,11 +28,11 @@ impl Raw {
         stream
             .set_read_timeout(Some(Duration::from_secs(120)))
             .unwrap();
-        let mut hello = [0; 18];
-        stream.read_exact(&mut hello).unwrap();
-        assert_eq!(&hello[..16], b"NBDMAGICIHAVEOPT");
-        // Fixed newstyle, no zeroes; structured replies; GO on the default export.
-        stream.write_all(&3u32.to_be_bytes()).unwrap();
+        read_greeting(&mut stream).unwrap();
+        // Structured replies, then GO on the default export.
+        stream
+            .write_all(&FIXED_NEWSTYLE_NO_ZEROES.to_be_bytes())
+            .unwrap();
         let mut raw = Raw(stream);
         raw.option(8, &[]);
         raw.option(7, &[0; 6]);
@@ -112,11 +113,8 @@ fn many_reads_in_flight_on_one_connection_are_each_answered_once_by_cookie() {
     let size = 4 << 20;
     let image = common::image(dir.path(), "a.raw", size, 5);
     let bytes = std::fs::read(&image).unwrap();
-    let (a, export) = (dir.path().join("a.sock"), dir.path().join("export.sock"));
-    let (mut daemon, control) = serve(
-        dir.path(),
-        &[format!("socket={},path={}", s(&a), s(&image))],
-    );
+    let (mut daemon, control, a) = serve_one(dir.path(), "a", &image);
+    let export = dir.path().join("export.sock");
     ctl_json_or_null(
         &control,
         &["export-begin", s(&a), &format!("unix:{}", s(&export))],
@@ -153,11 +151,8 @@ fn a_client_that_never_reads_its_replies_gets_backpressure_not_memory() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let size = 32 << 20;
     let image = common::image(dir.path(), "a.raw", size, 9);
-    let (a, export) = (dir.path().join("a.sock"), dir.path().join("export.sock"));
-    let (mut daemon, control) = serve(
-        dir.path(),
-        &[format!("socket={},path={}", s(&a), s(&image))],
-    );
+    let (mut daemon, control, a) = serve_one(dir.path(), "a", &image);
+    let export = dir.path().join("export.sock");
     let address = format!("unix:{}", s(&export));
     ctl_json_or_null(&control, &["export-begin", s(&a), &address]);
     let pid = daemon.child.id();
@@ -296,11 +291,8 @@ fn nbd_export_speed() {
     let (by_qsd, qsd_cpu) = nbdcopy_speed(&uri(&qsd_socket), bytes, qsd.pid);
     qsd.kill();
 
-    let (a, export) = (dir.path().join("a.sock"), dir.path().join("export.sock"));
-    let (daemon, control) = serve(
-        dir.path(),
-        &[format!("socket={},path={}", s(&a), s(&image))],
-    );
+    let (daemon, control, a) = serve_one(dir.path(), "a", &image);
+    let export = dir.path().join("export.sock");
     let pid = i32::try_from(daemon.child.id()).unwrap();
     let mut client = common::Client::connect(&a, 1, false).unwrap();
     let alone = common::qd32(&mut client, true, bytes as u64, 5.0, None);

@@ -15,38 +15,37 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use common::ctl::{ctl_json_or_null, free_port};
-use common::tool::run_tool as run;
-use common::{ctl, s, serve_with_control as serve};
+use common::nbd_wire::{FIXED_NEWSTYLE_NO_ZEROES, read_greeting};
+use common::tool::{run_command, run_tool as run};
+use common::{ctl, s, serve::serve_one};
 
 /// Runs `openssl ARGS` in `dir`; panics with its stderr if it fails.
 fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("openssl (scripts/deps/base.sh installs it)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_command(Command::new("openssl").current_dir(dir).args(args));
+}
+
+/// `openssl req ARGS` in `dir` with a new P-256 key, written to `key`.
+fn req_with_new_key(dir: &Path, key: &str, args: &[&str]) {
+    let mut all = vec![
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+    ];
+    all.extend_from_slice(&["-nodes", "-keyout", key]);
+    all.extend_from_slice(args);
+    openssl(dir, &all);
 }
 
 /// A CA in `dir` (`ca-key.pem`, `ca-cert.pem`).
 fn ca(dir: &Path, name: &str) {
     std::fs::create_dir_all(dir).unwrap();
-    openssl(
+    req_with_new_key(
         dir,
+        "ca-key.pem",
         &[
-            "req",
             "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            "ca-key.pem",
             "-out",
             "ca-cert.pem",
             "-days",
@@ -79,22 +78,10 @@ fn issue(ca_dir: &Path, dir: &Path, kind: &str) {
     )
     .unwrap();
     let (key, cert) = (format!("{kind}-key.pem"), format!("{kind}-cert.pem"));
-    openssl(
+    req_with_new_key(
         dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            "req.csr",
-            "-subj",
-            &format!("/CN=vbmq-test-{kind}"),
-        ],
+        &key,
+        &["-out", "req.csr", "-subj", &format!("/CN=vbmq-test-{kind}")],
     );
     let ca_cert = ca_dir.join("ca-cert.pem");
     let ca_key = ca_dir.join("ca-key.pem");
@@ -208,11 +195,7 @@ fn qemu_img_and_nbdinfo_read_an_export_over_tls_and_strangers_are_refused() {
     let creds = creds(dir.path());
     let len = 8 << 20;
     let image = common::image(dir.path(), "a.raw", len, 7);
-    let socket = dir.path().join("a.sock");
-    let (mut daemon, control) = serve(
-        dir.path(),
-        &[format!("socket={},path={}", s(&socket), s(&image))],
-    );
+    let (mut daemon, control, socket) = serve_one(dir.path(), "a", &image);
     // TCP in the clear is refused by ctl, before anything is bound.
     let port = free_port();
     common::ctl::refused(
@@ -275,11 +258,7 @@ fn before_starttls_the_server_says_nothing_of_the_export() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let creds = creds(dir.path());
     let image = common::image(dir.path(), "a.raw", 1 << 20, 9);
-    let socket = dir.path().join("a.sock");
-    let (mut daemon, control) = serve(
-        dir.path(),
-        &[format!("socket={},path={}", s(&socket), s(&image))],
-    );
+    let (mut daemon, control, socket) = serve_one(dir.path(), "a", &image);
     let port = export_on_tcp(
         &control,
         &socket,
@@ -289,10 +268,10 @@ fn before_starttls_the_server_says_nothing_of_the_export() {
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
-    let mut hello = [0; 18];
-    stream.read_exact(&mut hello).unwrap();
-    assert_eq!(&hello[..16], b"NBDMAGICIHAVEOPT");
-    stream.write_all(&3u32.to_be_bytes()).unwrap();
+    read_greeting(&mut stream).unwrap();
+    stream
+        .write_all(&FIXED_NEWSTYLE_NO_ZEROES.to_be_bytes())
+        .unwrap();
     const ERR_TLS_REQD: u32 = (1 << 31) | 5;
     let go = [0u8, 0, 0, 0, 0, 0];
     for option in [7, 6, 3, 8, 9, 10] {
@@ -329,11 +308,7 @@ fn silent_connections_past_the_limit_are_closed_and_the_export_still_serves() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let creds = creds(dir.path());
     let image = common::image(dir.path(), "a.raw", 1 << 20, 3);
-    let socket = dir.path().join("a.sock");
-    let (mut daemon, control) = serve(
-        dir.path(),
-        &[format!("socket={},path={}", s(&socket), s(&image))],
-    );
+    let (mut daemon, control, socket) = serve_one(dir.path(), "a", &image);
     let port = export_on_tcp(&control, &socket, &["--tls-creds", s(&creds.server)]);
     let silent: Vec<TcpStream> = (0..200)
         .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
@@ -377,17 +352,9 @@ fn a_mirror_over_tls_reaches_ready_and_the_images_are_equal() {
     let creds = creds(b.path());
     let len = 16 << 20;
     let image = common::image(a.path(), "src.raw", len, 11);
-    let socket = a.path().join("src.sock");
-    let (mut source, control) = serve(
-        a.path(),
-        &[format!("socket={},path={}", s(&socket), s(&image))],
-    );
+    let (mut source, control, socket) = serve_one(a.path(), "src", &image);
     let target = common::sparse_image(b.path(), "dst.raw", len as u64);
-    let target_socket = b.path().join("dst.sock");
-    let (mut destination, target_control) = serve(
-        b.path(),
-        &[format!("socket={},path={}", s(&target_socket), s(&target))],
-    );
+    let (mut destination, target_control, target_socket) = serve_one(b.path(), "dst", &target);
     let port = export_on_tcp(
         &target_control,
         &target_socket,

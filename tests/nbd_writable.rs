@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Client, ctl, ctl_json, s, serve_with_control as serve};
+use common::{Client, ctl, ctl_json, disk_spec, s, serve_with_control as serve};
 use serde_json::Value;
 use vbmq::nbd::client::{Client as NbdClient, ClientError, Command as NbdCommand};
 use vbmq::nbd::wire::flag;
@@ -46,6 +46,16 @@ fn source(dir: &Path) -> std::path::PathBuf {
     path
 }
 
+/// `export-begin SOCKET unix:EXPORT --writable` is refused with `reason`.
+fn refused_writable(control: &Path, socket: &Path, export: &Path, reason: &str) {
+    let address = format!("unix:{}", s(export));
+    let out = ctl(
+        control,
+        &["export-begin", s(socket), &address, "--writable"],
+    );
+    common::ctl::refused(&out, reason);
+}
+
 #[test]
 fn a_writable_export_takes_a_whole_image_through_the_disk_stack() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
@@ -56,14 +66,7 @@ fn a_writable_export_takes_a_whole_image_through_the_disk_stack() {
     let enciphered = common::sparse_image(dir.path(), "enciphered.raw", SIZE as u64);
     let (p, e) = (dir.path().join("p.sock"), dir.path().join("e.sock"));
     let c = dir.path().join("c.sock");
-    let encrypted = |socket: &Path, image: &Path| {
-        format!(
-            "socket={},path={},encrypt=aes-xts,key-file={}",
-            s(socket),
-            s(image),
-            s(&key)
-        )
-    };
+    let encrypted = |socket: &Path, image: &Path| disk_spec::encrypted(socket, image, &key);
     let (mut daemon, control) = serve(
         dir.path(),
         &[
@@ -149,29 +152,16 @@ fn a_guest_starting_ends_the_writable_export_and_none_begins_after() {
             format!("socket={},path={},readonly=on", s(&r), s(&readonly)),
         ],
     );
-    let out = ctl(
-        &control,
-        &[
-            "export-begin",
-            s(&r),
-            &format!("unix:{}", s(&dir.path().join("r.nbd"))),
-            "--writable",
-        ],
-    );
-    common::ctl::refused(&out, "read-only");
+    refused_writable(&control, &r, &dir.path().join("r.nbd"), "read-only");
     let export = dir.path().join("a.nbd");
     let address = format!("unix:{}", s(&export));
     ctl_json(&control, &["export-begin", s(&a), &address, "--writable"]);
-    let out = ctl(
+    refused_writable(
         &control,
-        &[
-            "export-begin",
-            s(&a),
-            &format!("unix:{}", s(&dir.path().join("b.nbd"))),
-            "--writable",
-        ],
+        &a,
+        &dir.path().join("b.nbd"),
+        "another writable export",
     );
-    common::ctl::refused(&out, "another writable export");
     run("nbdinfo", &[&uri(&export)]).expect("served before the guest starts");
     // A frontend connects (as QEMU's -incoming does at start): the export goes on until a
     // ring starts, and ends before the guest's first request is served.
@@ -180,16 +170,12 @@ fn a_guest_starting_ends_the_writable_export_and_none_begins_after() {
     assert_eq!(ret, 0);
     let gone = run("nbdinfo", &[&uri(&export)]);
     assert!(gone.is_err(), "the export ended when the guest started");
-    let out = ctl(
+    refused_writable(
         &control,
-        &[
-            "export-begin",
-            s(&a),
-            &format!("unix:{}", s(&dir.path().join("c.nbd"))),
-            "--writable",
-        ],
+        &a,
+        &dir.path().join("c.nbd"),
+        "a guest has started",
     );
-    common::ctl::refused(&out, "a guest has started");
     // The ended export's place is freed by export-end, as any export's.
     ctl_json_or_nothing(&control, &["export-end", s(&a), &address]);
     assert!(!export.exists());

@@ -8,6 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::disk_spec;
 use common::tool::{qcow2_over, run_tool as run};
 use common::{Client, Daemon, pattern};
 
@@ -70,11 +71,7 @@ fn vbmq_view(image: &Path, extra: &str) -> Vec<u8> {
         "{}.sock",
         image.file_name().unwrap().to_string_lossy()
     ));
-    let daemon = Daemon::start(&[format!(
-        "socket={},path={}{extra}",
-        socket.display(),
-        image.display()
-    )]);
+    let daemon = Daemon::start(&[disk_spec::with(&socket, image, extra)]);
     let mut client = if extra.contains("readonly=on") {
         Client::read_only(&socket)
     } else {
@@ -207,11 +204,7 @@ fn format_is_refused_when_it_does_not_match() {
     let socket = dir.path().join("s.sock");
     let refused = common::serve::exits_2_at_start(&[
         "--disk".to_string(),
-        format!(
-            "socket={},path={},format=qcow2",
-            socket.display(),
-            raw.display()
-        ),
+        disk_spec::with(&socket, &raw, ",format=qcow2"),
     ]);
     assert!(refused.contains("not a qcow2 image"), "{refused}");
     // A raw image that starts with the qcow2 magic is not guessed raw.
@@ -233,11 +226,7 @@ fn format_is_refused_when_it_does_not_match() {
     );
     let refused = common::serve::exits_2_at_start(&[
         "--disk".to_string(),
-        format!(
-            "socket={},path={},handover=on",
-            socket.display(),
-            image.display()
-        ),
+        disk_spec::with(&socket, &image, ",handover=on"),
     ]);
     assert!(refused.contains("handover=on"), "{refused}");
     // A qcow2 image names its own backing file; format= is for path= only.
@@ -355,19 +344,6 @@ fn qemu_check(image: &Path, leaks_allowed: bool) {
     );
 }
 
-/// Reads the whole disk.
-fn read_all(client: &mut Client) -> Vec<u8> {
-    let len = usize::try_from(client.capacity()).unwrap();
-    let mut out = Vec::with_capacity(len);
-    while out.len() < len {
-        let n = (len - out.len()).min(common::BUF_LEN);
-        let (ret, data) = client.read(0, out.len() as u64, n);
-        assert_eq!(ret, 0, "read at {}", out.len());
-        out.extend_from_slice(&data);
-    }
-    out
-}
-
 /// Writes, write-zeroes and discards of every shape into `image` (over a raw base), then
 /// checks what QEMU reads and `qemu-img check`.
 fn writes_read_back_in_qemu(dir: &Path, create: &[&str]) {
@@ -376,11 +352,7 @@ fn writes_read_back_in_qemu(dir: &Path, create: &[&str]) {
     qcow2_over(&image, "raw", "base.raw", create);
     let mut expected = std::fs::read(&base).unwrap();
     let socket = dir.join("vm.sock");
-    let daemon = Daemon::start(&[format!(
-        "socket={},path={}",
-        socket.display(),
-        image.display()
-    )]);
+    let daemon = Daemon::start(&[disk_spec::plain(&socket, &image)]);
     let mut client = Client::connect(&socket, 1, false).unwrap();
     let mut write = |client: &mut Client, at: usize, data: Vec<u8>| {
         assert_eq!(client.write(0, at as u64, &data), 0, "write at {at}");
@@ -412,7 +384,7 @@ fn writes_read_back_in_qemu(dir: &Path, create: &[&str]) {
     zero(&mut client, (1 << 20) + 512, 512, true);
     assert_eq!(client.flush(0), 0);
     assert!(
-        read_all(&mut client) == expected,
+        client.read_capacity() == expected,
         "vbmq reads back its writes"
     );
     drop(client);
@@ -466,11 +438,7 @@ fn images_with_internal_snapshots_or_left_dirty_are_not_written() {
     // An image a crash left dirty (lazy refcounts): its refcounts are QEMU's to rebuild.
     use std::os::unix::fs::FileExt;
     let lazy = convert(dir.path(), &raw, "lazy.qcow2", "lazy_refcounts=on", false);
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&lazy)
-        .unwrap();
+    let file = common::files::open_rw(&lazy);
     let mut incompatible = [0u8; 8];
     file.read_exact_at(&mut incompatible, 72).unwrap();
     incompatible[7] |= 1;
@@ -553,11 +521,7 @@ fn kill_9_rounds(over_base: bool) {
         vec![0; DISK]
     };
     let socket = dir.path().join("vm.sock");
-    let spec = format!(
-        "socket={},path={},direct=off",
-        socket.display(),
-        image.display()
-    );
+    let spec = disk_spec::with(&socket, &image, ",direct=off");
     let seed = clock_seed();
     let mut rng = Rng(seed);
     let data = |seq: u64| pattern(1000 + seq, SECTOR);
@@ -577,11 +541,8 @@ fn kill_9_rounds(over_base: bool) {
     let mut rounds = 0;
     while rounds < 20 || (rounds < 40 && start.elapsed() < Duration::from_secs(30)) {
         rounds += 1;
-        let mut daemon = Daemon::start(std::slice::from_ref(&spec));
-        let mut client = Client::connect(&socket, 1, false).unwrap();
-        let child = daemon.child.id();
         let delay = Duration::from_millis(5 + rng.next(100));
-        let killer = Killer::after(child, delay);
+        let (mut daemon, mut client, killer) = Killer::start_doomed(&spec, &socket, delay);
         let killed = killer.killed.clone();
         loop {
             // Mostly clusters never written: allocations, where the order of writes matters.
@@ -620,7 +581,7 @@ fn kill_9_rounds(over_base: bool) {
         qemu_check(&image, true);
         let daemon = Daemon::start(std::slice::from_ref(&spec));
         let mut client = Client::connect(&socket, 1, false).unwrap();
-        let now = read_all(&mut client);
+        let now = client.read_capacity();
         for (sector, got) in now.chunks(SECTOR).enumerate() {
             let at = sector * SECTOR;
             let flushed = durable[sector].map_or_else(|| base_data[at..at + SECTOR].to_vec(), data);
@@ -670,11 +631,7 @@ fn a_guest_cannot_turn_a_raw_image_served_by_probing_into_a_qcow2_one() {
     let before = std::fs::read(&raw).unwrap();
     for (format, refused) in [("", true), (",format=raw", false)] {
         let socket = dir.path().join("vm.sock");
-        let daemon = Daemon::start(&[format!(
-            "socket={},path={}{format}",
-            socket.display(),
-            raw.display()
-        )]);
+        let daemon = Daemon::start(&[disk_spec::with(&socket, &raw, format)]);
         let mut client = Client::connect(&socket, 1, false).unwrap();
         let ret = client.write(0, 0, &evil);
         // Elsewhere than the start, the same bytes are only data.
@@ -703,11 +660,7 @@ fn damaged_tables_give_io_errors_and_the_disk_keeps_serving() {
     let image = convert(dir.path(), &raw, "bad.qcow2", "cluster_size=65536", false);
     // The first L1 entry points to an unaligned L2 table; an L2 entry of the second L2
     // table is left as it is.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&image)
-        .unwrap();
+    let file = common::files::open_rw(&image);
     let mut header = [0u8; 48];
     file.read_exact_at(&mut header, 0).unwrap();
     let l1 = u64::from_be_bytes(header[40..48].try_into().unwrap());
@@ -715,11 +668,7 @@ fn damaged_tables_give_io_errors_and_the_disk_keeps_serving() {
         .unwrap();
     drop(file);
     let socket = dir.path().join("bad.sock");
-    let daemon = Daemon::start(&[format!(
-        "socket={},path={},readonly=on",
-        socket.display(),
-        image.display()
-    )]);
+    let daemon = Daemon::start(&[disk_spec::with(&socket, &image, ",readonly=on")]);
     let mut client = Client::read_only(&socket);
     let (ret, _) = client.read(0, 0, 4096);
     assert_ne!(ret, 0, "a read through a damaged table fails");

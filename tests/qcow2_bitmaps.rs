@@ -302,11 +302,7 @@ fn patch(image: &Path, offset: u64, bytes: &[u8]) {
 /// Patches the flags of the image's first bitmap (QEMU's directory entry, bytes 12..16).
 fn set_first_flags(image: &Path, flags: u32) {
     use std::os::unix::fs::FileExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(image)
-        .unwrap();
+    let file = common::files::open_rw(image);
     let mut header = vec![0u8; 4096];
     file.read_exact_at(&mut header, 0).unwrap();
     let mut at = u32::from_be_bytes(header[100..104].try_into().unwrap()) as usize;

@@ -11,6 +11,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
+use common::disk_spec;
 use common::{Daemon, wait_for};
 
 const SIZE: usize = 256 << 20;
@@ -82,10 +83,10 @@ fn qcow2_speed_against_raw_and_qemu_storage_daemon() {
     };
     let vbmq = |path: &Path, write: bool, stride: Option<u64>| {
         let _ = std::fs::remove_file(&socket);
-        let spec = format!(
-            "socket={},path={},queues=1,cpus={cpu},mode=adaptive",
-            socket.display(),
-            path.display()
+        let spec = disk_spec::with(
+            &socket,
+            path,
+            &format!(",queues=1,cpus={cpu},mode=adaptive"),
         );
         let daemon = Daemon::start(&[spec]);
         common::speed(daemon, &socket, write, (SIZE as u64, secs, stride))

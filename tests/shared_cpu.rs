@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::disk_spec;
 use common::{Client, Daemon, image, pattern};
 
 /// CPU time (user + system, in clock ticks) of each thread of `pid`, by thread name.
@@ -62,10 +63,10 @@ fn four_disks_on_one_cpu(mode: &'static str) {
     for disk in 0..4 {
         let file = image(dir.path(), &format!("{disk}.raw"), 4 << 20, disk);
         let socket = dir.path().join(format!("{disk}.sock"));
-        specs.push(format!(
-            "socket={},path={},mode={mode},cpus=1",
-            socket.display(),
-            file.display()
+        specs.push(disk_spec::with(
+            &socket,
+            &file,
+            &format!(",mode={mode},cpus=1"),
         ));
         sockets.push(socket);
     }
@@ -130,11 +131,7 @@ fn a_polling_disk_and_a_polling_share_share_one_cpu_thread() {
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_vbmq"))
         .arg("serve")
         .arg("--disk")
-        .arg(format!(
-            "socket={},path={},mode=poll,cpus=1",
-            disk_socket.display(),
-            file.display()
-        ))
+        .arg(disk_spec::with(&disk_socket, &file, ",mode=poll,cpus=1"))
         .arg("--fs")
         .arg(format!(
             "socket={},dir={},tag=t,mode=poll,cpus=1",

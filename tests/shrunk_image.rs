@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::disk_spec;
 use common::{Client, Daemon, image, pattern};
 
 #[test]
@@ -23,11 +24,7 @@ fn reads_across_and_past_a_shrunk_end_fail_and_the_queue_goes_on() {
         };
         let file = image(dir.path(), "disk.raw", 4 << 20, 3);
         let socket = dir.path().join("d.sock");
-        let spec = format!(
-            "socket={},path={},direct={direct}",
-            socket.display(),
-            file.display()
-        );
+        let spec = disk_spec::with(&socket, &file, &format!(",direct={direct}"));
         let daemon = Daemon::start(&[spec]);
         let mut client = Client::connect(&socket, 1, false).unwrap();
         let (ret, _) = client.read(0, 2 << 20, 8192);

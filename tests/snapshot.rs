@@ -14,7 +14,7 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-use common::{Client, ctl, ctl_json, s, serve_with_control as serve};
+use common::{Client, ctl, ctl_json, s, serve::serve_one, serve_with_control as serve};
 use serde_json::Value;
 use stamp_writer::Writer;
 use stamps::{BLOCK, check_one_instant, order, stamped_image};
@@ -85,11 +85,11 @@ fn a_snapshot_under_writes_is_the_disk_at_one_instant_on_tmpfs_and_on_a_thin_dis
     ctl_json(&control, &["snapshot", s(&b), s(&quiet)]);
     let snapshot = std::fs::read(&quiet).unwrap();
     for (i, chunk) in snapshot.chunks(1 << 20).enumerate() {
-        let (ret, back) = client.read(0, (i << 20) as u64, 1 << 20);
-        assert_eq!(ret, 0);
-        assert!(
-            back == chunk,
-            "thin snapshot differs from the disk in MiB {i}"
+        client.assert_reads(
+            0,
+            (i << 20) as u64,
+            chunk,
+            &format!("thin snapshot differs from the disk in MiB {i}"),
         );
     }
     assert!(daemon.alive());
@@ -173,11 +173,7 @@ fn raw_snapshot(control: &Path, socket: &Path, fds: &[i32]) -> Value {
 fn bad_snapshot_files_are_refused_and_the_disk_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
     let image = common::image(dir.path(), "a.raw", 4 << 20, 5);
-    let socket = dir.path().join("a.sock");
-    let (mut daemon, control) = serve(
-        dir.path(),
-        &[format!("socket={},path={}", s(&socket), s(&image))],
-    );
+    let (mut daemon, control, socket) = serve_one(dir.path(), "a", &image);
     let mut client = Client::connect(&socket, 1, false).unwrap();
     let readonly = dir.path().join("ro.raw");
     std::fs::write(&readonly, b"").unwrap();
@@ -311,11 +307,7 @@ fn a_plain_image_on_xfs_is_cloned_at_one_instant_under_writes() {
     let blocks = 8192;
     let image = xfs.mount.path().join("a.raw");
     stamped_image(&image, blocks);
-    let socket = dir.path().join("a.sock");
-    let (mut daemon, control) = serve(
-        dir.path(),
-        &[format!("socket={},path={}", s(&socket), s(&image))],
-    );
+    let (mut daemon, control, socket) = serve_one(dir.path(), "a", &image);
     let writer = Writer::start(&socket, blocks);
     for round in 0..3 {
         writer.wait_writes(blocks / 4);
@@ -344,11 +336,7 @@ fn a_vbmq_killed_mid_copy_leaves_no_file_that_looks_like_a_snapshot() {
     let image = dir.path().join("big.raw");
     let size: u64 = 512 << 20;
     std::fs::write(&image, vec![0xa5u8; size as usize]).unwrap();
-    let socket = dir.path().join("big.sock");
-    let (daemon, control) = serve(
-        dir.path(),
-        &[format!("socket={},path={}", s(&socket), s(&image))],
-    );
+    let (daemon, control, socket) = serve_one(dir.path(), "big", &image);
     let file = dir.path().join("snap.raw");
     let ctl = std::process::Command::new(env!("CARGO_BIN_EXE_vbmq"))
         .arg("ctl")

@@ -6,7 +6,7 @@ mod common;
 
 use std::mem::MaybeUninit;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use blkio::{Completion, ReqFlags};
@@ -26,6 +26,13 @@ fn spec(dir: &Path, name: &str, disk: &Path, base: &Path, extra: &str) -> String
     )
 }
 
+/// A base image `golden.raw` of `len` bytes of `pattern(seed)` in `dir`, and its fingerprint.
+fn golden(dir: &Path, len: usize, seed: u64) -> (PathBuf, (Vec<u8>, i64, i64)) {
+    let base = image(dir, "golden.raw", len, seed);
+    let before = fingerprint(&base);
+    (base, before)
+}
+
 /// The base's bytes and modification time, to check it never changes.
 fn fingerprint(base: &Path) -> (Vec<u8>, i64, i64) {
     let meta = std::fs::metadata(base).unwrap();
@@ -36,23 +43,10 @@ fn fingerprint(base: &Path) -> (Vec<u8>, i64, i64) {
     )
 }
 
-/// Reads the whole disk, in chunks of `common::BUF_LEN`.
-fn read_all(client: &mut Client, len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len);
-    while out.len() < len {
-        let n = (len - out.len()).min(common::BUF_LEN);
-        let (ret, data) = client.read(0, out.len() as u64, n);
-        assert_eq!(ret, 0, "read at {}", out.len());
-        out.extend_from_slice(&data);
-    }
-    out
-}
-
 #[test]
 fn untouched_blocks_read_the_base_and_writes_land_in_disk_only() {
     let dir = tempfile::tempdir().unwrap();
-    let base = image(dir.path(), "golden.raw", SIZE, 1);
-    let before = fingerprint(&base);
+    let (base, before) = golden(dir.path(), SIZE, 1);
     let disk = dir.path().join("vm.raw");
     let socket = dir.path().join("vm.sock");
     let mut expected = pattern(1, SIZE);
@@ -61,7 +55,7 @@ fn untouched_blocks_read_the_base_and_writes_land_in_disk_only() {
         let mut client = Client::connect(&socket, 1, false).unwrap();
         assert_eq!(client.capacity(), SIZE as u64, "DISK takes the base's size");
         assert_eq!(
-            read_all(&mut client, SIZE),
+            client.read_all(SIZE),
             expected,
             "an untouched disk is the base"
         );
@@ -82,13 +76,13 @@ fn untouched_blocks_read_the_base_and_writes_land_in_disk_only() {
         expected[at + 512..at + 1024].copy_from_slice(&data4);
         assert_eq!(client.flush(0), 0);
         // Reads spanning blocks DISK holds and blocks it lacks.
-        let (ret, span) = client.read(0, 0, 12 * BLOCK);
-        assert_eq!(ret, 0);
-        assert!(
-            span == expected[..12 * BLOCK],
-            "a read across present and absent blocks"
+        client.assert_reads(
+            0,
+            0,
+            &expected[..12 * BLOCK],
+            "a read across present and absent blocks",
         );
-        assert_eq!(read_all(&mut client, SIZE), expected);
+        assert_eq!(client.read_all(SIZE), expected);
         // Write-zeroes over part of a block DISK lacks, two whole ones and part of a fourth,
         // and over part of a block it holds: zeros there, the base's bytes around.
         let (z, zlen) = (4 * BLOCK + 4096, 3 * BLOCK);
@@ -96,10 +90,7 @@ fn untouched_blocks_read_the_base_and_writes_land_in_disk_only() {
         expected[z..z + zlen].fill(0);
         assert_eq!(client.write_zeroes(0, BLOCK as u64 + 512, 1024, false), 0);
         expected[BLOCK + 512..BLOCK + 1536].fill(0);
-        assert!(
-            read_all(&mut client, SIZE) == expected,
-            "after write-zeroes"
-        );
+        client.assert_all(&expected, "after write-zeroes");
         // Discard is advisory: it succeeds.
         assert_eq!(client.discard(0, 20 * BLOCK as u64, BLOCK as u64), 0);
         drop(client);
@@ -126,7 +117,7 @@ fn untouched_blocks_read_the_base_and_writes_land_in_disk_only() {
     // A restart serves the same disk from DISK and its map.
     let daemon = Daemon::start(&[spec(dir.path(), "vm.sock", &disk, &base, "")]);
     let mut client = Client::connect(&socket, 1, false).unwrap();
-    assert!(read_all(&mut client, SIZE) == expected, "after a restart");
+    client.assert_all(&expected, "after a restart");
     drop(client);
     assert!(daemon.terminate().success());
     assert!(fingerprint(&base) == before, "the base changed");
@@ -135,8 +126,7 @@ fn untouched_blocks_read_the_base_and_writes_land_in_disk_only() {
 #[test]
 fn two_disks_of_two_processes_share_one_base() {
     let dir = tempfile::tempdir().unwrap();
-    let base = image(dir.path(), "golden.raw", SIZE, 7);
-    let before = fingerprint(&base);
+    let (base, before) = golden(dir.path(), SIZE, 7);
     let (a, b, c) = (
         dir.path().join("a.raw"),
         dir.path().join("b.raw"),
@@ -173,8 +163,7 @@ fn two_disks_of_two_processes_share_one_base() {
 #[test]
 fn background_fill_copies_the_whole_base_and_copy_on_read_what_is_read() {
     let dir = tempfile::tempdir().unwrap();
-    let base = image(dir.path(), "golden.raw", SIZE, 9);
-    let before = fingerprint(&base);
+    let (base, before) = golden(dir.path(), SIZE, 9);
     let (filled, read) = (dir.path().join("filled.raw"), dir.path().join("read.raw"));
     let (fsock, rsock) = (dir.path().join("f.sock"), dir.path().join("r.sock"));
     let (daemon, control) = serve_with_control(
@@ -261,8 +250,7 @@ fn kill_9_under_writes_loses_no_acknowledged_write_and_shows_no_half_copied_bloc
     // In memory (tmpfs, buffered): flushes cost little, so the instants a kill lands on are
     // spread over the copies and map updates rather than spent waiting for the disk.
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let base = image(dir.path(), "golden.raw", CRASH_SIZE, 3);
-    let before = fingerprint(&base);
+    let (base, before) = golden(dir.path(), CRASH_SIZE, 3);
     let disk = dir.path().join("vm.raw");
     let socket = dir.path().join("vm.sock");
     let spec = spec(
@@ -290,11 +278,8 @@ fn kill_9_under_writes_loses_no_acknowledged_write_and_shows_no_half_copied_bloc
     };
     while rounds < 5 || (rounds < 60 && start.elapsed() < Duration::from_secs(25)) {
         rounds += 1;
-        let mut daemon = Daemon::start(std::slice::from_ref(&spec));
-        let mut client = Client::connect(&socket, 1, false).unwrap();
-        let child = daemon.child.id();
         let delay = Duration::from_millis(10 + rng.next(150));
-        let killer = Killer::after(child, delay);
+        let (mut daemon, mut client, killer) = Killer::start_doomed(&spec, &socket, delay);
         let killed = killer.killed.clone();
         // Batches of writes to distinct sectors, so that several copies are in flight at once.
         let mut in_flight: Vec<(usize, u64)> = Vec::new();
@@ -327,7 +312,7 @@ fn kill_9_under_writes_loses_no_acknowledged_write_and_shows_no_half_copied_bloc
         // write in flight), and every other byte the base's.
         let daemon = Daemon::start(std::slice::from_ref(&spec));
         let mut client = Client::connect(&socket, 1, false).unwrap();
-        let now = read_all(&mut client, CRASH_SIZE);
+        let now = client.read_all(CRASH_SIZE);
         let base_bytes = &before.0;
         for (sector, got) in now.chunks(SECTOR).enumerate() {
             let at = sector * SECTOR;
@@ -396,7 +381,7 @@ fn two_queues_writing_one_new_block_keep_both_writes() {
             }
         }
     }
-    assert!(read_all(&mut client, SIZE) == expected, "a write was lost");
+    client.assert_all(&expected, "a write was lost");
     drop(client);
     assert!(daemon.terminate().success());
 }

@@ -38,9 +38,7 @@ fn write_and_verify(socket: &Path, file: &Path) {
     let data = pattern(7, 64 << 10);
     assert_eq!(client.write(0, 1 << 20, &data), 0);
     assert_eq!(client.flush(0), 0);
-    let (ret, back) = client.read(0, 1 << 20, data.len());
-    assert_eq!(ret, 0);
-    assert!(back == data, "read back other data than was written");
+    client.assert_reads(0, 1 << 20, &data, "read back other data than was written");
     drop(client);
     let on_disk = std::fs::read(file).unwrap();
     assert!(on_disk[1 << 20..(1 << 20) + data.len()] == data[..]);

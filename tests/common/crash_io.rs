@@ -2,6 +2,7 @@
 //! daemon died before it answered; the killer, and the kill tests' seeded randomness.
 
 use std::mem::MaybeUninit;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use blkio::{Completion, ReqFlags};
 
-use super::Client;
+use super::{Client, Daemon};
 
 /// A thread that sends SIGKILL to a process after a delay, then raises `killed`.
 pub struct Killer {
@@ -29,6 +30,15 @@ impl Killer {
             flag.store(true, Ordering::SeqCst);
         });
         Killer { killed, thread }
+    }
+
+    /// Starts vbmq on `spec`, connects to `socket` and kills vbmq after `delay`: the daemon
+    /// (reaped by the test), its client and the killer.
+    pub fn start_doomed(spec: &str, socket: &Path, delay: Duration) -> (Daemon, Client, Killer) {
+        let daemon = Daemon::start(&[spec.to_string()]);
+        let client = Client::connect(socket, 1, false).expect("connect");
+        let killer = Killer::after(daemon.child.id(), delay);
+        (daemon, client, killer)
     }
 
     /// Waits until the kill was sent.

@@ -5,8 +5,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use vbmq_driver::FsClient;
-use vbmq_driver::fuse::{self, CreateIn, Opcode, OutHeader, ROOT_ID};
-use vm_memory::{Bytes, GuestAddress};
+use vbmq_driver::fuse::{self, CreateIn, Opcode, OutHeader, ROOT_ID, SetxattrIn};
+use vm_memory::{ByteValued, Bytes, GuestAddress};
 
 /// What a hostile frontend must not change in a file outside its share: mode, owner, and the
 /// modification and change times (reads move the access time; a change of anything moves the
@@ -72,4 +72,17 @@ pub fn names(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// The body of a SETXATTR request: the header, `name` and its NUL, then `value`.
+pub fn setxattr_args(name: &str, value: &[u8]) -> Vec<u8> {
+    let set = SetxattrIn {
+        size: u32::try_from(value.len()).expect("a short value"),
+        flags: 0,
+    };
+    let mut args = set.as_slice().to_vec();
+    args.extend_from_slice(name.as_bytes());
+    args.push(0);
+    args.extend_from_slice(value);
+    args
 }

@@ -2,22 +2,19 @@
 
 use std::process::Command;
 
+use super::tool::run_command;
+
 /// A loop device, detached on drop.
 pub struct Loop(pub String);
 
 impl Loop {
     pub fn attach(file: &std::path::Path) -> Loop {
-        let out = Command::new("losetup")
-            .args(["--find", "--show", "--direct-io=on"])
-            .arg(file)
-            .output()
-            .expect("losetup (util-linux) is needed, as root");
-        assert!(
-            out.status.success(),
-            "losetup: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = run_command(
+            Command::new("losetup")
+                .args(["--find", "--show", "--direct-io=on"])
+                .arg(file),
         );
-        Loop(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        Loop(out.trim().to_string())
     }
 }
 
@@ -40,17 +37,12 @@ impl FourKn {
             .unwrap()
             .set_len(64 << 20)
             .unwrap();
-        let out = Command::new("losetup")
-            .args(["--find", "--show", "--sector-size", "4096"])
-            .arg(backing)
-            .output()
-            .expect("losetup");
-        assert!(
-            out.status.success(),
-            "losetup: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = run_command(
+            Command::new("losetup")
+                .args(["--find", "--show", "--sector-size", "4096"])
+                .arg(backing),
         );
-        let device = Loop(String::from_utf8_lossy(&out.stdout).trim().to_string());
+        let device = Loop(out.trim().to_string());
         let mkfs = Command::new("mkfs.ext4")
             .args(["-q", "-F", &device.0])
             .status()

@@ -1,10 +1,14 @@
 //! Shared test helpers: start the real `vbmq serve` process and drive it with libblkio.
 #![allow(dead_code)]
 
+pub mod client_reads;
 pub mod crash_io;
 pub mod ctl;
+pub mod disk_spec;
+pub mod files;
 pub mod fs;
 pub mod loop_device;
+pub mod nbd_wire;
 pub mod run_time;
 pub mod serve;
 pub mod tool;

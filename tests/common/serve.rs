@@ -209,3 +209,12 @@ pub fn exits_2_at_start<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S])
     assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
     stderr
 }
+
+/// Serves `image` as the one disk of a vbmq with a control socket (`DIR/run/ctl.sock`), on
+/// `DIR/NAME.sock`: the daemon, the control socket and the disk's socket.
+pub fn serve_one(dir: &Path, name: &str, image: &Path) -> (Daemon, PathBuf, PathBuf) {
+    let socket = dir.join(format!("{name}.sock"));
+    let spec = super::disk_spec::plain(&socket, image);
+    let (daemon, control) = super::serve_with_control(dir, &[spec]);
+    (daemon, control, socket)
+}

@@ -7,13 +7,17 @@ use std::process::Command;
 
 /// Runs `program` to its end; its stdout. Panics with its stderr if it fails.
 pub fn run_tool<A: AsRef<OsStr> + Debug>(program: &str, args: &[A]) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{program}: {e} (scripts/install-test-deps.sh installs it)"));
+    run_command(Command::new(program).args(args))
+}
+
+/// Runs `command` to its end; its stdout. Panics with its stderr if it fails or cannot start.
+pub fn run_command(command: &mut Command) -> String {
+    let out = command.output().unwrap_or_else(|e| {
+        panic!("{command:?}: {e} (scripts/install-test-deps.sh installs the tools)")
+    });
     assert!(
         out.status.success(),
-        "{program} {args:?}: {}",
+        "{command:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()

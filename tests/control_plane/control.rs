@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::common::disk_spec;
 use crate::common::{Client, ctl, ctl_json, image, pattern, s, serve_with_control as serve};
 use serde_json::Value;
 
@@ -30,11 +31,7 @@ fn disks_come_and_go(placement: &str) {
     let a = dir.path().join("a.sock");
     let (mut daemon, control) = serve(
         dir.path(),
-        &[format!(
-            "socket={},path={},queues=2{placement}",
-            s(&a),
-            s(&file)
-        )],
+        &[disk_spec::with(&a, &file, &format!(",queues=2{placement}"))],
     );
     let stop = Arc::new(AtomicBool::new(false));
     let load = {

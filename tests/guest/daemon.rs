@@ -1,6 +1,6 @@
 //! A `vbmq serve` process for the guests to attach to, with its log captured.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,26 +25,40 @@ impl Vbmq {
     pub fn serve_with(disks: &[String], shares: &[String], log_path: PathBuf) -> Self {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
         cmd.arg("serve");
+        Self::serve_specs(cmd, disks, shares, vec![], log_path)
+    }
+
+    /// As [`Self::serve`], with the control socket `control` too.
+    pub fn serve_controlled(control: &Path, disks: &[String], log_path: PathBuf) -> Self {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_vbmq"));
+        cmd.arg("serve").arg("--control").arg(control);
+        Self::serve_specs(cmd, disks, &[], vec![control.to_path_buf()], log_path)
+    }
+
+    /// Runs `cmd` with one `--disk` per disk and one `--fs` per share, and waits for `sockets`
+    /// and every socket they name.
+    fn serve_specs(
+        mut cmd: Command,
+        disks: &[String],
+        shares: &[String],
+        mut sockets: Vec<PathBuf>,
+        log_path: PathBuf,
+    ) -> Self {
         for disk in disks {
             cmd.args(["--disk", disk]);
         }
         for share in shares {
             cmd.args(["--fs", share]);
         }
-        let sockets = disks
-            .iter()
-            .chain(shares)
-            .map(|d| {
-                d.split(',')
-                    .find_map(|kv| kv.strip_prefix("socket="))
-                    .map(PathBuf::from)
-                    .expect("every --disk and --fs names its socket")
-            })
-            .collect();
+        sockets.extend(disks.iter().chain(shares).map(|d| {
+            d.split(',')
+                .find_map(|kv| kv.strip_prefix("socket="))
+                .map(PathBuf::from)
+                .expect("every --disk and --fs names its socket")
+        }));
         Self::spawn(cmd, sockets, log_path)
     }
 
-    /// Starts any vhost-user backend `cmd` and waits for `sockets` to exist.
     pub fn spawn(mut cmd: Command, sockets: Vec<PathBuf>, log: PathBuf) -> Self {
         let log_file = std::fs::File::create(&log).unwrap();
         if !cmd.get_envs().any(|(key, _)| key == "RUST_LOG") {

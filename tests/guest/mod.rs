@@ -17,6 +17,9 @@ mod daemon;
 mod qemu;
 mod qmp;
 mod scripts;
+#[allow(clippy::duplicate_mod)] // Tests that take `common` load it a second time.
+#[path = "../common/tool.rs"]
+pub mod tool;
 
 #[allow(unused_imports)] // guest_libvirt: libvirt starts vbmq, the test does not.
 pub use daemon::Vbmq;
@@ -40,6 +43,23 @@ pub const RESTART_DELAY: &str = "delay-us=300000,delay-every=8";
 pub const RESTART_JOB: &str = "--name=restart --ioengine=libaio --iodepth=16 --direct=1 \
     --rw=randwrite --bs=4k --size=12M --numjobs=2 --offset_increment=12M --verify=crc32c \
     --verify_fatal=1 --verify_state_save=0 --group_reporting --rate_iops=150";
+
+/// Checks on the host that `image` holds every block [`RESTART_JOB`] wrote in a guest (and was
+/// told was written): fio replays the same job, reading and verifying only.
+pub fn assert_image_holds_the_restart_job(image: &Path) {
+    let out = std::process::Command::new("fio")
+        .arg(format!("--filename={}", image.display()))
+        .args(RESTART_JOB.split_whitespace())
+        .arg("--verify_only")
+        .output()
+        .expect("fio on the host (scripts/deps/guest.sh installs it)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("err= 0"),
+        "the image lost acknowledged writes:\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
 
 /// A `--disk` spec serving `image` on `socket`, with `extra` (",queues=2", …) appended.
 pub fn disk_spec(socket: &Path, image: &Path, extra: &str) -> String {
@@ -124,19 +144,13 @@ pub fn read_consoles(paths: &[PathBuf]) -> Vec<String> {
 pub fn build_c(dir: &TestDir, name: &str, flags: &[&str]) -> Vec<u8> {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/guest/{name}.c"));
     let out = dir.join(name);
-    let built = std::process::Command::new("cc")
-        .args(["-O2", "-static"])
-        .args(flags)
-        .arg("-o")
-        .arg(&out)
-        .arg(&source)
-        .output()
-        .expect("run cc (scripts/deps/base.sh installs it)");
-    assert!(
-        built.status.success(),
-        "cc {}: {}",
-        source.display(),
-        String::from_utf8_lossy(&built.stderr)
+    tool::run_command(
+        std::process::Command::new("cc")
+            .args(["-O2", "-static"])
+            .args(flags)
+            .arg("-o")
+            .arg(&out)
+            .arg(&source),
     );
     std::fs::read(&out).unwrap()
 }
@@ -150,16 +164,11 @@ pub fn golden_ext4(dir: &TestDir, name: &str, mib: u64) -> (PathBuf, PathBuf) {
     let golden = content.join("golden.txt");
     std::fs::write(&golden, &text).unwrap();
     let image = dir.disk(name, mib);
-    let mkfs = std::process::Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-d"])
-        .arg(&content)
-        .arg(&image)
-        .output()
-        .expect("run mkfs.ext4");
-    assert!(
-        mkfs.status.success(),
-        "mkfs.ext4: {}",
-        String::from_utf8_lossy(&mkfs.stderr)
+    tool::run_command(
+        std::process::Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-d"])
+            .arg(&content)
+            .arg(&image),
     );
     (image, golden)
 }

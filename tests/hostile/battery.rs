@@ -107,15 +107,7 @@ impl Battery {
                 "vbmq log grew to {log_len} bytes (a guest can flood the host log)"
             ));
         }
-        eprintln!(
-            "[{:.2}s] {}: {}",
-            started.elapsed().as_secs_f64(),
-            case.name,
-            match &result {
-                Ok(()) => "ok".to_string(),
-                Err(why) => format!("FAILED: {why}"),
-            }
-        );
+        say_result(started, &case.name, &result);
         if log_len > LOG_LIMIT {
             // Keep the disk from filling; later cases measure their own growth.
             let _ = std::fs::File::create(self.daemon.path("vbmq.log"));
@@ -377,15 +369,7 @@ impl Battery {
             }
             self.target.model = file;
         }
-        eprintln!(
-            "[{:.2}s] {}: {}",
-            started.elapsed().as_secs_f64(),
-            case.name,
-            match &result {
-                Ok(()) => "ok".to_string(),
-                Err(why) => format!("FAILED: {why}"),
-            }
-        );
+        say_result(started, &case.name, &result);
         if let Err(why) = result {
             self.failures.push(format!("{}: {why}", case.name));
             self.target.guest = None;
@@ -428,6 +412,26 @@ fn one_completion(used: &[super::frontend::UsedElem]) -> Result<(), String> {
         0 => Err("no completion: the head was never returned".into()),
         n => Err(format!("{n} completions for one request")),
     }
+}
+
+/// One line a case: how long it took and its result.
+fn say_result(started: std::time::Instant, name: &str, result: &Result<(), String>) {
+    let result = match result {
+        Ok(()) => "ok".to_string(),
+        Err(why) => format!("FAILED: {why}"),
+    };
+    eprintln!("[{:.2}s] {name}: {result}", started.elapsed().as_secs_f64());
+}
+
+/// A new frontend on the attacked disk gets a good request (`round`) served, then vbmq exits 0
+/// at SIGTERM (`what` names the case in a failure).
+pub fn next_frontend_served_then_stop(daemon: Daemon, round: u64, what: &str) {
+    let mut guest = Guest::connect(&daemon.path("target.sock"), QUEUE_SIZE).unwrap();
+    let mut model = std::fs::read(daemon.path("target.img")).unwrap();
+    good_request(&mut guest, &mut model, round)
+        .unwrap_or_else(|e| panic!("{what}: the next frontend: {e}"));
+    drop(guest);
+    assert!(daemon.stop().success(), "{what}: vbmq must exit 0");
 }
 
 /// Writes 4 KiB somewhere on a writable disk (a read on a read-only one) and reads it back.

@@ -91,11 +91,5 @@ pub fn case(name: &str, opts: &str, cut: Cut, write: bool) {
         .check()
         .unwrap_or_else(|e| panic!("{name}: the other disk: {e}"));
     drop(guest);
-    // The next frontend is served.
-    let mut next = Guest::connect(&daemon.path("target.sock"), QUEUE_SIZE).unwrap();
-    let mut model = std::fs::read(daemon.path("target.img")).unwrap();
-    super::battery::good_request(&mut next, &mut model, 3)
-        .unwrap_or_else(|e| panic!("{name}: the next frontend: {e}"));
-    drop(next);
-    assert!(daemon.stop().success(), "{name}: vbmq must exit 0");
+    super::battery::next_frontend_served_then_stop(daemon, 3, name);
 }

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::ctl::{each_refused, ok, refused, write_config};
+use crate::common::disk_spec;
 use crate::common::run_time::{add, changed_blocks, checkpoint, mkfifo, no_extents, open};
 use crate::common::serve::serve_with_state;
 use crate::common::{
@@ -161,9 +162,7 @@ fn a_tracked_encrypted_base_disk_added_at_run_time_passes_eight_descriptors() {
     ok(&ctl(&control, &["add-disk", &spec]));
     assert_eq!(extents(&control, &socket, "n"), vec![(2 * BLOCK, BLOCK)]);
     let mut client = Client::connect(&socket, 1, false).expect("connect again");
-    let (ret, back) = client.read(0, 2 * BLOCK + 512, 4096);
-    assert_eq!(ret, 0);
-    assert!(back == data, "what was written reads back");
+    client.assert_reads(0, 2 * BLOCK + 512, &data, "what was written reads back");
     drop(client);
     daemon.terminate_alive();
 }
@@ -174,11 +173,7 @@ fn bad_changes_files_are_refused_with_the_reason_and_the_daemon_goes_on() {
     let (mut daemon, control) = serve_with_control(dir.path(), &[]);
     let disk = image(dir.path(), "vm.raw", SIZE, 1);
     let sock = dir.path().join("d.sock");
-    let spec = format!(
-        "socket={},path={},direct=off,track-changes=on",
-        s(&sock),
-        s(&disk)
-    );
+    let spec = disk_spec::with(&sock, &disk, ",direct=off,track-changes=on");
     // Through `vbmq ctl`: a FIFO where DISK.changes belongs (ctl checks it).
     let changes = PathBuf::from(format!("{}.changes", s(&disk)));
     mkfifo(&changes);
@@ -241,13 +236,7 @@ fn a_confined_reload_replaces_a_tracked_disk_with_its_maps() {
     let control = run.join("ctl.sock");
     let disk = image(dir.path(), "vm.raw", SIZE, 1);
     let socket = run.join("t.sock");
-    let line = |extra: &str| {
-        format!(
-            "socket={},path={},track-changes=on{extra}",
-            s(&socket),
-            s(&disk)
-        )
-    };
+    let line = |extra: &str| disk_spec::with(&socket, &disk, &format!(",track-changes=on{extra}"));
     let conf = dir.path().join("vbmq.toml");
     write_config(&conf, &control, &[line("")]);
     let daemon = Serve::config(&conf, &[&control, &socket]).start();

@@ -38,9 +38,7 @@ fn a_base_disk_added_at_run_time_reads_the_base_writes_disk_and_keeps_its_map() 
     let mut expected = pattern(1, SIZE);
     let mut client = Client::connect(&socket, 1, false).expect("connect");
     assert_eq!(client.capacity(), SIZE as u64);
-    let (ret, head) = client.read(0, 0, BLOCK);
-    assert_eq!(ret, 0);
-    assert!(head == expected[..BLOCK], "untouched blocks read the base");
+    client.assert_reads(0, 0, &expected[..BLOCK], "untouched blocks read the base");
     // Part of a block (copied from the base first), and a whole block.
     let part = pattern(50, 4096);
     let at = BLOCK + 512;
@@ -113,9 +111,7 @@ fn a_base_disk_added_at_run_time_reads_the_base_writes_disk_and_keeps_its_map() 
     ok(&ctl(&control, &["add-disk", &spec]));
     let mut client = Client::connect(&socket, 1, false).expect("connect again");
     assert_eq!(client.capacity(), 6 << 20);
-    let (ret, back) = client.read(0, 4 << 20, 2 << 20);
-    assert_eq!(ret, 0);
-    assert!(back == expected[4 << 20..], "the grown part came back");
+    client.assert_reads(0, 4 << 20, &expected[4 << 20..], "the grown part came back");
     drop(client);
     ok(&ctl(&control, &["remove-disk", s(&socket)]));
 
@@ -232,9 +228,12 @@ fn an_encrypted_disk_added_at_run_time_takes_its_key_from_a_pipe() {
     let mut client = Client::connect(&socket, 1, false).expect("connect");
     assert_eq!(client.write(0, 2 * BLOCK as u64 + 512, &marker), 0);
     assert_eq!(client.flush(0), 0);
-    let (ret, back) = client.read(0, 2 * BLOCK as u64 + 512, 4096);
-    assert_eq!(ret, 0);
-    assert!(back == marker, "an encrypted base= disk reads back");
+    client.assert_reads(
+        0,
+        2 * BLOCK as u64 + 512,
+        &marker,
+        "an encrypted base= disk reads back",
+    );
     drop(client);
     ok(&ctl(&control, &["remove-disk", s(&socket)]));
     let raw = std::fs::read(&thin).unwrap();
@@ -450,10 +449,7 @@ fn bad_bases_maps_and_keys_are_refused_and_the_daemon_goes_on() {
     );
     assert_eq!(reply["ok"], true, "{reply}");
     let mut client = Client::connect(&sock, 1, false).expect("connect");
-    assert!(
-        client.read(0, 0, 4096).1 == pattern(3, 4096),
-        "the base's bytes"
-    );
+    client.assert_reads(0, 0, &pattern(3, 4096), "the base's bytes");
     drop(client);
     assert!(daemon.terminate().success());
 }
@@ -492,11 +488,11 @@ fn a_base_disk_added_at_run_time_comes_back_from_the_state_file_with_its_map() {
     let mut client = Client::connect(&socket, 1, false).expect("connect after restart");
     let mut expected = pattern(4, SIZE);
     expected[5 * BLOCK + 1024..5 * BLOCK + 1024 + 8192].copy_from_slice(&data);
-    let (ret, back) = client.read(0, 4 * BLOCK as u64, 3 * BLOCK);
-    assert_eq!(ret, 0);
-    assert!(
-        back == expected[4 * BLOCK..7 * BLOCK],
-        "the data came back with its map"
+    client.assert_reads(
+        0,
+        4 * BLOCK as u64,
+        &expected[4 * BLOCK..7 * BLOCK],
+        "the data came back with its map",
     );
     drop(client);
     assert_eq!(sha256(&base), before, "the base changed");
@@ -577,12 +573,8 @@ fn a_confined_reload_replaces_a_base_disk_with_its_map_and_refuses_to_reread_a_k
     assert!(said.contains("replaced"), "{said}");
     wait_for(&t);
     let mut client = Client::connect(&t, 1, false).expect("connect again");
-    let (ret, back) = client.read(0, 7 * BLOCK as u64, 8192);
-    assert_eq!(ret, 0);
-    assert!(back == data, "the replaced disk lost its map");
-    let (ret, head) = client.read(0, 0, 4096);
-    assert_eq!(ret, 0);
-    assert!(head == pattern(11, 4096), "untouched blocks read the base");
+    client.assert_reads(0, 7 * BLOCK as u64, &data, "the replaced disk lost its map");
+    client.assert_reads(0, 0, &pattern(11, 4096), "untouched blocks read the base");
     drop(client);
 
     // The encrypted disk's key was read once: not read again, and nothing changes.

@@ -30,11 +30,11 @@ fn a_passed_image_and_socket_serve_io_that_reads_back_and_lands_in_the_file() {
     let mut client = Client::connect(&socket, 2, false).expect("connect");
     assert_eq!(client.capacity(), 8 << 20);
     // The image's own bytes come through.
-    let (ret, head) = client.read(0, 0, 4096);
-    assert_eq!(ret, 0);
-    assert!(
-        head == pattern(7, 8 << 20)[..4096],
-        "the image's first block"
+    client.assert_reads(
+        0,
+        0,
+        &pattern(7, 8 << 20)[..4096],
+        "the image's first block",
     );
     for round in 0..16u64 {
         let offset = round * (256 << 10) + 4096;
@@ -171,10 +171,7 @@ fn descriptors_that_are_not_what_the_disk_needs_are_refused() {
     );
     assert_eq!(reply["ok"], true, "{reply}");
     let mut client = Client::connect(&sock_path, 1, false).expect("connect");
-    assert!(
-        client.read(0, 0, 4096).1 == pattern(2, 4096),
-        "b.raw's bytes"
-    );
+    client.assert_reads(0, 0, &pattern(2, 4096), "b.raw's bytes");
     drop(client);
     assert!(daemon.terminate().success());
 }

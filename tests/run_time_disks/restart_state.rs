@@ -33,9 +33,7 @@ fn a_disk_added_at_run_time_is_served_again_after_a_restart() {
     let daemon = serve(&control, &state);
     assert_eq!(sockets(&control), vec![s(&socket).to_string()]);
     let mut client = Client::connect(&socket, 1, false).expect("reconnect");
-    let (ret, back) = client.read(0, 1 << 20, data.len());
-    assert_eq!(ret, 0);
-    assert!(back == data, "what was written before the restart");
+    client.assert_reads(0, 1 << 20, &data, "what was written before the restart");
     drop(client);
     ok(&ctl_state(&control, &state, &["remove-disk", s(&socket)]));
     assert!(daemon.terminate().success());

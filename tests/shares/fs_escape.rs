@@ -11,14 +11,13 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::common::Daemon;
-use crate::common::fs::{Inode, names};
+use crate::common::fs::{Inode, names, setxattr_args};
 use crate::common::serve::serve_share;
 use crate::common::xattr::{get_xattr, set_xattr, xattr_names};
 
 use vbmq_driver::fuse::{
     self, AttrOut, CreateIn, EntryOut, FATTR_ATIME, FATTR_GID, FATTR_MODE, FATTR_MTIME, FATTR_UID,
     GetxattrIn, MkdirIn, MknodIn, Opcode, OpenIn, OpenOut, OutHeader, ROOT_ID, ReadIn, SetattrIn,
-    SetxattrIn,
 };
 use vbmq_driver::{Buffer, FsClient};
 use vm_memory::{ByteValued, Bytes, GuestAddress};
@@ -149,15 +148,7 @@ fn try_every_change(client: &mut FsClient, node: u64) -> Vec<i32> {
         ..SetattrIn::default()
     };
     call(Opcode::Setattr, fuse::args(&attr), &[]);
-    let value = b"evil";
-    let set = SetxattrIn {
-        size: value.len() as u32,
-        flags: 0,
-    };
-    let mut args = set.as_slice().to_vec();
-    args.extend_from_slice(b"user.evil\0");
-    args.extend_from_slice(value);
-    call(Opcode::Setxattr, &args, &[]);
+    call(Opcode::Setxattr, &setxattr_args("user.evil", b"evil"), &[]);
     call(Opcode::Removexattr, &[], &[b"user.canary"]);
     let create = CreateIn {
         flags: (libc::O_CREAT | libc::O_RDWR) as u32,
@@ -381,14 +372,7 @@ fn mknod(client: &mut FsClient, name: &[u8], mode: u32, rdev: u32) -> i32 {
 }
 
 fn setxattr(client: &mut FsClient, node: u64, name: &str, value: &[u8]) -> OutHeader {
-    let set = SetxattrIn {
-        size: value.len() as u32,
-        flags: 0,
-    };
-    let mut args = set.as_slice().to_vec();
-    args.extend_from_slice(name.as_bytes());
-    args.push(0);
-    args.extend_from_slice(value);
+    let args = setxattr_args(name, value);
     client
         .call(Opcode::Setxattr, node, &args, &[], 4096)
         .unwrap()

@@ -16,15 +16,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::common::Daemon;
-use crate::common::fs::Inode;
+use crate::common::fs::{Inode, setxattr_args};
 use crate::common::serve::Serve;
 use crate::common::xattr::{set_xattr, xattrs};
 
 use vbmq_driver::FsClient;
-use vbmq_driver::fuse::{
-    self, CreateIn, MkdirIn, Opcode, ROOT_ID, RenameIn, SetattrIn, SetxattrIn,
-};
-use vm_memory::ByteValued;
+use vbmq_driver::fuse::{self, CreateIn, MkdirIn, Opcode, ROOT_ID, RenameIn, SetattrIn};
 
 /// The directories the host moves in and out, each with a file and a subdirectory.
 const MOVED: [&str; 4] = ["m0", "m1", "m2", "m3"];
@@ -205,14 +202,7 @@ fn change_through(client: &mut FsClient, node: u64) {
         ..SetattrIn::default()
     };
     errno(client, Opcode::Setattr, node, fuse::args(&attr), &[]);
-    let value = b"guest";
-    let set = SetxattrIn {
-        size: value.len() as u32,
-        flags: 0,
-    };
-    let mut args = set.as_slice().to_vec();
-    args.extend_from_slice(b"user.guest\0");
-    args.extend_from_slice(value);
+    let args = setxattr_args("user.guest", b"guest");
     errno(client, Opcode::Setxattr, node, &args, &[]);
     if let Ok(file) = client.lookup(node, "file") {
         errno(client, Opcode::Setattr, file.nodeid, fuse::args(&attr), &[]);
