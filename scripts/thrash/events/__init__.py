@@ -3,7 +3,7 @@
 `needs` names a disk of `Thrash.disks` that must exist for the kind to run (None: always)."""
 
 from . import (export, faults, frontend, guest, life, migrate, mirror, mirror_migrate, nbd_base,
-               qcow2, shares, snapshots, tls_export, upgrade)
+               qcow2, qcow2_base, shares, snapshots, tls_export, upgrade)
 
 EVENTS = {
     "kill": (life.kill, 3, None),
@@ -24,6 +24,7 @@ EVENTS = {
     "migrate": (migrate.migrate, 1, None),
     "move": (shares.move, 1, None),
     "qcow2": (qcow2.crash_mid_allocation, 1, "qcow2"),
+    "qcow2-base": (qcow2_base.qcow2_base, 1, None),
     "mirror": (mirror.mirror, 1, None),
     "mirror-migrate": (mirror_migrate.mirror_migrate, 1, None),
     "nbd-base": (nbd_base.nbd_base, 1, "nbdbase"),
