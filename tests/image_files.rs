@@ -7,7 +7,8 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Client, Daemon, image, pattern};
+use common::ctl::ctl_json;
+use common::{Client, Daemon, image, pattern, serve_with_control};
 
 const SIZE: usize = 1 << 20;
 
@@ -217,4 +218,40 @@ fn two_writers_in_one_process_need_handover_and_take_turns() {
     handed_over(source, target, 4);
     assert!(second.terminate().success());
     assert!(first.terminate().success());
+}
+
+/// A resize through one `handover=on` disk reaches the other disks of the process on that image:
+/// a live migration's destination, connecting afterwards, sees the size the guest has, and
+/// `ctl list` the size the image has (the thrasher found it stale, seed 3114955243).
+#[test]
+fn a_resize_through_one_handover_disk_reaches_its_siblings_on_the_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "base.raw", SIZE, 6);
+    let h = ",handover=on";
+    let (daemon, control) = serve_with_control(
+        dir.path(),
+        &[
+            socket_spec(dir.path(), "a.sock", &path, h),
+            socket_spec(dir.path(), "b.sock", &path, h),
+        ],
+    );
+    let a = dir.path().join("a.sock");
+    let grown = (2 * SIZE).to_string();
+    ctl_json(&control, &["resize", a.to_str().unwrap(), &grown]);
+    let list = ctl_json(&control, &["list"]);
+    let sizes: Vec<(String, u64)> = list
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|d| (d["socket"].to_string(), d["size"].as_u64().unwrap_or(0)))
+        .collect();
+    assert_eq!(sizes.len(), 2, "{list}");
+    assert!(
+        sizes.iter().all(|(_, size)| *size == 2 * SIZE as u64),
+        "{sizes:?}"
+    );
+    let target = Client::connect(&dir.path().join("b.sock"), 1, false).unwrap();
+    assert_eq!(target.capacity(), 2 * SIZE as u64);
+    drop(target);
+    assert!(daemon.terminate().success());
 }

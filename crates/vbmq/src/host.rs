@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::backend::{Disk, SnapshotReport};
 use crate::config::check_sockets;
-use crate::config::{DiskSpec, SpecError};
+use crate::config::{DiskSpec, SpecError, Storage};
 use crate::devices::{Built, Handles, Source, build_disk};
 use crate::limits::Limits;
 use crate::passed_fds::PassedDisk;
@@ -377,6 +377,7 @@ impl Host {
             socket.display(),
             running.device.capacity()
         );
+        resize_handover_siblings(&disks, running, shrink);
         Ok(info_of(running))
     }
 
@@ -698,5 +699,42 @@ fn info_of(r: &Running) -> DiskInfo {
         limits: r.device.limits.limits(),
         checkpoints: changes::checkpoints_of(r.handles.changes()),
         mirror: r.handles.mirror().and_then(|m| m.state()),
+    }
+}
+
+/// The other `handover=on` disks of this process on `resized`'s image (named by the same path)
+/// take its new capacity: a live migration's destination, connecting later, must see the size
+/// the guest has, and `list` the size the image has.
+fn resize_handover_siblings(disks: &[Running], resized: &Running, shrink: bool) {
+    let Storage::File(image) = &resized.spec.storage else {
+        return;
+    };
+    let now = resized.device.capacity();
+    let siblings = disks.iter().filter(|r| {
+        r.spec.handover
+            && resized.spec.handover
+            && r.spec.socket != resized.spec.socket
+            && matches!(&r.spec.storage, Storage::File(path) if path == image)
+    });
+    for sibling in siblings {
+        match resize_disk(
+            &sibling.device,
+            sibling.disk.as_ref(),
+            now,
+            shrink,
+            SHRINK_WAIT,
+        ) {
+            Ok(_) => {
+                if let Some(connection) = lock(&sibling.current).clone() {
+                    connection.config_changed();
+                }
+            }
+            Err(e) => crate::limited!(
+                warn,
+                "{}: not resized with {}, which shares its image: {e}",
+                sibling.spec.socket.display(),
+                resized.spec.socket.display()
+            ),
+        }
     }
 }
